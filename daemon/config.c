@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvtierd.conf: one table of {section, key, parser, field}.  Defaults are set
+ * before parsing, so a file only names what it changes.
+ */
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+int parse_size(const char *s, uint64_t *ret)
+{
+	char *end;
+	uint64_t mult = 1;
+
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 0: break;
+	case 'K': case 'k': mult = 1ULL << 10; end++; break;
+	case 'M': case 'm': mult = 1ULL << 20; end++; break;
+	case 'G': case 'g': mult = 1ULL << 30; end++; break;
+	case 'T': case 't': mult = 1ULL << 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end == 'i' || *end == 'B')
+		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+	if (*end)
+		return -EINVAL;
+	if (v > UINT64_MAX / mult)
+		return -ERANGE;
+	*ret = v * mult;
+	return 0;
+}
+
+typedef int (*conf_parser)(const char *value, void *field, const char **ret_expect);
+
+static int conf_size(const char *v, void *field, const char **expect)
+{
+	*expect = "a size such as 4096, 512M or 64G";
+	return parse_size(v, field);
+}
+
+static int conf_u32(const char *v, void *field, const char **expect)
+{
+	char *end;
+	*expect = "a whole number up to 4294967295";
+	errno = 0;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (errno || end == v || *end || *v == '-' || x > UINT32_MAX)
+		return -EINVAL;
+	*(uint32_t *)field = (uint32_t)x;
+	return 0;
+}
+
+static int conf_string(const char *v, void *field, const char **expect)
+{
+	*expect = "a non-empty string";
+	if (!*v)
+		return -EINVAL;
+	char *s = strdup(v);
+	if (!s)
+		return -ENOMEM;
+	free(*(char **)field);
+	*(char **)field = s;
+	return 0;
+}
+
+static int conf_path(const char *v, void *field, const char **expect)
+{
+	*expect = "an absolute path";
+	if (v[0] != '/' || strlen(v) >= 108)
+		return -EINVAL;
+	return conf_string(v, field, expect);
+}
+
+static int conf_hugepages(const char *v, void *field, const char **expect)
+{
+	static const char *names[] = {"auto", "hugetlb", "thp", "off"};
+	*expect = "auto, hugetlb, thp or off";
+	for (unsigned i = 0; i < 4; i++)
+		if (!strcmp(v, names[i])) {
+			*(enum hugepage_mode *)field = (enum hugepage_mode)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static int conf_lock(const char *v, void *field, const char **expect)
+{
+	static const char *names[] = {"auto", "yes", "no"};
+	*expect = "auto, yes or no";
+	for (unsigned i = 0; i < 3; i++)
+		if (!strcmp(v, names[i])) {
+			*(enum lock_mode *)field = (enum lock_mode)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static int conf_unknown(const char *v, void *field, const char **expect)
+{
+	*expect = "allow or refuse";
+	if (!strcmp(v, "allow"))
+		*(bool *)field = false;
+	else if (!strcmp(v, "refuse"))
+		*(bool *)field = true;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int conf_log_level(const char *v, void *field, const char **expect)
+{
+	static const struct { const char *n; int l; } levels[] = {
+		{"error", LOG_ERR}, {"warning", LOG_WARNING},
+		{"notice", LOG_NOTICE}, {"info", LOG_INFO}, {"debug", LOG_DEBUG},
+	};
+	*expect = "error, warning, notice, info or debug";
+	for (unsigned i = 0; i < 5; i++)
+		if (!strcmp(v, levels[i].n)) {
+			*(int *)field = levels[i].l;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static const struct conf_item {
+	const char *section;
+	const char *key;
+	conf_parser parse;
+	size_t offset;
+} conf_table[] = {
+	{"daemon", "socket", conf_path, offsetof(struct config, socket_path)},
+	{"daemon", "runtime_dir", conf_path, offsetof(struct config, runtime_dir)},
+	{"daemon", "quarantine_ms", conf_u32, offsetof(struct config, quarantine_ms)},
+	{"daemon", "log_level", conf_log_level, offsetof(struct config, log_level)},
+	{"pool", "capacity", conf_size, offsetof(struct config, capacity)},
+	{"pool", "extent_size", conf_size, offsetof(struct config, extent_size)},
+	{"pool", "hugepages", conf_hugepages, offsetof(struct config, hugepages)},
+	{"pool", "lock", conf_lock, offsetof(struct config, lock)},
+	{"tenants", "default_quota", conf_size, offsetof(struct config, default_quota)},
+	{"tenants", "unknown", conf_unknown, offsetof(struct config, refuse_unknown)},
+	{"limits", "connections", conf_u32, offsetof(struct config, max_connections)},
+	{"limits", "connections_per_uid", conf_u32, offsetof(struct config, max_connections_per_uid)},
+	{"limits", "namespaces_per_tenant", conf_u32, offsetof(struct config, max_namespaces)},
+	{"limits", "keys_per_request", conf_u32, offsetof(struct config, max_keys)},
+	{"limits", "handles_per_tenant", conf_u32, offsetof(struct config, max_handles)},
+	{"limits", "output_bytes", conf_size, offsetof(struct config, max_output_bytes)},
+};
+
+int config_defaults(struct config *c)
+{
+	const char *base = "/run/kvtierd";
+	char buf[256];
+
+	memset(c, 0, sizeof(*c));
+	if (geteuid() != 0) {
+		const char *xdg = getenv("XDG_RUNTIME_DIR");
+		if (xdg && xdg[0] == '/' && strlen(xdg) < 80) {
+			snprintf(buf, sizeof(buf), "%s/kvtierd", xdg);
+			base = buf;
+		} else {
+			snprintf(buf, sizeof(buf), "/tmp/kvtierd-%u",
+				 (unsigned)geteuid());
+			base = buf;
+		}
+	}
+	c->runtime_dir = strdup(base);
+	if (asprintf(&c->socket_path, "%s/kvtierd.sock", base) < 0)
+		c->socket_path = NULL;
+	if (!c->runtime_dir || !c->socket_path)
+		return -ENOMEM;
+	c->quarantine_ms = 500;
+	c->log_level = LOG_INFO;
+	c->capacity = 256ULL << 20;
+	c->extent_size = 64ULL << 20;
+	c->hugepages = HUGEPAGES_AUTO;
+	c->lock = LOCK_AUTO;
+	c->default_quota = 0; /* the whole capacity */
+	c->refuse_unknown = false;
+	c->max_connections = 1024;
+	c->max_connections_per_uid = 256;
+	c->max_namespaces = 64;
+	c->max_keys = 4096;
+	c->max_handles = 65536;
+	c->max_output_bytes = 8ULL << 20;
+	return 0;
+}
+
+struct parse_ctx {
+	struct config *c;
+	const char *path;
+	FILE *f;
+	int line;     /* line of the chunk read last */
+	bool line_done;
+	int error;
+};
+
+/* Debian's inih does not pass line numbers to handlers: count them here. */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct parse_ctx *ctx = stream;
+	char *r = fgets(str, num, ctx->f);
+
+	if (r) {
+		if (ctx->line_done)
+			ctx->line++;
+		size_t n = strlen(r);
+		ctx->line_done = n > 0 && r[n - 1] == '\n';
+	}
+	return r;
+}
+
+static int on_item(void *user, const char *section, const char *key,
+		   const char *value)
+{
+	struct parse_ctx *ctx = user;
+	bool known_section = false;
+	int line = ctx->line;
+
+	for (size_t i = 0; i < sizeof(conf_table) / sizeof(conf_table[0]); i++) {
+		const struct conf_item *it = &conf_table[i];
+		if (strcmp(it->section, section))
+			continue;
+		known_section = true;
+		if (strcmp(it->key, key))
+			continue;
+		const char *expect = "";
+		int r = it->parse(value, (char *)ctx->c + it->offset, &expect);
+		if (r == -ENOMEM)
+			return 0;
+		if (r < 0) {
+			log_error("%s:%d: [%s] %s = '%s' is invalid: expected %s",
+				  ctx->path, line, section, key, value, expect);
+			ctx->error = -EINVAL;
+		}
+		return 1;
+	}
+	if (!known_section)
+		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, limits)",
+			  ctx->path, line, section);
+	else
+		log_error("%s:%d: unknown key '%s' in [%s]; see kvtierd.conf(5)",
+			  ctx->path, line, key, section);
+	ctx->error = -EINVAL;
+	return 1;
+}
+
+static int config_validate(const struct config *c, const char *path)
+{
+	int r = 0;
+
+	if (c->extent_size < (2ULL << 20) || c->extent_size > (1ULL << 30)) {
+		log_error("%s: [pool] extent_size must be between 2M and 1G (one io_uring buffer)", path);
+		r = -EINVAL;
+	}
+	if (c->capacity < c->extent_size) {
+		log_error("%s: [pool] capacity must be at least extent_size", path);
+		r = -EINVAL;
+	}
+	if (c->max_keys == 0 || c->max_keys > 8192) {
+		log_error("%s: [limits] keys_per_request must be 1..8192", path);
+		r = -EINVAL;
+	}
+	if (c->max_connections == 0 || c->max_connections_per_uid == 0 ||
+	    c->max_namespaces == 0 || c->max_handles == 0) {
+		log_error("%s: [limits] values must be at least 1", path);
+		r = -EINVAL;
+	}
+	if (c->max_output_bytes < (2ULL << 20)) {
+		log_error("%s: [limits] output_bytes must be at least 2M (one full reply)", path);
+		r = -EINVAL;
+	}
+	return r;
+}
+
+int config_load(struct config *c, const char *path)
+{
+	struct parse_ctx ctx = {
+		.c = c, .path = path ? path : "(defaults)", .line_done = true,
+	};
+
+	if (path) {
+		FILE *f = fopen(path, "re");
+		if (!f)
+			return log_error_errno(-errno, "Failed to open config '%s': %m", path);
+		ctx.f = f;
+		int line = ini_parse_stream(read_line, &ctx, on_item, &ctx);
+		fclose(f);
+		if (line > 0) {
+			log_error("%s:%d: syntax error (expected [section] or key = value)",
+				  path, line);
+			return -EINVAL;
+		}
+		if (line < 0)
+			return log_error_errno(-ENOMEM, "Failed to parse '%s': %m", path);
+		if (ctx.error)
+			return ctx.error;
+	}
+	return config_validate(c, ctx.path);
+}
+
+void config_free(struct config *c)
+{
+	free(c->socket_path);
+	free(c->runtime_dir);
+	c->socket_path = c->runtime_dir = NULL;
+}
+
+void config_dump(const struct config *c, FILE *f)
+{
+	static const char *hp[] = {"auto", "hugetlb", "thp", "off"};
+	static const char *lk[] = {"auto", "yes", "no"};
+
+	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = %u\n\n",
+		c->socket_path, c->runtime_dir, c->quarantine_ms);
+	fprintf(f, "[pool]\ncapacity = %lluM\nextent_size = %lluM\nhugepages = %s\nlock = %s\n\n",
+		(unsigned long long)(c->capacity >> 20),
+		(unsigned long long)(c->extent_size >> 20), hp[c->hugepages],
+		lk[c->lock]);
+	fprintf(f, "[tenants]\ndefault_quota = %lluM\nunknown = %s\n\n",
+		(unsigned long long)(c->default_quota >> 20),
+		c->refuse_unknown ? "refuse" : "allow");
+	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
+		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
+		"handles_per_tenant = %u\noutput_bytes = %lluM\n",
+		c->max_connections, c->max_connections_per_uid,
+		c->max_namespaces, c->max_keys, c->max_handles,
+		(unsigned long long)(c->max_output_bytes >> 20));
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum hugepage_mode {
+	HUGEPAGES_AUTO,    /* hugetlb if reserved, else shmem THP, else 4 KiB */
+	HUGEPAGES_HUGETLB, /* reserved hugetlb pages only */
+	HUGEPAGES_THP,     /* shmem THP only (needs shmem_enabled=advise) */
+	HUGEPAGES_OFF,
+};
+
+enum lock_mode {
+	LOCK_AUTO, /* mlock where the limits allow, else say why not */
+	LOCK_YES,  /* refuse to create an extent that cannot be locked */
+	LOCK_NO,
+};
+
+struct config {
+	/* [daemon] */
+	char *socket_path;
+	char *runtime_dir;
+	uint32_t quarantine_ms;
+	int log_level;
+
+	/* [pool] */
+	uint64_t capacity;
+	uint64_t extent_size;
+	enum hugepage_mode hugepages;
+	enum lock_mode lock;
+
+	/* [tenants] */
+	uint64_t default_quota;
+	bool refuse_unknown;
+
+	/* [limits] */
+	uint32_t max_connections;
+	uint32_t max_connections_per_uid;
+	uint32_t max_namespaces;
+	uint32_t max_keys;
+	uint32_t max_handles;
+	uint64_t max_output_bytes;
+};
+
+/* Built-in defaults; socket and runtime paths depend on who runs us. */
+int config_defaults(struct config *c);
+/* Parse FILE over the current values; errors name file:line and the key. */
+int config_load(struct config *c, const char *path);
+void config_free(struct config *c);
+/* Write the effective configuration in the file's own syntax. */
+void config_dump(const struct config *c, FILE *f);
+
+/* "64G", "512M", "4096" → bytes; -EINVAL or -ERANGE. */
+int parse_size(const char *s, uint64_t *ret);

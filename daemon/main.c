@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "kvt-config.h"
+#include "log.h"
+#include "manager.h"
+
+static void help(void)
+{
+	printf("Usage: kvtierd [OPTIONS]\n"
+	       "\n"
+	       "The kvtier daemon: pinned host memory (and NVMe) behind the GPU for\n"
+	       "the KV caches of inference engines on this node.  Engines connect\n"
+	       "with libkvtier-client over a Unix socket; kvtierctl shows what is\n"
+	       "stored.  Runs in the foreground and logs to stderr.\n"
+	       "\n"
+	       "Options:\n"
+	       "  -c, --config FILE    read FILE (default %s if it exists,\n"
+	       "                       else built-in defaults)\n"
+	       "  -s, --socket PATH    listen on PATH (overrides [daemon] socket)\n"
+	       "      --check-config   validate the configuration, print the\n"
+	       "                       effective values and exit\n"
+	       "  -v, --verbose        log at debug level\n"
+	       "  -h, --help           show this help\n"
+	       "  -V, --version        show the version\n"
+	       "\n"
+	       "Examples:\n"
+	       "  kvtierd --socket /tmp/kvt.sock       a working daemon on defaults\n"
+	       "  kvtierd --config /etc/kvtierd/kvtierd.conf --check-config\n"
+	       "\n"
+	       "Under systemd: systemctl start kvtierd (socket activation is used\n"
+	       "when kvtierd.socket passes a listening socket).  See kvtierd(8).\n",
+	       KVT_DEFAULT_CONFIG);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"socket", required_argument, NULL, 's'},
+		{"check-config", no_argument, NULL, 'C'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{},
+	};
+	const char *config_path = NULL, *socket_path = NULL;
+	bool check = false, verbose = false;
+	struct config cfg;
+	struct manager *m = NULL;
+	int c, r;
+
+	while ((c = getopt_long(argc, argv, "c:s:vhV", opts, NULL)) >= 0) {
+		switch (c) {
+		case 'c': config_path = optarg; break;
+		case 's': socket_path = optarg; break;
+		case 'C': check = true; break;
+		case 'v': verbose = true; break;
+		case 'h': help(); return 0;
+		case 'V': printf("kvtierd %s\n", KVT_VERSION); return 0;
+		default:
+			fprintf(stderr, "Try 'kvtierd --help'.\n");
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvtierd: unexpected argument '%s'; try 'kvtierd --help'.\n", argv[optind]);
+		return 2;
+	}
+
+	if (config_defaults(&cfg) < 0)
+		return 1;
+	if (!config_path && access(KVT_DEFAULT_CONFIG, F_OK) == 0)
+		config_path = KVT_DEFAULT_CONFIG;
+	r = config_load(&cfg, config_path);
+	if (r < 0) {
+		config_free(&cfg);
+		return 1;
+	}
+	if (socket_path) {
+		if (socket_path[0] != '/' && strlen(socket_path) >= 108) {
+			fprintf(stderr, "kvtierd: --socket path is too long\n");
+			return 2;
+		}
+		free(cfg.socket_path);
+		cfg.socket_path = strdup(socket_path);
+	}
+	log_set_max_level(verbose ? LOG_DEBUG : cfg.log_level);
+	if (check) {
+		printf("# kvtierd %s: configuration %s is valid\n", KVT_VERSION,
+		       config_path ? config_path : "(built-in defaults)");
+		config_dump(&cfg, stdout);
+		config_free(&cfg);
+		return 0;
+	}
+
+	r = manager_new(&cfg, &m);
+	if (r < 0) {
+		log_error_errno(r, "Failed to start: %m");
+		goto out;
+	}
+	pool_probe(&m->pool);
+	r = manager_listen(m);
+	if (r < 0)
+		goto out;
+	log_info("kvtierd %s ready (pid %d)", KVT_VERSION, (int)getpid());
+	r = manager_run(m);
+	if (r < 0)
+		log_error_errno(r, "Event loop failed: %m");
+out:
+	manager_free(m);
+	config_free(&cfg);
+	return r < 0 ? 1 : 0;
+}

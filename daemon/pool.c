@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvt-proto.h"
+#include "log.h"
+#include "pool.h"
+
+#define HUGE_PAGE (2ULL << 20)
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MFD_HUGETLB
+#define MFD_HUGETLB 0x0004U
+#endif
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static long read_long(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	long v = -1;
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+static long hugetlb_free_pages(void)
+{
+	return read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
+}
+
+static void read_shmem_thp(char *buf, size_t n)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "re");
+	buf[0] = 0;
+	if (f) {
+		if (!fgets(buf, (int)n, f))
+			buf[0] = 0;
+		fclose(f);
+	}
+}
+
+void pool_init(struct pool *p, const struct config *c)
+{
+	memset(p, 0, sizeof(*p));
+	p->config = c;
+	p->capacity = c->capacity;
+	p->next_id = 1;
+}
+
+void pool_probe(struct pool *p)
+{
+	struct pool_caps *caps = &p->caps;
+	enum hugepage_mode mode = p->config->hugepages;
+	char thp[128];
+
+	long free_pages = hugetlb_free_pages();
+	if (mode == HUGEPAGES_OFF) {
+		snprintf(caps->page_reason, sizeof(caps->page_reason),
+			 "huge pages off by configuration");
+	} else if ((mode == HUGEPAGES_AUTO || mode == HUGEPAGES_HUGETLB) &&
+		   free_pages > 0 &&
+		   (uint64_t)free_pages * HUGE_PAGE >= p->config->extent_size) {
+		caps->hugetlb = true;
+		snprintf(caps->page_reason, sizeof(caps->page_reason),
+			 "hugetlb: %ld free 2 MiB pages", free_pages);
+	} else {
+		read_shmem_thp(thp, sizeof(thp));
+		bool advise = strstr(thp, "[advise]") || strstr(thp, "[always]") ||
+			      strstr(thp, "[within_size]");
+		if (mode != HUGEPAGES_HUGETLB && advise) {
+			caps->thp = true;
+			snprintf(caps->page_reason, sizeof(caps->page_reason),
+				 "shmem THP (no reserved hugetlb pages)");
+		} else {
+			snprintf(caps->page_reason, sizeof(caps->page_reason),
+				 "4 KiB pages: no free hugetlb pages (vm.nr_hugepages) and shmem THP is not enabled (shmem_enabled=never)");
+		}
+	}
+
+	struct rlimit rl;
+	if (p->config->lock == LOCK_NO) {
+		snprintf(caps->lock_reason, sizeof(caps->lock_reason),
+			 "not locked: lock=no in configuration");
+	} else if (geteuid() == 0 ||
+		   (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
+		    (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= p->capacity))) {
+		caps->lockable = true;
+		snprintf(caps->lock_reason, sizeof(caps->lock_reason), "locked");
+	} else {
+		snprintf(caps->lock_reason, sizeof(caps->lock_reason),
+			 "not locked: RLIMIT_MEMLOCK %llu KiB is below the pool capacity; raise LimitMEMLOCK=",
+			 (unsigned long long)rl.rlim_cur / 1024);
+	}
+	log_info("Host pool: capacity %llu MiB in extents of %llu MiB; pages: %s; %s",
+		 (unsigned long long)(p->capacity >> 20),
+		 (unsigned long long)(p->config->extent_size >> 20),
+		 caps->page_reason, caps->lock_reason);
+}
+
+uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes)
+{
+	uint64_t want = p->config->extent_size;
+	uint64_t n = want / slot_bytes;
+	if (n == 0)
+		n = 1;
+	uint64_t bytes = n * slot_bytes;
+	/* Whole huge pages, so hugetlb and THP can back every byte. */
+	return (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+}
+
+static int extent_make_fd(struct pool *p, uint64_t size, uint32_t *flags)
+{
+	int fd;
+
+	if (p->caps.hugetlb) {
+		fd = memfd_create("kvtier-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+		if (fd >= 0) {
+			/* Reserve the pages now: with hugetlb a later shortage
+			 * would be a SIGBUS, not an error. */
+			if (ftruncate(fd, (off_t)size) == 0 &&
+			    fallocate(fd, 0, 0, (off_t)size) == 0) {
+				*flags |= KVT_EXTENT_HUGETLB;
+				return fd;
+			}
+			log_warning_errno(-errno, "Failed to reserve %llu MiB of hugetlb pages, falling back to shmem: %m",
+					  (unsigned long long)(size >> 20));
+			close(fd);
+		}
+	}
+	fd = memfd_create("kvtier-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) < 0) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+int pool_extent_new(struct pool *p, uint64_t slot_bytes, struct extent **ret)
+{
+	uint64_t size = pool_extent_bytes(p, slot_bytes);
+	uint32_t flags = 0;
+	int r;
+
+	if (p->allocated + size > p->capacity)
+		return -ENOSPC;
+
+	struct extent *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->fd = -1;
+	e->node = -1;
+
+	uint64_t t0 = now_ns();
+	r = extent_make_fd(p, size, &flags);
+	if (r < 0) {
+		log_error_errno(r, "Failed to create a %llu MiB memfd extent: %m",
+				(unsigned long long)(size >> 20));
+		goto fail;
+	}
+	e->fd = r;
+
+	e->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
+	if (e->map == MAP_FAILED) {
+		e->map = NULL;
+		r = log_error_errno(-errno, "Failed to map a new extent: %m");
+		goto fail;
+	}
+	if (!(flags & KVT_EXTENT_HUGETLB) && p->caps.thp &&
+	    madvise(e->map, size, MADV_HUGEPAGE) == 0)
+		flags |= KVT_EXTENT_THP;
+
+	/* Populate now: allocation and zeroing happen here, once, and not in
+	 * the first copy a client makes into the slot. */
+	if (madvise(e->map, size, MADV_POPULATE_WRITE) < 0) {
+		if (errno != EINVAL) {
+			r = log_error_errno(-errno, "Failed to populate a %llu MiB extent (out of memory?): %m",
+					    (unsigned long long)(size >> 20));
+			goto fail;
+		}
+		/* Kernels before 5.14: touch every page. */
+		for (uint64_t off = 0; off < size; off += 4096)
+			e->map[off] = 0;
+	}
+	if (p->caps.lockable) {
+		if (mlock(e->map, size) == 0)
+			flags |= KVT_EXTENT_LOCKED;
+		else if (!(p->warned & 1)) {
+			p->warned |= 1;
+			log_warning_errno(-errno, "Failed to lock pool memory, continuing unlocked: %m");
+		}
+	} else if (p->config->lock == LOCK_YES) {
+		r = log_error_errno(-EPERM, "Refusing an unlocked extent (lock=yes): %s",
+				    p->caps.lock_reason);
+		goto fail;
+	}
+	p->populate_ns += now_ns() - t0;
+
+	if (fcntl(e->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		r = log_error_errno(-errno, "Failed to seal a pool extent: %m");
+		goto fail;
+	}
+
+	r = slots_init(&e->slots, (uint32_t)(size / slot_bytes));
+	if (r < 0)
+		goto fail;
+	e->id = p->next_id++;
+	e->size = size;
+	e->slot_bytes = slot_bytes;
+	e->flags = flags;
+	p->allocated += size;
+	p->n_extents++;
+	log_debug("Extent %u: %llu MiB, %u slots of %llu KiB, %s%s", e->id,
+		  (unsigned long long)(size >> 20), e->slots.n,
+		  (unsigned long long)(slot_bytes >> 10), pool_page_mode(e),
+		  (flags & KVT_EXTENT_LOCKED) ? ", locked" : "");
+	*ret = e;
+	return 0;
+
+fail:
+	if (e->map)
+		munmap(e->map, size);
+	if (e->fd >= 0)
+		close(e->fd);
+	free(e);
+	return r;
+}
+
+void pool_extent_free(struct pool *p, struct extent *e)
+{
+	if (!e)
+		return;
+	p->allocated -= e->size;
+	p->n_extents--;
+	slots_free(&e->slots);
+	munmap(e->map, e->size);
+	close(e->fd);
+	free(e);
+}
+
+const char *pool_page_mode(const struct extent *e)
+{
+	if (e->flags & KVT_EXTENT_HUGETLB)
+		return "hugetlb";
+	if (e->flags & KVT_EXTENT_THP)
+		return "thp";
+	return "4k";
+}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Host memory pool: memfd extents, each cut into fixed-size slots.
+ *
+ * An extent is created, sized, populated (first touch on these machines is
+ * slow, so it is never left to a client's copy), locked where the limits
+ * allow and sealed against shrink and grow before its fd can leave the
+ * daemon.  Extents are never shrunk once sent: a client could be mapping
+ * them.  The daemon makes no CPU access to an extent after it is sealed, so
+ * a client that punches holes into its own extents harms only itself.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "slots.h"
+
+struct slot_class;
+struct tenant;
+
+struct extent {
+	uint32_t id;
+	int fd;
+	uint8_t *map;
+	uint64_t size;
+	uint64_t slot_bytes;
+	struct slots slots;
+	uint32_t flags; /* KVT_EXTENT_* */
+	int node;
+	struct slot_class *cls;
+};
+
+/* What the pool got from the system, and why not more. */
+struct pool_caps {
+	bool hugetlb;
+	bool thp;
+	bool lockable;
+	char page_reason[160];
+	char lock_reason[160];
+};
+
+struct pool {
+	const struct config *config;
+	uint64_t capacity;
+	uint64_t allocated;
+	uint32_t next_id;
+	uint32_t n_extents;
+	uint64_t populate_ns; /* time spent populating, all extents */
+	struct pool_caps caps;
+	uint32_t warned;
+};
+
+void pool_init(struct pool *p, const struct config *c);
+/* Probe hugetlb, shmem THP and mlock limits; logs what the pool will use. */
+void pool_probe(struct pool *p);
+/* Bytes an extent for this slot size takes (a whole number of slots). */
+uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes);
+/* -ENOSPC when the node-wide capacity is spent. */
+int pool_extent_new(struct pool *p, uint64_t slot_bytes, struct extent **ret);
+void pool_extent_free(struct pool *p, struct extent *e);
+const char *pool_page_mode(const struct extent *e);

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "manager.h"
+#include "process.h"
+#include "store.h"
+
+static void process_maybe_free(struct process *p)
+{
+	struct manager *m = p->m;
+
+	if (p->n_sessions || p->n_handles)
+		return;
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		m->processes = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	m->n_processes--;
+	sd_event_source_disable_unref(p->exit_source);
+	sd_event_source_disable_unref(p->grace_source);
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	free(p);
+}
+
+static int on_grace(sd_event_source *src, uint64_t usec, void *userdata)
+{
+	struct process *p = userdata;
+	struct manager *m = p->m;
+	uint32_t leases = 0, reservations = 0;
+
+	/* The process is gone and its last copies have had time to land:
+	 * its slots can be reused. */
+	p->n_sessions++; /* hold the record while draining */
+	while (p->handles) {
+		struct handle *h = p->handles;
+		if (h->kind == HANDLE_LEASE)
+			leases++;
+		else
+			reservations++;
+		store_handle_drop(&m->store, h->tenant, h);
+	}
+	p->n_sessions--;
+	m->c.quarantined_handles += leases + reservations;
+	log_info("Process %d exited: released %u lease(s) and aborted %u reservation(s) after %u ms of quarantine",
+		 (int)p->pid, leases, reservations, m->config->quarantine_ms);
+	process_maybe_free(p);
+	return 0;
+}
+
+static int on_process_exit(sd_event_source *src, int fd, uint32_t revents, void *userdata)
+{
+	struct process *p = userdata;
+	struct manager *m = p->m;
+
+	p->exited = true;
+	sd_event_source_set_enabled(src, SD_EVENT_OFF);
+	if (!p->n_handles) {
+		process_maybe_free(p);
+		return 0;
+	}
+	int r = sd_event_add_time_relative(m->event, &p->grace_source, CLOCK_MONOTONIC,
+					   (uint64_t)m->config->quarantine_ms * 1000, 0,
+					   on_grace, p);
+	if (r < 0) {
+		log_warning_errno(r, "Failed to arm quarantine timer, releasing at once: %m");
+		on_grace(NULL, 0, p);
+	}
+	return 0;
+}
+
+int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
+{
+	int r;
+
+	/* A live record for the pid is the same process: its pidfd has not
+	 * fired, so the pid cannot have been reused. */
+	for (struct process *p = m->processes; p; p = p->next)
+		if (p->pid == pid && !p->exited) {
+			if (pidfd >= 0)
+				close(pidfd);
+			p->n_sessions++;
+			*ret = p;
+			return 0;
+		}
+	if (pidfd < 0) {
+		pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		if (pidfd < 0)
+			return -errno;
+	}
+	struct process *p = calloc(1, sizeof(*p));
+	if (!p) {
+		close(pidfd);
+		return -ENOMEM;
+	}
+	p->pid = pid;
+	p->pidfd = pidfd;
+	p->m = m;
+	r = sd_event_add_io(m->event, &p->exit_source, pidfd, EPOLLIN, on_process_exit, p);
+	if (r < 0) {
+		close(pidfd);
+		free(p);
+		return r;
+	}
+	p->n_sessions = 1;
+	p->next = m->processes;
+	if (m->processes)
+		m->processes->prev = p;
+	m->processes = p;
+	m->n_processes++;
+	*ret = p;
+	return 0;
+}
+
+void process_session_closed(struct process *p)
+{
+	p->n_sessions--;
+	process_maybe_free(p);
+}
+
+void process_handle_link(struct process *p, struct handle *h)
+{
+	h->owner_prev = NULL;
+	h->owner_next = p->handles;
+	if (p->handles)
+		p->handles->owner_prev = h;
+	p->handles = h;
+	p->n_handles++;
+}
+
+void process_handle_unlink(struct process *p, struct handle *h)
+{
+	if (h->owner_prev)
+		h->owner_prev->owner_next = h->owner_next;
+	else
+		p->handles = h->owner_next;
+	if (h->owner_next)
+		h->owner_next->owner_prev = h->owner_prev;
+	h->owner = NULL;
+	p->n_handles--;
+	process_maybe_free(p);
+}
+
+void process_free_all(struct manager *m)
+{
+	while (m->processes) {
+		struct process *p = m->processes;
+		p->n_sessions = 0;
+		p->n_handles = 0;
+		p->handles = NULL;
+		process_maybe_free(p);
+	}
+}

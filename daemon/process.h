@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Client processes, watched through pidfds.  A closed socket does not mean a
+ * client's copies into the pool have finished (its GPU or io_uring work can
+ * still land), so the handles a process took end only when the process
+ * itself has exited and a grace period has passed.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <systemd/sd-event.h>
+
+struct handle;
+struct manager;
+
+struct process {
+	pid_t pid;
+	int pidfd;
+	bool exited;
+	uint32_t n_sessions;
+	struct handle *handles; /* taken by this process, still open */
+	uint32_t n_handles;
+	sd_event_source *exit_source;
+	sd_event_source *grace_source;
+	struct manager *m;
+	struct process *prev, *next;
+};
+
+/* The live process record for a peer; pidfd is consumed (-1: open one). */
+int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret);
+/* Drop a session's reference; the record goes when nothing needs it. */
+void process_session_closed(struct process *p);
+void process_handle_link(struct process *p, struct handle *h);
+void process_handle_unlink(struct process *p, struct handle *h);
+void process_free_all(struct manager *m);

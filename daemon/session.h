@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * One client connection: framing in and out, and dispatch of its requests.
+ * A protocol violation closes this connection and nothing else; a request
+ * the daemon refuses gets an error reply with a reason and the connection
+ * stays.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <systemd/sd-event.h>
+
+#include "kvt-proto.h"
+
+struct manager;
+struct process;
+struct tenant;
+struct extent;
+
+struct outmsg {
+	struct outmsg *next;
+	size_t len, sent;
+	int fds[KVT_MAX_FDS];
+	unsigned n_fds;
+	uint8_t data[];
+};
+
+struct session {
+	uint32_t id;
+	int fd;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	struct process *process;
+	struct tenant *tenant; /* set by HELLO */
+	char name[KVT_MAX_NAME + 1];
+	uint16_t version;
+	uint64_t features;
+	bool dead;
+	bool paused; /* not reading: too many reply bytes queued */
+
+	uint8_t *in;
+	size_t in_len, in_off, in_cap;
+
+	struct outmsg *out_head, *out_tail;
+	uint64_t out_bytes;
+
+	sd_event_source *io;
+	uint64_t requests;
+	uint64_t connected_usec;
+	struct manager *m;
+	struct session *prev, *next;
+};
+
+int session_new(struct manager *m, int fd, struct session **ret);
+void session_free(struct session *s);
+/* Mark for closing; freed from the manager's reap callback. */
+void session_kill(struct session *s, const char *why);
+/* Queue a finished message; fds are duplicated. */
+int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
+		 unsigned n_fds);
+void session_announce_extent(struct session *s, const struct extent *e);

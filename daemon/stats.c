@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <string.h>
+#include <unistd.h>
+
+#include "kvt-config.h"
+#include "manager.h"
+#include "process.h"
+#include "session.h"
+#include "stats.h"
+
+/* Flush a reply when it passes this size; a record is far smaller. */
+#define STATS_CHUNK (256 * 1024)
+
+struct emitter {
+	struct session *s;
+	uint64_t rid;
+	struct kvt_buf b;
+	uint32_t records;
+};
+
+static void emit_begin(struct emitter *e)
+{
+	kvt_msg_begin(&e->b, e->s->version, KVT_OP_STATS, KVT_FLAG_REPLY, e->rid);
+	e->records = 0;
+}
+
+static void emit_flush(struct emitter *e, bool last)
+{
+	if (!last && e->b.len < STATS_CHUNK)
+		return;
+	if (!last) {
+		/* Patch the flags: more replies follow this one. */
+		e->b.data[14] |= KVT_FLAG_MORE;
+	}
+	if (kvt_msg_finish(&e->b, 0) == 0)
+		session_send(e->s, &e->b, NULL, 0);
+	if (!last)
+		emit_begin(e);
+}
+
+static uint64_t tenant_blocks(const struct tenant *t)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < t->n_ns; i++)
+		n += t->nss[i]->blocks_resident;
+	return n;
+}
+
+static void emit_daemon(struct emitter *e, bool admin)
+{
+	struct manager *m = e->s->m;
+	uint64_t now = 0, used = 0, blocks = 0, nss = 0, handles = 0;
+
+	sd_event_now(m->event, CLOCK_MONOTONIC, &now);
+	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
+		struct tenant *t = m->store.tenants[i];
+		used += store_tenant_used(t);
+		blocks += tenant_blocks(t);
+		nss += t->n_ns;
+		handles += t->n_handles;
+	}
+	if (!admin) {
+		kvt_rec_begin(&e->b, "daemon", 3);
+		kvt_rec_str(&e->b, "version", KVT_VERSION);
+		kvt_rec_u64(&e->b, "protocol", e->s->version);
+		kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
+		return;
+	}
+	kvt_rec_begin(&e->b, "daemon", 22);
+	kvt_rec_str(&e->b, "version", KVT_VERSION);
+	kvt_rec_u64(&e->b, "protocol", e->s->version);
+	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
+	kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
+	kvt_rec_str(&e->b, "socket", m->config->socket_path);
+	kvt_rec_u64(&e->b, "capacity", m->pool.capacity);
+	kvt_rec_u64(&e->b, "allocated", m->pool.allocated);
+	kvt_rec_u64(&e->b, "used", used);
+	kvt_rec_u64(&e->b, "free", m->pool.capacity - used);
+	kvt_rec_u64(&e->b, "extents", m->pool.n_extents);
+	kvt_rec_str(&e->b, "pages", m->pool.caps.page_reason);
+	kvt_rec_str(&e->b, "lock", m->pool.caps.lock_reason);
+	kvt_rec_u64(&e->b, "populate_ms", m->pool.populate_ns / 1000000);
+	kvt_rec_u64(&e->b, "tenants", m->store.n_tenants);
+	kvt_rec_u64(&e->b, "namespaces", nss);
+	kvt_rec_u64(&e->b, "blocks", blocks);
+	kvt_rec_u64(&e->b, "handles", handles);
+	kvt_rec_u64(&e->b, "clients", m->n_sessions);
+	kvt_rec_u64(&e->b, "connections", m->c.accepted);
+	kvt_rec_u64(&e->b, "refused", m->c.refused);
+	kvt_rec_u64(&e->b, "malformed", m->c.malformed);
+	kvt_rec_u64(&e->b, "quarantined", m->c.quarantined_handles);
+}
+
+static void emit_tenant(struct emitter *e, const struct tenant *t)
+{
+	struct ns_counters sum;
+	memset(&sum, 0, sizeof(sum));
+	for (uint32_t i = 0; i < t->n_ns; i++) {
+		const struct ns_counters *c = &t->nss[i]->c;
+		sum.hits += c->hits;
+		sum.misses += c->misses;
+		sum.stores += c->stores;
+		sum.loads += c->loads;
+		sum.evictions += c->evictions;
+	}
+	kvt_rec_begin(&e->b, "tenant", 14);
+	kvt_rec_u64(&e->b, "id", t->id);
+	kvt_rec_str(&e->b, "name", t->name);
+	kvt_rec_u64(&e->b, "uid", t->uid);
+	kvt_rec_u64(&e->b, "quota", t->quota);
+	kvt_rec_u64(&e->b, "allocated", t->allocated);
+	kvt_rec_u64(&e->b, "used", store_tenant_used(t));
+	kvt_rec_u64(&e->b, "blocks", tenant_blocks(t));
+	kvt_rec_u64(&e->b, "namespaces", t->n_ns);
+	kvt_rec_u64(&e->b, "clients", t->n_sessions);
+	kvt_rec_u64(&e->b, "handles", t->n_handles);
+	kvt_rec_u64(&e->b, "hits", sum.hits);
+	kvt_rec_u64(&e->b, "misses", sum.misses);
+	kvt_rec_u64(&e->b, "stores", sum.stores);
+	kvt_rec_u64(&e->b, "evictions", sum.evictions);
+}
+
+static void emit_ns(struct emitter *e, const struct ns *ns)
+{
+	const struct ns_counters *c = &ns->c;
+	kvt_rec_begin(&e->b, "namespace", 24);
+	kvt_rec_str(&e->b, "tenant", ns->tenant->name);
+	kvt_rec_u64(&e->b, "id", ns->id);
+	kvt_rec_str(&e->b, "model", ns->ident.model);
+	kvt_rec_u64(&e->b, "layer_first", ns->ident.layer_first);
+	kvt_rec_u64(&e->b, "layer_end", ns->ident.layer_end);
+	kvt_rec_u64(&e->b, "tp", ns->ident.tp_size);
+	kvt_rec_u64(&e->b, "block_tokens", ns->geo.block_tokens);
+	kvt_rec_u64(&e->b, "block_bytes", ns->geo.slot_bytes);
+	kvt_rec_u64(&e->b, "blocks", ns->blocks_resident);
+	kvt_rec_u64(&e->b, "reserved", ns->blocks_reserved);
+	kvt_rec_u64(&e->b, "bytes", ns->blocks_resident * ns->geo.slot_bytes);
+	kvt_rec_u64(&e->b, "lookups", c->lookups);
+	kvt_rec_u64(&e->b, "lookup_keys", c->lookup_keys);
+	kvt_rec_u64(&e->b, "hits", c->hits);
+	kvt_rec_u64(&e->b, "misses", c->misses);
+	kvt_rec_u64(&e->b, "stores", c->stores);
+	kvt_rec_u64(&e->b, "store_bytes", c->store_bytes);
+	kvt_rec_u64(&e->b, "loads", c->loads);
+	kvt_rec_u64(&e->b, "load_bytes", c->load_bytes);
+	kvt_rec_u64(&e->b, "evictions", c->evictions);
+	kvt_rec_u64(&e->b, "aborts", c->aborts);
+	kvt_rec_u64(&e->b, "deletes", c->deletes);
+	kvt_rec_u64(&e->b, "rejected", c->rejected);
+	kvt_rec_u64(&e->b, "opens", ns->opens);
+}
+
+static void emit_client(struct emitter *e, const struct session *c)
+{
+	uint64_t now = 0;
+	sd_event_now(c->m->event, CLOCK_MONOTONIC, &now);
+	kvt_rec_begin(&e->b, "client", 10);
+	kvt_rec_u64(&e->b, "id", c->id);
+	kvt_rec_u64(&e->b, "pid", (uint64_t)c->pid);
+	kvt_rec_u64(&e->b, "uid", c->uid);
+	kvt_rec_str(&e->b, "tenant", c->tenant ? c->tenant->name : "-");
+	kvt_rec_str(&e->b, "name", c->name);
+	kvt_rec_u64(&e->b, "protocol", c->version);
+	kvt_rec_u64(&e->b, "requests", c->requests);
+	kvt_rec_u64(&e->b, "queued_bytes", c->out_bytes);
+	kvt_rec_u64(&e->b, "handles", c->process ? c->process->n_handles : 0);
+	kvt_rec_u64(&e->b, "connected_s", (now - c->connected_usec) / 1000000);
+}
+
+void stats_reply(struct session *s, uint64_t request_id, uint32_t what)
+{
+	struct manager *m = s->m;
+	bool admin = manager_is_admin(m, s->uid);
+	struct emitter e = {.s = s, .rid = request_id};
+
+	kvt_buf_init(&e.b);
+	emit_begin(&e);
+	if (what & KVT_STATS_DAEMON) {
+		emit_daemon(&e, admin);
+		emit_flush(&e, false);
+	}
+	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
+		struct tenant *t = m->store.tenants[i];
+		if (!admin && t != s->tenant)
+			continue;
+		if (what & KVT_STATS_TENANTS) {
+			emit_tenant(&e, t);
+			emit_flush(&e, false);
+		}
+		if (what & KVT_STATS_NAMESPACES)
+			for (uint32_t j = 0; j < t->n_ns; j++) {
+				emit_ns(&e, t->nss[j]);
+				emit_flush(&e, false);
+			}
+	}
+	if (what & KVT_STATS_CLIENTS)
+		for (struct session *c = m->sessions; c; c = c->next) {
+			if (c->dead || (!admin && c->tenant != s->tenant))
+				continue;
+			emit_client(&e, c);
+			emit_flush(&e, false);
+		}
+	emit_flush(&e, true);
+	kvt_buf_free(&e.b);
+}

@@ -1,0 +1,648 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "process.h"
+#include "store.h"
+
+#define ARRAY_GROW(arr, n, type)                                          \
+	({                                                                \
+		type *_a = realloc((arr), sizeof(type) * ((n) + 1));      \
+		if (_a)                                                   \
+			(arr) = _a;                                       \
+		_a != NULL;                                               \
+	})
+
+/* ---- tenants ------------------------------------------------------ */
+
+int store_init(struct store *s, struct pool *p, const struct config *c,
+	       store_extent_added_fn fn, void *userdata)
+{
+	memset(s, 0, sizeof(*s));
+	s->pool = p;
+	s->config = c;
+	s->extent_added = fn;
+	s->userdata = userdata;
+	s->next_tenant_id = 1;
+	return 0;
+}
+
+static void ns_free(struct store *s, struct ns *ns)
+{
+	for (size_t i = 0; i < ns->index.cap; i++) {
+		struct block *b = ns->index.slots[i];
+		if (b)
+			free(b);
+	}
+	index_free(&ns->index);
+	free(ns);
+}
+
+static void tenant_free(struct store *s, struct tenant *t)
+{
+	/* Shutdown: blocks that only handles still hold go with the last. */
+	for (uint32_t i = 0; i < t->handles_cap; i++) {
+		struct handle *h = t->handles[i];
+		if (!h)
+			continue;
+		if (--h->block->handles == 0 && !h->block->indexed)
+			free(h->block);
+		free(h);
+	}
+	for (uint32_t i = 0; i < t->n_ns; i++)
+		ns_free(s, t->nss[i]);
+	for (uint32_t i = 0; i < t->n_classes; i++) {
+		struct slot_class *c = t->classes[i];
+		for (uint32_t j = 0; j < c->n_extents; j++)
+			pool_extent_free(s->pool, c->extents[j]);
+		free(c->extents);
+		free(c);
+	}
+	free(t->classes);
+	free(t->nss);
+	free(t->handles);
+	free(t->handle_gen);
+	free(t->handle_free);
+	free(t);
+}
+
+void store_done(struct store *s)
+{
+	for (uint32_t i = 0; i < s->n_tenants; i++)
+		tenant_free(s, s->tenants[i]);
+	free(s->tenants);
+	s->tenants = NULL;
+	s->n_tenants = 0;
+}
+
+int store_tenant_get(struct store *s, uid_t uid, struct tenant **ret)
+{
+	for (uint32_t i = 0; i < s->n_tenants; i++)
+		if (s->tenants[i]->uid == uid) {
+			*ret = s->tenants[i];
+			return 0;
+		}
+	if (s->config->refuse_unknown)
+		return -EACCES;
+
+	struct tenant *t = calloc(1, sizeof(*t));
+	if (!t || !ARRAY_GROW(s->tenants, s->n_tenants, struct tenant *)) {
+		free(t);
+		return -ENOMEM;
+	}
+	t->id = s->next_tenant_id++;
+	t->uid = uid;
+	snprintf(t->name, sizeof(t->name), "uid:%u", (unsigned)uid);
+	t->quota = s->config->default_quota ? s->config->default_quota
+					      : s->config->capacity;
+	s->tenants[s->n_tenants++] = t;
+	log_info("Tenant %s: quota %llu MiB", t->name,
+		 (unsigned long long)(t->quota >> 20));
+	*ret = t;
+	return 0;
+}
+
+uint64_t store_tenant_used(const struct tenant *t)
+{
+	uint64_t used = 0;
+	for (uint32_t i = 0; i < t->n_classes; i++)
+		used += t->classes[i]->used_slots * t->classes[i]->slot_bytes;
+	return used;
+}
+
+/* ---- namespaces --------------------------------------------------- */
+
+struct ns *store_ns_get(struct tenant *t, uint32_t ns_id)
+{
+	if (ns_id == 0 || ns_id > t->n_ns)
+		return NULL;
+	return t->nss[ns_id - 1];
+}
+
+static struct slot_class *class_get(struct tenant *t, uint64_t slot_bytes)
+{
+	for (uint32_t i = 0; i < t->n_classes; i++)
+		if (t->classes[i]->slot_bytes == slot_bytes)
+			return t->classes[i];
+	struct slot_class *c = calloc(1, sizeof(*c));
+	if (!c || !ARRAY_GROW(t->classes, t->n_classes, struct slot_class *)) {
+		free(c);
+		return NULL;
+	}
+	c->slot_bytes = slot_bytes;
+	evict_lru_init(&c->lru);
+	t->classes[t->n_classes++] = c;
+	return c;
+}
+
+int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
+		  uint32_t len, struct ns **ret, char *reason, size_t reason_size)
+{
+	struct kvt_identity id;
+	struct kvt_geometry geo;
+	struct kvt_buf canon;
+	int r;
+
+	r = kvt_identity_decode(identity, len, &id);
+	if (r < 0) {
+		snprintf(reason, reason_size,
+			 "namespace identity is not in canonical form (fields out of order, missing or out of range)");
+		return -EINVAL;
+	}
+	r = kvt_identity_geometry(&id, &geo);
+	if (r < 0) {
+		snprintf(reason, reason_size,
+			 r == -EFBIG ? "a block of this geometry exceeds 1 GiB; use fewer tokens per block"
+				     : "KV heads must divide evenly among tensor-parallel ranks");
+		return r;
+	}
+
+	/* The same identity in the same tenant is the same namespace: that is
+	 * how separate engine processes share blocks. */
+	kvt_buf_init(&canon);
+	for (uint32_t i = 0; i < t->n_ns; i++) {
+		r = kvt_identity_encode(&t->nss[i]->ident, &canon);
+		if (r == 0 && canon.len == len && !memcmp(canon.data, identity, len)) {
+			kvt_buf_free(&canon);
+			t->nss[i]->opens++;
+			*ret = t->nss[i];
+			return 0;
+		}
+	}
+	kvt_buf_free(&canon);
+
+	if (t->n_ns >= s->config->max_namespaces) {
+		snprintf(reason, reason_size,
+			 "tenant %s already has %u namespaces ([limits] namespaces_per_tenant)",
+			 t->name, t->n_ns);
+		return -EMFILE;
+	}
+	uint64_t ext = pool_extent_bytes(s->pool, geo.slot_bytes);
+	if (ext > t->quota || ext > s->pool->capacity) {
+		snprintf(reason, reason_size,
+			 "one block of %llu KiB needs an extent of %llu MiB, more than the tenant quota (%llu MiB) or pool capacity allows",
+			 (unsigned long long)(geo.slot_bytes >> 10),
+			 (unsigned long long)(ext >> 20),
+			 (unsigned long long)(t->quota >> 20));
+		return -EFBIG;
+	}
+
+	struct ns *ns = calloc(1, sizeof(*ns));
+	if (!ns || index_init(&ns->index, 1024) < 0 ||
+	    !ARRAY_GROW(t->nss, t->n_ns, struct ns *)) {
+		if (ns)
+			index_free(&ns->index);
+		free(ns);
+		return -ENOMEM;
+	}
+	ns->cls = class_get(t, geo.slot_bytes);
+	if (!ns->cls) {
+		index_free(&ns->index);
+		free(ns);
+		return -ENOMEM;
+	}
+	ns->tenant = t;
+	ns->ident = id;
+	ns->geo = geo;
+	ns->opens = 1;
+	t->nss[t->n_ns++] = ns;
+	ns->id = t->n_ns;
+	log_info("Namespace %s/%u: model '%s', layers %u-%u, tp %u, %u tokens per block, %llu KiB per block",
+		 t->name, ns->id, id.model, id.layer_first, id.layer_end, id.tp_size,
+		 id.block_tokens, (unsigned long long)(geo.slot_bytes >> 10));
+	*ret = ns;
+	return 0;
+}
+
+/* ---- slots and blocks --------------------------------------------- */
+
+static void block_unindex(struct block *b)
+{
+	struct ns *ns = b->ns;
+
+	if (!b->indexed)
+		return;
+	index_remove(&ns->index, b);
+	b->indexed = false;
+	evict_lru_remove(&ns->cls->lru, &b->lru);
+	if (b->state == BLOCK_RESIDENT)
+		ns->blocks_resident--;
+	else
+		ns->blocks_reserved--;
+}
+
+/* The slot goes back only when nothing can still write to or read it. */
+static void block_maybe_free(struct block *b)
+{
+	if (b->indexed || b->handles)
+		return;
+	if (slots_release(&b->extent->slots, b->slot) == 0)
+		b->extent->cls->used_slots--;
+	free(b);
+}
+
+static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c,
+		       struct extent **ret_e, uint32_t *ret_slot)
+{
+	for (uint32_t i = 0; i < c->n_extents; i++)
+		if (slots_alloc(&c->extents[i]->slots, ret_slot) == 0) {
+			*ret_e = c->extents[i];
+			goto got;
+		}
+
+	uint64_t bytes = pool_extent_bytes(s->pool, c->slot_bytes);
+	if (t->allocated + bytes <= t->quota &&
+	    ARRAY_GROW(c->extents, c->n_extents, struct extent *)) {
+		struct extent *e;
+		if (pool_extent_new(s->pool, c->slot_bytes, &e) == 0) {
+			e->cls = c;
+			c->extents[c->n_extents++] = e;
+			t->allocated += e->size;
+			if (s->extent_added)
+				s->extent_added(s->userdata, t, e);
+			if (slots_alloc(&e->slots, ret_slot) == 0) {
+				*ret_e = e;
+				goto got;
+			}
+		}
+	}
+
+	struct evict_node *v = evict_lru_victim(&c->lru);
+	if (!v)
+		return -ENOSPC;
+	struct block *b = (struct block *)((char *)v - offsetof(struct block, lru));
+	struct extent *e = b->extent;
+	uint32_t slot = b->slot;
+	b->ns->c.evictions++;
+	block_unindex(b);
+	block_maybe_free(b);
+	/* Take the victim's own slot: the one it just gave back. */
+	if (slots_is_used(&e->slots, slot) || slots_alloc(&e->slots, ret_slot) < 0)
+		return -ENOSPC;
+	*ret_e = e;
+got:
+	c->used_slots++;
+	return 0;
+}
+
+/* ---- handles ------------------------------------------------------ */
+
+static int handle_new(struct store *s, struct tenant *t, uint8_t kind,
+		      struct block *b, uint32_t shard, struct process *owner,
+		      struct handle **ret)
+{
+	uint32_t idx;
+
+	if (t->n_handles_free == 0) {
+		uint32_t max = s->config->max_handles;
+		if (t->handles_cap >= max)
+			return -ENOBUFS;
+		uint32_t cap = t->handles_cap ? t->handles_cap * 2 : 64;
+		if (cap > max)
+			cap = max;
+		struct handle **hs = realloc(t->handles, sizeof(*hs) * cap);
+		if (hs)
+			t->handles = hs;
+		uint32_t *gen = realloc(t->handle_gen, sizeof(*gen) * cap);
+		if (gen)
+			t->handle_gen = gen;
+		uint32_t *fr = realloc(t->handle_free, sizeof(*fr) * cap);
+		if (fr)
+			t->handle_free = fr;
+		if (!hs || !gen || !fr)
+			return -ENOMEM;
+		for (uint32_t i = t->handles_cap; i < cap; i++) {
+			t->handles[i] = NULL;
+			t->handle_gen[i] = 1;
+		}
+		for (uint32_t i = cap; i > t->handles_cap; i--)
+			t->handle_free[t->n_handles_free++] = i - 1;
+		t->handles_cap = cap;
+	}
+	struct handle *h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	idx = t->handle_free[--t->n_handles_free];
+	h->id = ((uint64_t)t->handle_gen[idx] << 32) | (idx + 1);
+	h->kind = kind;
+	h->shard = shard;
+	h->block = b;
+	h->tenant = t;
+	h->owner = owner;
+	t->handles[idx] = h;
+	t->n_handles++;
+	b->handles++;
+	if (owner)
+		process_handle_link(owner, h);
+	*ret = h;
+	return 0;
+}
+
+static struct handle *handle_find(struct tenant *t, uint64_t id)
+{
+	uint32_t idx = (uint32_t)id;
+	if (idx == 0 || idx > t->handles_cap)
+		return NULL;
+	struct handle *h = t->handles[idx - 1];
+	if (!h || h->id != id)
+		return NULL;
+	return h;
+}
+
+/* Forget a handle; the block's own bookkeeping is the caller's. */
+static void handle_free(struct tenant *t, struct handle *h)
+{
+	uint32_t idx = (uint32_t)h->id - 1;
+
+	if (h->owner)
+		process_handle_unlink(h->owner, h);
+	h->block->handles--;
+	t->handles[idx] = NULL;
+	t->handle_gen[idx]++;
+	if (t->handle_gen[idx] == 0)
+		t->handle_gen[idx] = 1;
+	t->handle_free[t->n_handles_free++] = idx;
+	t->n_handles--;
+	free(h);
+}
+
+static uint64_t shard_offset(const struct block *b, uint32_t shard)
+{
+	return (uint64_t)b->slot * b->extent->slot_bytes +
+	       (uint64_t)shard * b->ns->geo.shard_stride;
+}
+
+static uint64_t all_shards(const struct ns *ns)
+{
+	return ns->geo.shards >= 64 ? ~UINT64_C(0)
+				    : (UINT64_C(1) << ns->geo.shards) - 1;
+}
+
+/* ---- operations --------------------------------------------------- */
+
+uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
+		      uint32_t n, uint32_t flags, uint8_t *ret_states)
+{
+	uint32_t leading = 0;
+	bool run = true;
+
+	ns->c.lookups++;
+	ns->c.lookup_keys += n;
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		uint8_t st = KVT_STATE_MISS;
+		if (b && b->state == BLOCK_RESIDENT) {
+			st = KVT_STATE_HOST;
+			ns->c.hits++;
+			if (flags & KVT_LOOKUP_TOUCH)
+				evict_lru_touch(&ns->cls->lru, &b->lru);
+		} else if (b) {
+			st = KVT_STATE_PENDING;
+			ns->c.pending++;
+		} else {
+			ns->c.misses++;
+		}
+		if (run && (st == KVT_STATE_HOST || st == KVT_STATE_DISK))
+			leading++;
+		else
+			run = false;
+		ret_states[i] = st;
+	}
+	return leading;
+}
+
+void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
+		   const uint8_t *keys, uint32_t n, struct process *owner,
+		   struct kvt_slot *ret)
+{
+	struct tenant *t = ns->tenant;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const uint8_t *key = keys + (size_t)i * KVT_KEY_SIZE;
+		struct kvt_slot *out = &ret[i];
+		struct block *b = index_get(&ns->index, key);
+		bool fresh = false;
+		struct handle *h;
+		int r;
+
+		memset(out, 0, sizeof(*out));
+		if (b && b->state == BLOCK_RESIDENT) {
+			out->status = -EEXIST;
+			continue;
+		}
+		if (b && ((b->shards_reserved | b->shards_committed) >> shard) & 1) {
+			out->status = -EBUSY;
+			continue;
+		}
+		if (!b) {
+			struct extent *e;
+			uint32_t slot;
+			r = class_alloc(s, t, ns->cls, &e, &slot);
+			if (r < 0) {
+				ns->c.rejected++;
+				out->status = r;
+				continue;
+			}
+			b = calloc(1, sizeof(*b));
+			if (!b) {
+				slots_release(&e->slots, slot);
+				ns->cls->used_slots--;
+				out->status = -ENOMEM;
+				continue;
+			}
+			memcpy(b->key, key, KVT_KEY_SIZE);
+			b->ns = ns;
+			b->extent = e;
+			b->slot = slot;
+			b->state = BLOCK_RESERVED;
+			if (index_put(&ns->index, b) < 0) {
+				b->indexed = false;
+				block_maybe_free(b);
+				out->status = -ENOMEM;
+				continue;
+			}
+			b->indexed = true;
+			ns->blocks_reserved++;
+			fresh = true;
+		}
+		r = handle_new(s, t, HANDLE_RESERVATION, b, shard, owner, &h);
+		if (r < 0) {
+			if (fresh) {
+				block_unindex(b);
+				block_maybe_free(b);
+			}
+			ns->c.rejected++;
+			out->status = r;
+			continue;
+		}
+		b->shards_reserved |= UINT64_C(1) << shard;
+		out->handle = h->id;
+		out->extent_id = b->extent->id;
+		out->offset = shard_offset(b, shard);
+	}
+}
+
+void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
+		   const uint8_t *keys, uint32_t n, struct process *owner,
+		   struct kvt_slot *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct kvt_slot *out = &ret[i];
+		struct handle *h;
+
+		memset(out, 0, sizeof(*out));
+		if (!b) {
+			out->status = -ENOENT;
+			continue;
+		}
+		if (b->state != BLOCK_RESIDENT) {
+			out->status = -EAGAIN;
+			continue;
+		}
+		int r = handle_new(s, ns->tenant, HANDLE_LEASE, b, shard, owner, &h);
+		if (r < 0) {
+			ns->c.rejected++;
+			out->status = r;
+			continue;
+		}
+		/* Pinned: off the eviction list until the last lease goes. */
+		evict_lru_remove(&ns->cls->lru, &b->lru);
+		ns->c.loads++;
+		ns->c.load_bytes += ns->geo.shard_bytes;
+		out->handle = h->id;
+		out->extent_id = b->extent->id;
+		out->offset = shard_offset(b, shard);
+	}
+}
+
+/* End a reservation.  success: the shard's bytes are complete. */
+static int reservation_end(struct handle *h, bool success)
+{
+	struct tenant *t = h->tenant;
+	struct block *b = h->block;
+	struct ns *ns = b->ns;
+	uint64_t bit = UINT64_C(1) << h->shard;
+	int r = 0;
+
+	b->shards_reserved &= ~bit;
+	handle_free(t, h);
+	if (!b->indexed) {
+		r = -ECANCELED; /* another shard failed, or the key was deleted */
+	} else if (!success) {
+		/* One failed shard makes the whole block useless: no rank
+		 * may be served a block with a hole in it. */
+		ns->c.aborts++;
+		block_unindex(b);
+	} else {
+		b->shards_committed |= bit;
+		if (b->shards_committed == all_shards(ns)) {
+			b->state = BLOCK_RESIDENT;
+			ns->blocks_reserved--;
+			ns->blocks_resident++;
+			ns->c.stores++;
+			ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
+			if (b->handles == 0)
+				evict_lru_insert(&ns->cls->lru, &b->lru);
+		}
+	}
+	block_maybe_free(b);
+	return r;
+}
+
+static void lease_end(struct handle *h)
+{
+	struct block *b = h->block;
+
+	handle_free(h->tenant, h);
+	if (b->indexed && b->handles == 0 && b->state == BLOCK_RESIDENT)
+		evict_lru_insert(&b->ns->cls->lru, &b->lru);
+	block_maybe_free(b);
+}
+
+void store_commit(struct store *s, struct tenant *t,
+		  const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct handle *hd = handle_find(t, h[i].handle);
+		if (!hd)
+			ret[i] = -ENOENT;
+		else if (hd->kind != HANDLE_RESERVATION)
+			ret[i] = -EINVAL;
+		else
+			ret[i] = reservation_end(hd, h[i].flag != 0);
+	}
+}
+
+void store_abort(struct store *s, struct tenant *t,
+		 const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct handle *hd = handle_find(t, h[i].handle);
+		if (!hd)
+			ret[i] = -ENOENT;
+		else if (hd->kind != HANDLE_RESERVATION)
+			ret[i] = -EINVAL;
+		else {
+			reservation_end(hd, false);
+			ret[i] = 0;
+		}
+	}
+}
+
+void store_release(struct store *s, struct tenant *t,
+		   const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct handle *hd = handle_find(t, h[i].handle);
+		if (!hd)
+			ret[i] = -ENOENT;
+		else if (hd->kind != HANDLE_LEASE)
+			ret[i] = -EINVAL;
+		else {
+			lease_end(hd);
+			ret[i] = 0;
+		}
+	}
+}
+
+void store_handle_drop(struct store *s, struct tenant *t, struct handle *h)
+{
+	if (h->kind == HANDLE_RESERVATION)
+		reservation_end(h, false);
+	else
+		lease_end(h);
+}
+
+void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
+		 uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (b && b->state == BLOCK_RESIDENT) {
+			evict_lru_touch(&ns->cls->lru, &b->lru);
+			ret[i] = 0;
+		} else {
+			ret[i] = -ENOENT;
+		}
+	}
+}
+
+void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
+		  uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (!b) {
+			ret[i] = -ENOENT;
+			continue;
+		}
+		ns->c.deletes++;
+		block_unindex(b);
+		block_maybe_free(b);
+		ret[i] = 0;
+	}
+}

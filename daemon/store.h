@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The block store: tenants, their namespaces, blocks and handles.
+ *
+ * A block is reserved (invisible) until every tensor-parallel shard of it has
+ * been committed; then it is resident and visible to lookups.  Leases pin a
+ * resident block; reservations and leases are handles owned by the tenant
+ * (any of its connections may use them) and by the process that took them.
+ * A block's slot returns to its extent only when no handle refers to it, so a
+ * dead client's copies, which can still land, never hit a reused slot.
+ *
+ * The store decides; it does no socket I/O.  New extents are announced
+ * through the extent_added callback before any reply refers to them.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "evict.h"
+#include "index.h"
+#include "kvt-proto.h"
+#include "pool.h"
+
+struct process;
+
+enum block_state {
+	BLOCK_RESERVED,
+	BLOCK_RESIDENT,
+};
+
+struct block {
+	uint8_t key[KVT_KEY_SIZE]; /* first: the index reads it */
+	struct ns *ns;
+	struct extent *extent;
+	uint32_t slot;
+	uint8_t state;
+	bool indexed;             /* false once deleted or aborted */
+	uint64_t shards_reserved; /* shards with an open reservation */
+	uint64_t shards_committed;
+	uint32_t handles;         /* leases + reservations on this block */
+	struct evict_node lru;    /* linked while resident and unpinned */
+};
+
+enum handle_kind {
+	HANDLE_RESERVATION = 1,
+	HANDLE_LEASE = 2,
+};
+
+struct handle {
+	uint64_t id;
+	uint8_t kind;
+	uint32_t shard;
+	struct block *block;
+	struct tenant *tenant;
+	struct process *owner;
+	struct handle *owner_prev, *owner_next;
+};
+
+struct ns_counters {
+	uint64_t lookups, lookup_keys, hits, misses, pending;
+	uint64_t stores, store_bytes, loads, load_bytes;
+	uint64_t evictions, aborts, deletes, rejected;
+};
+
+struct slot_class {
+	uint64_t slot_bytes;
+	struct extent **extents;
+	uint32_t n_extents;
+	struct evict_lru lru;
+	uint64_t used_slots;
+};
+
+struct ns {
+	uint32_t id; /* within its tenant */
+	struct tenant *tenant;
+	uint8_t digest[32]; /* SHA-256 of the canonical identity */
+	struct kvt_identity ident;
+	struct kvt_geometry geo;
+	struct slot_class *cls;
+	struct index index;
+	uint64_t blocks_resident, blocks_reserved;
+	struct ns_counters c;
+	uint32_t opens;
+};
+
+struct tenant {
+	uint32_t id;
+	uid_t uid;
+	char name[32];
+	uint64_t quota;
+	uint64_t allocated; /* bytes of extents */
+	struct slot_class **classes;
+	uint32_t n_classes;
+	struct ns **nss;
+	uint32_t n_ns;
+	/* Handle table: slot index + generation, so a stale or forged handle
+	 * never names another live one. */
+	struct handle **handles;
+	uint32_t *handle_gen;
+	uint32_t *handle_free;
+	uint32_t handles_cap, n_handles_free, n_handles;
+	uint32_t n_sessions;
+	uint64_t refused;
+};
+
+typedef void (*store_extent_added_fn)(void *userdata, struct tenant *t,
+				      struct extent *e);
+
+struct store {
+	struct pool *pool;
+	const struct config *config;
+	struct tenant **tenants;
+	uint32_t n_tenants;
+	uint32_t next_tenant_id;
+	store_extent_added_fn extent_added;
+	void *userdata;
+};
+
+int store_init(struct store *s, struct pool *p, const struct config *c,
+	       store_extent_added_fn fn, void *userdata);
+void store_done(struct store *s);
+
+/* The tenant of a uid, created on first use.  -EACCES when refused. */
+int store_tenant_get(struct store *s, uid_t uid, struct tenant **ret);
+struct ns *store_ns_get(struct tenant *t, uint32_t ns_id);
+
+/* reason receives a sentence for the client when the call is refused. */
+int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
+		  uint32_t len, struct ns **ret, char *reason, size_t reason_size);
+
+uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
+		      uint32_t n, uint32_t flags, uint8_t *ret_states);
+void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
+		   const uint8_t *keys, uint32_t n, struct process *owner,
+		   struct kvt_slot *ret);
+void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
+		   const uint8_t *keys, uint32_t n, struct process *owner,
+		   struct kvt_slot *ret);
+/* COMMIT (flag 1 = success, 0 = failed copy), ABORT, RELEASE. */
+void store_commit(struct store *s, struct tenant *t,
+		  const struct kvt_handle_arg *h, uint32_t n, int32_t *ret);
+void store_abort(struct store *s, struct tenant *t,
+		 const struct kvt_handle_arg *h, uint32_t n, int32_t *ret);
+void store_release(struct store *s, struct tenant *t,
+		   const struct kvt_handle_arg *h, uint32_t n, int32_t *ret);
+void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
+		 uint32_t n, int32_t *ret);
+void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
+		  uint32_t n, int32_t *ret);
+
+/* Drop a handle as if its owner released it (reservations abort). */
+void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);
+
+/* Totals for stats. */
+uint64_t store_tenant_used(const struct tenant *t);

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The canonical namespace identity.  Both sides derive the block geometry
+ * from it with the same code, so a client cannot describe one geometry and
+ * be served another.
+ */
+#include <string.h>
+
+#include "kvt-proto.h"
+
+#define TRY(x)                          \
+	do {                            \
+		int _r = (x);           \
+		if (_r < 0)             \
+			return _r;      \
+	} while (0)
+
+static void put_field(struct kvt_buf *b, uint16_t tag, const void *p,
+		      uint32_t len)
+{
+	kvt_put_u16(b, tag);
+	kvt_put_u32(b, len);
+	kvt_put_bytes(b, p, len);
+}
+
+static void put_u32s(struct kvt_buf *b, uint16_t tag, const uint32_t *v,
+		     unsigned n)
+{
+	kvt_put_u16(b, tag);
+	kvt_put_u32(b, 4 * n);
+	for (unsigned i = 0; i < n; i++)
+		kvt_put_u32(b, v[i]);
+}
+
+static int identity_check(const struct kvt_identity *id)
+{
+	size_t model_len = strnlen(id->model, sizeof(id->model));
+
+	if (model_len == 0 || model_len > KVT_MAX_MODEL)
+		return -EINVAL;
+	if (id->weights_len > KVT_MAX_FINGERPRINT ||
+	    id->salt_len > KVT_MAX_FINGERPRINT)
+		return -EINVAL;
+	if (id->layer_end <= id->layer_first)
+		return -EINVAL;
+	if (id->tp_size == 0 || id->tp_size > KVT_MAX_TP || id->cp_size == 0 ||
+	    id->cp_size > KVT_MAX_TP)
+		return -EINVAL;
+	if (id->block_tokens == 0 || id->block_tokens > KVT_MAX_BLOCK_TOKENS)
+		return -EINVAL;
+	if (id->n_groups == 0 || id->n_groups > KVT_MAX_GROUPS)
+		return -EINVAL;
+
+	uint64_t layers = 0;
+	for (unsigned i = 0; i < id->n_groups; i++) {
+		const struct kvt_layer_group *g = &id->groups[i];
+		if (g->n_layers == 0 || g->n_layers > 4096 || g->kv_heads == 0 ||
+		    g->kv_heads > 4096 || g->head_bytes == 0 ||
+		    g->head_bytes > 65536)
+			return -EINVAL;
+		switch (g->attn) {
+		case KVT_ATTN_MHA:
+			if (g->planes != 2 || g->window != 0)
+				return -EINVAL;
+			break;
+		case KVT_ATTN_SWA:
+			if (g->planes != 2 || g->window == 0)
+				return -EINVAL;
+			break;
+		case KVT_ATTN_MLA:
+			if (g->planes != 1 || g->kv_heads != 1 || g->window != 0)
+				return -EINVAL;
+			break;
+		default:
+			return -EINVAL;
+		}
+		layers += g->n_layers;
+	}
+	if (layers != id->layer_end - id->layer_first)
+		return -EINVAL;
+	return 0;
+}
+
+int kvt_identity_encode(const struct kvt_identity *id, struct kvt_buf *b)
+{
+	TRY(identity_check(id));
+	kvt_buf_reset(b);
+	put_u32s(b, KVT_ID_KEY_SCHEME, &id->key_scheme, 1);
+	put_field(b, KVT_ID_MODEL, id->model,
+		  (uint32_t)strnlen(id->model, KVT_MAX_MODEL));
+	put_field(b, KVT_ID_WEIGHTS, id->weights, id->weights_len);
+	uint32_t layers[2] = {id->layer_first, id->layer_end};
+	put_u32s(b, KVT_ID_LAYERS, layers, 2);
+	uint32_t par[2] = {id->tp_size, id->cp_size};
+	put_u32s(b, KVT_ID_PARALLEL, par, 2);
+	put_u32s(b, KVT_ID_BLOCK_TOKENS, &id->block_tokens, 1);
+	for (unsigned i = 0; i < id->n_groups; i++) {
+		const struct kvt_layer_group *g = &id->groups[i];
+		uint32_t v[8] = {g->n_layers, g->attn,     g->window,
+				 g->planes,   g->kv_heads, g->head_bytes,
+				 g->dtype,    g->scale_layout};
+		put_u32s(b, KVT_ID_GROUP, v, 8);
+	}
+	if (id->salt_len)
+		put_field(b, KVT_ID_SALT, id->salt, id->salt_len);
+	if (b->error)
+		return b->error;
+	return b->len <= KVT_MAX_IDENTITY ? 0 : -E2BIG;
+}
+
+static int get_u32s(struct kvt_cursor *c, uint32_t len, uint32_t *v,
+		    unsigned n)
+{
+	if (len != 4 * n)
+		return -EBADMSG;
+	for (unsigned i = 0; i < n; i++)
+		TRY(kvt_get_u32(c, &v[i]));
+	return 0;
+}
+
+int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
+{
+	struct kvt_cursor c = {p, len};
+	struct kvt_identity id;
+	unsigned last_tag = 0;
+	const uint8_t *bytes;
+
+	if (len > KVT_MAX_IDENTITY)
+		return -EBADMSG;
+	memset(&id, 0, sizeof(id));
+	while (c.left > 0) {
+		uint16_t tag;
+		uint32_t flen;
+		TRY(kvt_get_u16(&c, &tag));
+		TRY(kvt_get_u32(&c, &flen));
+		if (flen > c.left)
+			return -EBADMSG;
+		/* Canonical: ascending tags, each once; only GROUP repeats. */
+		if (tag < last_tag || (tag == last_tag && tag != KVT_ID_GROUP))
+			return -EBADMSG;
+		last_tag = tag;
+		switch (tag) {
+		case KVT_ID_KEY_SCHEME:
+			TRY(get_u32s(&c, flen, &id.key_scheme, 1));
+			break;
+		case KVT_ID_MODEL:
+			if (flen == 0 || flen > KVT_MAX_MODEL)
+				return -EBADMSG;
+			TRY(kvt_get_bytes(&c, flen, &bytes));
+			if (memchr(bytes, 0, flen))
+				return -EBADMSG;
+			memcpy(id.model, bytes, flen);
+			break;
+		case KVT_ID_WEIGHTS:
+			if (flen > KVT_MAX_FINGERPRINT)
+				return -EBADMSG;
+			TRY(kvt_get_bytes(&c, flen, &bytes));
+			memcpy(id.weights, bytes, flen);
+			id.weights_len = flen;
+			break;
+		case KVT_ID_LAYERS: {
+			uint32_t v[2];
+			TRY(get_u32s(&c, flen, v, 2));
+			id.layer_first = v[0];
+			id.layer_end = v[1];
+			break;
+		}
+		case KVT_ID_PARALLEL: {
+			uint32_t v[2];
+			TRY(get_u32s(&c, flen, v, 2));
+			id.tp_size = v[0];
+			id.cp_size = v[1];
+			break;
+		}
+		case KVT_ID_BLOCK_TOKENS:
+			TRY(get_u32s(&c, flen, &id.block_tokens, 1));
+			break;
+		case KVT_ID_GROUP: {
+			uint32_t v[8];
+			if (id.n_groups >= KVT_MAX_GROUPS)
+				return -EBADMSG;
+			TRY(get_u32s(&c, flen, v, 8));
+			id.groups[id.n_groups++] = (struct kvt_layer_group){
+				v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+			break;
+		}
+		case KVT_ID_SALT:
+			if (flen == 0 || flen > KVT_MAX_FINGERPRINT)
+				return -EBADMSG;
+			TRY(kvt_get_bytes(&c, flen, &bytes));
+			memcpy(id.salt, bytes, flen);
+			id.salt_len = flen;
+			break;
+		default:
+			return -EBADMSG;
+		}
+	}
+	/* Every mandatory field present (a missing one leaves a zero that the
+	 * checks below refuse). */
+	if (identity_check(&id) < 0)
+		return -EBADMSG;
+	*ret = id;
+	return 0;
+}
+
+int kvt_identity_geometry(const struct kvt_identity *id,
+			  struct kvt_geometry *ret)
+{
+	struct kvt_geometry g;
+	bool all_mla = true;
+
+	TRY(identity_check(id));
+	memset(&g, 0, sizeof(g));
+	for (unsigned i = 0; i < id->n_groups; i++)
+		if (id->groups[i].attn != KVT_ATTN_MLA)
+			all_mla = false;
+	/* MLA's latent is the same on every rank: store it once. */
+	g.shards = all_mla ? 1 : id->tp_size;
+	g.block_tokens = id->block_tokens;
+
+	uint64_t per_token = 0; /* one shard */
+	for (unsigned i = 0; i < id->n_groups; i++) {
+		const struct kvt_layer_group *lg = &id->groups[i];
+		uint32_t heads = lg->kv_heads;
+		if (lg->attn != KVT_ATTN_MLA) {
+			/* With more ranks than KV heads, engines replicate
+			 * heads: each rank still holds one. */
+			heads = lg->kv_heads / id->tp_size;
+			if (heads == 0)
+				heads = 1;
+			else if (lg->kv_heads % id->tp_size)
+				return -EINVAL;
+		}
+		g.heads_per_shard[i] = heads;
+		per_token += (uint64_t)lg->n_layers * lg->planes * heads *
+			     lg->head_bytes;
+	}
+	g.shard_bytes = per_token * id->block_tokens;
+	g.shard_stride = (g.shard_bytes + 4095) & ~(uint64_t)4095;
+	g.slot_bytes = g.shard_stride * g.shards;
+	g.bytes_per_token = per_token * g.shards;
+	if (g.slot_bytes > (UINT64_C(1) << 30))
+		return -EFBIG;
+	*ret = g;
+	return 0;
+}
