@@ -134,6 +134,271 @@ KVT_EXPORT int kvt_layout_scatter(const kvt_layout *layout,
 				  uint32_t block_tokens, const int64_t *indices,
 				  size_t n_blocks, const void *const *blocks);
 
+/* ------------------------------------------------------------------ */
+/* Connection                                                         */
+/* ------------------------------------------------------------------ */
+
+typedef struct kvt_client kvt_client;
+typedef struct kvt_ns kvt_ns;
+
+/** Log levels handed to a kvt_log_fn (syslog numbering). */
+#define KVT_LOG_ERR 3
+#define KVT_LOG_WARNING 4
+#define KVT_LOG_INFO 6
+#define KVT_LOG_DEBUG 7
+
+typedef void (*kvt_log_fn)(int level, const char *message, void *userdata);
+
+/**
+ * The socket a client uses when none is given: $KVTIER_SOCKET, else
+ * /run/kvtierd/kvtierd.sock for root and $XDG_RUNTIME_DIR/kvtierd/kvtierd.sock
+ * (or /tmp/kvtierd-UID/kvtierd.sock) for others, as kvtierd's own default.
+ * \return a static string; never NULL.
+ */
+KVT_EXPORT const char *kvt_default_socket(void);
+
+/**
+ * Connect to kvtierd, negotiate the protocol and map the tenant's pool.
+ *
+ * The connection is close-on-exec and is dropped in a forked child (the
+ * child must connect anew).  When the daemon goes away, calls report misses
+ * (lookups) or -ENOTCONN (stores) and the library reconnects with backoff,
+ * reopening its namespaces.
+ *
+ * \param socket_path  NULL for kvt_default_socket()
+ * \param name         a label for kvtierctl clients (at most 64 bytes)
+ * \return 0 or a negative errno; kvt_client_error() of a failed connect is
+ *         not available, so the reason is logged at KVT_LOG_ERR through the
+ *         handler installed with kvt_set_default_log().
+ */
+KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
+				  kvt_client **ret);
+
+/** Close the connection and unmap the pool.  NULL is ignored. */
+KVT_EXPORT void kvt_client_free(kvt_client *c);
+
+/** Install a log handler for this client (NULL: silent, the default). */
+KVT_EXPORT void kvt_client_set_log(kvt_client *c, kvt_log_fn fn, void *userdata);
+
+/** Log handler for calls without a client (kvt_client_connect). */
+KVT_EXPORT void kvt_set_default_log(kvt_log_fn fn, void *userdata);
+
+/**
+ * The daemon's reason for the last refused call on this thread's view of
+ * c, e.g. "3 keys in one request; the limit is 2 ...".
+ * \return a string owned by c, valid until the next call; "" if none.
+ */
+KVT_EXPORT const char *kvt_client_error(kvt_client *c);
+
+/** \return 1 when connected now, 0 while the daemon is away. */
+KVT_EXPORT int kvt_client_connected(kvt_client *c);
+
+/** One empty request and its reply.  \return 0 or a negative errno. */
+KVT_EXPORT int kvt_client_ping(kvt_client *c);
+
+/* ------------------------------------------------------------------ */
+/* Namespaces                                                         */
+/* ------------------------------------------------------------------ */
+
+#define KVT_ATTN_MHA 0 /* MHA and GQA */
+#define KVT_ATTN_MLA 1 /* one latent per token, stored once for all ranks */
+#define KVT_ATTN_SWA 2 /* sliding window */
+
+/** One group of layers with the same attention geometry. */
+typedef struct kvt_layer_group {
+	uint32_t n_layers;
+	uint32_t attn;         /* KVT_ATTN_* */
+	uint32_t window;       /* KVT_ATTN_SWA: tokens; else 0 */
+	uint32_t planes;       /* 2 (K and V) or 1 (MLA) */
+	uint32_t kv_heads;     /* total over all tensor-parallel ranks */
+	uint32_t head_bytes;   /* head_dim * bytes per element */
+	uint32_t dtype;        /* engine's dtype code (part of the identity) */
+	uint32_t scale_layout; /* quantisation scales, 0 = none */
+} kvt_layer_group;
+
+/**
+ * Everything that makes two caches interchangeable.  Every field is part of
+ * the namespace identity: change any one and no block is shared.
+ */
+typedef struct kvt_ns_desc {
+	const char *model;            /* model name, 1..256 bytes */
+	const uint8_t *weights;       /* weights fingerprint, 0..64 bytes */
+	uint32_t weights_len;
+	uint32_t layer_first;         /* pipeline stage: layers [first, end) */
+	uint32_t layer_end;
+	uint32_t tp_size;             /* tensor-parallel ranks (shards) */
+	uint32_t cp_size;             /* context-parallel size, 1 if none */
+	uint32_t block_tokens;        /* tokens per block */
+	uint32_t n_groups;
+	const kvt_layer_group *groups; /* [n_groups], in layer order */
+	const uint8_t *salt;          /* narrows sharing; 0..64 bytes */
+	uint32_t salt_len;
+} kvt_ns_desc;
+
+/** Geometry the daemon derived from a namespace. */
+typedef struct kvt_ns_info {
+	uint32_t ns_id;
+	uint32_t shards;       /* tensor-parallel shards per block */
+	uint32_t block_tokens;
+	uint32_t reserved;
+	uint64_t shard_bytes;  /* bytes one rank stores per block */
+	uint64_t shard_stride;
+	uint64_t block_bytes;  /* slot size: all shards */
+	uint64_t bytes_per_token; /* all shards */
+} kvt_ns_info;
+
+/** Open (or join) a namespace.  \return 0 or a negative errno. */
+KVT_EXPORT int kvt_ns_open(kvt_client *c, const kvt_ns_desc *desc, kvt_ns **ret);
+/** Forget a namespace handle (blocks stay in the daemon).  NULL ignored. */
+KVT_EXPORT void kvt_ns_close(kvt_ns *ns);
+KVT_EXPORT int kvt_ns_get_info(const kvt_ns *ns, kvt_ns_info *ret);
+
+/* ------------------------------------------------------------------ */
+/* Blocks                                                             */
+/* ------------------------------------------------------------------ */
+
+/** Per-key states from kvt_lookup. */
+#define KVT_MISS 0
+#define KVT_HOST 1    /* resident in host memory */
+#define KVT_DISK 2    /* on NVMe; staging has begun */
+#define KVT_PENDING 3 /* being written; not yet visible */
+
+#define KVT_LOOKUP_TOUCH 1 /* count the hits as uses for eviction */
+
+/**
+ * Look up keys[n] (32 bytes each, back to back).
+ * \param ret_states  [n] KVT_MISS/HOST/DISK/PENDING, or NULL
+ * \return the number of leading hits (what prefix caching can reuse), or a
+ *         negative errno.  While the daemon is away: 0 and all misses.
+ */
+KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
+			  uint32_t flags, uint8_t *ret_states);
+
+/**
+ * A reserved or acquired shard of a block.  handle, extent_id and offset
+ * can be passed to another process of the same tenant (the scheduler pins,
+ * a worker copies), which finds the memory with kvt_client_map().
+ */
+typedef struct kvt_slot_ref {
+	int32_t status;     /* 0 or a negative errno for this key */
+	uint32_t extent_id;
+	uint64_t handle;
+	uint64_t offset;    /* of the shard in its extent */
+	uint64_t bytes;     /* shard bytes */
+	void *ptr;          /* the shard in this process, or NULL */
+} kvt_slot_ref;
+
+/**
+ * Reserve this rank's shard of each key for writing.  Status per key:
+ * 0, -EEXIST (already stored), -EBUSY (this shard is being written by
+ * someone else), -ENOSPC (no room even after eviction), -ENOBUFS (too many
+ * open handles).  \return the number reserved or a negative errno.
+ */
+KVT_EXPORT int kvt_reserve(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
+			   size_t n, kvt_slot_ref *ret);
+
+/**
+ * Commit reservations: success[i] non-zero when handle i's bytes are all
+ * written, zero when the copy failed (the block is dropped).  A block is
+ * visible once every shard is committed.  ret_status[i]: 0, -ENOENT (no
+ * such handle), -ECANCELED (the block was dropped meanwhile).
+ * \return 0 or a negative errno for the whole call
+ */
+KVT_EXPORT int kvt_commit(kvt_client *c, const uint64_t *handles,
+			  const uint8_t *success, size_t n, int32_t *ret_status);
+KVT_EXPORT int kvt_abort(kvt_client *c, const uint64_t *handles, size_t n,
+			 int32_t *ret_status);
+
+/**
+ * Lease resident blocks for reading; they are not evicted until released.
+ * Status per key: 0, -ENOENT (miss), -EAGAIN (not yet resident).
+ * \return the number acquired or a negative errno
+ */
+KVT_EXPORT int kvt_acquire(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
+			   size_t n, kvt_slot_ref *ret);
+KVT_EXPORT int kvt_release(kvt_client *c, const uint64_t *handles, size_t n,
+			   int32_t *ret_status);
+
+/** Mark blocks used.  \return how many were resident, or a negative errno */
+KVT_EXPORT int kvt_touch(kvt_ns *ns, const uint8_t *keys, size_t n);
+/** Delete blocks.  \return how many existed, or a negative errno */
+KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n);
+
+/**
+ * Memory of a shard named by another process: extent_id and offset as
+ * returned by kvt_reserve/kvt_acquire there.
+ * \return 0 or -ENOENT (no such extent mapped) / -EINVAL (out of range)
+ */
+KVT_EXPORT int kvt_client_map(kvt_client *c, uint32_t extent_id,
+			      uint64_t offset, uint64_t bytes, void **ret_ptr);
+
+/**
+ * Store whole shards from caller memory: reserve, copy, commit.
+ * \param srcs        [n] shard_bytes each
+ * \param ret_status  [n] per key (see kvt_reserve; -EEXIST counts as
+ *                    stored), or NULL
+ * \return the number of keys now stored, or a negative errno
+ */
+KVT_EXPORT int kvt_store(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
+			 size_t n, const void *const *srcs, int32_t *ret_status);
+
+/**
+ * Load whole shards into caller memory: acquire, copy, release.
+ * \param dsts        [n] shard_bytes each; untouched for a miss
+ * \return the number loaded, or a negative errno
+ */
+KVT_EXPORT int kvt_load(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
+			size_t n, void *const *dsts, int32_t *ret_status);
+
+/** kvt_store from an engine's paged cache (see kvt_layout_gather). */
+KVT_EXPORT int kvt_store_paged(kvt_ns *ns, uint32_t shard,
+			       const kvt_layout *layout, const uint8_t *keys,
+			       size_t n, const int64_t *indices,
+			       int32_t *ret_status);
+/** kvt_load into an engine's paged cache (see kvt_layout_scatter). */
+KVT_EXPORT int kvt_load_paged(kvt_ns *ns, uint32_t shard,
+			      const kvt_layout *layout, const uint8_t *keys,
+			      size_t n, const int64_t *indices,
+			      int32_t *ret_status);
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                         */
+/* ------------------------------------------------------------------ */
+
+#define KVT_STATS_DAEMON 0x1
+#define KVT_STATS_TENANTS 0x2
+#define KVT_STATS_NAMESPACES 0x4
+#define KVT_STATS_CLIENTS 0x8
+#define KVT_STATS_ALL 0xf
+
+#define KVT_FIELD_U64 1
+#define KVT_FIELD_I64 2
+#define KVT_FIELD_STR 3
+
+typedef struct kvt_record kvt_record;
+
+/** Called once per record; a non-zero return stops the iteration. */
+typedef int (*kvt_record_fn)(const kvt_record *r, void *userdata);
+
+/**
+ * Fetch records ("daemon", "tenant", "namespace", "client") from the daemon.
+ * Root and the daemon's own uid see every tenant; others see their own.
+ * \return 0 or a negative errno
+ */
+KVT_EXPORT int kvt_stats(kvt_client *c, uint32_t what, kvt_record_fn fn,
+			 void *userdata);
+KVT_EXPORT const char *kvt_record_kind(const kvt_record *r);
+KVT_EXPORT uint32_t kvt_record_n_fields(const kvt_record *r);
+KVT_EXPORT const char *kvt_record_field_name(const kvt_record *r, uint32_t i);
+KVT_EXPORT int kvt_record_field_type(const kvt_record *r, uint32_t i);
+KVT_EXPORT uint64_t kvt_record_field_u64(const kvt_record *r, uint32_t i);
+KVT_EXPORT const char *kvt_record_field_str(const kvt_record *r, uint32_t i);
+/** \return 0 and the value, or -ENOENT if r has no such numeric field */
+KVT_EXPORT int kvt_record_get_u64(const kvt_record *r, const char *name,
+				  uint64_t *ret);
+/** \return the string field, or NULL */
+KVT_EXPORT const char *kvt_record_get_str(const kvt_record *r, const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -53,7 +53,7 @@ static int identity_check(const struct kvt_identity *id)
 
 	uint64_t layers = 0;
 	for (unsigned i = 0; i < id->n_groups; i++) {
-		const struct kvt_layer_group *g = &id->groups[i];
+		const struct kvt_id_group *g = &id->groups[i];
 		if (g->n_layers == 0 || g->n_layers > 4096 || g->kv_heads == 0 ||
 		    g->kv_heads > 4096 || g->head_bytes == 0 ||
 		    g->head_bytes > 65536)
@@ -95,7 +95,7 @@ int kvt_identity_encode(const struct kvt_identity *id, struct kvt_buf *b)
 	put_u32s(b, KVT_ID_PARALLEL, par, 2);
 	put_u32s(b, KVT_ID_BLOCK_TOKENS, &id->block_tokens, 1);
 	for (unsigned i = 0; i < id->n_groups; i++) {
-		const struct kvt_layer_group *g = &id->groups[i];
+		const struct kvt_id_group *g = &id->groups[i];
 		uint32_t v[8] = {g->n_layers, g->attn,     g->window,
 				 g->planes,   g->kv_heads, g->head_bytes,
 				 g->dtype,    g->scale_layout};
@@ -180,7 +180,7 @@ int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 			if (id.n_groups >= KVT_MAX_GROUPS)
 				return -EBADMSG;
 			TRY(get_u32s(&c, flen, v, 8));
-			id.groups[id.n_groups++] = (struct kvt_layer_group){
+			id.groups[id.n_groups++] = (struct kvt_id_group){
 				v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
 			break;
 		}
@@ -220,7 +220,7 @@ int kvt_identity_geometry(const struct kvt_identity *id,
 
 	uint64_t per_token = 0; /* one shard */
 	for (unsigned i = 0; i < id->n_groups; i++) {
-		const struct kvt_layer_group *lg = &id->groups[i];
+		const struct kvt_id_group *lg = &id->groups[i];
 		uint32_t heads = lg->kv_heads;
 		if (lg->attn != KVT_ATTN_MLA) {
 			/* With more ranks than KV heads, engines replicate

@@ -78,7 +78,7 @@ enum kvt_state {
 };
 
 /* LOOKUP flags. */
-#define KVT_LOOKUP_TOUCH 0x1 /* count hits as uses for eviction */
+#define KVT_LOOKUP_TOUCH 1 /* count hits as uses for eviction */
 
 /* STATS selector bits. */
 #define KVT_STATS_DAEMON 0x1
@@ -87,12 +87,10 @@ enum kvt_state {
 #define KVT_STATS_CLIENTS 0x8
 #define KVT_STATS_ALL 0xf
 
-/* Attention kinds in a namespace identity. */
-enum kvt_attn {
-	KVT_ATTN_MHA = 0, /* MHA and GQA: K and V per KV head */
-	KVT_ATTN_MLA = 1, /* one latent per token, identical on every rank */
-	KVT_ATTN_SWA = 2, /* sliding window; window in tokens */
-};
+/* Attention kinds in a namespace identity (the same macros as kvtier.h). */
+#define KVT_ATTN_MHA 0 /* MHA and GQA: K and V per KV head */
+#define KVT_ATTN_MLA 1 /* one latent per token, identical on every rank */
+#define KVT_ATTN_SWA 2 /* sliding window; window in tokens */
 
 struct kvt_header {
 	uint32_t magic;
@@ -306,11 +304,9 @@ int kvt_dec_error(struct kvt_cursor *c, struct kvt_error_rep *ret);
  * kind ("daemon", "tenant", "namespace", "client") and named fields, so new
  * counters need no new message.
  */
-enum kvt_field_type {
-	KVT_FIELD_U64 = 1,
-	KVT_FIELD_I64 = 2,
-	KVT_FIELD_STR = 3,
-};
+#define KVT_FIELD_U64 1
+#define KVT_FIELD_I64 2
+#define KVT_FIELD_STR 3
 
 #define KVT_MAX_FIELDS 64
 #define KVT_MAX_FIELD_NAME 48
@@ -353,7 +349,7 @@ enum kvt_identity_tag {
 	KVT_ID_LAYERS = 4,      /* u32 first, u32 end (pipeline stage) */
 	KVT_ID_PARALLEL = 5,    /* u32 tp_size, u32 cp_size */
 	KVT_ID_BLOCK_TOKENS = 6, /* u32 */
-	KVT_ID_GROUP = 7,       /* struct kvt_layer_group, 8 x u32 */
+	KVT_ID_GROUP = 7,       /* struct kvt_id_group, 8 x u32 */
 	KVT_ID_SALT = 8,        /* bytes, 0..64, optional */
 };
 
@@ -363,9 +359,9 @@ enum kvt_identity_tag {
 #define KVT_MAX_BLOCK_TOKENS 4096
 #define KVT_MAX_TP 64
 
-struct kvt_layer_group {
+struct kvt_id_group {
 	uint32_t n_layers;
-	uint32_t attn;        /* enum kvt_attn */
+	uint32_t attn;        /* KVT_ATTN_* */
 	uint32_t window;      /* KVT_ATTN_SWA: tokens; else 0 */
 	uint32_t planes;      /* 2 (K, V) or 1 (MLA latent) */
 	uint32_t kv_heads;    /* total KV heads (all ranks) */
@@ -383,7 +379,7 @@ struct kvt_identity {
 	uint32_t tp_size, cp_size;
 	uint32_t block_tokens;
 	uint32_t n_groups;
-	struct kvt_layer_group groups[KVT_MAX_GROUPS];
+	struct kvt_id_group groups[KVT_MAX_GROUPS];
 	uint8_t salt[KVT_MAX_FINGERPRINT];
 	uint32_t salt_len;
 };

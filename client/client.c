@@ -1,0 +1,737 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The connection: handshake, framed requests and replies, the mapped pool,
+ * reconnection with backoff and fork safety.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client-internal.h"
+#include "kvt-config.h"
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 5000
+
+static kvt_log_fn default_log;
+static void *default_log_ud;
+
+/* Every live client, so a forked child can drop their connections. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static kvt_client *registry;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_child(void)
+{
+	/* The child shares the parent's socket: one stray byte from it would
+	 * corrupt the parent's stream, so it closes its copy and never
+	 * talks on it.  Only this thread exists in the child. */
+	for (kvt_client *c = registry; c; c = c->reg_next) {
+		if (c->fd >= 0)
+			close(c->fd);
+		c->fd = -1;
+		c->forked = true;
+		pthread_mutex_init(&c->lock, NULL);
+	}
+	pthread_mutex_init(&registry_lock, NULL);
+}
+
+static void atfork_register(void)
+{
+	pthread_atfork(NULL, NULL, atfork_child);
+}
+
+KVT_EXPORT const char *kvt_version(void)
+{
+	return KVT_VERSION;
+}
+
+KVT_EXPORT uint32_t kvt_protocol_version(void)
+{
+	return KVT_PROTO_VERSION_MAX;
+}
+
+KVT_EXPORT void kvt_set_default_log(kvt_log_fn fn, void *userdata)
+{
+	default_log = fn;
+	default_log_ud = userdata;
+}
+
+KVT_EXPORT void kvt_client_set_log(kvt_client *c, kvt_log_fn fn, void *userdata)
+{
+	if (!c)
+		return;
+	c->log = fn;
+	c->log_ud = userdata;
+}
+
+void client_log(kvt_client *c, int level, const char *fmt, ...)
+{
+	kvt_log_fn fn = c && c->log ? c->log : default_log;
+	void *ud = c && c->log ? c->log_ud : default_log_ud;
+	char msg[600];
+	va_list ap;
+
+	if (!fn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fn(level, msg, ud);
+}
+
+KVT_EXPORT const char *kvt_default_socket(void)
+{
+	static char path[108];
+	const char *env = getenv("KVTIER_SOCKET");
+
+	if (env && *env && strlen(env) < sizeof(path))
+		return env;
+	if (geteuid() == 0)
+		return "/run/kvtierd/kvtierd.sock";
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (xdg && xdg[0] == '/' && strlen(xdg) < 80)
+		snprintf(path, sizeof(path), "%s/kvtierd/kvtierd.sock", xdg);
+	else
+		snprintf(path, sizeof(path), "/tmp/kvtierd-%u/kvtierd.sock",
+			 (unsigned)geteuid());
+	return path;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t client_next_rid(kvt_client *c)
+{
+	return ++c->next_rid;
+}
+
+/* ---- the mapped pool ---------------------------------------------- */
+
+static void unmap_all(kvt_client *c)
+{
+	for (uint32_t i = 0; i < c->n_extents; i++)
+		munmap(c->extents[i].base, c->extents[i].size);
+	free(c->extents);
+	c->extents = NULL;
+	c->n_extents = 0;
+}
+
+static int map_extent(kvt_client *c, const struct kvt_extent_note *n, int fd)
+{
+	struct mapped_extent *e;
+	int r;
+
+	for (uint32_t i = 0; i < c->n_extents; i++)
+		if (c->extents[i].id == n->extent_id) {
+			close(fd);
+			return 0;
+		}
+	/* Only a sealed extent is safe to build on: the daemon promised
+	 * it can never shrink under us. */
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+		close(fd);
+		client_log(c, KVT_LOG_ERR, "extent %u is not sealed against shrinking; refusing it",
+			   n->extent_id);
+		return -EBADMSG;
+	}
+	void *p = mmap(NULL, n->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	r = -errno;
+	close(fd);
+	if (p == MAP_FAILED) {
+		client_log(c, KVT_LOG_ERR, "failed to map extent %u (%llu MiB): %s",
+			   n->extent_id, (unsigned long long)(n->size >> 20), strerror(-r));
+		return r;
+	}
+	e = realloc(c->extents, sizeof(*e) * (c->n_extents + 1));
+	if (!e) {
+		munmap(p, n->size);
+		return -ENOMEM;
+	}
+	c->extents = e;
+	/* First touch of a mapping is paid per mapping, not per page: pay it
+	 * here, once, rather than in the first copy.  A read per page maps
+	 * the page without changing its bytes. */
+	size_t step = (n->flags & KVT_EXTENT_HUGETLB) ? (2u << 20) : 4096;
+	volatile const uint8_t *vp = p;
+	for (uint64_t off = 0; off < n->size; off += step)
+		(void)vp[off];
+	c->extents[c->n_extents++] = (struct mapped_extent){
+		.id = n->extent_id,
+		.base = p,
+		.size = n->size,
+		.slot_bytes = n->slot_bytes,
+		.flags = n->flags,
+	};
+	client_log(c, KVT_LOG_DEBUG, "mapped extent %u: %llu MiB", n->extent_id,
+		   (unsigned long long)(n->size >> 20));
+	return 0;
+}
+
+void *client_extent_ptr(kvt_client *c, uint32_t id, uint64_t offset, uint64_t bytes)
+{
+	for (uint32_t i = 0; i < c->n_extents; i++) {
+		struct mapped_extent *e = &c->extents[i];
+		if (e->id != id)
+			continue;
+		if (offset > e->size || bytes > e->size - offset)
+			return NULL;
+		return e->base + offset;
+	}
+	return NULL;
+}
+
+KVT_EXPORT int kvt_client_map(kvt_client *c, uint32_t extent_id, uint64_t offset,
+			      uint64_t bytes, void **ret_ptr)
+{
+	if (!c || !ret_ptr)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	void *p = client_extent_ptr(c, extent_id, offset, bytes);
+	int known = 0;
+	for (uint32_t i = 0; i < c->n_extents; i++)
+		known |= c->extents[i].id == extent_id;
+	pthread_mutex_unlock(&c->lock);
+	if (!p)
+		return known ? -EINVAL : -ENOENT;
+	*ret_ptr = p;
+	return 0;
+}
+
+/* ---- framing ------------------------------------------------------ */
+
+static void disconnect(kvt_client *c, const char *why)
+{
+	if (c->fd >= 0) {
+		close(c->fd);
+		client_log(c, KVT_LOG_WARNING, "lost kvtierd at %s: %s; will reconnect",
+			   c->path, why);
+	}
+	c->fd = -1;
+	for (unsigned i = 0; i < c->n_in_fds; i++)
+		close(c->in_fds[i]);
+	c->n_in_fds = 0;
+	c->in_len = 0;
+	c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_MIN_MS;
+	if (c->backoff_ms > BACKOFF_MAX_MS)
+		c->backoff_ms = BACKOFF_MAX_MS;
+	c->retry_at_ns = now_ns() + (uint64_t)c->backoff_ms * 1000000ull;
+}
+
+static int send_all(kvt_client *c, const uint8_t *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = kvt_sendmsg(c->fd, p, len, NULL, 0);
+		if (n == -EAGAIN) {
+			struct pollfd pfd = {c->fd, POLLOUT, 0};
+			if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+				return -errno;
+			continue;
+		}
+		if (n < 0)
+			return (int)n;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Read until one whole message is buffered; fds queue in c->in_fds. */
+static int read_message(kvt_client *c, struct kvt_header *ret)
+{
+	for (;;) {
+		if (c->in_len >= KVT_HEADER_SIZE) {
+			int r = kvt_header_parse(c->in, ret);
+			if (r < 0)
+				return r;
+			size_t total = KVT_HEADER_SIZE + (size_t)ret->length;
+			if (c->in_len >= total)
+				return 0;
+			if (c->in_cap < total) {
+				uint8_t *p = realloc(c->in, total);
+				if (!p)
+					return -ENOMEM;
+				c->in = p;
+				c->in_cap = total;
+			}
+		}
+		if (c->in_cap - c->in_len < 4096) {
+			size_t cap = c->in_cap ? c->in_cap * 2 : 65536;
+			uint8_t *p = realloc(c->in, cap);
+			if (!p)
+				return -ENOMEM;
+			c->in = p;
+			c->in_cap = cap;
+		}
+		ssize_t n = kvt_recvmsg(c->fd, c->in + c->in_len, c->in_cap - c->in_len,
+					c->in_fds, &c->n_in_fds, KVT_MAX_FDS * 2);
+		if (n == -EAGAIN) {
+			struct pollfd pfd = {c->fd, POLLIN, 0};
+			if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+				return -errno;
+			continue;
+		}
+		if (n == 0)
+			return -ECONNRESET;
+		if (n < 0)
+			return (int)n;
+		c->in_len += (size_t)n;
+	}
+}
+
+static void consume_message(kvt_client *c, const struct kvt_header *h)
+{
+	size_t total = KVT_HEADER_SIZE + (size_t)h->length;
+	memmove(c->in, c->in + total, c->in_len - total);
+	c->in_len -= total;
+}
+
+static int take_fds(kvt_client *c, unsigned n, int *ret)
+{
+	if (n > c->n_in_fds)
+		return -EBADMSG;
+	memcpy(ret, c->in_fds, n * sizeof(int));
+	memmove(c->in_fds, c->in_fds + n, (c->n_in_fds - n) * sizeof(int));
+	c->n_in_fds -= n;
+	return 0;
+}
+
+static int handle_notification(kvt_client *c, const struct kvt_header *h,
+			       struct kvt_cursor *cur)
+{
+	int fds[KVT_MAX_FDS];
+	int r = take_fds(c, h->n_fds, fds);
+	if (r < 0)
+		return r;
+	switch (h->opcode) {
+	case KVT_OP_EXTENT_ADDED: {
+		struct kvt_extent_note n;
+		if (h->n_fds != 1) {
+			r = -EBADMSG;
+			break;
+		}
+		r = kvt_dec_extent_note(cur, &n);
+		if (r < 0) {
+			close(fds[0]);
+			return r;
+		}
+		return map_extent(c, &n, fds[0]);
+	}
+	case KVT_OP_EXTENT_RETIRED: {
+		uint32_t id;
+		r = kvt_dec_extent_retired(cur, &id);
+		break;
+	}
+	default:
+		/* A notification this version does not know: ignore it, so a
+		 * newer daemon can add some without breaking us. */
+		r = 0;
+		break;
+	}
+	for (unsigned i = 0; i < h->n_fds; i++)
+		close(fds[i]);
+	return r;
+}
+
+/* The send/receive half of a call on a live connection. */
+static int exchange(kvt_client *c, uint64_t rid, uint16_t opcode, reply_fn fn,
+		    void *userdata, int *ret_refused)
+{
+	int r = send_all(c, c->out.data, c->out.len);
+	if (r < 0)
+		return r;
+	for (;;) {
+		struct kvt_header h;
+		r = read_message(c, &h);
+		if (r < 0)
+			return r;
+		struct kvt_cursor cur = {c->in + KVT_HEADER_SIZE, h.length};
+		if (h.flags & KVT_FLAG_NOTIFY) {
+			r = handle_notification(c, &h, &cur);
+			consume_message(c, &h);
+			if (r < 0)
+				return r;
+			continue;
+		}
+		if (h.n_fds) {
+			return -EBADMSG;
+		}
+		if (!(h.flags & KVT_FLAG_REPLY) ||
+		    (h.request_id != rid && !(h.request_id == 0 && (h.flags & KVT_FLAG_ERROR))) ||
+		    h.opcode != opcode)
+			return -EBADMSG;
+		if (h.flags & KVT_FLAG_ERROR) {
+			struct kvt_error_rep e;
+			r = kvt_dec_error(&cur, &e);
+			consume_message(c, &h);
+			if (r < 0)
+				return r;
+			snprintf(c->error, sizeof(c->error), "%s", e.reason);
+			client_log(c, KVT_LOG_DEBUG, "%s refused: %s", kvt_opcode_name(opcode),
+				   e.reason);
+			/* A refusal is an answer, not a broken connection. */
+			*ret_refused = e.error;
+			return 0;
+		}
+		r = fn ? fn(c, &h, &cur, userdata) : kvt_cursor_end(&cur);
+		consume_message(c, &h);
+		if (r < 0)
+			return r;
+		if (!(h.flags & KVT_FLAG_MORE))
+			return 0;
+	}
+}
+
+int client_call(kvt_client *c, reply_fn fn, void *userdata)
+{
+	if (c->out.error)
+		return c->out.error;
+	if (c->fd < 0)
+		return -ENOTCONN;
+	/* The request id and opcode sit in the header we just encoded. */
+	struct kvt_header h;
+	int r = kvt_header_parse(c->out.data, &h);
+	if (r < 0)
+		return r;
+	c->error[0] = 0;
+	int refused = 0;
+	r = exchange(c, h.request_id, h.opcode, fn, userdata, &refused);
+	if (r == 0 && refused)
+		return refused;
+	if (r < 0) {
+		disconnect(c, r == -ECONNRESET ? "connection closed"
+			      : r == -EBADMSG ? "protocol error"
+					      : strerror(-r));
+		return -ENOTCONN;
+	}
+	return 0;
+}
+
+/* ---- connecting --------------------------------------------------- */
+
+static int hello_reply(kvt_client *c, const struct kvt_header *h,
+		       struct kvt_cursor *cur, void *userdata)
+{
+	struct kvt_hello_rep rep;
+	int r = kvt_dec_hello_rep(cur, &rep);
+	if (r < 0)
+		return r;
+	if (rep.version < KVT_PROTO_VERSION_MIN || rep.version > KVT_PROTO_VERSION_MAX)
+		return -EBADMSG;
+	c->version = (uint16_t)rep.version;
+	c->features = rep.features;
+	c->tenant_id = rep.tenant_id;
+	c->session_id = rep.session_id;
+	c->max_keys = rep.max_keys;
+	c->max_handles = rep.max_handles;
+	c->quota = rep.quota_bytes;
+	return 0;
+}
+
+static int connect_locked(kvt_client *c)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd, r;
+
+	strcpy(sa.sun_path, c->path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	c->fd = fd;
+	c->in_len = 0;
+	unmap_all(c);
+
+	struct kvt_hello_req req = {
+		.min_version = KVT_PROTO_VERSION_MIN,
+		.max_version = KVT_PROTO_VERSION_MAX,
+		.features = KVT_FEATURES_ALL,
+	};
+	memcpy(req.name, c->name, sizeof(req.name));
+	kvt_enc_hello_req(&c->out, client_next_rid(c), &req);
+	r = kvt_msg_finish(&c->out, 0);
+	if (r < 0)
+		return r;
+	r = client_call(c, hello_reply, NULL);
+	if (r < 0) {
+		if (c->fd >= 0) {
+			close(c->fd);
+			c->fd = -1;
+		}
+		return r;
+	}
+	c->generation++;
+	c->backoff_ms = 0;
+	for (uint32_t i = 0; i < c->n_nss; i++) {
+		r = client_ns_reopen(c, c->nss[i]);
+		if (r < 0)
+			client_log(c, KVT_LOG_WARNING, "failed to reopen a namespace after reconnecting: %s",
+				   c->error[0] ? c->error : strerror(-r));
+	}
+	return 0;
+}
+
+int client_ensure(kvt_client *c)
+{
+	if (c->forked)
+		return -ECHILD;
+	if (c->fd >= 0)
+		return 0;
+	if (now_ns() < c->retry_at_ns)
+		return -ENOTCONN;
+	int r = connect_locked(c);
+	if (r < 0) {
+		c->fd = -1;
+		c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_MIN_MS;
+		if (c->backoff_ms > BACKOFF_MAX_MS)
+			c->backoff_ms = BACKOFF_MAX_MS;
+		c->retry_at_ns = now_ns() + (uint64_t)c->backoff_ms * 1000000ull;
+		return -ENOTCONN;
+	}
+	client_log(c, KVT_LOG_INFO, "connected to kvtierd at %s", c->path);
+	return 0;
+}
+
+KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
+				  kvt_client **ret)
+{
+	kvt_client *c;
+	int r;
+
+	if (!ret)
+		return -EINVAL;
+	if (!socket_path)
+		socket_path = kvt_default_socket();
+	if (strlen(socket_path) >= sizeof(c->path) ||
+	    (name && strlen(name) > KVT_MAX_NAME))
+		return -ENAMETOOLONG;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	strcpy(c->path, socket_path);
+	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
+	c->fd = -1;
+	kvt_buf_init(&c->out);
+	c->slots = calloc(KVT_MAX_KEYS, sizeof(*c->slots));
+	c->status = calloc(KVT_MAX_KEYS, sizeof(*c->status));
+	c->hargs = calloc(KVT_MAX_KEYS, sizeof(*c->hargs));
+	if (!c->slots || !c->status || !c->hargs) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	r = connect_locked(c);
+	if (r < 0) {
+		if (c->error[0])
+			client_log(c, KVT_LOG_ERR, "kvtierd at %s refused the connection: %s",
+				   c->path, c->error);
+		else
+			client_log(c, KVT_LOG_ERR, "cannot connect to kvtierd at %s: %s (is it running? set KVTIER_SOCKET or pass the path)",
+				   c->path, strerror(-r == ENOTCONN ? ECONNRESET : -r));
+		goto fail;
+	}
+	pthread_once(&atfork_once, atfork_register);
+	pthread_mutex_lock(&registry_lock);
+	c->reg_next = registry;
+	registry = c;
+	pthread_mutex_unlock(&registry_lock);
+	*ret = c;
+	return 0;
+fail:
+	if (c->fd >= 0)
+		close(c->fd);
+	unmap_all(c);
+	kvt_buf_free(&c->out);
+	free(c->in);
+	free(c->slots);
+	free(c->status);
+	free(c->hargs);
+	free(c);
+	return r;
+}
+
+KVT_EXPORT void kvt_client_free(kvt_client *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&registry_lock);
+	for (kvt_client **p = &registry; *p; p = &(*p)->reg_next)
+		if (*p == c) {
+			*p = c->reg_next;
+			break;
+		}
+	pthread_mutex_unlock(&registry_lock);
+	if (c->fd >= 0)
+		close(c->fd);
+	for (unsigned i = 0; i < c->n_in_fds; i++)
+		close(c->in_fds[i]);
+	for (uint32_t i = 0; i < c->n_nss; i++) {
+		c->nss[i]->c = NULL;
+		free(c->nss[i]->identity);
+		free(c->nss[i]);
+	}
+	free(c->nss);
+	unmap_all(c);
+	kvt_buf_free(&c->out);
+	free(c->in);
+	free(c->slots);
+	free(c->status);
+	free(c->hargs);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+KVT_EXPORT const char *kvt_client_error(kvt_client *c)
+{
+	return c ? c->error : "";
+}
+
+KVT_EXPORT int kvt_client_connected(kvt_client *c)
+{
+	if (!c)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	int r = c->fd >= 0 && !c->forked;
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+KVT_EXPORT int kvt_client_ping(kvt_client *c)
+{
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	int r = client_ensure(c);
+	if (r == 0) {
+		kvt_msg_begin(&c->out, c->version, KVT_OP_PING, 0, client_next_rid(c));
+		r = kvt_msg_finish(&c->out, 0);
+		if (r == 0)
+			r = client_call(c, NULL, NULL);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+/* ---- statistics --------------------------------------------------- */
+
+struct stats_ctx {
+	kvt_record_fn fn;
+	void *userdata;
+	bool stopped;
+	struct kvt_record rec;
+};
+
+static int stats_reply(kvt_client *c, const struct kvt_header *h,
+		       struct kvt_cursor *cur, void *userdata)
+{
+	struct stats_ctx *ctx = userdata;
+	while (cur->left > 0) {
+		int r = kvt_dec_record(cur, &ctx->rec);
+		if (r < 0)
+			return r;
+		/* Keep reading the remaining replies even after the caller
+		 * stopped, so the stream stays in step. */
+		if (!ctx->stopped && ctx->fn((const kvt_record *)&ctx->rec, ctx->userdata))
+			ctx->stopped = true;
+	}
+	return 0;
+}
+
+KVT_EXPORT int kvt_stats(kvt_client *c, uint32_t what, kvt_record_fn fn, void *userdata)
+{
+	if (!c || !fn || (what & ~(uint32_t)KVT_STATS_ALL))
+		return -EINVAL;
+	struct stats_ctx *ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	ctx->fn = fn;
+	ctx->userdata = userdata;
+	pthread_mutex_lock(&c->lock);
+	int r = client_ensure(c);
+	if (r == 0) {
+		kvt_enc_stats_req(&c->out, c->version, client_next_rid(c), what);
+		r = kvt_msg_finish(&c->out, 0);
+		if (r == 0)
+			r = client_call(c, stats_reply, ctx);
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(ctx);
+	return r;
+}
+
+KVT_EXPORT const char *kvt_record_kind(const kvt_record *r)
+{
+	return r ? ((const struct kvt_record *)r)->kind : "";
+}
+
+KVT_EXPORT uint32_t kvt_record_n_fields(const kvt_record *r)
+{
+	return r ? ((const struct kvt_record *)r)->n_fields : 0;
+}
+
+static const struct kvt_field *field_at(const kvt_record *r, uint32_t i)
+{
+	const struct kvt_record *rec = (const struct kvt_record *)r;
+	return rec && i < rec->n_fields ? &rec->fields[i] : NULL;
+}
+
+KVT_EXPORT const char *kvt_record_field_name(const kvt_record *r, uint32_t i)
+{
+	const struct kvt_field *f = field_at(r, i);
+	return f ? f->name : NULL;
+}
+
+KVT_EXPORT int kvt_record_field_type(const kvt_record *r, uint32_t i)
+{
+	const struct kvt_field *f = field_at(r, i);
+	return f ? f->type : -EINVAL;
+}
+
+KVT_EXPORT uint64_t kvt_record_field_u64(const kvt_record *r, uint32_t i)
+{
+	const struct kvt_field *f = field_at(r, i);
+	return f ? f->u : 0;
+}
+
+KVT_EXPORT const char *kvt_record_field_str(const kvt_record *r, uint32_t i)
+{
+	const struct kvt_field *f = field_at(r, i);
+	return f && f->type == KVT_FIELD_STR ? f->s : NULL;
+}
+
+KVT_EXPORT int kvt_record_get_u64(const kvt_record *r, const char *name, uint64_t *ret)
+{
+	if (!r || !name || !ret)
+		return -EINVAL;
+	const struct kvt_field *f = kvt_record_get((const struct kvt_record *)r, name);
+	if (!f || f->type == KVT_FIELD_STR)
+		return -ENOENT;
+	*ret = f->u;
+	return 0;
+}
+
+KVT_EXPORT const char *kvt_record_get_str(const kvt_record *r, const char *name)
+{
+	if (!r || !name)
+		return NULL;
+	const struct kvt_field *f = kvt_record_get((const struct kvt_record *)r, name);
+	return f && f->type == KVT_FIELD_STR ? f->s : NULL;
+}
