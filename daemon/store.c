@@ -387,11 +387,13 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 		      uint32_t n, uint32_t flags, uint8_t *ret_states)
 {
 	uint32_t leading = 0;
-	bool run = true;
 
 	ns->c.lookups++;
 	ns->c.lookup_keys += n;
-	for (uint32_t i = 0; i < n; i++) {
+	/* Backwards, so that a touched chain's head ends up most recently
+	 * used: a prefix is worthless without its first block, so its tail
+	 * should go first. */
+	for (uint32_t i = n; i-- > 0;) {
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
 		uint8_t st = KVT_STATE_MISS;
 		if (b && b->state == BLOCK_RESIDENT) {
@@ -405,11 +407,12 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 		} else {
 			ns->c.misses++;
 		}
-		if (run && (st == KVT_STATE_HOST || st == KVT_STATE_DISK))
-			leading++;
-		else
-			run = false;
 		ret_states[i] = st;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (ret_states[i] != KVT_STATE_HOST && ret_states[i] != KVT_STATE_DISK)
+			break;
+		leading++;
 	}
 	return leading;
 }
@@ -566,7 +569,9 @@ static void lease_end(struct handle *h)
 void store_commit(struct store *s, struct tenant *t,
 		  const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
 {
-	for (uint32_t i = 0; i < n; i++) {
+	/* Backwards for the same reason as lookups: a batch is usually a
+	 * chain, and its head should be the last to be evicted. */
+	for (uint32_t i = n; i-- > 0;) {
 		struct handle *hd = handle_find(t, h[i].handle);
 		if (!hd)
 			ret[i] = -ENOENT;

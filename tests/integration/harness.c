@@ -1,0 +1,307 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct daemon *current;
+
+void harness_fail(void)
+{
+	if (current && current->pid > 0) {
+		char cmd[256];
+		fprintf(stderr, "--- kvtierd log (%s) ---\n", current->log);
+		snprintf(cmd, sizeof(cmd), "tail -n 40 '%s' >&2", current->log);
+		if (system(cmd) < 0)
+			perror("system");
+		kill(current->pid, SIGKILL);
+		waitpid(current->pid, NULL, 0);
+		daemon_cleanup(current);
+	}
+	exit(1);
+}
+
+static const char *bin(const char *env, const char *fallback)
+{
+	const char *p = getenv(env);
+	return p && *p ? p : fallback;
+}
+
+int count_fds(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	int n = 0;
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 2;
+}
+
+int daemon_fd_count(const struct daemon *d)
+{
+	return count_fds(d->pid);
+}
+
+static void write_config(struct daemon *d, const char *extra)
+{
+	FILE *f = fopen(d->config, "we");
+	CHECK(f, "cannot write %s", d->config);
+	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = 200\n"
+		   "[pool]\ncapacity = 16M\nextent_size = 2M\n%s\n",
+		d->socket, d->dir, extra ? extra : "");
+	fclose(f);
+}
+
+static int try_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	return r;
+}
+
+static void spawn_daemon(struct daemon *d)
+{
+	d->pid = fork();
+	CHECK(d->pid >= 0, "fork");
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		dup2(fd, 2);
+		dup2(fd, 1);
+		execl(bin("KVTIERD", "kvtierd"), "kvtierd", "--config", d->config, "--verbose",
+		      (char *)NULL);
+		_exit(127);
+	}
+	current = d;
+	WAIT_FOR(try_connect(d->socket) == 0 || waitpid(d->pid, NULL, WNOHANG) != 0,
+		 "kvtierd to listen");
+	CHECK(try_connect(d->socket) == 0, "kvtierd did not start");
+}
+
+void daemon_start(struct daemon *d, const char *extra_config)
+{
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-test-XXXXXX");
+	CHECK(mkdtemp(d->dir), "mkdtemp");
+	snprintf(d->socket, sizeof(d->socket), "%s/kvtierd.sock", d->dir);
+	snprintf(d->config, sizeof(d->config), "%s/kvtierd.conf", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvtierd.log", d->dir);
+	write_config(d, extra_config);
+	spawn_daemon(d);
+}
+
+void daemon_restart(struct daemon *d, const char *extra_config)
+{
+	write_config(d, extra_config);
+	spawn_daemon(d);
+}
+
+void daemon_stop(struct daemon *d)
+{
+	int status;
+	kill(d->pid, SIGTERM);
+	CHECK(waitpid(d->pid, &status, 0) == d->pid, "waitpid");
+	d->pid = 0;
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "kvtierd exited with status %d",
+	      status);
+}
+
+void daemon_kill(struct daemon *d)
+{
+	kill(d->pid, SIGKILL);
+	waitpid(d->pid, NULL, 0);
+	d->pid = 0;
+}
+
+void daemon_cleanup(struct daemon *d)
+{
+	char path[256];
+	if (getenv("KVT_KEEP"))
+		return;
+	unlink(d->socket);
+	unlink(d->config);
+	unlink(d->log);
+	snprintf(path, sizeof(path), "%s/pins", d->dir);
+	unlink(path);
+	rmdir(d->dir);
+	current = NULL;
+}
+
+static char **engine_argv(const struct daemon *d, va_list ap)
+{
+	static char *argv[64];
+	int n = 0;
+	argv[n++] = (char *)"kvt-engine";
+	argv[n++] = (char *)"--socket";
+	argv[n++] = (char *)d->socket;
+	const char *a;
+	while ((a = va_arg(ap, const char *)) && n < 63)
+		argv[n++] = (char *)a;
+	argv[n] = NULL;
+	return argv;
+}
+
+int wait_exit(pid_t pid)
+{
+	int status;
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int engine_run(const struct daemon *d, char *out, size_t out_size, ...)
+{
+	int p[2];
+	va_list ap;
+	CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe");
+	va_start(ap, out_size);
+	char **argv = engine_argv(d, ap);
+	va_end(ap);
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(p[1], 1);
+		execv(bin("KVT_ENGINE", "kvt-engine"), argv);
+		_exit(127);
+	}
+	close(p[1]);
+	size_t len = 0;
+	ssize_t n;
+	while ((n = read(p[0], out + len, out_size - 1 - len)) > 0)
+		len += (size_t)n;
+	out[len] = 0;
+	close(p[0]);
+	int r = wait_exit(pid);
+	fprintf(stderr, "%s", out);
+	return r;
+}
+
+pid_t engine_spawn(const struct daemon *d, int *ret_stdin, FILE **ret_stdout, ...)
+{
+	int in[2], out[2];
+	va_list ap;
+	CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0, "pipe");
+	va_start(ap, ret_stdout);
+	char **argv = engine_argv(d, ap);
+	va_end(ap);
+	pid_t pid = fork();
+	if (pid == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		execv(bin("KVT_ENGINE", "kvt-engine"), argv);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	*ret_stdin = in[1];
+	*ret_stdout = fdopen(out[0], "r");
+	return pid;
+}
+
+kvt_client *client_connect(const struct daemon *d, const char *name)
+{
+	kvt_client *c = NULL;
+	int r = kvt_client_connect(d->socket, name, &c);
+	CHECK(r == 0, "connect: %s", strerror(-r));
+	return c;
+}
+
+kvt_ns *engine_ns(kvt_client *c, const char *model, uint32_t tp_size)
+{
+	/* Must match kvt-engine's open_ns(). */
+	struct { const char *name; uint32_t layers, heads, head_bytes; } m[] = {
+		{"llama3-8b", 32, 8, 256}, {"tiny", 4, 2, 128},
+	};
+	for (size_t i = 0; i < 2; i++) {
+		if (strcmp(model, m[i].name))
+			continue;
+		kvt_layer_group g = {.n_layers = m[i].layers, .attn = KVT_ATTN_MHA, .planes = 2,
+				     .kv_heads = m[i].heads, .head_bytes = m[i].head_bytes,
+				     .dtype = 1};
+		static const uint8_t weights[16] = "weights-v1";
+		kvt_ns_desc desc = {.model = m[i].name, .weights = weights,
+				    .weights_len = sizeof(weights), .layer_end = m[i].layers,
+				    .tp_size = tp_size, .cp_size = 1, .block_tokens = 16,
+				    .n_groups = 1, .groups = &g};
+		kvt_ns *ns = NULL;
+		int r = kvt_ns_open(c, &desc, &ns);
+		CHECK(r == 0, "ns open: %s %s", strerror(-r), kvt_client_error(c));
+		return ns;
+	}
+	CHECK(0, "unknown model %s", model);
+	return NULL;
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed,
+		     uint32_t suffix, uint8_t *ret_keys, uint32_t max)
+{
+	/* Must match kvt-engine's make_tokens(). */
+	uint32_t n = prefix + suffix;
+	uint32_t *tok = calloc(n + 1, sizeof(uint32_t));
+	for (uint32_t i = 0; i < prefix; i++)
+		tok[i] = (uint32_t)(mix(prefix_seed * 1000003 + i) % 128256);
+	for (uint32_t i = 0; i < suffix; i++)
+		tok[prefix + i] = (uint32_t)(mix((suffix_seed ^ 0x5555) * 1000003 + i) % 128256);
+	int r = kvt_hash_chain(NULL, tok, n, 16, NULL, 0, ret_keys, max);
+	free(tok);
+	CHECK(r >= 0, "hash chain");
+	return (uint32_t)r;
+}
+
+struct stat_query {
+	const char *kind, *field;
+	uint64_t value;
+	bool found;
+	uint32_t count;
+};
+
+static int stat_cb(const kvt_record *r, void *userdata)
+{
+	struct stat_query *q = userdata;
+	if (strcmp(kvt_record_kind(r), q->kind))
+		return 0;
+	q->count++;
+	if (!q->found && q->field && kvt_record_get_u64(r, q->field, &q->value) == 0)
+		q->found = true;
+	return 0;
+}
+
+uint64_t stat_get(kvt_client *c, const char *kind, const char *field)
+{
+	struct stat_query q = {kind, field, 0, false, 0};
+	int r = kvt_stats(c, KVT_STATS_ALL, stat_cb, &q);
+	CHECK(r == 0, "stats: %s", strerror(-r));
+	CHECK(q.found, "no field %s in a %s record", field, kind);
+	return q.value;
+}
+
+uint32_t stat_count(kvt_client *c, const char *kind)
+{
+	struct stat_query q = {kind, NULL, 0, false, 0};
+	int r = kvt_stats(c, KVT_STATS_ALL, stat_cb, &q);
+	CHECK(r == 0, "stats: %s", strerror(-r));
+	return q.count;
+}

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Integration test harness: a real kvtierd in a private directory, real
+ * engine processes, and checks through the daemon's own statistics.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "kvtier.h"
+
+#define CHECK(cond, ...)                                                      \
+	do {                                                                  \
+		if (!(cond)) {                                                \
+			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, \
+				__LINE__, #cond);                             \
+			fprintf(stderr, __VA_ARGS__);                         \
+			fprintf(stderr, "\n");                                \
+			harness_fail();                                       \
+		}                                                             \
+	} while (0)
+
+struct daemon {
+	pid_t pid;
+	char dir[128];
+	char socket[160];
+	char config[160];
+	char log[160];
+};
+
+/* Start kvtierd with a small test configuration plus extra lines. */
+void daemon_start(struct daemon *d, const char *extra_config);
+/* Restart on the same directory and socket. */
+void daemon_restart(struct daemon *d, const char *extra_config);
+/* SIGTERM, and check it exits 0. */
+void daemon_stop(struct daemon *d);
+void daemon_kill(struct daemon *d);
+int daemon_fd_count(const struct daemon *d);
+void daemon_cleanup(struct daemon *d);
+
+/* Run kvt-engine --socket ... args...; stdout into out.  Returns exit code. */
+int engine_run(const struct daemon *d, char *out, size_t out_size, ...);
+/* Start kvt-engine with pipes on stdin and stdout. */
+pid_t engine_spawn(const struct daemon *d, int *ret_stdin, FILE **ret_stdout, ...);
+int wait_exit(pid_t pid);
+
+kvt_client *client_connect(const struct daemon *d, const char *name);
+/* Open the namespace kvt-engine uses for a model ("tiny", "llama3-8b"). */
+kvt_ns *engine_ns(kvt_client *c, const char *model, uint32_t tp_size);
+/* Keys of kvt-engine's request for a prefix seed, prefix and suffix. */
+uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed,
+		     uint32_t suffix, uint8_t *ret_keys, uint32_t max);
+
+/* A numeric field of the first record of kind (and, if name_field is not
+ * NULL, whose name_field equals name_value).  Fails the test if absent. */
+uint64_t stat_get(kvt_client *c, const char *kind, const char *field);
+uint32_t stat_count(kvt_client *c, const char *kind);
+
+/* Poll cond every 20 ms; fail after a generous deadline (never a
+ * performance threshold: it only stops a hung test). */
+#define WAIT_FOR(cond, what)                                                 \
+	do {                                                                 \
+		int _i;                                                      \
+		for (_i = 0; _i < 1500 && !(cond); _i++)                      \
+			usleep(20000);                                       \
+		CHECK(cond, "timed out waiting for %s", what);               \
+	} while (0)
+
+void harness_fail(void) __attribute__((noreturn));
+int count_fds(pid_t pid);
