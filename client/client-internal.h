@@ -33,6 +33,7 @@ struct kvt_client {
 	char name[KVT_MAX_NAME + 1];
 	int fd; /* -1 while disconnected */
 	bool forked;
+	uint32_t flags; /* KVT_CONNECT_* */
 	uint16_t version;
 	uint64_t features;
 	uint32_t tenant_id, session_id, max_keys, max_handles;

@@ -463,7 +463,9 @@ static int connect_locked(kvt_client *c)
 	struct kvt_hello_req req = {
 		.min_version = KVT_PROTO_VERSION_MIN,
 		.max_version = KVT_PROTO_VERSION_MAX,
-		.features = KVT_FEATURES_ALL,
+		.features = (c->flags & KVT_CONNECT_OBSERVER)
+				    ? KVT_FEATURES_ALL & ~KVT_FEATURE_POOL
+				    : KVT_FEATURES_ALL,
 	};
 	memcpy(req.name, c->name, sizeof(req.name));
 	kvt_enc_hello_req(&c->out, client_next_rid(c), &req);
@@ -513,10 +515,16 @@ int client_ensure(kvt_client *c)
 KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
 				  kvt_client **ret)
 {
+	return kvt_client_connect_flags(socket_path, name, 0, ret);
+}
+
+KVT_EXPORT int kvt_client_connect_flags(const char *socket_path, const char *name,
+					uint32_t flags, kvt_client **ret)
+{
 	kvt_client *c;
 	int r;
 
-	if (!ret)
+	if (!ret || (flags & ~(uint32_t)KVT_CONNECT_OBSERVER))
 		return -EINVAL;
 	if (!socket_path)
 		socket_path = kvt_default_socket();
@@ -530,6 +538,7 @@ KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
 	strcpy(c->path, socket_path);
 	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
 	c->fd = -1;
+	c->flags = flags;
 	kvt_buf_init(&c->out);
 	c->slots = calloc(KVT_MAX_KEYS, sizeof(*c->slots));
 	c->status = calloc(KVT_MAX_KEYS, sizeof(*c->status));

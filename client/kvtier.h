@@ -174,6 +174,15 @@ KVT_EXPORT const char *kvt_default_socket(void);
 KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
 				  kvt_client **ret);
 
+/** kvt_client_connect_flags: look, don't store.  The daemon sends no pool
+ * extents (nothing is mapped) and creates no tenant for the caller; block
+ * operations fail.  For monitoring tools such as kvtierctl. */
+#define KVT_CONNECT_OBSERVER 0x1
+
+/** kvt_client_connect with KVT_CONNECT_* flags. */
+KVT_EXPORT int kvt_client_connect_flags(const char *socket_path, const char *name,
+					uint32_t flags, kvt_client **ret);
+
 /** Close the connection and unmap the pool.  NULL is ignored. */
 KVT_EXPORT void kvt_client_free(kvt_client *c);
 

@@ -955,7 +955,7 @@ int main(int argc, char **argv)
 	if (verbose)
 		kvt_set_default_log(log_stderr, NULL);
 	arm_timeout(x.socket);
-	r = kvt_client_connect(x.socket, "kvtierctl", &client);
+	r = kvt_client_connect_flags(x.socket, "kvtierctl", KVT_CONNECT_OBSERVER, &client);
 	if (r < 0) {
 		connect_failed(x.socket, r);
 		return EXIT_DAEMON;

@@ -28,7 +28,7 @@ static void on_extent_added(void *userdata, struct tenant *t, struct extent *e)
 	 * (handles cross connections), so all of them learn of it now,
 	 * ahead of any reply that names it. */
 	for (struct session *s = m->sessions; s; s = s->next)
-		if (s->tenant == t && !s->dead)
+		if (s->tenant == t && s->pool && !s->dead)
 			session_announce_extent(s, e);
 }
 

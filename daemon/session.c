@@ -251,6 +251,19 @@ static void reply_error(struct session *s, const struct kvt_header *h, int error
 
 /* ---- handlers ----------------------------------------------------- */
 
+static void session_join_tenant(struct session *s, struct tenant *t)
+{
+	s->tenant = t;
+	t->n_sessions++;
+	/* Every extent of the tenant first, so no reply ever names an extent
+	 * this connection has not been given. */
+	if (!s->pool)
+		return;
+	for (uint32_t i = 0; i < t->n_classes; i++)
+		for (uint32_t j = 0; j < t->classes[i]->n_extents; j++)
+			session_announce_extent(s, t->classes[i]->extents[j]);
+}
+
 static int do_hello(struct session *s, const struct kvt_header *h,
 		    struct kvt_cursor *c)
 {
@@ -258,7 +271,7 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 	struct kvt_hello_req req;
 	int r;
 
-	if (s->tenant)
+	if (s->hello)
 		return -EBADMSG; /* a second HELLO */
 	r = kvt_dec_hello_req(c, &req);
 	if (r < 0)
@@ -277,8 +290,10 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 		return 0;
 	}
 
+	/* The tenant is created when a namespace is opened, not here: a
+	 * client that only looks (kvtierctl) leaves nothing behind. */
 	struct tenant *t;
-	r = store_tenant_get(&m->store, s->uid, &t);
+	r = store_tenant_find(&m->store, s->uid, &t);
 	if (r == -EACCES) {
 		m->c.refused++;
 		reply_error(s, h, r,
@@ -286,34 +301,28 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 			    (unsigned)s->uid);
 		return 0;
 	}
-	if (r < 0) {
-		reply_error(s, h, r, "out of memory");
-		return 0;
-	}
-	s->tenant = t;
-	t->n_sessions++;
+	s->hello = true;
 	s->version = (uint16_t)hi;
 	s->features = req.features & KVT_FEATURES_ALL;
-
-	/* Every extent of the tenant first, so no reply ever names an extent
-	 * this connection has not been given. */
-	for (uint32_t i = 0; i < t->n_classes; i++)
-		for (uint32_t j = 0; j < t->classes[i]->n_extents; j++)
-			session_announce_extent(s, t->classes[i]->extents[j]);
+	s->pool = (s->features & KVT_FEATURE_POOL) != 0;
+	if (t)
+		session_join_tenant(s, t);
 
 	struct kvt_hello_rep rep = {
 		.version = s->version,
 		.features = s->features,
-		.tenant_id = t->id,
+		.tenant_id = t ? t->id : 0,
 		.session_id = s->id,
 		.max_keys = m->config->max_keys,
 		.max_handles = m->config->max_handles,
-		.quota_bytes = t->quota,
+		.quota_bytes = t ? t->quota
+				 : (m->config->default_quota ? m->config->default_quota
+							     : m->config->capacity),
 	};
 	kvt_enc_hello_rep(&m->reply, s->version, h->request_id, &rep);
 	reply(s);
-	log_debug("Client %u: pid %d uid %u '%s', protocol %u, tenant %s", s->id,
-		  (int)s->pid, (unsigned)s->uid, s->name, s->version, t->name);
+	log_debug("Client %u: pid %d uid %u '%s', protocol %u%s", s->id, (int)s->pid,
+		  (unsigned)s->uid, s->name, s->version, s->pool ? "" : ", observer");
 	return 0;
 }
 
@@ -328,6 +337,16 @@ static int do_ns_open(struct session *s, const struct kvt_header *h,
 	r = kvt_dec_ns_open_req(c, &req);
 	if (r < 0)
 		return r;
+	if (!s->tenant) {
+		struct tenant *t;
+		r = store_tenant_get(&s->m->store, s->uid, &t);
+		if (r < 0) {
+			reply_error(s, h, r, r == -EACCES ? "uid %u is refused" : "out of memory (uid %u)",
+				    (unsigned)s->uid);
+			return 0;
+		}
+		session_join_tenant(s, t);
+	}
 	reason[0] = 0;
 	r = store_ns_open(&s->m->store, s->tenant, req.identity, req.identity_len,
 			  &ns, reason, sizeof(reason));
@@ -364,7 +383,7 @@ static int do_keys(struct session *s, const struct kvt_header *h,
 	}
 	if (r < 0)
 		return r;
-	struct ns *ns = store_ns_get(s->tenant, req.ns_id);
+	struct ns *ns = s->tenant ? store_ns_get(s->tenant, req.ns_id) : NULL;
 	if (!ns) {
 		reply_error(s, h, -ENOENT, "namespace %u is not open in this tenant", req.ns_id);
 		return 0;
@@ -429,7 +448,10 @@ static int do_handles(struct session *s, const struct kvt_header *h,
 	}
 	if (r < 0)
 		return r;
-	if (h->opcode == KVT_OP_COMMIT)
+	if (!s->tenant) {
+		for (uint32_t i = 0; i < n; i++)
+			m->status[i] = -ENOENT;
+	} else if (h->opcode == KVT_OP_COMMIT)
 		store_commit(&m->store, s->tenant, m->handles, n, m->status);
 	else if (h->opcode == KVT_OP_ABORT)
 		store_abort(&m->store, s->tenant, m->handles, n, m->status);
@@ -471,7 +493,7 @@ static int dispatch(struct session *s, const struct kvt_header *h,
 		return -EBADMSG;
 	s->requests++;
 	s->m->c.requests++;
-	if (!s->tenant) {
+	if (!s->hello) {
 		if (h->opcode != KVT_OP_HELLO)
 			return -EBADMSG;
 		return do_hello(s, h, &c);

@@ -34,10 +34,12 @@ struct session {
 	gid_t gid;
 	pid_t pid;
 	struct process *process;
-	struct tenant *tenant; /* set by HELLO */
+	struct tenant *tenant; /* once the uid's tenant exists */
 	char name[KVT_MAX_NAME + 1];
 	uint16_t version;
 	uint64_t features;
+	bool hello;  /* HELLO done */
+	bool pool;   /* wants the pool extents (not an observer) */
 	bool dead;
 	bool paused; /* not reading: too many reply bytes queued */
 

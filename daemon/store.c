@@ -78,6 +78,17 @@ void store_done(struct store *s)
 	s->n_tenants = 0;
 }
 
+int store_tenant_find(struct store *s, uid_t uid, struct tenant **ret)
+{
+	*ret = NULL;
+	for (uint32_t i = 0; i < s->n_tenants; i++)
+		if (s->tenants[i]->uid == uid) {
+			*ret = s->tenants[i];
+			return 0;
+		}
+	return s->config->refuse_unknown ? -EACCES : 0;
+}
+
 int store_tenant_get(struct store *s, uid_t uid, struct tenant **ret)
 {
 	for (uint32_t i = 0; i < s->n_tenants; i++)

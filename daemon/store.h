@@ -124,6 +124,8 @@ void store_done(struct store *s);
 
 /* The tenant of a uid, created on first use.  -EACCES when refused. */
 int store_tenant_get(struct store *s, uid_t uid, struct tenant **ret);
+/* The tenant of a uid if it exists; -EACCES when the uid is refused. */
+int store_tenant_find(struct store *s, uid_t uid, struct tenant **ret);
 struct ns *store_ns_get(struct tenant *t, uint32_t ns_id);
 
 /* reason receives a sentence for the client when the call is refused. */

@@ -29,7 +29,9 @@
 /* Feature bits negotiated by HELLO (the intersection wins). */
 #define KVT_FEATURE_SHARDS (UINT64_C(1) << 0)  /* tensor-parallel shards */
 #define KVT_FEATURE_RECORDS (UINT64_C(1) << 1) /* STATS as records */
-#define KVT_FEATURES_ALL (KVT_FEATURE_SHARDS | KVT_FEATURE_RECORDS)
+#define KVT_FEATURE_POOL (UINT64_C(1) << 2)    /* send me the pool extents */
+#define KVT_FEATURES_ALL \
+	(KVT_FEATURE_SHARDS | KVT_FEATURE_RECORDS | KVT_FEATURE_POOL)
 
 #define KVT_HEADER_SIZE 24
 #define KVT_KEY_SIZE 32
