@@ -34,6 +34,7 @@ struct manager {
 	bool socket_owned; /* we created the path and unlink it at exit */
 	sd_event_source *listen_source;
 	sd_event_source *reap_source; /* frees sessions marked dead */
+	sd_event_source *status_source; /* periodic STATUS= for systemd */
 	struct session *sessions;
 	uint32_t n_sessions;
 	uint32_t next_session_id;
