@@ -1,1 +1,409 @@
-int main(void){return 77;}
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The block index against a reference that is only a "present" flag per
+ * key: random insert/get/remove over many operations, with keys built to
+ * share their first 8 bytes (the hash), to share only its low bits, and to
+ * sit at the end of the table so probe runs wrap.  After every batch the
+ * table itself is checked: no entry is separated from its home slot by an
+ * empty slot, which is what backward-shift deletion must preserve.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "index.h"
+
+static int failures;
+
+#define CHECK(cond)                                                        \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			fprintf(stderr, "%s:%d: check failed: %s\n",       \
+				__FILE__, __LINE__, #cond);                \
+			failures++;                                        \
+		}                                                          \
+	} while (0)
+
+struct entry {
+	uint8_t key[32];
+	uint32_t id;
+	bool in; /* the reference: is it in the index */
+};
+
+static uint64_t rng_state = UINT64_C(0x9e3779b97f4a7c15);
+
+static uint64_t rnd(void)
+{
+	/* xorshift64* */
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
+}
+
+static void set_hash(struct entry *e, uint64_t h)
+{
+	for (int i = 0; i < 8; i++)
+		e->key[i] = (uint8_t)(h >> (8 * i));
+}
+
+static size_t home_of(const struct index *ix, const void *e)
+{
+	uint64_t h;
+	memcpy(&h, e, sizeof(h));
+	return (size_t)h & (ix->cap - 1);
+}
+
+/* The table's own invariants, independent of any reference. */
+static bool check_table(int line, const struct index *ix)
+{
+	size_t used = 0, mask = ix->cap - 1;
+
+	if (ix->cap < 64 || (ix->cap & mask) || ix->n * 10 > ix->cap * 7) {
+		fprintf(stderr, "%s:%d: cap %zu n %zu\n", __FILE__, line,
+			ix->cap, ix->n);
+		failures++;
+		return false;
+	}
+	for (size_t i = 0; i < ix->cap; i++) {
+		if (!ix->slots[i])
+			continue;
+		used++;
+		for (size_t j = home_of(ix, ix->slots[i]); j != i; j = (j + 1) & mask)
+			if (!ix->slots[j]) {
+				fprintf(stderr,
+					"%s:%d: slot %zu (home %zu) is cut off by empty slot %zu\n",
+					__FILE__, line, i,
+					home_of(ix, ix->slots[i]), j);
+				failures++;
+				return false;
+			}
+	}
+	if (used != ix->n) {
+		fprintf(stderr, "%s:%d: %zu slots used, n = %zu\n", __FILE__,
+			line, used, ix->n);
+		failures++;
+		return false;
+	}
+	return true;
+}
+
+#define CHECK_TABLE(ix) check_table(__LINE__, ix)
+
+static bool check_against(int line, const struct index *ix,
+			  const struct entry *e, size_t n_keys)
+{
+	size_t present = 0;
+
+	for (size_t i = 0; i < n_keys; i++) {
+		void *got = index_get(ix, e[i].key);
+		if (got != (e[i].in ? (const void *)&e[i] : NULL)) {
+			fprintf(stderr, "%s:%d: key %zu: get %p, expected %s\n",
+				__FILE__, line, i, got,
+				e[i].in ? "its entry" : "NULL");
+			failures++;
+			return false;
+		}
+		present += e[i].in;
+	}
+	if (present != ix->n) {
+		fprintf(stderr, "%s:%d: n %zu, reference %zu\n", __FILE__, line,
+			ix->n, present);
+		failures++;
+		return false;
+	}
+	return true;
+}
+
+#define CHECK_AGAINST(ix, e, n) check_against(__LINE__, ix, e, n)
+
+/*
+ * Keys: a quarter in clusters of 16 that share all of their first 31 bytes
+ * (so the same hash, differing only in the last byte); an eighth in
+ * clusters of 8 whose hashes differ but share the low 20 bits (colliding
+ * until the table is larger than 2^20); 64 keys whose hashes are the top
+ * values, so their home is the last slots and runs wrap to slot 0; the rest
+ * uniform.
+ */
+#define N_KEYS 20000
+
+static void make_keys(struct entry *e, size_t n)
+{
+	uint64_t cluster_hash = 0, low = 0;
+	uint8_t cluster_body[23];
+	unsigned wrap = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		memset(&e[i], 0, sizeof(e[i]));
+		e[i].id = (uint32_t)i;
+		for (int k = 8; k < 32; k++)
+			e[i].key[k] = (uint8_t)rnd();
+		switch (i % 8) {
+		case 0:
+		case 1:
+			if (i % 64 == 0) {
+				cluster_hash = rnd();
+				for (int k = 0; k < 23; k++)
+					cluster_body[k] = (uint8_t)rnd();
+			}
+			set_hash(&e[i], cluster_hash);
+			memcpy(e[i].key + 8, cluster_body, 23);
+			/* distinct within the cluster through the last byte */
+			e[i].key[31] = (uint8_t)(i / 8 % 8 * 2 + i % 8);
+			break;
+		case 2:
+			if (i % 64 == 2)
+				low = rnd() & 0xfffff;
+			set_hash(&e[i], (rnd() << 20) | low);
+			break;
+		case 3:
+			if (wrap < 64) {
+				set_hash(&e[i], ~(uint64_t)(wrap % 8));
+				wrap++;
+				break;
+			}
+			/* fall through */
+		default:
+			set_hash(&e[i], rnd());
+			break;
+		}
+	}
+	/* Any accidental duplicates would make the reference ambiguous. */
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = i + 1; j < n && j < i + 64; j++)
+			if (!memcmp(e[i].key, e[j].key, 32))
+				e[j].key[20] ^= 0x55;
+}
+
+static void test_random(void)
+{
+	static struct entry e[N_KEYS];
+	struct entry decoy;
+	struct index ix;
+	unsigned long ops = 0;
+	const unsigned long n_ops = 200000;
+
+	make_keys(e, N_KEYS);
+	CHECK(index_init(&ix, 0) == 0);
+	for (; ops < n_ops; ops++) {
+		/* Alternate phases that fill and drain, so the table both
+		 * grows and lives long with deletions. */
+		unsigned phase = (unsigned)(ops / 25000) % 2;
+		unsigned op = (unsigned)(rnd() % 100);
+		size_t i = (size_t)(rnd() % N_KEYS);
+		struct entry *x = &e[i];
+		int r;
+
+		if (op < (phase ? 25u : 55u)) {
+			r = index_put(&ix, x);
+			if (r != (x->in ? -EEXIST : 0)) {
+				fprintf(stderr, "op %lu: put key %zu returned %d\n",
+					ops, i, r);
+				failures++;
+				break;
+			}
+			x->in = true;
+		} else if (op < 85) {
+			r = index_remove(&ix, x);
+			if (r != (x->in ? 0 : -ENOENT)) {
+				fprintf(stderr, "op %lu: remove key %zu returned %d\n",
+					ops, i, r);
+				failures++;
+				break;
+			}
+			x->in = false;
+		} else if (op < 95) {
+			void *got = index_get(&ix, x->key);
+			if (got != (x->in ? (void *)x : NULL)) {
+				fprintf(stderr, "op %lu: get key %zu wrong\n", ops, i);
+				failures++;
+				break;
+			}
+		} else {
+			/* Same key, other object: removal is by identity, a
+			 * second put is a duplicate key. */
+			decoy = *x;
+			r = index_remove(&ix, &decoy);
+			if (r != -ENOENT) {
+				fprintf(stderr, "op %lu: remove of a copy of key %zu returned %d\n",
+					ops, i, r);
+				failures++;
+				break;
+			}
+			r = index_put(&ix, &decoy);
+			if (r != (x->in ? -EEXIST : 0)) {
+				fprintf(stderr, "op %lu: put of a copy of key %zu returned %d\n",
+					ops, i, r);
+				failures++;
+				break;
+			}
+			if (r == 0) {
+				CHECK(index_get(&ix, x->key) == &decoy);
+				CHECK(index_remove(&ix, &decoy) == 0);
+			}
+		}
+		if (ops % 5000 == 4999 &&
+		    (!CHECK_TABLE(&ix) || !CHECK_AGAINST(&ix, e, N_KEYS)))
+			break;
+	}
+	CHECK(ops == n_ops);
+	CHECK(ix.cap >= 8192);
+
+	/* Drain: every removal keeps the rest findable. */
+	for (size_t i = 0; i < N_KEYS; i++) {
+		size_t k = (i * 7919) % N_KEYS;
+		CHECK(index_remove(&ix, &e[k]) == (e[k].in ? 0 : -ENOENT));
+		e[k].in = false;
+		if (i % 2000 == 0 &&
+		    (!CHECK_TABLE(&ix) || !CHECK_AGAINST(&ix, e, N_KEYS)))
+			break;
+	}
+	CHECK(ix.n == 0);
+	for (size_t i = 0; i < ix.cap; i++)
+		CHECK(ix.slots[i] == NULL);
+	index_free(&ix);
+	CHECK(ix.slots == NULL && ix.cap == 0 && ix.n == 0);
+}
+
+static void test_growth(void)
+{
+	const size_t n = 100000;
+	struct entry *e = calloc(n, sizeof(*e));
+	struct index ix;
+	size_t last_cap;
+
+	CHECK(e != NULL);
+	if (!e)
+		return;
+	make_keys(e, n);
+	CHECK(index_init(&ix, 0) == 0);
+	CHECK(ix.cap == 64 && ix.n == 0);
+	last_cap = ix.cap;
+	for (size_t i = 0; i < n; i++) {
+		CHECK(index_put(&ix, &e[i]) == 0);
+		e[i].in = true;
+		if (ix.cap != last_cap) {
+			/* Grown by doubling, exactly when the load would pass
+			 * 70 %, and everything is still there. */
+			CHECK(ix.cap == last_cap * 2);
+			CHECK(i * 10 <= last_cap * 7 && (i + 1) * 10 > last_cap * 7);
+			CHECK_TABLE(&ix);
+			CHECK(index_get(&ix, e[0].key) == &e[0]);
+			CHECK(index_get(&ix, e[i / 2].key) == &e[i / 2]);
+			last_cap = ix.cap;
+		}
+	}
+	CHECK(ix.n == n);
+	CHECK(ix.cap == 262144);
+	CHECK_TABLE(&ix);
+	CHECK_AGAINST(&ix, e, n);
+	for (size_t i = 0; i < n; i++)
+		CHECK(index_put(&ix, &e[i]) == -EEXIST);
+	CHECK(ix.n == n);
+	for (size_t i = 0; i < n; i += 2) {
+		CHECK(index_remove(&ix, &e[i]) == 0);
+		e[i].in = false;
+	}
+	CHECK_TABLE(&ix);
+	CHECK_AGAINST(&ix, e, n);
+	for (size_t i = 0; i < n; i += 2)
+		CHECK(index_remove(&ix, &e[i]) == -ENOENT);
+	index_free(&ix);
+	free(e);
+
+	/* Sizing hints: at least twice the hint, a power of two, 64 minimum. */
+	static const struct {
+		size_t hint, cap;
+	} hints[] = { { 0, 64 }, { 1, 64 }, { 32, 64 }, { 33, 128 },
+		      { 1000, 2048 }, { 1024, 2048 }, { 1025, 4096 } };
+	for (size_t i = 0; i < sizeof(hints) / sizeof(hints[0]); i++) {
+		CHECK(index_init(&ix, hints[i].hint) == 0);
+		CHECK(ix.cap == hints[i].cap && ix.n == 0);
+		index_free(&ix);
+	}
+}
+
+/* Hand-placed runs in a 64-slot table, including runs across its end. */
+static void test_backward_shift(void)
+{
+	struct entry a, b, c, d, x, y, extra[40];
+	struct index ix;
+
+	memset(&a, 0, sizeof(a));
+	b = c = d = x = y = a;
+	set_hash(&a, 63);
+	a.key[31] = 1;
+	set_hash(&b, 63 + 64); /* home 63 as well, another hash */
+	b.key[31] = 2;
+	set_hash(&c, 0);
+	c.key[31] = 3;
+	set_hash(&d, 63);
+	d.key[31] = 4;
+
+	CHECK(index_init(&ix, 0) == 0 && ix.cap == 64);
+	CHECK(index_put(&ix, &a) == 0);
+	CHECK(index_put(&ix, &b) == 0);
+	CHECK(index_put(&ix, &c) == 0);
+	CHECK(ix.slots[63] == &a && ix.slots[0] == &b && ix.slots[1] == &c);
+	/* Removing the head of a wrapped run pulls both back. */
+	CHECK(index_remove(&ix, &a) == 0);
+	CHECK(ix.slots[63] == &b && ix.slots[0] == &c && ix.slots[1] == NULL);
+	CHECK(index_get(&ix, b.key) == &b && index_get(&ix, c.key) == &c);
+	CHECK(index_get(&ix, a.key) == NULL);
+	CHECK(index_remove(&ix, &a) == -ENOENT);
+
+	/* c sits at its home: removing b must not move it before it. */
+	CHECK(index_put(&ix, &d) == 0);
+	CHECK(ix.slots[63] == &b && ix.slots[0] == &c && ix.slots[1] == &d);
+	CHECK(index_remove(&ix, &b) == 0);
+	CHECK(ix.slots[63] == &d && ix.slots[0] == &c && ix.slots[1] == NULL);
+	CHECK(index_get(&ix, d.key) == &d && index_get(&ix, c.key) == &c);
+	CHECK_TABLE(&ix);
+	CHECK(index_remove(&ix, &c) == 0);
+	CHECK(index_remove(&ix, &d) == 0);
+	CHECK(ix.n == 0);
+
+	/* An entry at its home right after the hole stays. */
+	set_hash(&x, 5);
+	set_hash(&y, 6);
+	CHECK(index_put(&ix, &x) == 0 && index_put(&ix, &y) == 0);
+	CHECK(index_remove(&ix, &x) == 0);
+	CHECK(ix.slots[5] == NULL && ix.slots[6] == &y);
+	CHECK(index_remove(&ix, &y) == 0);
+
+	/* A long run of one hash across the end; remove from the middle. */
+	for (unsigned i = 0; i < 40; i++) {
+		memset(&extra[i], 0, sizeof(extra[i]));
+		set_hash(&extra[i], i % 2 ? 62 : 63);
+		extra[i].key[30] = (uint8_t)i;
+	}
+	for (unsigned i = 0; i < 40; i++)
+		CHECK(index_put(&ix, &extra[i]) == 0);
+	CHECK(ix.cap == 64 && ix.n == 40);
+	for (unsigned i = 0; i < 40; i += 3) {
+		CHECK(index_remove(&ix, &extra[i]) == 0);
+		CHECK_TABLE(&ix);
+		for (unsigned k = 0; k < 40; k++)
+			CHECK(index_get(&ix, extra[k].key) ==
+			      (k % 3 == 0 && k <= i ? NULL : &extra[k]));
+	}
+	index_free(&ix);
+}
+
+int main(void)
+{
+	test_backward_shift();
+	test_growth();
+	test_random();
+
+	if (failures) {
+		fprintf(stderr, "test-index: %d check(s) failed\n", failures);
+		return 1;
+	}
+	printf("test-index: ok\n");
+	return 0;
+}

@@ -1,0 +1,38 @@
+#!/bin/sh
+# Every test suite: install, build, run the unit, protocol and integration
+# suites, then the same under AddressSanitizer and UndefinedBehaviorSanitizer.
+# Ends with one line "N passed, N failed, N skipped".
+set -u
+cd "$(dirname "$0")/.."
+./scripts/deps.sh || exit 1
+
+passed=0 failed=0 skipped=0
+run_suite() { # build-dir, meson options...
+	dir=$1
+	shift
+	if [ ! -d "$dir" ]; then
+		meson setup "$dir" "$@" >/dev/null || { failed=$((failed + 1)); return; }
+	fi
+	if ! ninja -C "$dir"; then
+		echo "kvtier: build in $dir failed" >&2
+		failed=$((failed + 1))
+		return
+	fi
+	meson test -C "$dir" --print-errorlogs --num-processes 2 | tee "$dir/test-summary.txt"
+	ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
+	fail=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
+	to=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
+	skip=$(sed -n 's/^Skipped: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
+	[ -n "$ok" ] || fail=$((${fail:-0} + 1))
+	passed=$((passed + ${ok:-0}))
+	failed=$((failed + ${fail:-0} + ${to:-0}))
+	skipped=$((skipped + ${skip:-0}))
+}
+
+run_suite build
+# Sanitizers: leaks, out-of-bounds and undefined behaviour in the same tests.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
