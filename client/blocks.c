@@ -482,8 +482,11 @@ static int store_batch(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n
 		goto out;
 	}
 	r = kvt_reserve(ns, shard, keys, n, refs);
-	if (r < 0 && r != -ENOTCONN)
+	if (r < 0) {
+		for (size_t i = 0; ret_status && i < n; i++)
+			ret_status[i] = refs[i].status;
 		goto out;
+	}
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (ret_status)
@@ -528,8 +531,11 @@ static int load_batch(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n,
 		goto out;
 	}
 	r = kvt_acquire(ns, shard, keys, n, refs);
-	if (r < 0 && r != -ENOTCONN)
+	if (r < 0) {
+		for (size_t i = 0; ret_status && i < n; i++)
+			ret_status[i] = refs[i].status;
 		goto out;
+	}
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		int32_t st = refs[i].status;

@@ -37,6 +37,11 @@ static const char *bin(const char *env, const char *fallback)
 	return p && *p ? p : fallback;
 }
 
+void harness_in_child(void)
+{
+	current = NULL;
+}
+
 int count_fds(pid_t pid)
 {
 	char path[64];
@@ -99,6 +104,8 @@ void daemon_start(struct daemon *d, const char *extra_config)
 	memset(d, 0, sizeof(*d));
 	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-test-XXXXXX");
 	CHECK(mkdtemp(d->dir), "mkdtemp");
+	/* Tests connect as other uids too. */
+	chmod(d->dir, 0755);
 	snprintf(d->socket, sizeof(d->socket), "%s/kvtierd.sock", d->dir);
 	snprintf(d->config, sizeof(d->config), "%s/kvtierd.conf", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/kvtierd.log", d->dir);

@@ -70,4 +70,6 @@ uint32_t stat_count(kvt_client *c, const char *kind);
 	} while (0)
 
 void harness_fail(void) __attribute__((noreturn));
+/* In a forked child: a failed check must not stop the parent's daemon. */
+void harness_in_child(void);
 int count_fds(pid_t pid);
