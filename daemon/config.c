@@ -188,7 +188,7 @@ int config_defaults(struct config *c)
 	c->extent_size = 64ULL << 20;
 	c->hugepages = HUGEPAGES_AUTO;
 	c->lock = LOCK_AUTO;
-	c->default_quota = 0; /* the whole capacity */
+	c->default_quota = 0; /* a quarter of the capacity */
 	c->refuse_unknown = false;
 	c->max_connections = 1024;
 	c->max_connections_per_uid = 256;
@@ -330,7 +330,8 @@ void config_dump(const struct config *c, FILE *f)
 		(unsigned long long)(c->capacity >> 20),
 		(unsigned long long)(c->extent_size >> 20), hp[c->hugepages],
 		lk[c->lock]);
-	fprintf(f, "[tenants]\ndefault_quota = %lluM\nunknown = %s\n\n",
+	fprintf(f, "[tenants]\n# 0: a quarter of [pool] capacity; root and kvtierd's own uid get all of it\n"
+		"default_quota = %lluM\nunknown = %s\n\n",
 		(unsigned long long)(c->default_quota >> 20),
 		c->refuse_unknown ? "refuse" : "allow");
 	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"

@@ -315,9 +315,7 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 		.session_id = s->id,
 		.max_keys = m->config->max_keys,
 		.max_handles = m->config->max_handles,
-		.quota_bytes = t ? t->quota
-				 : (m->config->default_quota ? m->config->default_quota
-							     : m->config->capacity),
+		.quota_bytes = t ? t->quota : store_default_quota(m->config, s->uid),
 	};
 	kvt_enc_hello_rep(&m->reply, s->version, h->request_id, &rep);
 	reply(s);

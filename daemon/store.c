@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "process.h"
@@ -78,6 +79,15 @@ void store_done(struct store *s)
 	s->n_tenants = 0;
 }
 
+uint64_t store_default_quota(const struct config *c, uid_t uid)
+{
+	if (uid == 0 || uid == geteuid())
+		return c->capacity;
+	if (c->default_quota)
+		return c->default_quota < c->capacity ? c->default_quota : c->capacity;
+	return c->capacity / 4;
+}
+
 int store_tenant_find(struct store *s, uid_t uid, struct tenant **ret)
 {
 	*ret = NULL;
@@ -107,8 +117,7 @@ int store_tenant_get(struct store *s, uid_t uid, struct tenant **ret)
 	t->id = s->next_tenant_id++;
 	t->uid = uid;
 	snprintf(t->name, sizeof(t->name), "uid:%u", (unsigned)uid);
-	t->quota = s->config->default_quota ? s->config->default_quota
-					      : s->config->capacity;
+	t->quota = store_default_quota(s->config, uid);
 	s->tenants[s->n_tenants++] = t;
 	log_info("Tenant %s: quota %llu MiB", t->name,
 		 (unsigned long long)(t->quota >> 20));

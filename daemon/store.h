@@ -155,5 +155,9 @@ void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 /* Drop a handle as if its owner released it (reservations abort). */
 void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);
 
+/* Host memory a uid's tenant may hold: all of it for root and the daemon's
+ * own uid, [tenants] default_quota (a quarter of the pool if 0) for others. */
+uint64_t store_default_quota(const struct config *c, uid_t uid);
+
 /* Totals for stats. */
 uint64_t store_tenant_used(const struct tenant *t);

@@ -176,6 +176,17 @@ static int engine_setup(struct engine *e, uint32_t n_blocks)
 	return 0;
 }
 
+static void engine_free(struct engine *e)
+{
+	kvt_ns_close(e->ns);
+	kvt_client_free(e->c);
+	for (uint32_t l = 0; e->layer_mem && l < e->m->layers; l++)
+		free(e->layer_mem[l]);
+	free(e->layer_mem);
+	free(e->layer_base);
+	free(e->keys);
+}
+
 static int open_ns(struct engine *e, const char *salt)
 {
 	kvt_layer_group g = {
@@ -304,6 +315,7 @@ int main(int argc, char **argv)
 	uint32_t n_blocks = n_tokens / BLOCK_TOKENS;
 	e.keys = calloc(n_blocks ? n_blocks : 1, 32);
 	r = kvt_hash_chain(NULL, tokens, n_tokens, BLOCK_TOKENS, NULL, 0, e.keys, n_blocks);
+	free(tokens);
 	if (r < 0 || engine_setup(&e, n_blocks) < 0) {
 		fprintf(stderr, "kvt-engine: setup failed\n");
 		return 1;
@@ -371,7 +383,7 @@ int main(int argc, char **argv)
 		fclose(f);
 		printf("kvt-engine %s: copied %" PRIu64 " pinned blocks, %" PRIu64 " wrong bytes\n",
 		       name, n, bad);
-		kvt_client_free(e.c);
+		engine_free(&e);
 		return bad || n == 0 ? 1 : 0;
 	}
 
@@ -408,7 +420,11 @@ int main(int argc, char **argv)
 			/* Hold the pins until the test closes our stdin. */
 			while (getchar() != EOF)
 				;
-			kvt_client_free(e.c);
+			free(refs);
+			free(states);
+			free(st);
+			free(pages);
+			engine_free(&e);
 			return 0;
 		}
 
@@ -461,7 +477,6 @@ int main(int argc, char **argv)
 		free(st);
 		free(pages);
 	}
-	kvt_ns_close(e.ns);
-	kvt_client_free(e.c);
+	engine_free(&e);
 	return failed;
 }
