@@ -20,7 +20,8 @@ int parse_size(const char *s, uint64_t *ret)
 	char *end;
 	uint64_t mult = 1;
 
-	if (!s || !*s || *s == '-')
+	/* strtoull() would skip blanks and wrap "-1" around: digits only. */
+	if (!s || *s < '0' || *s > '9')
 		return -EINVAL;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
@@ -56,9 +57,11 @@ static int conf_u32(const char *v, void *field, const char **expect)
 {
 	char *end;
 	*expect = "a whole number up to 4294967295";
+	if (*v < '0' || *v > '9')
+		return -EINVAL;
 	errno = 0;
 	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || *v == '-' || x > UINT32_MAX)
+	if (errno || end == v || *end || x > UINT32_MAX)
 		return -EINVAL;
 	*(uint32_t *)field = (uint32_t)x;
 	return 0;
@@ -319,25 +322,45 @@ void config_free(struct config *c)
 	c->socket_path = c->runtime_dir = NULL;
 }
 
+/* The largest unit that keeps the value exact, so a dump reads back equal. */
+static const char *format_size(uint64_t v, char *buf, size_t n)
+{
+	static const char units[] = "TGMK";
+	for (int i = 0; i < 4; i++) {
+		uint64_t u = 1ULL << (10 * (4 - i));
+		if (v && v % u == 0) {
+			snprintf(buf, n, "%llu%c", (unsigned long long)(v / u), units[i]);
+			return buf;
+		}
+	}
+	snprintf(buf, n, "%llu", (unsigned long long)v);
+	return buf;
+}
+
 void config_dump(const struct config *c, FILE *f)
 {
 	static const char *hp[] = {"auto", "hugetlb", "thp", "off"};
 	static const char *lk[] = {"auto", "yes", "no"};
+	const char *level = "info";
+	char a[32], b[32], q[32], o[32];
 
-	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = %u\n\n",
-		c->socket_path, c->runtime_dir, c->quarantine_ms);
-	fprintf(f, "[pool]\ncapacity = %lluM\nextent_size = %lluM\nhugepages = %s\nlock = %s\n\n",
-		(unsigned long long)(c->capacity >> 20),
-		(unsigned long long)(c->extent_size >> 20), hp[c->hugepages],
-		lk[c->lock]);
+	switch (c->log_level) {
+	case LOG_ERR: level = "error"; break;
+	case LOG_WARNING: level = "warning"; break;
+	case LOG_NOTICE: level = "notice"; break;
+	case LOG_DEBUG: level = "debug"; break;
+	}
+	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = %u\nlog_level = %s\n\n",
+		c->socket_path, c->runtime_dir, c->quarantine_ms, level);
+	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\n\n",
+		format_size(c->capacity, a, sizeof(a)), format_size(c->extent_size, b, sizeof(b)),
+		hp[c->hugepages], lk[c->lock]);
 	fprintf(f, "[tenants]\n# 0: a quarter of [pool] capacity; root and kvtierd's own uid get all of it\n"
-		"default_quota = %lluM\nunknown = %s\n\n",
-		(unsigned long long)(c->default_quota >> 20),
-		c->refuse_unknown ? "refuse" : "allow");
+		"default_quota = %s\nunknown = %s\n\n",
+		format_size(c->default_quota, q, sizeof(q)), c->refuse_unknown ? "refuse" : "allow");
 	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
 		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
-		"handles_per_tenant = %u\noutput_bytes = %lluM\n",
-		c->max_connections, c->max_connections_per_uid,
-		c->max_namespaces, c->max_keys, c->max_handles,
-		(unsigned long long)(c->max_output_bytes >> 20));
+		"handles_per_tenant = %u\noutput_bytes = %s\n",
+		c->max_connections, c->max_connections_per_uid, c->max_namespaces, c->max_keys,
+		c->max_handles, format_size(c->max_output_bytes, o, sizeof(o)));
 }

@@ -36,7 +36,7 @@ static int identity_check(const struct kvt_identity *id)
 {
 	size_t model_len = strnlen(id->model, sizeof(id->model));
 
-	if (model_len == 0 || model_len > KVT_MAX_MODEL)
+	if (id->key_scheme == 0 || model_len == 0 || model_len > KVT_MAX_MODEL)
 		return -EINVAL;
 	if (id->weights_len > KVT_MAX_FINGERPRINT ||
 	    id->salt_len > KVT_MAX_FINGERPRINT)
@@ -123,6 +123,7 @@ int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 	struct kvt_cursor c = {p, len};
 	struct kvt_identity id;
 	unsigned last_tag = 0;
+	uint32_t seen = 0;
 	const uint8_t *bytes;
 
 	if (len > KVT_MAX_IDENTITY)
@@ -139,6 +140,8 @@ int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 		if (tag < last_tag || (tag == last_tag && tag != KVT_ID_GROUP))
 			return -EBADMSG;
 		last_tag = tag;
+		if (tag < 32)
+			seen |= 1u << tag;
 		switch (tag) {
 		case KVT_ID_KEY_SCHEME:
 			TRY(get_u32s(&c, flen, &id.key_scheme, 1));
@@ -195,9 +198,14 @@ int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 			return -EBADMSG;
 		}
 	}
-	/* Every mandatory field present (a missing one leaves a zero that the
-	 * checks below refuse). */
-	if (identity_check(&id) < 0)
+	/* Every field the encoder always writes must be there: decoding and
+	 * re-encoding gives back the same bytes, or the input was not
+	 * canonical. */
+	const uint32_t mandatory = 1u << KVT_ID_KEY_SCHEME | 1u << KVT_ID_MODEL |
+				   1u << KVT_ID_WEIGHTS | 1u << KVT_ID_LAYERS |
+				   1u << KVT_ID_PARALLEL | 1u << KVT_ID_BLOCK_TOKENS |
+				   1u << KVT_ID_GROUP;
+	if ((seen & mandatory) != mandatory || identity_check(&id) < 0)
 		return -EBADMSG;
 	*ret = id;
 	return 0;

@@ -323,7 +323,7 @@ static void test_errors(void)
 {
 	static const struct bad_case cases[] = {
 		{ "unknown section", "# c\n\n[daemon]\nquarantine_ms = 1\n[bogus]\nkey = 1\n",
-		  6, "bogus" },
+		  6, "unknown section [bogus]" },
 		{ "unknown key", "[pool]\ncapacity = 1G\n\n; x\ncapacty = 2G\n", 5,
 		  "capacty" },
 		{ "unknown key in a later section",

@@ -1,0 +1,1003 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench-host: the host tier end to end, against limits measured in the same
+ * run.
+ *
+ * It starts its own kvtierd (a private directory, a private socket) and
+ * measures three things, each as pairs of contenders run one after the other
+ * (A B A B ...) so that drift on a shared machine hits both alike:
+ *
+ *   1. kvt_store + kvt_load of 256 KiB and 2 MiB blocks against plain memcpy
+ *      of the same bytes twice (caller -> middle, middle -> caller);
+ *   2. kvt_client_ping against a bare AF_UNIX stream ping-pong of one
+ *      header (24 bytes) with a forked echo process;
+ *   3. kvt_lookup of 1024-key batches, all hits and all misses, with the
+ *      bare round trip measured in the same pair.
+ *
+ * What it reports is the median of the pairwise ratios, with the medians of
+ * the absolute figures for context.  It is a measurement, not a test: it
+ * fails only when something does not work (or moves wrong bytes), never
+ * because a figure misses its target.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvt-proto.h"
+#include "kvtier.h"
+
+#define MIB (1024ull * 1024ull)
+#define MAX_PAIRS 1000
+
+/* Targets from the issue; printed next to the figures, never asserted. */
+#define TARGET_COPY_2M 0.9   /* >= x memcpy for 2 MiB blocks */
+#define TARGET_RTT 2.0       /* <= x the bare socket round trip */
+#define TARGET_KEYS_S 5e6    /* >= keys/s for 1024-key lookups */
+
+#define LOOKUP_KEYS 1024
+
+static struct {
+	unsigned pairs;
+	unsigned rounds;       /* store+load rounds per sample */
+	uint64_t round_bytes;  /* bytes stored (and loaded) per round */
+	unsigned ping_iters;   /* round trips per ping sample */
+	unsigned lookup_iters; /* batches per lookup sample */
+	bool json;
+} opt = {
+	.pairs = 7,
+	.rounds = 4,
+	.round_bytes = 64 * MIB,
+	.ping_iters = 20000,
+	.lookup_iters = 2000,
+};
+
+/* ---- failing and cleaning up ---------------------------------------- */
+
+struct daemon {
+	pid_t pid;
+	char dir[64];
+	char socket[128];
+	char config[128];
+	char log[128];
+};
+
+static struct daemon daemon_state;
+static pid_t echo_pid = -1;
+
+static void daemon_cleanup(struct daemon *d)
+{
+	char path[512];
+
+	if (!d->dir[0])
+		return;
+	DIR *dir = opendir(d->dir);
+	if (dir) {
+		struct dirent *e;
+		while ((e = readdir(dir)))
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+				snprintf(path, sizeof(path), "%s/%s", d->dir, e->d_name);
+				unlink(path);
+			}
+		closedir(dir);
+	}
+	rmdir(d->dir);
+	d->dir[0] = 0;
+}
+
+static void log_tail(const struct daemon *d)
+{
+	char line[512];
+	FILE *f = fopen(d->log, "re");
+	if (!f)
+		return;
+	fprintf(stderr, "--- kvtierd log (%s) ---\n", d->log);
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fclose(f);
+}
+
+static void stop_children(void)
+{
+	if (echo_pid > 0) {
+		kill(echo_pid, SIGKILL);
+		waitpid(echo_pid, NULL, 0);
+		echo_pid = -1;
+	}
+	if (daemon_state.pid > 0) {
+		kill(daemon_state.pid, SIGKILL);
+		waitpid(daemon_state.pid, NULL, 0);
+		daemon_state.pid = 0;
+	}
+}
+
+static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static _Noreturn void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "bench-host: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	if (daemon_state.pid > 0)
+		log_tail(&daemon_state);
+	stop_children();
+	daemon_cleanup(&daemon_state);
+	exit(1);
+}
+
+static void on_signal(int sig)
+{
+	/* Only async-signal-safe calls: the daemon and the echo process go,
+	 * the private directory's known files go with them. */
+	if (echo_pid > 0)
+		kill(echo_pid, SIGKILL);
+	if (daemon_state.pid > 0) {
+		kill(daemon_state.pid, SIGKILL);
+		waitpid(daemon_state.pid, NULL, 0);
+	}
+	if (daemon_state.dir[0]) {
+		unlink(daemon_state.socket);
+		unlink(daemon_state.config);
+		unlink(daemon_state.log);
+		rmdir(daemon_state.dir);
+	}
+	_exit(128 + sig);
+}
+
+/* ---- small helpers --------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median(const double *v, unsigned n)
+{
+	double s[MAX_PAIRS];
+	memcpy(s, v, n * sizeof(double));
+	qsort(s, n, sizeof(double), cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static double vmin(const double *v, unsigned n)
+{
+	double m = v[0];
+	for (unsigned i = 1; i < n; i++)
+		m = v[i] < m ? v[i] : m;
+	return m;
+}
+
+static double vmax(const double *v, unsigned n)
+{
+	double m = v[0];
+	for (unsigned i = 1; i < n; i++)
+		m = v[i] > m ? v[i] : m;
+	return m;
+}
+
+/* Anonymous memory, every page written, so no copy pays a first touch. */
+static uint8_t *alloc_populated(uint64_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		die("cannot map %llu MiB: %s", (unsigned long long)(bytes / MIB), strerror(errno));
+	memset(p, 0x5a, bytes);
+	return p;
+}
+
+static void fill_random(uint8_t *p, uint64_t bytes, uint64_t seed)
+{
+	for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
+		uint64_t v = mix(seed ^ off);
+		memcpy(p + off, &v, 8);
+	}
+}
+
+static void make_keys(uint8_t *keys, size_t n, uint64_t *counter)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t c = ++*counter;
+		for (unsigned w = 0; w < KVT_KEY_BYTES / 8; w++) {
+			uint64_t v = mix(c * 4 + w);
+			memcpy(keys + i * KVT_KEY_BYTES + w * 8, &v, 8);
+		}
+	}
+}
+
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void progress(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "bench-host: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+}
+
+/* ---- the daemon ------------------------------------------------------ */
+
+static int try_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+static void daemon_start(struct daemon *d, const char *kvtierd)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-bench-XXXXXX");
+	if (!mkdtemp(d->dir)) {
+		d->dir[0] = 0;
+		die("mkdtemp: %s", strerror(errno));
+	}
+	snprintf(d->socket, sizeof(d->socket), "%s/kvtierd.sock", d->dir);
+	snprintf(d->config, sizeof(d->config), "%s/kvtierd.conf", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvtierd.log", d->dir);
+
+	/* Three slot classes (256 KiB, 2 MiB, and 32 KiB for lookups), one
+	 * 256 MiB extent each: nothing is ever evicted. */
+	FILE *f = fopen(d->config, "we");
+	if (!f)
+		die("cannot write %s: %s", d->config, strerror(errno));
+	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\n"
+		   "[pool]\ncapacity = 1G\nextent_size = 256M\n"
+		   "[limits]\nkeys_per_request = 4096\n",
+		d->socket, d->dir);
+	fclose(f);
+
+	d->pid = fork();
+	if (d->pid < 0)
+		die("fork: %s", strerror(errno));
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(kvtierd, "kvtierd", "--config", d->config, (char *)NULL);
+		fprintf(stderr, "cannot execute %s: %s\n", kvtierd, strerror(errno));
+		_exit(127);
+	}
+	for (int i = 0; i < 1000; i++) {
+		if (try_connect(d->socket) == 0)
+			return;
+		if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
+			d->pid = 0;
+			die("kvtierd (%s) exited before listening", kvtierd);
+		}
+		usleep(10000);
+	}
+	die("kvtierd did not listen on %s within 10 s", d->socket);
+}
+
+static void daemon_stop(struct daemon *d)
+{
+	int status;
+
+	if (d->pid <= 0)
+		return;
+	kill(d->pid, SIGTERM);
+	if (waitpid(d->pid, &status, 0) != d->pid)
+		die("waitpid kvtierd: %s", strerror(errno));
+	d->pid = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fprintf(stderr, "bench-host: kvtierd exited with status %d\n", status);
+}
+
+/* The pool line of the daemon's log: page size and locking as it found them. */
+static void daemon_pool_line(const struct daemon *d, char *out, size_t size)
+{
+	char line[1024];
+	FILE *f = fopen(d->log, "re");
+
+	snprintf(out, size, "(not reported)");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, "Host pool: ");
+		if (!p)
+			continue;
+		p += strlen("Host pool: ");
+		p[strcspn(p, "\n")] = 0;
+		snprintf(out, size, "%s", p);
+		break;
+	}
+	fclose(f);
+}
+
+/* ---- the bare socket ------------------------------------------------- */
+
+static int read_full(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	while (len) {
+		ssize_t n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n == 0 ? -ECONNRESET : -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Forked before any large buffer exists: a child that shares the parent's
+ * anonymous pages would turn every later write of the parent into a
+ * copy-on-write fault.
+ */
+static int echo_start(void)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		die("socketpair: %s", strerror(errno));
+	echo_pid = fork();
+	if (echo_pid < 0)
+		die("fork: %s", strerror(errno));
+	if (echo_pid == 0) {
+		uint8_t msg[KVT_HEADER_SIZE];
+		/* Ctrl-C reaches the whole group: the parent cleans up. */
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		close(sv[0]);
+		while (read_full(sv[1], msg, sizeof(msg)) == 0)
+			if (write_full(sv[1], msg, sizeof(msg)) < 0)
+				break;
+		_exit(0);
+	}
+	close(sv[1]);
+	return sv[0];
+}
+
+static void echo_stop(int fd)
+{
+	close(fd);
+	if (echo_pid > 0) {
+		waitpid(echo_pid, NULL, 0);
+		echo_pid = -1;
+	}
+}
+
+/* \return nanoseconds for iters bare round trips. */
+static uint64_t bare_rtts(int fd, unsigned iters)
+{
+	uint8_t msg[KVT_HEADER_SIZE] = {0};
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; i < iters; i++) {
+		msg[0] = (uint8_t)i;
+		if (write_full(fd, msg, sizeof(msg)) < 0 || read_full(fd, msg, sizeof(msg)) < 0)
+			die("bare ping-pong failed: %s", strerror(errno));
+	}
+	return now_ns() - t0;
+}
+
+static uint64_t api_pings(kvt_client *c, unsigned iters)
+{
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; i < iters; i++) {
+		int r = kvt_client_ping(c);
+		if (r < 0)
+			die("kvt_client_ping: %s", strerror(-r));
+	}
+	return now_ns() - t0;
+}
+
+/* ---- namespaces ------------------------------------------------------ */
+
+/*
+ * shard_bytes = n_layers * planes * kv_heads * head_bytes * block_tokens
+ * with one tensor-parallel rank, so one shard is the whole block.
+ */
+static kvt_ns *open_ns(kvt_client *c, const char *model, uint32_t n_layers,
+		       uint32_t kv_heads, uint32_t head_bytes, uint64_t want_bytes)
+{
+	kvt_layer_group g = {
+		.n_layers = n_layers,
+		.attn = KVT_ATTN_MHA,
+		.planes = 2,
+		.kv_heads = kv_heads,
+		.head_bytes = head_bytes,
+		.dtype = 1,
+	};
+	static const uint8_t weights[16] = "bench-weights";
+	kvt_ns_desc desc = {
+		.model = model,
+		.weights = weights,
+		.weights_len = sizeof(weights),
+		.layer_end = n_layers,
+		.tp_size = 1,
+		.cp_size = 1,
+		.block_tokens = 16,
+		.n_groups = 1,
+		.groups = &g,
+	};
+	kvt_ns *ns = NULL;
+	kvt_ns_info info;
+	int r = kvt_ns_open(c, &desc, &ns);
+	if (r < 0)
+		die("kvt_ns_open %s: %s (%s)", model, strerror(-r), kvt_client_error(c));
+	r = kvt_ns_get_info(ns, &info);
+	if (r < 0)
+		die("kvt_ns_get_info: %s", strerror(-r));
+	if (info.shard_bytes != want_bytes || info.shards != 1)
+		die("namespace %s: %llu bytes in %u shard(s), expected %llu in 1", model,
+		    (unsigned long long)info.shard_bytes, info.shards,
+		    (unsigned long long)want_bytes);
+	return ns;
+}
+
+/* ---- 1. store + load against memcpy ---------------------------------- */
+
+struct copy_bench {
+	kvt_ns *ns;
+	uint64_t block;  /* bytes */
+	size_t n;        /* blocks per round */
+	uint8_t *src, *mid, *dst; /* round_bytes each */
+	const void **srcs;
+	void **dsts;
+	uint8_t *keys;
+	int32_t *status;
+	uint64_t key_counter;
+	uint64_t round;
+};
+
+/*
+ * The same preparation before every round of either contender, outside
+ * the timed region: a stamp (round, block) in each source block, so bytes
+ * of an earlier round cannot pass, and a poisoned destination, so a block
+ * that was not copied cannot pass either.
+ */
+static void copy_prepare(struct copy_bench *b)
+{
+	b->round++;
+	for (size_t i = 0; i < b->n; i++) {
+		uint64_t stamp[2] = {b->round, i};
+		memcpy(b->src + i * b->block, stamp, sizeof(stamp));
+		memcpy(b->src + (i + 1) * b->block - sizeof(stamp), stamp, sizeof(stamp));
+	}
+	memset(b->dst, 0xa5, b->n * b->block);
+}
+
+static void copy_verify(const struct copy_bench *b, const char *who)
+{
+	for (size_t i = 0; i < b->n; i++)
+		if (memcmp(b->src + i * b->block, b->dst + i * b->block, b->block))
+			die("%s, %llu KiB blocks, round %llu: block %zu came back with different bytes",
+			    who, (unsigned long long)(b->block >> 10),
+			    (unsigned long long)b->round, i);
+}
+
+/* One round through the library; ret_ns[0] store, ret_ns[1] load. */
+static void api_round(struct copy_bench *b, uint64_t *ret_ns)
+{
+	copy_prepare(b);
+	make_keys(b->keys, b->n, &b->key_counter);
+
+	uint64_t t0 = now_ns();
+	int r = kvt_store(b->ns, 0, b->keys, b->n, b->srcs, b->status);
+	uint64_t t1 = now_ns();
+	if (r != (int)b->n)
+		die("kvt_store of %zu blocks stored %d", b->n, r);
+	for (size_t i = 0; i < b->n; i++)
+		if (b->status[i] != 0) /* -EEXIST would mean no copy happened */
+			die("kvt_store: block %zu status %d", i, b->status[i]);
+	int r2 = kvt_load(b->ns, 0, b->keys, b->n, b->dsts, b->status);
+	uint64_t t2 = now_ns();
+	if (r2 != (int)b->n)
+		die("kvt_load of %zu blocks loaded %d", b->n, r2);
+
+	copy_verify(b, "kvt_store/kvt_load");
+	/* Free the slots, so the next round's stores are real stores into
+	 * the same, already mapped, memory. */
+	r = kvt_delete(b->ns, b->keys, b->n);
+	if (r != (int)b->n)
+		die("kvt_delete of %zu blocks found %d", b->n, r);
+	ret_ns[0] += t1 - t0;
+	ret_ns[1] += t2 - t1;
+}
+
+static void memcpy_round(struct copy_bench *b, uint64_t *ret_ns)
+{
+	copy_prepare(b);
+
+	uint64_t t0 = now_ns();
+	for (size_t i = 0; i < b->n; i++)
+		memcpy(b->mid + i * b->block, b->src + i * b->block, b->block);
+	uint64_t t1 = now_ns();
+	for (size_t i = 0; i < b->n; i++)
+		memcpy(b->dst + i * b->block, b->mid + i * b->block, b->block);
+	uint64_t t2 = now_ns();
+
+	copy_verify(b, "memcpy");
+	ret_ns[0] += t1 - t0;
+	ret_ns[1] += t2 - t1;
+}
+
+struct copy_result {
+	double api_gbs[MAX_PAIRS], cpy_gbs[MAX_PAIRS], ratio[MAX_PAIRS];
+	double api_store[MAX_PAIRS], api_load[MAX_PAIRS];
+	double cpy_store[MAX_PAIRS], cpy_load[MAX_PAIRS];
+};
+
+static double gbs(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / (double)ns : 0; /* bytes/ns = GB/s */
+}
+
+static void copy_run(struct copy_bench *b, struct copy_result *res)
+{
+	uint64_t bytes = (uint64_t)b->n * b->block * opt.rounds;
+	uint64_t warm[2] = {0, 0};
+
+	/* Untimed: the first store makes the daemon create the extent, and
+	 * the library maps and pre-faults it; measure after that. */
+	api_round(b, warm);
+	memcpy_round(b, warm);
+
+	for (unsigned p = 0; p < opt.pairs; p++) {
+		uint64_t a[2] = {0, 0}, m[2] = {0, 0};
+		for (unsigned k = 0; k < opt.rounds; k++)
+			api_round(b, a);
+		for (unsigned k = 0; k < opt.rounds; k++)
+			memcpy_round(b, m);
+		res->api_gbs[p] = gbs(2 * bytes, a[0] + a[1]);
+		res->cpy_gbs[p] = gbs(2 * bytes, m[0] + m[1]);
+		res->api_store[p] = gbs(bytes, a[0]);
+		res->api_load[p] = gbs(bytes, a[1]);
+		res->cpy_store[p] = gbs(bytes, m[0]);
+		res->cpy_load[p] = gbs(bytes, m[1]);
+		res->ratio[p] = res->api_gbs[p] / res->cpy_gbs[p];
+		progress("  %4llu KiB pair %u/%u: kvtier %.2f GB/s, memcpy %.2f GB/s, ratio %.3f",
+			 (unsigned long long)(b->block >> 10), p + 1, opt.pairs,
+			 res->api_gbs[p], res->cpy_gbs[p], res->ratio[p]);
+	}
+}
+
+static void copy_setup(struct copy_bench *b, kvt_ns *ns, uint64_t block, uint8_t *src,
+		       uint8_t *mid, uint8_t *dst)
+{
+	memset(b, 0, sizeof(*b));
+	b->ns = ns;
+	b->block = block;
+	b->n = opt.round_bytes / block;
+	b->src = src;
+	b->mid = mid;
+	b->dst = dst;
+	b->srcs = calloc(b->n, sizeof(*b->srcs));
+	b->dsts = calloc(b->n, sizeof(*b->dsts));
+	b->keys = calloc(b->n, KVT_KEY_BYTES);
+	b->status = calloc(b->n, sizeof(*b->status));
+	if (!b->srcs || !b->dsts || !b->keys || !b->status)
+		die("out of memory");
+	for (size_t i = 0; i < b->n; i++) {
+		b->srcs[i] = src + i * block;
+		b->dsts[i] = dst + i * block;
+	}
+	/* Different contents per block size, so nothing can pass by luck. */
+	fill_random(src, b->n * block, block);
+}
+
+static void copy_free(struct copy_bench *b)
+{
+	free(b->srcs);
+	free(b->dsts);
+	free(b->keys);
+	free(b->status);
+}
+
+/* ---- 2. round trip --------------------------------------------------- */
+
+struct rtt_result {
+	double api_us[MAX_PAIRS], bare_us[MAX_PAIRS], ratio[MAX_PAIRS];
+};
+
+static void rtt_run(kvt_client *c, int echo_fd, struct rtt_result *res)
+{
+	api_pings(c, 1000);
+	bare_rtts(echo_fd, 1000);
+	for (unsigned p = 0; p < opt.pairs; p++) {
+		uint64_t a = api_pings(c, opt.ping_iters);
+		uint64_t b = bare_rtts(echo_fd, opt.ping_iters);
+		res->api_us[p] = (double)a / opt.ping_iters / 1000.0;
+		res->bare_us[p] = (double)b / opt.ping_iters / 1000.0;
+		res->ratio[p] = res->api_us[p] / res->bare_us[p];
+		progress("  ping pair %u/%u: kvt_client_ping %.2f us, bare %.2f us, ratio %.3f",
+			 p + 1, opt.pairs, res->api_us[p], res->bare_us[p], res->ratio[p]);
+	}
+}
+
+/* ---- 3. lookups ------------------------------------------------------ */
+
+struct lookup_result {
+	double hit_us[MAX_PAIRS], miss_us[MAX_PAIRS], bare_us[MAX_PAIRS];
+	double hit_keys_s[MAX_PAIRS], miss_keys_s[MAX_PAIRS];
+	double hit_frac[MAX_PAIRS], miss_frac[MAX_PAIRS];
+};
+
+static uint64_t lookups(kvt_ns *ns, const uint8_t *keys, uint8_t *states, unsigned iters,
+			int want)
+{
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; i < iters; i++) {
+		int r = kvt_lookup(ns, keys, LOOKUP_KEYS, 0, states);
+		if (r != want)
+			die("kvt_lookup: %d leading hits, expected %d", r, want);
+	}
+	return now_ns() - t0;
+}
+
+static void lookup_run(kvt_client *c, kvt_ns *ns, int echo_fd, struct lookup_result *res)
+{
+	uint64_t block = 32 * 1024;
+	uint8_t *data = alloc_populated(block);
+	const void **srcs = calloc(LOOKUP_KEYS, sizeof(*srcs));
+	uint8_t *hit = calloc(LOOKUP_KEYS, KVT_KEY_BYTES);
+	uint8_t *miss = calloc(LOOKUP_KEYS, KVT_KEY_BYTES);
+	uint8_t *states = calloc(LOOKUP_KEYS, 1);
+	uint64_t counter = 1ull << 40;
+	unsigned bare_iters = opt.ping_iters / 4 ? opt.ping_iters / 4 : 1;
+
+	if (!srcs || !hit || !miss || !states)
+		die("out of memory");
+	for (unsigned i = 0; i < LOOKUP_KEYS; i++)
+		srcs[i] = data;
+	make_keys(hit, LOOKUP_KEYS, &counter);
+	make_keys(miss, LOOKUP_KEYS, &counter);
+	int r = kvt_store(ns, 0, hit, LOOKUP_KEYS, srcs, NULL);
+	if (r != LOOKUP_KEYS)
+		die("kvt_store of the lookup keys stored %d of %d", r, LOOKUP_KEYS);
+
+	/* Every state, once, outside the timed loops. */
+	r = kvt_lookup(ns, hit, LOOKUP_KEYS, 0, states);
+	if (r != LOOKUP_KEYS)
+		die("kvt_lookup of %d stored keys: %d leading hits", LOOKUP_KEYS, r);
+	for (unsigned i = 0; i < LOOKUP_KEYS; i++)
+		if (states[i] != KVT_HOST)
+			die("lookup of a stored key %u: state %u", i, states[i]);
+	r = kvt_lookup(ns, miss, LOOKUP_KEYS, 0, states);
+	if (r != 0)
+		die("kvt_lookup of %d unknown keys: %d leading hits", LOOKUP_KEYS, r);
+	for (unsigned i = 0; i < LOOKUP_KEYS; i++)
+		if (states[i] != KVT_MISS)
+			die("lookup of an unknown key %u: state %u", i, states[i]);
+
+	lookups(ns, hit, states, opt.lookup_iters / 10 + 1, LOOKUP_KEYS);
+	lookups(ns, miss, states, opt.lookup_iters / 10 + 1, 0);
+	for (unsigned p = 0; p < opt.pairs; p++) {
+		uint64_t h = lookups(ns, hit, states, opt.lookup_iters, LOOKUP_KEYS);
+		uint64_t m = lookups(ns, miss, states, opt.lookup_iters, 0);
+		uint64_t b = bare_rtts(echo_fd, bare_iters);
+		res->hit_us[p] = (double)h / opt.lookup_iters / 1000.0;
+		res->miss_us[p] = (double)m / opt.lookup_iters / 1000.0;
+		res->bare_us[p] = (double)b / bare_iters / 1000.0;
+		res->hit_keys_s[p] = LOOKUP_KEYS / (res->hit_us[p] * 1e-6);
+		res->miss_keys_s[p] = LOOKUP_KEYS / (res->miss_us[p] * 1e-6);
+		res->hit_frac[p] = res->bare_us[p] / res->hit_us[p];
+		res->miss_frac[p] = res->bare_us[p] / res->miss_us[p];
+		progress("  lookup pair %u/%u: hits %.1f us/batch (%.2f M keys/s), misses %.1f us/batch, bare %.2f us",
+			 p + 1, opt.pairs, res->hit_us[p], res->hit_keys_s[p] / 1e6,
+			 res->miss_us[p], res->bare_us[p]);
+	}
+	kvt_delete(ns, hit, LOOKUP_KEYS);
+	free(srcs);
+	free(hit);
+	free(miss);
+	free(states);
+	munmap(data, block);
+}
+
+/* ---- output ---------------------------------------------------------- */
+
+static const char *verdict(bool met)
+{
+	return met ? "met" : "NOT met";
+}
+
+static void print_table(const struct copy_result *c256, const struct copy_result *c2m,
+			const struct rtt_result *rtt, const struct lookup_result *lk,
+			const char *pool_line, FILE *out)
+{
+	unsigned n = opt.pairs;
+	struct utsname u;
+	uname(&u);
+
+	fprintf(out, "\nkvtier host tier: %u pairs, A/B alternating; median of the pairwise ratios [min..max], medians of the absolutes\n",
+		n);
+	fprintf(out, "machine: %s %s, %ld CPUs; pool: %s\n", u.sysname, u.release,
+		sysconf(_SC_NPROCESSORS_ONLN), pool_line);
+	fprintf(out, "\n%-26s %-24s %-24s %-22s %s\n", "", "kvtier", "limit (same run)", "ratio",
+		"target");
+	const struct copy_result *cs[2] = {c256, c2m};
+	const char *names[2] = {"store+load 256 KiB blocks", "store+load 2 MiB blocks"};
+	for (int i = 0; i < 2; i++) {
+		char a[32], l[32], r[40], t[32];
+		double ratio = median(cs[i]->ratio, n);
+		snprintf(a, sizeof(a), "%.2f GB/s", median(cs[i]->api_gbs, n));
+		snprintf(l, sizeof(l), "%.2f GB/s memcpy", median(cs[i]->cpy_gbs, n));
+		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(cs[i]->ratio, n),
+			 vmax(cs[i]->ratio, n));
+		if (i == 1)
+			snprintf(t, sizeof(t), ">= %.2fx: %s", TARGET_COPY_2M,
+				 verdict(ratio >= TARGET_COPY_2M));
+		else
+			snprintf(t, sizeof(t), "-");
+		fprintf(out, "%-26s %-24s %-24s %-22s %s\n", names[i], a, l, r, t);
+		fprintf(out, "%-26s store %.2f, load %.2f     store %.2f, load %.2f\n", "",
+			median(cs[i]->api_store, n), median(cs[i]->api_load, n),
+			median(cs[i]->cpy_store, n), median(cs[i]->cpy_load, n));
+	}
+	{
+		char a[32], l[32], r[40], t[32];
+		double ratio = median(rtt->ratio, n);
+		snprintf(a, sizeof(a), "%.2f us", median(rtt->api_us, n));
+		snprintf(l, sizeof(l), "%.2f us bare socket", median(rtt->bare_us, n));
+		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(rtt->ratio, n),
+			 vmax(rtt->ratio, n));
+		snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(ratio <= TARGET_RTT));
+		fprintf(out, "%-26s %-24s %-24s %-22s %s\n", "round trip (ping)", a, l, r, t);
+	}
+	const double *ks[2] = {lk->hit_keys_s, lk->miss_keys_s};
+	const double *us[2] = {lk->hit_us, lk->miss_us};
+	const double *fr[2] = {lk->hit_frac, lk->miss_frac};
+	const char *lnames[2] = {"lookup 1024 keys, hits", "lookup 1024 keys, misses"};
+	for (int i = 0; i < 2; i++) {
+		char a[40], l[40], t[40];
+		double k = median(ks[i], n);
+		snprintf(a, sizeof(a), "%.2f M keys/s", k / 1e6);
+		snprintf(l, sizeof(l), "%.1f us per batch", median(us[i], n));
+		snprintf(t, sizeof(t), ">= %.0f M keys/s: %s", TARGET_KEYS_S / 1e6,
+			 verdict(k >= TARGET_KEYS_S));
+		char r[40];
+		snprintf(r, sizeof(r), "bare RTT = %.0f%%", 100 * median(fr[i], n));
+		fprintf(out, "%-26s %-24s %-24s %-22s %s\n", lnames[i], a, l, r, t);
+	}
+	fprintf(out, "(bare RTT in the lookup pairs: %.2f us)\n", median(lk->bare_us, n));
+}
+
+static void print_json(const struct copy_result *c256, const struct copy_result *c2m,
+		       const struct rtt_result *rtt, const struct lookup_result *lk,
+		       const char *pool_line)
+{
+	unsigned n = opt.pairs;
+	struct utsname u;
+	uname(&u);
+	const struct copy_result *cs[2] = {c256, c2m};
+	const char *keys[2] = {"copy_256k", "copy_2m"};
+
+	printf("{\"bench\":\"bench-host\",\"kernel\":\"%s\",\"cpus\":%ld,\"pairs\":%u,"
+	       "\"rounds\":%u,\"round_bytes\":%llu,\"pool\":\"",
+	       u.release, sysconf(_SC_NPROCESSORS_ONLN), n, opt.rounds,
+	       (unsigned long long)opt.round_bytes);
+	for (const char *p = pool_line; *p; p++)
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if ((unsigned char)*p >= 0x20)
+			putchar(*p);
+	printf("\"");
+	for (int i = 0; i < 2; i++)
+		printf(",\"%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,"
+		       "\"kvtier_gbs\":%.3f,\"memcpy_gbs\":%.3f,\"kvtier_store_gbs\":%.3f,"
+		       "\"kvtier_load_gbs\":%.3f,\"memcpy_store_gbs\":%.3f,\"memcpy_load_gbs\":%.3f%s}",
+		       keys[i], median(cs[i]->ratio, n), vmin(cs[i]->ratio, n), vmax(cs[i]->ratio, n),
+		       median(cs[i]->api_gbs, n), median(cs[i]->cpy_gbs, n),
+		       median(cs[i]->api_store, n), median(cs[i]->api_load, n),
+		       median(cs[i]->cpy_store, n), median(cs[i]->cpy_load, n),
+		       i == 1 ? ",\"target_min_ratio\":0.9" : "");
+	printf(",\"rtt\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,\"kvtier_us\":%.3f,"
+	       "\"bare_us\":%.3f,\"target_max_ratio\":%.1f}",
+	       median(rtt->ratio, n), vmin(rtt->ratio, n), vmax(rtt->ratio, n),
+	       median(rtt->api_us, n), median(rtt->bare_us, n), TARGET_RTT);
+	printf(",\"lookup\":{\"keys\":%d,\"hit_keys_s\":%.0f,\"hit_us\":%.2f,\"miss_keys_s\":%.0f,"
+	       "\"miss_us\":%.2f,\"bare_us\":%.3f,\"hit_bare_fraction\":%.4f,"
+	       "\"miss_bare_fraction\":%.4f,\"target_min_keys_s\":%.0f}}\n",
+	       LOOKUP_KEYS, median(lk->hit_keys_s, n), median(lk->hit_us, n),
+	       median(lk->miss_keys_s, n), median(lk->miss_us, n), median(lk->bare_us, n),
+	       median(lk->hit_frac, n), median(lk->miss_frac, n), TARGET_KEYS_S);
+}
+
+/* ---- main ------------------------------------------------------------ */
+
+static void help(void)
+{
+	printf("Usage: bench-host [OPTIONS] [KVTIERD]\n"
+	       "\n"
+	       "Measure kvtier's host tier end to end against a kvtierd it starts\n"
+	       "itself (KVTIERD, else $KVTIERD, else kvtierd from PATH): store+load\n"
+	       "against memcpy, the control round trip against a bare Unix socket,\n"
+	       "and 1024-key lookups.  Contenders alternate A B A B; the medians of\n"
+	       "the pairwise ratios are reported.  Progress goes to stderr.\n"
+	       "\n"
+	       "Options:\n"
+	       "  -p, --pairs N    pairs of samples per comparison (>= 5, default %u)\n"
+	       "  -m, --mib N      MiB stored and loaded per round (default %llu)\n"
+	       "  -r, --rounds N   rounds per store+load sample (default %u)\n"
+	       "  -j, --json       print one JSON line on stdout (the table goes to\n"
+	       "                   stderr)\n"
+	       "  -h, --help       show this help\n",
+	       opt.pairs, (unsigned long long)(opt.round_bytes / MIB), opt.rounds);
+}
+
+static unsigned parse_uint(const char *s, unsigned lo, unsigned hi, const char *what)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
+		fprintf(stderr, "bench-host: %s must be a whole number in %u..%u, not '%s'\n", what,
+			lo, hi, s);
+		exit(2);
+	}
+	return (unsigned)v;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"pairs", required_argument, NULL, 'p'},
+		{"mib", required_argument, NULL, 'm'},
+		{"rounds", required_argument, NULL, 'r'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{},
+	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "p:m:r:jh", opts, NULL)) >= 0) {
+		switch (ch) {
+		case 'p': opt.pairs = parse_uint(optarg, 5, MAX_PAIRS, "--pairs"); break;
+		case 'm': opt.round_bytes = parse_uint(optarg, 2, 256, "--mib") * MIB; break;
+		case 'r': opt.rounds = parse_uint(optarg, 1, 100, "--rounds"); break;
+		case 'j': opt.json = true; break;
+		case 'h': help(); return 0;
+		default:
+			fprintf(stderr, "Try 'bench-host --help'.\n");
+			return 2;
+		}
+	}
+	if (argc - optind > 1) {
+		fprintf(stderr, "bench-host: one daemon path at most; try 'bench-host --help'.\n");
+		return 2;
+	}
+	if (opt.round_bytes % (2 * MIB)) {
+		fprintf(stderr, "bench-host: --mib must be even (whole 2 MiB blocks)\n");
+		return 2;
+	}
+	const char *kvtierd = optind < argc ? argv[optind] : getenv("KVTIERD");
+	if (!kvtierd || !*kvtierd)
+		kvtierd = "kvtierd";
+	if (strchr(kvtierd, '/') && access(kvtierd, X_OK) < 0) {
+		printf("bench-host: skipped: cannot execute %s: %s\n", kvtierd, strerror(errno));
+		return 77;
+	}
+
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	/* Both children before any large buffer (see echo_start). */
+	daemon_start(&daemon_state, kvtierd);
+	int echo_fd = echo_start();
+	char pool_line[512];
+	daemon_pool_line(&daemon_state, pool_line, sizeof(pool_line));
+	progress("kvtierd pid %d in %s; pool: %s", (int)daemon_state.pid, daemon_state.dir,
+		 pool_line);
+
+	kvt_client *c = NULL;
+	int r = kvt_client_connect(daemon_state.socket, "bench-host", &c);
+	if (r < 0)
+		die("kvt_client_connect %s: %s", daemon_state.socket, strerror(-r));
+	/* 32 layers, K and V, 256-byte heads (head_dim 128, 16 bit), 16 tokens:
+	 * 8 KV heads make llama3-8b's 2 MiB block; one head is its shard at
+	 * tensor-parallel 8, 256 KiB. */
+	kvt_ns *ns2m = open_ns(c, "bench-2m", 32, 8, 256, 2 * MIB);
+	kvt_ns *ns256k = open_ns(c, "bench-256k", 32, 1, 256, 256 * 1024);
+	kvt_ns *nslk = open_ns(c, "bench-lookup", 4, 2, 256, 32 * 1024);
+
+	uint8_t *src = alloc_populated(opt.round_bytes);
+	uint8_t *mid = alloc_populated(opt.round_bytes);
+	uint8_t *dst = alloc_populated(opt.round_bytes);
+
+	static struct copy_result c256, c2m;
+	static struct rtt_result rtt;
+	static struct lookup_result lk;
+	struct copy_bench b;
+	uint64_t t0 = now_ns();
+
+	progress("1/3 store+load vs memcpy, 256 KiB blocks: %u pairs x %u rounds x %llu MiB",
+		 opt.pairs, opt.rounds, (unsigned long long)(opt.round_bytes / MIB));
+	copy_setup(&b, ns256k, 256 * 1024, src, mid, dst);
+	copy_run(&b, &c256);
+	copy_free(&b);
+	progress("1/3 store+load vs memcpy, 2 MiB blocks");
+	copy_setup(&b, ns2m, 2 * MIB, src, mid, dst);
+	copy_run(&b, &c2m);
+	copy_free(&b);
+
+	progress("2/3 round trip: kvt_client_ping vs bare socket, %u pairs x %u round trips",
+		 opt.pairs, opt.ping_iters);
+	rtt_run(c, echo_fd, &rtt);
+
+	progress("3/3 lookups of %d keys: %u pairs x %u batches", LOOKUP_KEYS, opt.pairs,
+		 opt.lookup_iters);
+	lookup_run(c, nslk, echo_fd, &lk);
+	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
+
+	kvt_ns_close(ns2m);
+	kvt_ns_close(ns256k);
+	kvt_ns_close(nslk);
+	kvt_client_free(c);
+	echo_stop(echo_fd);
+	daemon_stop(&daemon_state);
+	daemon_cleanup(&daemon_state);
+	munmap(src, opt.round_bytes);
+	munmap(mid, opt.round_bytes);
+	munmap(dst, opt.round_bytes);
+
+	if (opt.json) {
+		print_table(&c256, &c2m, &rtt, &lk, pool_line, stderr);
+		print_json(&c256, &c2m, &rtt, &lk, pool_line);
+	} else {
+		print_table(&c256, &c2m, &rtt, &lk, pool_line, stdout);
+	}
+	return 0;
+}
