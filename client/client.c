@@ -22,7 +22,10 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
 
+#define DEFAULT_TIMEOUT_MS 30000
+
 static kvt_log_fn default_log;
+static _Thread_local char connect_error[KVT_MAX_REASON + 256];
 static void *default_log_ud;
 
 /* Every live client, so a forked child can drop their connections. */
@@ -232,14 +235,36 @@ static void disconnect(kvt_client *c, const char *why)
 	c->retry_at_ns = now_ns() + (uint64_t)c->backoff_ms * 1000000ull;
 }
 
+static int timeout_ms(void)
+{
+	static int ms = -1;
+	if (ms < 0) {
+		const char *e = getenv("KVTIER_TIMEOUT_MS");
+		long v = e ? strtol(e, NULL, 10) : 0;
+		ms = v > 0 && v < 3600000 ? (int)v : DEFAULT_TIMEOUT_MS;
+	}
+	return ms;
+}
+
+/* Wait for the socket; a daemon that stays silent past the timeout is
+ * treated as gone rather than hanging the engine. */
+static int wait_fd(int fd, short events)
+{
+	struct pollfd pfd = {fd, events, 0};
+	int r = poll(&pfd, 1, timeout_ms());
+	if (r < 0)
+		return errno == EINTR ? 0 : -errno;
+	return r == 0 ? -ETIMEDOUT : 0;
+}
+
 static int send_all(kvt_client *c, const uint8_t *p, size_t len)
 {
 	while (len > 0) {
 		ssize_t n = kvt_sendmsg(c->fd, p, len, NULL, 0);
 		if (n == -EAGAIN) {
-			struct pollfd pfd = {c->fd, POLLOUT, 0};
-			if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-				return -errno;
+			int r = wait_fd(c->fd, POLLOUT);
+			if (r < 0)
+				return r;
 			continue;
 		}
 		if (n < 0)
@@ -280,9 +305,9 @@ static int read_message(kvt_client *c, struct kvt_header *ret)
 		ssize_t n = kvt_recvmsg(c->fd, c->in + c->in_len, c->in_cap - c->in_len,
 					c->in_fds, &c->n_in_fds, KVT_MAX_FDS * 2);
 		if (n == -EAGAIN) {
-			struct pollfd pfd = {c->fd, POLLIN, 0};
-			if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-				return -errno;
+			int r = wait_fd(c->fd, POLLIN);
+			if (r < 0)
+				return r;
 			continue;
 		}
 		if (n == 0)
@@ -550,13 +575,16 @@ KVT_EXPORT int kvt_client_connect_flags(const char *socket_path, const char *nam
 	r = connect_locked(c);
 	if (r < 0) {
 		if (c->error[0])
-			client_log(c, KVT_LOG_ERR, "kvtierd at %s refused the connection: %s",
-				   c->path, c->error);
+			snprintf(connect_error, sizeof(connect_error),
+				 "kvtierd at %s refused the connection: %s", c->path, c->error);
 		else
-			client_log(c, KVT_LOG_ERR, "cannot connect to kvtierd at %s: %s (is it running? set KVTIER_SOCKET or pass the path)",
-				   c->path, strerror(-r == ENOTCONN ? ECONNRESET : -r));
+			snprintf(connect_error, sizeof(connect_error),
+				 "cannot connect to kvtierd at %s: %s (is it running? set KVTIER_SOCKET or pass the path)",
+				 c->path, strerror(-r == ENOTCONN ? ECONNRESET : -r));
+		client_log(c, KVT_LOG_ERR, "%s", connect_error);
 		goto fail;
 	}
+	connect_error[0] = 0;
 	pthread_once(&atfork_once, atfork_register);
 	pthread_mutex_lock(&registry_lock);
 	c->reg_next = registry;
@@ -606,6 +634,11 @@ KVT_EXPORT void kvt_client_free(kvt_client *c)
 	free(c->hargs);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
+}
+
+KVT_EXPORT const char *kvt_connect_error(void)
+{
+	return connect_error;
 }
 
 KVT_EXPORT const char *kvt_client_error(kvt_client *c)

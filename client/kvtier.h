@@ -167,9 +167,10 @@ KVT_EXPORT const char *kvt_default_socket(void);
  *
  * \param socket_path  NULL for kvt_default_socket()
  * \param name         a label for kvtierctl clients (at most 64 bytes)
- * \return 0 or a negative errno; kvt_client_error() of a failed connect is
- *         not available, so the reason is logged at KVT_LOG_ERR through the
- *         handler installed with kvt_set_default_log().
+ * Every call waits at most $KVTIER_TIMEOUT_MS (default 30000) for the
+ * daemon; a daemon that does not answer in time counts as gone.
+ *
+ * \return 0 or a negative errno; kvt_connect_error() says why.
  */
 KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
 				  kvt_client **ret);
@@ -182,6 +183,13 @@ KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
 /** kvt_client_connect with KVT_CONNECT_* flags. */
 KVT_EXPORT int kvt_client_connect_flags(const char *socket_path, const char *name,
 					uint32_t flags, kvt_client **ret);
+
+/**
+ * Why the last kvt_client_connect() on this thread failed, e.g. the
+ * daemon's refusal ("uid 1000 already has 256 connections ...").
+ * \return a thread-local string; "" after a successful connect.
+ */
+KVT_EXPORT const char *kvt_connect_error(void);
 
 /** Close the connection and unmap the pool.  NULL is ignored. */
 KVT_EXPORT void kvt_client_free(kvt_client *c);
@@ -386,7 +394,8 @@ KVT_EXPORT int kvt_load_paged(kvt_ns *ns, uint32_t shard,
 
 typedef struct kvt_record kvt_record;
 
-/** Called once per record; a non-zero return stops the iteration. */
+/** Called once per record; a non-zero return stops the iteration.  r is
+ * valid only during the call: copy what you keep. */
 typedef int (*kvt_record_fn)(const kvt_record *r, void *userdata);
 
 /**

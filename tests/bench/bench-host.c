@@ -951,7 +951,7 @@ int main(int argc, char **argv)
 	 * tensor-parallel 8, 256 KiB. */
 	kvt_ns *ns2m = open_ns(c, "bench-2m", 32, 8, 256, 2 * MIB);
 	kvt_ns *ns256k = open_ns(c, "bench-256k", 32, 1, 256, 256 * 1024);
-	kvt_ns *nslk = open_ns(c, "bench-lookup", 4, 2, 256, 32 * 1024);
+	kvt_ns *nslk = open_ns(c, "bench-lookup", 4, 2, 128, 32 * 1024);
 
 	uint8_t *src = alloc_populated(opt.round_bytes);
 	uint8_t *mid = alloc_populated(opt.round_bytes);

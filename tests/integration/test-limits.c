@@ -17,6 +17,7 @@ int main(void)
 			 "connections_per_uid = 3\nhandles_per_tenant = 4\n");
 	kvt_client *c = client_connect(&d, "one");
 	kvt_ns *ns = engine_ns(c, "tiny", 1);
+	WAIT_FOR(stat_get(c, "daemon", "clients") == 1, "the start-up probe to close");
 
 	/* The library splits batches larger than the daemon's limit. */
 	uint8_t keys[20 * 32];
