@@ -377,8 +377,22 @@ static int exchange(kvt_client *c, uint64_t rid, uint16_t opcode, reply_fn fn,
 		    void *userdata, int *ret_refused)
 {
 	int r = send_all(c, c->out.data, c->out.len);
-	if (r < 0)
+	if (r < 0) {
+		/* A daemon that refuses a connection says why and closes it,
+		 * possibly before our request arrived: read the reason. */
+		struct kvt_header h;
+		if (read_message(c, &h) == 0 && (h.flags & KVT_FLAG_ERROR)) {
+			struct kvt_cursor cur = {c->in + KVT_HEADER_SIZE, h.length};
+			struct kvt_error_rep e;
+			if (kvt_dec_error(&cur, &e) == 0) {
+				snprintf(c->error, sizeof(c->error), "%s", e.reason);
+				*ret_refused = e.error;
+				consume_message(c, &h);
+				return 0;
+			}
+		}
 		return r;
+	}
 	for (;;) {
 		struct kvt_header h;
 		r = read_message(c, &h);

@@ -48,6 +48,9 @@ static int on_grace(sd_event_source *src, uint64_t usec, void *userdata)
 		store_handle_drop(&m->store, h->tenant, h);
 	}
 	p->n_sessions--;
+	/* One-shot: a handle taken later (through a socket the dead process
+	 * passed on) arms a new quarantine. */
+	p->grace_source = sd_event_source_disable_unref(p->grace_source);
 	m->c.quarantined_handles += leases + reservations;
 	log_info("Process %d exited: released %u lease(s) and aborted %u reservation(s) after %u ms of quarantine",
 		 (int)p->pid, leases, reservations, m->config->quarantine_ms);
@@ -55,17 +58,12 @@ static int on_grace(sd_event_source *src, uint64_t usec, void *userdata)
 	return 0;
 }
 
-static int on_process_exit(sd_event_source *src, int fd, uint32_t revents, void *userdata)
+static void arm_quarantine(struct process *p)
 {
-	struct process *p = userdata;
 	struct manager *m = p->m;
 
-	p->exited = true;
-	sd_event_source_set_enabled(src, SD_EVENT_OFF);
-	if (!p->n_handles) {
-		process_maybe_free(p);
-		return 0;
-	}
+	if (p->grace_source)
+		return;
 	int r = sd_event_add_time_relative(m->event, &p->grace_source, CLOCK_MONOTONIC,
 					   (uint64_t)m->config->quarantine_ms * 1000, 0,
 					   on_grace, p);
@@ -73,6 +71,19 @@ static int on_process_exit(sd_event_source *src, int fd, uint32_t revents, void 
 		log_warning_errno(r, "Failed to arm quarantine timer, releasing at once: %m");
 		on_grace(NULL, 0, p);
 	}
+}
+
+static int on_process_exit(sd_event_source *src, int fd, uint32_t revents, void *userdata)
+{
+	struct process *p = userdata;
+
+	p->exited = true;
+	sd_event_source_set_enabled(src, SD_EVENT_OFF);
+	if (!p->n_handles) {
+		process_maybe_free(p);
+		return 0;
+	}
+	arm_quarantine(p);
 	return 0;
 }
 
@@ -133,6 +144,10 @@ void process_handle_link(struct process *p, struct handle *h)
 		p->handles->owner_prev = h;
 	p->handles = h;
 	p->n_handles++;
+	/* The connecting process is gone but its socket lives on in another
+	 * (a fork): what is taken now has no live owner to wait for. */
+	if (p->exited)
+		arm_quarantine(p);
 }
 
 void process_handle_unlink(struct process *p, struct handle *h)

@@ -335,6 +335,11 @@ static int do_ns_open(struct session *s, const struct kvt_header *h,
 	r = kvt_dec_ns_open_req(c, &req);
 	if (r < 0)
 		return r;
+	if (!s->pool) {
+		reply_error(s, h, -EPERM,
+			    "an observer connection cannot open namespaces; connect without KVT_CONNECT_OBSERVER");
+		return 0;
+	}
 	if (!s->tenant) {
 		struct tenant *t;
 		r = store_tenant_get(&s->m->store, s->uid, &t);
@@ -343,7 +348,10 @@ static int do_ns_open(struct session *s, const struct kvt_header *h,
 				    (unsigned)s->uid);
 			return 0;
 		}
-		session_join_tenant(s, t);
+		/* Every connection of this uid joins: handles cross them. */
+		for (struct session *o = s->m->sessions; o; o = o->next)
+			if (o->uid == s->uid && o->hello && !o->tenant && !o->dead)
+				session_join_tenant(o, t);
 	}
 	reason[0] = 0;
 	r = store_ns_open(&s->m->store, s->tenant, req.identity, req.identity_len,

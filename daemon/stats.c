@@ -195,7 +195,8 @@ void stats_reply(struct session *s, uint64_t request_id, uint32_t what)
 	}
 	if (what & KVT_STATS_CLIENTS)
 		for (struct session *c = m->sessions; c; c = c->next) {
-			if (c->dead || (!admin && c->tenant != s->tenant))
+			if (c->dead ||
+			    (!admin && c != s && (!s->tenant || c->tenant != s->tenant)))
 				continue;
 			emit_client(&e, c);
 			emit_flush(&e, false);
