@@ -309,7 +309,10 @@ typedef struct kvt_slot_ref {
  * Reserve this rank's shard of each key for writing.  Status per key:
  * 0, -EEXIST (already stored), -EBUSY (this shard is being written by
  * someone else), -ENOSPC (no room even after eviction), -ENOBUFS (too many
- * open handles).  \return the number reserved or a negative errno.
+ * open handles), -ENOMEM (the daemon is out of memory).  Until committed
+ * the block is invisible; ptr stays valid until the commit or abort.
+ * \return the number reserved or a negative errno (-ENOTCONN while the
+ * daemon is away).
  */
 KVT_EXPORT int kvt_reserve(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
 			   size_t n, kvt_slot_ref *ret);
@@ -318,7 +321,9 @@ KVT_EXPORT int kvt_reserve(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
  * Commit reservations: success[i] non-zero when handle i's bytes are all
  * written, zero when the copy failed (the block is dropped).  A block is
  * visible once every shard is committed.  ret_status[i]: 0, -ENOENT (no
- * such handle), -ECANCELED (the block was dropped meanwhile).
+ * such handle), -EINVAL (a lease, not a reservation), -ECANCELED (the
+ * block was dropped meanwhile).  Commit only after the bytes are written:
+ * a committed block is served to every process of the tenant.
  * \return 0 or a negative errno for the whole call
  */
 KVT_EXPORT int kvt_commit(kvt_client *c, const uint64_t *handles,
@@ -328,7 +333,9 @@ KVT_EXPORT int kvt_abort(kvt_client *c, const uint64_t *handles, size_t n,
 
 /**
  * Lease resident blocks for reading; they are not evicted until released.
- * Status per key: 0, -ENOENT (miss), -EAGAIN (not yet resident).
+ * Status per key: 0, -ENOENT (miss), -EAGAIN (not yet resident), -ENOBUFS
+ * (too many open handles), -ENOMEM.  Release only after the copy out has
+ * completed: the slot may be reused the moment it is released.
  * \return the number acquired or a negative errno
  */
 KVT_EXPORT int kvt_acquire(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
