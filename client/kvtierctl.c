@@ -701,8 +701,14 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 	print_size_line(d, "  allocated:", "allocated");
 	print_size_line(d, "  used:", "used");
 	print_size_line(d, "  free:", "free");
-	if (rec_has(d, "extents"))
-		printf("%-13s%" PRIu64 "\n", "  extents:", rec_u64(d, "extents"));
+	if (rec_has(d, "extents")) {
+		printf("%-13s%" PRIu64, "  extents:", rec_u64(d, "extents"));
+		if (rec_has(d, "extents_hugetlb"))
+			printf(" (%" PRIu64 " hugetlb, %" PRIu64 " THP, %" PRIu64 " locked)",
+			       rec_u64(d, "extents_hugetlb"), rec_u64(d, "extents_thp"),
+			       rec_u64(d, "extents_locked"));
+		putchar('\n');
+	}
 	if (rec_has(d, "pages"))
 		printf("%-13s%s\n", "Pages:", rec_str(d, "pages"));
 	if (rec_has(d, "lock"))

@@ -230,6 +230,9 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, struct extent **ret)
 	e->flags = flags;
 	p->allocated += size;
 	p->n_extents++;
+	p->n_hugetlb += (flags & KVT_EXTENT_HUGETLB) != 0;
+	p->n_thp += (flags & KVT_EXTENT_THP) != 0;
+	p->n_locked += (flags & KVT_EXTENT_LOCKED) != 0;
 	log_debug("Extent %u: %llu MiB, %u slots of %llu KiB, %s%s", e->id,
 		  (unsigned long long)(size >> 20), e->slots.n,
 		  (unsigned long long)(slot_bytes >> 10), pool_page_mode(e),
@@ -252,6 +255,9 @@ void pool_extent_free(struct pool *p, struct extent *e)
 		return;
 	p->allocated -= e->size;
 	p->n_extents--;
+	p->n_hugetlb -= (e->flags & KVT_EXTENT_HUGETLB) != 0;
+	p->n_thp -= (e->flags & KVT_EXTENT_THP) != 0;
+	p->n_locked -= (e->flags & KVT_EXTENT_LOCKED) != 0;
 	slots_free(&e->slots);
 	munmap(e->map, e->size);
 	close(e->fd);

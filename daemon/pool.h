@@ -47,6 +47,8 @@ struct pool {
 	uint64_t allocated;
 	uint32_t next_id;
 	uint32_t n_extents;
+	uint32_t n_hugetlb, n_thp; /* extents by backing, the rest 4 KiB */
+	uint32_t n_locked;
 	uint64_t populate_ns; /* time spent populating, all extents */
 	struct pool_caps caps;
 	uint32_t warned;

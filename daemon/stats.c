@@ -66,7 +66,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 		kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
 		return;
 	}
-	kvt_rec_begin(&e->b, "daemon", 22);
+	kvt_rec_begin(&e->b, "daemon", 25);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->s->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -77,6 +77,9 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "used", used);
 	kvt_rec_u64(&e->b, "free", m->pool.capacity - used);
 	kvt_rec_u64(&e->b, "extents", m->pool.n_extents);
+	kvt_rec_u64(&e->b, "extents_hugetlb", m->pool.n_hugetlb);
+	kvt_rec_u64(&e->b, "extents_thp", m->pool.n_thp);
+	kvt_rec_u64(&e->b, "extents_locked", m->pool.n_locked);
 	kvt_rec_str(&e->b, "pages", m->pool.caps.page_reason);
 	kvt_rec_str(&e->b, "lock", m->pool.caps.lock_reason);
 	kvt_rec_u64(&e->b, "populate_ms", m->pool.populate_ns / 1000000);
