@@ -34,6 +34,8 @@ struct kvt_client {
 	int fd; /* -1 while disconnected */
 	bool forked;
 	uint32_t flags; /* KVT_CONNECT_* */
+	char pci_bus_id[KVT_MAX_BUS_ID + 1];
+	int numa_node;
 	uint16_t version;
 	uint64_t features;
 	uint32_t tenant_id, session_id, max_keys, max_handles;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -478,6 +479,7 @@ static int hello_reply(kvt_client *c, const struct kvt_header *h,
 	c->max_keys = rep.max_keys;
 	c->max_handles = rep.max_handles;
 	c->quota = rep.quota_bytes;
+	c->numa_node = rep.numa_node;
 	return 0;
 }
 
@@ -507,6 +509,7 @@ static int connect_locked(kvt_client *c)
 				    : KVT_FEATURES_ALL,
 	};
 	memcpy(req.name, c->name, sizeof(req.name));
+	memcpy(req.pci_bus_id, c->pci_bus_id, sizeof(req.pci_bus_id));
 	kvt_enc_hello_req(&c->out, client_next_rid(c), &req);
 	r = kvt_msg_finish(&c->out, 0);
 	if (r < 0)
@@ -554,17 +557,30 @@ int client_ensure(kvt_client *c)
 KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
 				  kvt_client **ret)
 {
-	return kvt_client_connect_flags(socket_path, name, 0, ret);
+	kvt_connect_opts o = {.size = sizeof(o), .socket_path = socket_path, .name = name};
+	return kvt_client_connect_opts(&o, ret);
 }
 
-KVT_EXPORT int kvt_client_connect_flags(const char *socket_path, const char *name,
-					uint32_t flags, kvt_client **ret)
+KVT_EXPORT int kvt_client_numa_node(kvt_client *c)
 {
+	return c ? c->numa_node : -1;
+}
+
+KVT_EXPORT int kvt_client_connect_opts(const kvt_connect_opts *opts, kvt_client **ret)
+{
+	kvt_connect_opts o = {0};
 	kvt_client *c;
 	int r;
 
-	if (!ret || (flags & ~(uint32_t)KVT_CONNECT_OBSERVER))
+	if (!opts || !ret || opts->size < offsetof(kvt_connect_opts, pci_bus_id))
 		return -EINVAL;
+	memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
+	const char *socket_path = o.socket_path, *name = o.name;
+	uint32_t flags = o.flags;
+	if (flags & ~(uint32_t)KVT_CONNECT_OBSERVER)
+		return -EINVAL;
+	if (o.pci_bus_id && strlen(o.pci_bus_id) > KVT_MAX_BUS_ID)
+		return -ENAMETOOLONG;
 	if (!socket_path)
 		socket_path = kvt_default_socket();
 	if (strlen(socket_path) >= sizeof(c->path) ||
@@ -578,6 +594,9 @@ KVT_EXPORT int kvt_client_connect_flags(const char *socket_path, const char *nam
 	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
 	c->fd = -1;
 	c->flags = flags;
+	c->numa_node = -1;
+	if (o.pci_bus_id)
+		snprintf(c->pci_bus_id, sizeof(c->pci_bus_id), "%s", o.pci_bus_id);
 	kvt_buf_init(&c->out);
 	c->slots = calloc(KVT_MAX_KEYS, sizeof(*c->slots));
 	c->status = calloc(KVT_MAX_KEYS, sizeof(*c->status));
@@ -684,6 +703,30 @@ KVT_EXPORT int kvt_client_ping(kvt_client *c)
 	}
 	pthread_mutex_unlock(&c->lock);
 	return r;
+}
+
+static int count_reply(kvt_client *c, const struct kvt_header *h,
+		       struct kvt_cursor *cur, void *userdata)
+{
+	return kvt_dec_count_rep(cur, userdata);
+}
+
+KVT_EXPORT int64_t kvt_admin_evict(kvt_client *c, uint32_t tenant_id, uint32_t ns_id, int drop)
+{
+	if (!c)
+		return -EINVAL;
+	struct kvt_evict_req req = {tenant_id, ns_id, drop ? KVT_EVICT_DROP : 0};
+	uint64_t n = 0;
+	pthread_mutex_lock(&c->lock);
+	int r = client_ensure(c);
+	if (r == 0) {
+		kvt_enc_evict_req(&c->out, c->version, client_next_rid(c), &req);
+		r = kvt_msg_finish(&c->out, 0);
+		if (r == 0)
+			r = client_call(c, count_reply, &n);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return r < 0 ? r : (int64_t)n;
 }
 
 /* ---- statistics --------------------------------------------------- */

@@ -175,14 +175,30 @@ KVT_EXPORT const char *kvt_default_socket(void);
 KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
 				  kvt_client **ret);
 
-/** kvt_client_connect_flags: look, don't store.  The daemon sends no pool
- * extents (nothing is mapped) and creates no tenant for the caller; block
- * operations fail.  For monitoring tools such as kvtierctl. */
+/** Look, don't store: the daemon sends no pool extents (nothing is mapped)
+ * and refuses namespaces, so no tenant is created for the caller.  For
+ * monitoring tools such as kvtierctl. */
 #define KVT_CONNECT_OBSERVER 0x1
 
-/** kvt_client_connect with KVT_CONNECT_* flags. */
-KVT_EXPORT int kvt_client_connect_flags(const char *socket_path, const char *name,
-					uint32_t flags, kvt_client **ret);
+/**
+ * Options of kvt_client_connect_opts.  Zero-initialise it and set size to
+ * sizeof(kvt_connect_opts): fields are only ever appended.
+ */
+typedef struct kvt_connect_opts {
+	uint32_t size;
+	uint32_t flags;          /* KVT_CONNECT_* */
+	const char *socket_path; /* NULL: kvt_default_socket() */
+	const char *name;        /* label in kvtierctl clients, <= 64 bytes */
+	const char *pci_bus_id;  /* the GPU this process copies to, e.g.
+				  * "0000:3b:00.0": its pool slots come from
+				  * that GPU's NUMA node first; NULL if none */
+} kvt_connect_opts;
+
+/** kvt_client_connect with options.  \return 0 or a negative errno */
+KVT_EXPORT int kvt_client_connect_opts(const kvt_connect_opts *opts, kvt_client **ret);
+
+/** \return the NUMA node the daemon places this client's slots on, or -1. */
+KVT_EXPORT int kvt_client_numa_node(kvt_client *c);
 
 /**
  * Why the last kvt_client_connect() on this thread failed, e.g. the
@@ -384,6 +400,17 @@ KVT_EXPORT int kvt_load_paged(kvt_ns *ns, uint32_t shard,
 			      const kvt_layout *layout, const uint8_t *keys,
 			      size_t n, const int64_t *indices,
 			      int32_t *ret_status);
+
+/**
+ * Drop every block of namespace ns_id of tenant tenant_id (ids as in the
+ * "tenant" and "namespace" records).  Needs root or kvtierd's uid.
+ * \param drop  non-zero: from every tier; zero: from host memory (with one
+ *              tier the two are the same)
+ * \return the number of blocks dropped, or a negative errno (-EPERM,
+ *         -ENOENT)
+ */
+KVT_EXPORT int64_t kvt_admin_evict(kvt_client *c, uint32_t tenant_id, uint32_t ns_id,
+				   int drop);
 
 /* ------------------------------------------------------------------ */
 /* Statistics                                                         */

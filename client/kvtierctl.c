@@ -961,7 +961,9 @@ int main(int argc, char **argv)
 	if (verbose)
 		kvt_set_default_log(log_stderr, NULL);
 	arm_timeout(x.socket);
-	r = kvt_client_connect_flags(x.socket, "kvtierctl", KVT_CONNECT_OBSERVER, &client);
+	kvt_connect_opts copts = {.size = sizeof(copts), .flags = KVT_CONNECT_OBSERVER,
+				 .socket_path = x.socket, .name = "kvtierctl"};
+	r = kvt_client_connect_opts(&copts, &client);
 	if (r < 0) {
 		connect_failed(x.socket, r);
 		return EXIT_DAEMON;

@@ -112,6 +112,18 @@ static int conf_lock(const char *v, void *field, const char **expect)
 	return -EINVAL;
 }
 
+static int conf_numa(const char *v, void *field, const char **expect)
+{
+	*expect = "auto or off";
+	if (!strcmp(v, "auto"))
+		*(enum numa_mode *)field = NUMA_AUTO;
+	else if (!strcmp(v, "off"))
+		*(enum numa_mode *)field = NUMA_OFF;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static int conf_unknown(const char *v, void *field, const char **expect)
 {
 	*expect = "allow or refuse";
@@ -153,6 +165,8 @@ static const struct conf_item {
 	{"pool", "extent_size", conf_size, offsetof(struct config, extent_size)},
 	{"pool", "hugepages", conf_hugepages, offsetof(struct config, hugepages)},
 	{"pool", "lock", conf_lock, offsetof(struct config, lock)},
+	{"pool", "numa", conf_numa, offsetof(struct config, numa)},
+	{"pool", "topology_root", conf_path, offsetof(struct config, sysfs_root)},
 	{"tenants", "default_quota", conf_size, offsetof(struct config, default_quota)},
 	{"tenants", "unknown", conf_unknown, offsetof(struct config, refuse_unknown)},
 	{"limits", "connections", conf_u32, offsetof(struct config, max_connections)},
@@ -319,7 +333,8 @@ void config_free(struct config *c)
 {
 	free(c->socket_path);
 	free(c->runtime_dir);
-	c->socket_path = c->runtime_dir = NULL;
+	free(c->sysfs_root);
+	c->socket_path = c->runtime_dir = c->sysfs_root = NULL;
 }
 
 /* The largest unit that keeps the value exact, so a dump reads back equal. */
@@ -352,9 +367,12 @@ void config_dump(const struct config *c, FILE *f)
 	}
 	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = %u\nlog_level = %s\n\n",
 		c->socket_path, c->runtime_dir, c->quarantine_ms, level);
-	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\n\n",
+	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\nnuma = %s\n",
 		format_size(c->capacity, a, sizeof(a)), format_size(c->extent_size, b, sizeof(b)),
-		hp[c->hugepages], lk[c->lock]);
+		hp[c->hugepages], lk[c->lock], c->numa == NUMA_OFF ? "off" : "auto");
+	if (c->sysfs_root)
+		fprintf(f, "topology_root = %s\n", c->sysfs_root);
+	fputc('\n', f);
 	fprintf(f, "[tenants]\n# 0: a quarter of [pool] capacity; root and kvtierd's own uid get all of it\n"
 		"default_quota = %s\nunknown = %s\n\n",
 		format_size(c->default_quota, q, sizeof(q)), c->refuse_unknown ? "refuse" : "allow");

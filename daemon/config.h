@@ -12,6 +12,11 @@ enum hugepage_mode {
 	HUGEPAGES_OFF,
 };
 
+enum numa_mode {
+	NUMA_AUTO, /* place extents near the client's GPU */
+	NUMA_OFF,
+};
+
 enum lock_mode {
 	LOCK_AUTO, /* mlock where the limits allow, else say why not */
 	LOCK_YES,  /* refuse to create an extent that cannot be locked */
@@ -30,6 +35,8 @@ struct config {
 	uint64_t extent_size;
 	enum hugepage_mode hugepages;
 	enum lock_mode lock;
+	enum numa_mode numa;
+	char *sysfs_root; /* topology source; NULL for the real /sys */
 
 	/* [tenants] */
 	uint64_t default_quota;

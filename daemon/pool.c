@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <fcntl.h>
+#include <numaif.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,15 @@ void pool_probe(struct pool *p)
 			 "not locked: RLIMIT_MEMLOCK %llu KiB is below the pool capacity; raise LimitMEMLOCK=",
 			 (unsigned long long)rl.rlim_cur / 1024);
 	}
+	if (numa_topology_load(&p->topo, p->config->sysfs_root) < 0) {
+		p->topo.n_nodes = 1;
+		p->topo.nodes[0] = 0;
+	}
+	if (p->topo.n_nodes > 1 || p->config->sysfs_root)
+		log_info("NUMA: %d node(s)%s%s; extents go near each client's GPU%s", p->topo.n_nodes,
+			 p->config->sysfs_root ? " from " : "",
+			 p->config->sysfs_root ? p->config->sysfs_root : "",
+			 p->config->numa == NUMA_OFF ? " (off by configuration)" : "");
 	log_info("Host pool: capacity %llu MiB in extents of %llu MiB; pages: %s; %s",
 		 (unsigned long long)(p->capacity >> 20),
 		 (unsigned long long)(p->config->extent_size >> 20),
@@ -156,7 +166,37 @@ static int extent_make_fd(struct pool *p, uint64_t size, uint32_t *flags)
 	return fd;
 }
 
-int pool_extent_new(struct pool *p, uint64_t slot_bytes, struct extent **ret)
+/* Ask for the extent's pages on a node before they exist: population then
+ * allocates them there, or nearby when the node is short. */
+static bool place_on_node(struct pool *p, uint8_t *map, uint64_t size, int node)
+{
+	unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
+
+	if (node < 0 || p->config->numa == NUMA_OFF)
+		return true;
+	if (node >= 1024)
+		return false;
+	mask[node / (8 * sizeof(unsigned long))] |= 1UL << (node % (8 * sizeof(unsigned long)));
+	if (mbind(map, size, MPOL_PREFERRED, mask, 1024, 0) < 0) {
+		if (!(p->warned & 2)) {
+			p->warned |= 2;
+			log_warning_errno(-errno, "Failed to place pool memory on NUMA node %d, using any node: %m",
+					  node);
+		}
+		return false;
+	}
+	return true;
+}
+
+static int actual_node(uint8_t *map)
+{
+	int node = -1;
+	if (get_mempolicy(&node, NULL, 0, map, MPOL_F_NODE | MPOL_F_ADDR) < 0)
+		return -1;
+	return node;
+}
+
+int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node, struct extent **ret)
 {
 	uint64_t size = pool_extent_bytes(p, slot_bytes);
 	uint32_t flags = 0;
@@ -186,6 +226,7 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, struct extent **ret)
 		r = log_error_errno(-errno, "Failed to map a new extent: %m");
 		goto fail;
 	}
+	bool placed = place_on_node(p, e->map, size, node);
 	if (!(flags & KVT_EXTENT_HUGETLB) && p->caps.thp &&
 	    madvise(e->map, size, MADV_HUGEPAGE) == 0)
 		flags |= KVT_EXTENT_THP;
@@ -215,6 +256,9 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, struct extent **ret)
 		goto fail;
 	}
 	p->populate_ns += now_ns() - t0;
+	e->node = actual_node(e->map);
+	if (node >= 0 && (!placed || e->node != node))
+		p->numa_fallbacks++;
 
 	if (fcntl(e->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		r = log_error_errno(-errno, "Failed to seal a pool extent: %m");
@@ -233,10 +277,10 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, struct extent **ret)
 	p->n_hugetlb += (flags & KVT_EXTENT_HUGETLB) != 0;
 	p->n_thp += (flags & KVT_EXTENT_THP) != 0;
 	p->n_locked += (flags & KVT_EXTENT_LOCKED) != 0;
-	log_debug("Extent %u: %llu MiB, %u slots of %llu KiB, %s%s", e->id,
+	log_debug("Extent %u: %llu MiB, %u slots of %llu KiB, %s%s, node %d (asked %d)", e->id,
 		  (unsigned long long)(size >> 20), e->slots.n,
 		  (unsigned long long)(slot_bytes >> 10), pool_page_mode(e),
-		  (flags & KVT_EXTENT_LOCKED) ? ", locked" : "");
+		  (flags & KVT_EXTENT_LOCKED) ? ", locked" : "", e->node, node);
 	*ret = e;
 	return 0;
 

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "numa.h"
 #include "slots.h"
 
 struct slot_class;
@@ -52,6 +53,8 @@ struct pool {
 	uint64_t populate_ns; /* time spent populating, all extents */
 	struct pool_caps caps;
 	uint32_t warned;
+	struct numa_topology topo;
+	uint64_t numa_fallbacks; /* extents that could not go where asked */
 };
 
 void pool_init(struct pool *p, const struct config *c);
@@ -59,7 +62,9 @@ void pool_init(struct pool *p, const struct config *c);
 void pool_probe(struct pool *p);
 /* Bytes an extent for this slot size takes (a whole number of slots). */
 uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes);
-/* -ENOSPC when the node-wide capacity is spent. */
-int pool_extent_new(struct pool *p, uint64_t slot_bytes, struct extent **ret);
+/* An extent whose memory is on NUMA node `node` if it can be (-1: any);
+ * -ENOSPC when the node-wide capacity is spent. */
+int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node,
+		    struct extent **ret);
 void pool_extent_free(struct pool *p, struct extent *e);
 const char *pool_page_mode(const struct extent *e);

@@ -42,6 +42,7 @@ int session_new(struct manager *m, int fd, struct session **ret)
 	s->m = m;
 	s->id = ++m->next_session_id;
 	s->version = KVT_PROTO_VERSION_MIN;
+	s->numa_node = -1;
 	sd_event_now(m->event, CLOCK_MONOTONIC, &s->connected_usec);
 	r = sd_event_add_io(m->event, &s->io, fd, EPOLLIN, session_io, s);
 	if (r < 0) {
@@ -277,6 +278,14 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 	if (r < 0)
 		return r;
 	memcpy(s->name, req.name, sizeof(s->name));
+	memcpy(s->pci_bus_id, req.pci_bus_id, sizeof(s->pci_bus_id));
+	s->numa_node = -1;
+	if (s->pci_bus_id[0] && m->config->numa != NUMA_OFF) {
+		s->numa_node = numa_node_of_device(&m->pool.topo, s->pci_bus_id);
+		if (s->numa_node < 0)
+			log_info("Client %u: no NUMA node known for GPU %s; its slots come from any node",
+				 s->id, s->pci_bus_id);
+	}
 
 	uint32_t lo = req.min_version > KVT_PROTO_VERSION_MIN ? req.min_version
 							      : KVT_PROTO_VERSION_MIN;
@@ -316,6 +325,7 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 		.max_keys = m->config->max_keys,
 		.max_handles = m->config->max_handles,
 		.quota_bytes = t ? t->quota : store_default_quota(m->config, s->uid),
+		.numa_node = s->numa_node,
 	};
 	kvt_enc_hello_rep(&m->reply, s->version, h->request_id, &rep);
 	reply(s);
@@ -413,7 +423,7 @@ static int do_keys(struct session *s, const struct kvt_header *h,
 		}
 		if (h->opcode == KVT_OP_RESERVE)
 			store_reserve(&m->store, ns, req.arg, req.keys, req.n,
-				      s->process, m->slots);
+				      s->process, s->numa_node, m->slots);
 		else
 			store_acquire(&m->store, ns, req.arg, req.keys, req.n,
 				      s->process, m->slots);
@@ -479,6 +489,33 @@ static int do_stats(struct session *s, const struct kvt_header *h,
 	return 0;
 }
 
+static int do_evict(struct session *s, const struct kvt_header *h,
+		    struct kvt_cursor *c)
+{
+	struct manager *m = s->m;
+	struct kvt_evict_req req;
+	int r = kvt_dec_evict_req(c, &req);
+	if (r < 0)
+		return r;
+	if (!manager_is_admin(m, s->uid)) {
+		reply_error(s, h, -EPERM, "evicting a namespace needs root or kvtierd's own uid");
+		return 0;
+	}
+	struct tenant *t = store_tenant_by_id(&m->store, req.tenant_id);
+	struct ns *ns = t ? store_ns_get(t, req.ns_id) : NULL;
+	if (!ns) {
+		reply_error(s, h, -ENOENT, "no namespace %u in tenant %u", req.ns_id, req.tenant_id);
+		return 0;
+	}
+	uint64_t n = store_ns_evict(&m->store, ns);
+	log_info("Client %u (uid %u) %s namespace %s/%u: %llu block(s)", s->id, (unsigned)s->uid,
+		 (req.flags & KVT_EVICT_DROP) ? "dropped" : "evicted", t->name, ns->id,
+		 (unsigned long long)n);
+	kvt_enc_count_rep(&m->reply, s->version, KVT_OP_ADMIN_EVICT, h->request_id, n);
+	reply(s);
+	return 0;
+}
+
 static int do_ping(struct session *s, const struct kvt_header *h,
 		   struct kvt_cursor *c)
 {
@@ -526,6 +563,8 @@ static int dispatch(struct session *s, const struct kvt_header *h,
 		return do_stats(s, h, &c);
 	case KVT_OP_PING:
 		return do_ping(s, h, &c);
+	case KVT_OP_ADMIN_EVICT:
+		return do_evict(s, h, &c);
 	default:
 		reply_error(s, h, -EOPNOTSUPP,
 			    "unknown opcode %u in protocol version %u", h->opcode,

@@ -36,6 +36,8 @@ struct session {
 	struct process *process;
 	struct tenant *tenant; /* once the uid's tenant exists */
 	char name[KVT_MAX_NAME + 1];
+	int numa_node; /* of the client's GPU, -1 unknown */
+	char pci_bus_id[KVT_MAX_BUS_ID + 1];
 	uint16_t version;
 	uint64_t features;
 	bool hello;  /* HELLO done */

@@ -66,7 +66,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 		kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
 		return;
 	}
-	kvt_rec_begin(&e->b, "daemon", 25);
+	kvt_rec_begin(&e->b, "daemon", 27);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->s->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -80,6 +80,8 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "extents_hugetlb", m->pool.n_hugetlb);
 	kvt_rec_u64(&e->b, "extents_thp", m->pool.n_thp);
 	kvt_rec_u64(&e->b, "extents_locked", m->pool.n_locked);
+	kvt_rec_u64(&e->b, "numa_nodes", (uint64_t)m->pool.topo.n_nodes);
+	kvt_rec_u64(&e->b, "numa_fallbacks", m->pool.numa_fallbacks);
 	kvt_rec_str(&e->b, "pages", m->pool.caps.page_reason);
 	kvt_rec_str(&e->b, "lock", m->pool.caps.lock_reason);
 	kvt_rec_u64(&e->b, "populate_ms", m->pool.populate_ns / 1000000);
@@ -92,6 +94,33 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "refused", m->c.refused);
 	kvt_rec_u64(&e->b, "malformed", m->c.malformed);
 	kvt_rec_u64(&e->b, "quarantined", m->c.quarantined_handles);
+}
+
+/* Occupancy of one NUMA node: every extent whose memory is there. */
+static void emit_node(struct emitter *e, int node)
+{
+	struct manager *m = e->s->m;
+	uint64_t extents = 0, allocated = 0, used = 0;
+
+	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
+		struct tenant *t = m->store.tenants[i];
+		for (uint32_t j = 0; j < t->n_classes; j++) {
+			struct slot_class *c = t->classes[j];
+			for (uint32_t k = 0; k < c->n_extents; k++) {
+				struct extent *x = c->extents[k];
+				if (x->node != node)
+					continue;
+				extents++;
+				allocated += x->size;
+				used += (uint64_t)(x->slots.n - x->slots.n_free) * x->slot_bytes;
+			}
+		}
+	}
+	kvt_rec_begin(&e->b, "node", 4);
+	kvt_rec_i64(&e->b, "node", node);
+	kvt_rec_u64(&e->b, "extents", extents);
+	kvt_rec_u64(&e->b, "allocated", allocated);
+	kvt_rec_u64(&e->b, "used", used);
 }
 
 static void emit_tenant(struct emitter *e, const struct tenant *t)
@@ -181,6 +210,10 @@ void stats_reply(struct session *s, uint64_t request_id, uint32_t what)
 	if (what & KVT_STATS_DAEMON) {
 		emit_daemon(&e, admin);
 		emit_flush(&e, false);
+		for (int i = 0; admin && i < m->pool.topo.n_nodes; i++) {
+			emit_node(&e, m->pool.topo.nodes[i]);
+			emit_flush(&e, false);
+		}
 	}
 	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
 		struct tenant *t = m->store.tenants[i];

@@ -267,20 +267,34 @@ static void block_maybe_free(struct block *b)
 	free(b);
 }
 
-static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c,
-		       struct extent **ret_e, uint32_t *ret_slot)
+/* A free slot in an extent on node (-1: on any node). */
+static struct extent *class_free_slot(struct slot_class *c, int node, uint32_t *ret_slot)
 {
 	for (uint32_t i = 0; i < c->n_extents; i++)
-		if (slots_alloc(&c->extents[i]->slots, ret_slot) == 0) {
-			*ret_e = c->extents[i];
-			goto got;
-		}
+		if ((node < 0 || c->extents[i]->node == node) &&
+		    slots_alloc(&c->extents[i]->slots, ret_slot) == 0)
+			return c->extents[i];
+	return NULL;
+}
+
+/*
+ * Placement: a slot near the client's GPU (node) first, then a new extent
+ * there while the quota lasts, then a free slot anywhere, then a new extent
+ * anywhere, and only then an eviction.
+ */
+static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
+		       struct extent **ret_e, uint32_t *ret_slot)
+{
+	if (node >= 0 && (*ret_e = class_free_slot(c, node, ret_slot)))
+		goto got;
+	if (node < 0 && (*ret_e = class_free_slot(c, -1, ret_slot)))
+		goto got;
 
 	uint64_t bytes = pool_extent_bytes(s->pool, c->slot_bytes);
 	if (t->allocated + bytes <= t->quota &&
 	    ARRAY_GROW(c->extents, c->n_extents, struct extent *)) {
 		struct extent *e;
-		if (pool_extent_new(s->pool, c->slot_bytes, &e) == 0) {
+		if (pool_extent_new(s->pool, c->slot_bytes, node, &e) == 0) {
 			e->cls = c;
 			c->extents[c->n_extents++] = e;
 			t->allocated += e->size;
@@ -292,6 +306,8 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c,
 			}
 		}
 	}
+	if (node >= 0 && (*ret_e = class_free_slot(c, -1, ret_slot)))
+		goto got;
 
 	struct evict_node *v = evict_lru_victim(&c->lru);
 	if (!v)
@@ -441,7 +457,7 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 }
 
 void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
-		   const uint8_t *keys, uint32_t n, struct process *owner,
+		   const uint8_t *keys, uint32_t n, struct process *owner, int node,
 		   struct kvt_slot *ret)
 {
 	struct tenant *t = ns->tenant;
@@ -466,7 +482,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		if (!b) {
 			struct extent *e;
 			uint32_t slot;
-			r = class_alloc(s, t, ns->cls, &e, &slot);
+			r = class_alloc(s, t, ns->cls, node, &e, &slot);
 			if (r < 0) {
 				ns->c.rejected++;
 				out->status = r;
@@ -655,6 +671,32 @@ void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
 			ret[i] = -ENOENT;
 		}
 	}
+}
+
+struct tenant *store_tenant_by_id(struct store *s, uint32_t id)
+{
+	for (uint32_t i = 0; i < s->n_tenants; i++)
+		if (s->tenants[i]->id == id)
+			return s->tenants[i];
+	return NULL;
+}
+
+uint64_t store_ns_evict(struct store *s, struct ns *ns)
+{
+	uint64_t n = 0;
+	/* Removal shifts entries back into visited slots: rescan until empty. */
+	while (ns->index.n) {
+		for (size_t i = 0; i < ns->index.cap; i++) {
+			struct block *b = ns->index.slots[i];
+			if (!b)
+				continue;
+			ns->c.evictions++;
+			block_unindex(b);
+			block_maybe_free(b);
+			n++;
+		}
+	}
+	return n;
 }
 
 void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,

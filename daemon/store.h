@@ -134,8 +134,9 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 
 uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 		      uint32_t n, uint32_t flags, uint8_t *ret_states);
+/* node: the NUMA node the client's GPU is on, -1 if unknown. */
 void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
-		   const uint8_t *keys, uint32_t n, struct process *owner,
+		   const uint8_t *keys, uint32_t n, struct process *owner, int node,
 		   struct kvt_slot *ret);
 void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
 		   const uint8_t *keys, uint32_t n, struct process *owner,
@@ -151,6 +152,11 @@ void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
 		 uint32_t n, int32_t *ret);
 void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 		  uint32_t n, int32_t *ret);
+
+/* Drop every block of a namespace (pinned ones when their last handle
+ * goes); returns how many were dropped. */
+uint64_t store_ns_evict(struct store *s, struct ns *ns);
+struct tenant *store_tenant_by_id(struct store *s, uint32_t id);
 
 /* Drop a handle as if its owner released it (reservations abort). */
 void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);

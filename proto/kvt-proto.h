@@ -58,6 +58,7 @@ enum kvt_opcode {
 	KVT_OP_DELETE = 10,
 	KVT_OP_STATS = 11,
 	KVT_OP_PING = 12,
+	KVT_OP_ADMIN_EVICT = 13,
 
 	/* Notifications, daemon to client, request id 0. */
 	KVT_OP_EXTENT_ADDED = 64,
@@ -170,11 +171,14 @@ ssize_t kvt_recvmsg(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
 
 /* ---- messages ----------------------------------------------------- */
 
+#define KVT_MAX_BUS_ID 32
+
 struct kvt_hello_req {
 	uint32_t min_version;
 	uint32_t max_version;
 	uint64_t features;
 	char name[KVT_MAX_NAME + 1];
+	char pci_bus_id[KVT_MAX_BUS_ID + 1]; /* the client's GPU, "" if none */
 };
 
 struct kvt_hello_rep {
@@ -185,6 +189,16 @@ struct kvt_hello_rep {
 	uint32_t max_keys;    /* per request */
 	uint32_t max_handles; /* outstanding leases + reservations, tenant */
 	uint64_t quota_bytes; /* tenant's host memory quota */
+	int32_t numa_node;    /* where the client's slots come from, -1 any */
+};
+
+/* ADMIN_EVICT: drop a namespace's blocks (admin only). */
+#define KVT_EVICT_DROP 0x1 /* from every tier, not only host memory */
+
+struct kvt_evict_req {
+	uint32_t tenant_id;
+	uint32_t ns_id;
+	uint32_t flags;
 };
 
 struct kvt_ns_open_req {
@@ -285,6 +299,14 @@ void kvt_enc_status_rep(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 			uint64_t rid, const int32_t *status, uint32_t n);
 int kvt_dec_status_rep(struct kvt_cursor *c, int32_t *ret, uint32_t max,
 		       uint32_t *ret_n);
+
+void kvt_enc_evict_req(struct kvt_buf *b, uint16_t version, uint64_t rid,
+		       const struct kvt_evict_req *m);
+int kvt_dec_evict_req(struct kvt_cursor *c, struct kvt_evict_req *ret);
+/* A reply carrying one count (ADMIN_EVICT: blocks dropped). */
+void kvt_enc_count_rep(struct kvt_buf *b, uint16_t version, uint16_t opcode,
+		       uint64_t rid, uint64_t count);
+int kvt_dec_count_rep(struct kvt_cursor *c, uint64_t *ret);
 
 void kvt_enc_stats_req(struct kvt_buf *b, uint16_t version, uint64_t rid,
 		       uint32_t what);

@@ -21,6 +21,7 @@ void kvt_enc_hello_req(struct kvt_buf *b, uint64_t rid,
 	kvt_put_u32(b, m->max_version);
 	kvt_put_u64(b, m->features);
 	kvt_put_str(b, m->name);
+	kvt_put_str(b, m->pci_bus_id);
 }
 
 int kvt_dec_hello_req(struct kvt_cursor *c, struct kvt_hello_req *ret)
@@ -29,6 +30,12 @@ int kvt_dec_hello_req(struct kvt_cursor *c, struct kvt_hello_req *ret)
 	TRY(kvt_get_u32(c, &ret->max_version));
 	TRY(kvt_get_u64(c, &ret->features));
 	TRY(kvt_get_str(c, KVT_MAX_NAME, ret->name, sizeof(ret->name)));
+	TRY(kvt_get_str(c, KVT_MAX_BUS_ID, ret->pci_bus_id, sizeof(ret->pci_bus_id)));
+	/* A bus id names a sysfs directory: keep it to its alphabet. */
+	for (const char *p = ret->pci_bus_id; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f') ||
+		      (*p >= 'A' && *p <= 'F') || *p == ':' || *p == '.'))
+			return -EBADMSG;
 	if (ret->min_version > ret->max_version)
 		return -EBADMSG;
 	return kvt_cursor_end(c);
@@ -45,6 +52,7 @@ void kvt_enc_hello_rep(struct kvt_buf *b, uint16_t version, uint64_t rid,
 	kvt_put_u32(b, m->max_keys);
 	kvt_put_u32(b, m->max_handles);
 	kvt_put_u64(b, m->quota_bytes);
+	kvt_put_u32(b, (uint32_t)m->numa_node);
 }
 
 int kvt_dec_hello_rep(struct kvt_cursor *c, struct kvt_hello_rep *ret)
@@ -56,6 +64,11 @@ int kvt_dec_hello_rep(struct kvt_cursor *c, struct kvt_hello_rep *ret)
 	TRY(kvt_get_u32(c, &ret->max_keys));
 	TRY(kvt_get_u32(c, &ret->max_handles));
 	TRY(kvt_get_u64(c, &ret->quota_bytes));
+	uint32_t node;
+	TRY(kvt_get_u32(c, &node));
+	ret->numa_node = (int32_t)node;
+	if (ret->numa_node < -1 || ret->numa_node > 1023)
+		return -EBADMSG;
 	if (ret->max_keys == 0 || ret->max_keys > KVT_MAX_KEYS)
 		return -EBADMSG;
 	return kvt_cursor_end(c);
@@ -243,6 +256,38 @@ int kvt_dec_status_rep(struct kvt_cursor *c, int32_t *ret, uint32_t max,
 	return kvt_cursor_end(c);
 }
 
+void kvt_enc_evict_req(struct kvt_buf *b, uint16_t version, uint64_t rid,
+		       const struct kvt_evict_req *m)
+{
+	kvt_msg_begin(b, version, KVT_OP_ADMIN_EVICT, 0, rid);
+	kvt_put_u32(b, m->tenant_id);
+	kvt_put_u32(b, m->ns_id);
+	kvt_put_u32(b, m->flags);
+}
+
+int kvt_dec_evict_req(struct kvt_cursor *c, struct kvt_evict_req *ret)
+{
+	TRY(kvt_get_u32(c, &ret->tenant_id));
+	TRY(kvt_get_u32(c, &ret->ns_id));
+	TRY(kvt_get_u32(c, &ret->flags));
+	if (ret->flags & ~(uint32_t)KVT_EVICT_DROP)
+		return -EBADMSG;
+	return kvt_cursor_end(c);
+}
+
+void kvt_enc_count_rep(struct kvt_buf *b, uint16_t version, uint16_t opcode,
+		       uint64_t rid, uint64_t count)
+{
+	kvt_msg_begin(b, version, opcode, KVT_FLAG_REPLY, rid);
+	kvt_put_u64(b, count);
+}
+
+int kvt_dec_count_rep(struct kvt_cursor *c, uint64_t *ret)
+{
+	TRY(kvt_get_u64(c, ret));
+	return kvt_cursor_end(c);
+}
+
 void kvt_enc_stats_req(struct kvt_buf *b, uint16_t version, uint64_t rid,
 		       uint32_t what)
 {
@@ -423,6 +468,7 @@ const char *kvt_opcode_name(uint16_t opcode)
 	case KVT_OP_DELETE: return "DELETE";
 	case KVT_OP_STATS: return "STATS";
 	case KVT_OP_PING: return "PING";
+	case KVT_OP_ADMIN_EVICT: return "ADMIN_EVICT";
 	case KVT_OP_EXTENT_ADDED: return "EXTENT_ADDED";
 	case KVT_OP_EXTENT_RETIRED: return "EXTENT_RETIRED";
 	default: return "UNKNOWN";

@@ -14,6 +14,9 @@
  *   3. kvt_lookup of 1024-key batches, all hits and all misses, with the
  *      bare round trip measured in the same pair.
  *
+ * 2 and 3 run twice: with the daemon and the echo process on this
+ * process's CPU, and on another CPU (see "placement").
+ *
  * What it reports is the median of the pairwise ratios, with the medians of
  * the absolute figures for context.  It is a measurement, not a test: it
  * fails only when something does not work (or moves wrong bytes), never
@@ -23,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -50,6 +54,7 @@
 #define TARGET_KEYS_S 5e6    /* >= keys/s for 1024-key lookups */
 
 #define LOOKUP_KEYS 1024
+#define CHUNKS 20 /* alternations within one pair of timing samples */
 
 static struct {
 	unsigned pairs;
@@ -594,10 +599,11 @@ static void copy_run(struct copy_bench *b, struct copy_result *res)
 
 	for (unsigned p = 0; p < opt.pairs; p++) {
 		uint64_t a[2] = {0, 0}, m[2] = {0, 0};
-		for (unsigned k = 0; k < opt.rounds; k++)
+		/* Round by round, so both see the same phases of the host. */
+		for (unsigned k = 0; k < opt.rounds; k++) {
 			api_round(b, a);
-		for (unsigned k = 0; k < opt.rounds; k++)
 			memcpy_round(b, m);
+		}
 		res->api_gbs[p] = gbs(2 * bytes, a[0] + a[1]);
 		res->cpy_gbs[p] = gbs(2 * bytes, m[0] + m[1]);
 		res->api_store[p] = gbs(bytes, a[0]);
@@ -643,24 +649,85 @@ static void copy_free(struct copy_bench *b)
 	free(b->status);
 }
 
+/* ---- placement ------------------------------------------------------- */
+
+/*
+ * A round trip costs several times more when the peer runs on the other
+ * CPU (a wakeup across vCPUs) than on the same one, and an unpinned pair
+ * moves between the two while it is measured.  So sections 2 and 3 pin
+ * this process, the daemon and the echo process: everything on one CPU,
+ * then this process on one CPU and both peers on another.
+ */
+enum { SAME_CPU, ACROSS_CPUS, N_PLACEMENTS };
+
+static const char *placement_name[N_PLACEMENTS] = {"same CPU", "across CPUs"};
+static const char *placement_key[N_PLACEMENTS] = {"same_cpu", "across_cpus"};
+
+static cpu_set_t initial_cpus;
+static int cpu_a = -1, cpu_b = -1;
+
+static void cpus_probe(void)
+{
+	if (sched_getaffinity(0, sizeof(initial_cpus), &initial_cpus) < 0)
+		die("sched_getaffinity: %s", strerror(errno));
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &initial_cpus)) {
+			if (cpu_a < 0)
+				cpu_a = i;
+			else if (cpu_b < 0)
+				cpu_b = i;
+		}
+}
+
+static void pin(pid_t pid, const cpu_set_t *set)
+{
+	if (sched_setaffinity(pid, sizeof(*set), set) < 0)
+		die("sched_setaffinity(%d): %s", (int)pid, strerror(errno));
+}
+
+static void place(int placement)
+{
+	cpu_set_t self, peer;
+	CPU_ZERO(&self);
+	CPU_ZERO(&peer);
+	CPU_SET(cpu_a, &self);
+	CPU_SET(placement == SAME_CPU ? cpu_a : cpu_b, &peer);
+	pin(0, &self);
+	pin(daemon_state.pid, &peer);
+	pin(echo_pid, &peer);
+}
+
+static void unplace(void)
+{
+	pin(0, &initial_cpus);
+	pin(daemon_state.pid, &initial_cpus);
+	pin(echo_pid, &initial_cpus);
+}
+
 /* ---- 2. round trip --------------------------------------------------- */
 
 struct rtt_result {
 	double api_us[MAX_PAIRS], bare_us[MAX_PAIRS], ratio[MAX_PAIRS];
 };
 
-static void rtt_run(kvt_client *c, int echo_fd, struct rtt_result *res)
+static void rtt_run(kvt_client *c, int echo_fd, int placement, struct rtt_result *res)
 {
+	unsigned chunk = opt.ping_iters / CHUNKS ? opt.ping_iters / CHUNKS : 1;
+
 	api_pings(c, 1000);
 	bare_rtts(echo_fd, 1000);
 	for (unsigned p = 0; p < opt.pairs; p++) {
-		uint64_t a = api_pings(c, opt.ping_iters);
-		uint64_t b = bare_rtts(echo_fd, opt.ping_iters);
-		res->api_us[p] = (double)a / opt.ping_iters / 1000.0;
-		res->bare_us[p] = (double)b / opt.ping_iters / 1000.0;
+		uint64_t a = 0, b = 0;
+		for (unsigned k = 0; k < CHUNKS; k++) {
+			a += api_pings(c, chunk);
+			b += bare_rtts(echo_fd, chunk);
+		}
+		res->api_us[p] = (double)a / (chunk * CHUNKS) / 1000.0;
+		res->bare_us[p] = (double)b / (chunk * CHUNKS) / 1000.0;
 		res->ratio[p] = res->api_us[p] / res->bare_us[p];
-		progress("  ping pair %u/%u: kvt_client_ping %.2f us, bare %.2f us, ratio %.3f",
-			 p + 1, opt.pairs, res->api_us[p], res->bare_us[p], res->ratio[p]);
+		progress("  ping, %s, pair %u/%u: kvt_client_ping %.2f us, bare %.2f us, ratio %.3f",
+			 placement_name[placement], p + 1, opt.pairs, res->api_us[p],
+			 res->bare_us[p], res->ratio[p]);
 	}
 }
 
@@ -670,6 +737,10 @@ struct lookup_result {
 	double hit_us[MAX_PAIRS], miss_us[MAX_PAIRS], bare_us[MAX_PAIRS];
 	double hit_keys_s[MAX_PAIRS], miss_keys_s[MAX_PAIRS];
 	double hit_frac[MAX_PAIRS], miss_frac[MAX_PAIRS];
+};
+
+struct lookup_keys {
+	uint8_t *hit, *miss, *states;
 };
 
 static uint64_t lookups(kvt_ns *ns, const uint8_t *keys, uint8_t *states, unsigned iters,
@@ -684,173 +755,212 @@ static uint64_t lookups(kvt_ns *ns, const uint8_t *keys, uint8_t *states, unsign
 	return now_ns() - t0;
 }
 
-static void lookup_run(kvt_client *c, kvt_ns *ns, int echo_fd, struct lookup_result *res)
+/* Store LOOKUP_KEYS blocks, and check every state once. */
+static void lookup_setup(kvt_ns *ns, struct lookup_keys *k)
 {
 	uint64_t block = 32 * 1024;
 	uint8_t *data = alloc_populated(block);
 	const void **srcs = calloc(LOOKUP_KEYS, sizeof(*srcs));
-	uint8_t *hit = calloc(LOOKUP_KEYS, KVT_KEY_BYTES);
-	uint8_t *miss = calloc(LOOKUP_KEYS, KVT_KEY_BYTES);
-	uint8_t *states = calloc(LOOKUP_KEYS, 1);
 	uint64_t counter = 1ull << 40;
-	unsigned bare_iters = opt.ping_iters / 4 ? opt.ping_iters / 4 : 1;
 
-	if (!srcs || !hit || !miss || !states)
+	k->hit = calloc(LOOKUP_KEYS, KVT_KEY_BYTES);
+	k->miss = calloc(LOOKUP_KEYS, KVT_KEY_BYTES);
+	k->states = calloc(LOOKUP_KEYS, 1);
+	if (!srcs || !k->hit || !k->miss || !k->states)
 		die("out of memory");
 	for (unsigned i = 0; i < LOOKUP_KEYS; i++)
 		srcs[i] = data;
-	make_keys(hit, LOOKUP_KEYS, &counter);
-	make_keys(miss, LOOKUP_KEYS, &counter);
-	int r = kvt_store(ns, 0, hit, LOOKUP_KEYS, srcs, NULL);
+	make_keys(k->hit, LOOKUP_KEYS, &counter);
+	make_keys(k->miss, LOOKUP_KEYS, &counter);
+	int r = kvt_store(ns, 0, k->hit, LOOKUP_KEYS, srcs, NULL);
 	if (r != LOOKUP_KEYS)
 		die("kvt_store of the lookup keys stored %d of %d", r, LOOKUP_KEYS);
-
-	/* Every state, once, outside the timed loops. */
-	r = kvt_lookup(ns, hit, LOOKUP_KEYS, 0, states);
+	r = kvt_lookup(ns, k->hit, LOOKUP_KEYS, 0, k->states);
 	if (r != LOOKUP_KEYS)
 		die("kvt_lookup of %d stored keys: %d leading hits", LOOKUP_KEYS, r);
 	for (unsigned i = 0; i < LOOKUP_KEYS; i++)
-		if (states[i] != KVT_HOST)
-			die("lookup of a stored key %u: state %u", i, states[i]);
-	r = kvt_lookup(ns, miss, LOOKUP_KEYS, 0, states);
+		if (k->states[i] != KVT_HOST)
+			die("lookup of a stored key %u: state %u", i, k->states[i]);
+	r = kvt_lookup(ns, k->miss, LOOKUP_KEYS, 0, k->states);
 	if (r != 0)
 		die("kvt_lookup of %d unknown keys: %d leading hits", LOOKUP_KEYS, r);
 	for (unsigned i = 0; i < LOOKUP_KEYS; i++)
-		if (states[i] != KVT_MISS)
-			die("lookup of an unknown key %u: state %u", i, states[i]);
+		if (k->states[i] != KVT_MISS)
+			die("lookup of an unknown key %u: state %u", i, k->states[i]);
+	free(srcs);
+	munmap(data, block);
+}
 
-	lookups(ns, hit, states, opt.lookup_iters / 10 + 1, LOOKUP_KEYS);
-	lookups(ns, miss, states, opt.lookup_iters / 10 + 1, 0);
+static void lookup_run(kvt_ns *ns, const struct lookup_keys *keys, int echo_fd,
+		       int placement, struct lookup_result *res)
+{
+	unsigned batches = opt.lookup_iters / CHUNKS ? opt.lookup_iters / CHUNKS : 1;
+	unsigned bare = batches; /* the same number of round trips */
+
+	lookups(ns, keys->hit, keys->states, batches, LOOKUP_KEYS);
+	lookups(ns, keys->miss, keys->states, batches, 0);
 	for (unsigned p = 0; p < opt.pairs; p++) {
-		uint64_t h = lookups(ns, hit, states, opt.lookup_iters, LOOKUP_KEYS);
-		uint64_t m = lookups(ns, miss, states, opt.lookup_iters, 0);
-		uint64_t b = bare_rtts(echo_fd, bare_iters);
-		res->hit_us[p] = (double)h / opt.lookup_iters / 1000.0;
-		res->miss_us[p] = (double)m / opt.lookup_iters / 1000.0;
-		res->bare_us[p] = (double)b / bare_iters / 1000.0;
+		uint64_t h = 0, m = 0, b = 0;
+		for (unsigned k = 0; k < CHUNKS; k++) {
+			h += lookups(ns, keys->hit, keys->states, batches, LOOKUP_KEYS);
+			m += lookups(ns, keys->miss, keys->states, batches, 0);
+			b += bare_rtts(echo_fd, bare);
+		}
+		res->hit_us[p] = (double)h / (batches * CHUNKS) / 1000.0;
+		res->miss_us[p] = (double)m / (batches * CHUNKS) / 1000.0;
+		res->bare_us[p] = (double)b / (bare * CHUNKS) / 1000.0;
 		res->hit_keys_s[p] = LOOKUP_KEYS / (res->hit_us[p] * 1e-6);
 		res->miss_keys_s[p] = LOOKUP_KEYS / (res->miss_us[p] * 1e-6);
 		res->hit_frac[p] = res->bare_us[p] / res->hit_us[p];
 		res->miss_frac[p] = res->bare_us[p] / res->miss_us[p];
-		progress("  lookup pair %u/%u: hits %.1f us/batch (%.2f M keys/s), misses %.1f us/batch, bare %.2f us",
-			 p + 1, opt.pairs, res->hit_us[p], res->hit_keys_s[p] / 1e6,
-			 res->miss_us[p], res->bare_us[p]);
+		progress("  lookup, %s, pair %u/%u: hits %.1f us/batch (%.2f M keys/s), misses %.1f us/batch, bare %.2f us",
+			 placement_name[placement], p + 1, opt.pairs, res->hit_us[p],
+			 res->hit_keys_s[p] / 1e6, res->miss_us[p], res->bare_us[p]);
 	}
-	kvt_delete(ns, hit, LOOKUP_KEYS);
-	free(srcs);
-	free(hit);
-	free(miss);
-	free(states);
-	munmap(data, block);
 }
 
 /* ---- output ---------------------------------------------------------- */
+
+struct results {
+	struct copy_result copy[2]; /* 256 KiB, 2 MiB */
+	struct rtt_result rtt[N_PLACEMENTS];
+	struct lookup_result lookup[N_PLACEMENTS];
+	bool placed[N_PLACEMENTS];
+	char pool[512];
+};
 
 static const char *verdict(bool met)
 {
 	return met ? "met" : "NOT met";
 }
 
-static void print_table(const struct copy_result *c256, const struct copy_result *c2m,
-			const struct rtt_result *rtt, const struct lookup_result *lk,
-			const char *pool_line, FILE *out)
+#define ROW "%-34s %-20s %-26s %-22s %s\n"
+
+static void print_table(const struct results *R, FILE *out)
 {
 	unsigned n = opt.pairs;
 	struct utsname u;
 	uname(&u);
 
-	fprintf(out, "\nkvtier host tier: %u pairs, A/B alternating; median of the pairwise ratios [min..max], medians of the absolutes\n",
+	fprintf(out, "\nkvtier host tier: %u pairs, contenders alternating; ratio = median of the pairwise ratios [min..max]; absolute figures are medians\n",
 		n);
-	fprintf(out, "machine: %s %s, %ld CPUs; pool: %s\n", u.sysname, u.release,
-		sysconf(_SC_NPROCESSORS_ONLN), pool_line);
-	fprintf(out, "\n%-26s %-24s %-24s %-22s %s\n", "", "kvtier", "limit (same run)", "ratio",
-		"target");
-	const struct copy_result *cs[2] = {c256, c2m};
-	const char *names[2] = {"store+load 256 KiB blocks", "store+load 2 MiB blocks"};
+	fprintf(out, "machine: %s %s, %ld CPUs; pool: %s\n\n", u.sysname, u.release,
+		sysconf(_SC_NPROCESSORS_ONLN), R->pool);
+	fprintf(out, ROW, "", "kvtier", "limit (same run)", "ratio", "target");
+	const char *names[2] = {"store+load, 256 KiB blocks", "store+load, 2 MiB blocks"};
 	for (int i = 0; i < 2; i++) {
-		char a[32], l[32], r[40], t[32];
-		double ratio = median(cs[i]->ratio, n);
-		snprintf(a, sizeof(a), "%.2f GB/s", median(cs[i]->api_gbs, n));
-		snprintf(l, sizeof(l), "%.2f GB/s memcpy", median(cs[i]->cpy_gbs, n));
-		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(cs[i]->ratio, n),
-			 vmax(cs[i]->ratio, n));
+		const struct copy_result *cs = &R->copy[i];
+		char a[40], l[40], r[48], t[40];
+		double ratio = median(cs->ratio, n);
+		snprintf(a, sizeof(a), "%.2f GB/s", median(cs->api_gbs, n));
+		snprintf(l, sizeof(l), "%.2f GB/s memcpy", median(cs->cpy_gbs, n));
+		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(cs->ratio, n),
+			 vmax(cs->ratio, n));
 		if (i == 1)
 			snprintf(t, sizeof(t), ">= %.2fx: %s", TARGET_COPY_2M,
 				 verdict(ratio >= TARGET_COPY_2M));
 		else
 			snprintf(t, sizeof(t), "-");
-		fprintf(out, "%-26s %-24s %-24s %-22s %s\n", names[i], a, l, r, t);
-		fprintf(out, "%-26s store %.2f, load %.2f     store %.2f, load %.2f\n", "",
-			median(cs[i]->api_store, n), median(cs[i]->api_load, n),
-			median(cs[i]->cpy_store, n), median(cs[i]->cpy_load, n));
+		fprintf(out, ROW, names[i], a, l, r, t);
+		snprintf(a, sizeof(a), "st %.2f / ld %.2f", median(cs->api_store, n),
+			 median(cs->api_load, n));
+		snprintf(l, sizeof(l), "st %.2f / ld %.2f", median(cs->cpy_store, n),
+			 median(cs->cpy_load, n));
+		fprintf(out, ROW, "", a, l, "", "");
 	}
-	{
-		char a[32], l[32], r[40], t[32];
-		double ratio = median(rtt->ratio, n);
-		snprintf(a, sizeof(a), "%.2f us", median(rtt->api_us, n));
-		snprintf(l, sizeof(l), "%.2f us bare socket", median(rtt->bare_us, n));
-		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(rtt->ratio, n),
-			 vmax(rtt->ratio, n));
+	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
+		const struct rtt_result *rt = &R->rtt[pl];
+		char name[48], a[40], l[40], r[48], t[40];
+		snprintf(name, sizeof(name), "round trip (ping), %s", placement_name[pl]);
+		if (!R->placed[pl]) {
+			fprintf(out, ROW, name, "n/a", "(one CPU only)", "", "");
+			continue;
+		}
+		double ratio = median(rt->ratio, n);
+		snprintf(a, sizeof(a), "%.2f us", median(rt->api_us, n));
+		snprintf(l, sizeof(l), "%.2f us bare socket", median(rt->bare_us, n));
+		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(rt->ratio, n),
+			 vmax(rt->ratio, n));
 		snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(ratio <= TARGET_RTT));
-		fprintf(out, "%-26s %-24s %-24s %-22s %s\n", "round trip (ping)", a, l, r, t);
+		fprintf(out, ROW, name, a, l, r, t);
 	}
-	const double *ks[2] = {lk->hit_keys_s, lk->miss_keys_s};
-	const double *us[2] = {lk->hit_us, lk->miss_us};
-	const double *fr[2] = {lk->hit_frac, lk->miss_frac};
-	const char *lnames[2] = {"lookup 1024 keys, hits", "lookup 1024 keys, misses"};
-	for (int i = 0; i < 2; i++) {
-		char a[40], l[40], t[40];
-		double k = median(ks[i], n);
-		snprintf(a, sizeof(a), "%.2f M keys/s", k / 1e6);
-		snprintf(l, sizeof(l), "%.1f us per batch", median(us[i], n));
-		snprintf(t, sizeof(t), ">= %.0f M keys/s: %s", TARGET_KEYS_S / 1e6,
-			 verdict(k >= TARGET_KEYS_S));
-		char r[40];
-		snprintf(r, sizeof(r), "bare RTT = %.0f%%", 100 * median(fr[i], n));
-		fprintf(out, "%-26s %-24s %-24s %-22s %s\n", lnames[i], a, l, r, t);
+	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
+		const struct lookup_result *lk = &R->lookup[pl];
+		if (!R->placed[pl])
+			continue;
+		for (int miss = 0; miss < 2; miss++) {
+			const double *ks = miss ? lk->miss_keys_s : lk->hit_keys_s;
+			const double *us = miss ? lk->miss_us : lk->hit_us;
+			const double *fr = miss ? lk->miss_frac : lk->hit_frac;
+			char name[64], a[40], l[40], r[48], t[40];
+			double k = median(ks, n);
+			snprintf(name, sizeof(name), "lookup 1024 %s, %s", miss ? "misses" : "hits",
+				 placement_name[pl]);
+			snprintf(a, sizeof(a), "%.2f M keys/s", k / 1e6);
+			snprintf(l, sizeof(l), "%.1f us per batch", median(us, n));
+			snprintf(r, sizeof(r), "bare RTT = %.0f%% of it", 100 * median(fr, n));
+			snprintf(t, sizeof(t), ">= %.0f M keys/s: %s", TARGET_KEYS_S / 1e6,
+				 verdict(k >= TARGET_KEYS_S));
+			fprintf(out, ROW, name, a, l, r, t);
+		}
 	}
-	fprintf(out, "(bare RTT in the lookup pairs: %.2f us)\n", median(lk->bare_us, n));
 }
 
-static void print_json(const struct copy_result *c256, const struct copy_result *c2m,
-		       const struct rtt_result *rtt, const struct lookup_result *lk,
-		       const char *pool_line)
+static void json_string(const char *s)
+{
+	putchar('"');
+	for (; *s; s++)
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s >= 0x20)
+			putchar(*s);
+	putchar('"');
+}
+
+static void print_json(const struct results *R)
 {
 	unsigned n = opt.pairs;
 	struct utsname u;
 	uname(&u);
-	const struct copy_result *cs[2] = {c256, c2m};
 	const char *keys[2] = {"copy_256k", "copy_2m"};
 
-	printf("{\"bench\":\"bench-host\",\"kernel\":\"%s\",\"cpus\":%ld,\"pairs\":%u,"
-	       "\"rounds\":%u,\"round_bytes\":%llu,\"pool\":\"",
-	       u.release, sysconf(_SC_NPROCESSORS_ONLN), n, opt.rounds,
-	       (unsigned long long)opt.round_bytes);
-	for (const char *p = pool_line; *p; p++)
-		if (*p == '"' || *p == '\\')
-			printf("\\%c", *p);
-		else if ((unsigned char)*p >= 0x20)
-			putchar(*p);
-	printf("\"");
-	for (int i = 0; i < 2; i++)
+	printf("{\"bench\":\"bench-host\",\"kernel\":");
+	json_string(u.release);
+	printf(",\"cpus\":%ld,\"pairs\":%u,\"rounds\":%u,\"round_bytes\":%llu,\"pool\":",
+	       sysconf(_SC_NPROCESSORS_ONLN), n, opt.rounds, (unsigned long long)opt.round_bytes);
+	json_string(R->pool);
+	for (int i = 0; i < 2; i++) {
+		const struct copy_result *cs = &R->copy[i];
 		printf(",\"%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,"
 		       "\"kvtier_gbs\":%.3f,\"memcpy_gbs\":%.3f,\"kvtier_store_gbs\":%.3f,"
-		       "\"kvtier_load_gbs\":%.3f,\"memcpy_store_gbs\":%.3f,\"memcpy_load_gbs\":%.3f%s}",
-		       keys[i], median(cs[i]->ratio, n), vmin(cs[i]->ratio, n), vmax(cs[i]->ratio, n),
-		       median(cs[i]->api_gbs, n), median(cs[i]->cpy_gbs, n),
-		       median(cs[i]->api_store, n), median(cs[i]->api_load, n),
-		       median(cs[i]->cpy_store, n), median(cs[i]->cpy_load, n),
-		       i == 1 ? ",\"target_min_ratio\":0.9" : "");
-	printf(",\"rtt\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,\"kvtier_us\":%.3f,"
-	       "\"bare_us\":%.3f,\"target_max_ratio\":%.1f}",
-	       median(rtt->ratio, n), vmin(rtt->ratio, n), vmax(rtt->ratio, n),
-	       median(rtt->api_us, n), median(rtt->bare_us, n), TARGET_RTT);
-	printf(",\"lookup\":{\"keys\":%d,\"hit_keys_s\":%.0f,\"hit_us\":%.2f,\"miss_keys_s\":%.0f,"
-	       "\"miss_us\":%.2f,\"bare_us\":%.3f,\"hit_bare_fraction\":%.4f,"
-	       "\"miss_bare_fraction\":%.4f,\"target_min_keys_s\":%.0f}}\n",
-	       LOOKUP_KEYS, median(lk->hit_keys_s, n), median(lk->hit_us, n),
-	       median(lk->miss_keys_s, n), median(lk->miss_us, n), median(lk->bare_us, n),
-	       median(lk->hit_frac, n), median(lk->miss_frac, n), TARGET_KEYS_S);
+		       "\"kvtier_load_gbs\":%.3f,\"memcpy_store_gbs\":%.3f,\"memcpy_load_gbs\":%.3f",
+		       keys[i], median(cs->ratio, n), vmin(cs->ratio, n), vmax(cs->ratio, n),
+		       median(cs->api_gbs, n), median(cs->cpy_gbs, n), median(cs->api_store, n),
+		       median(cs->api_load, n), median(cs->cpy_store, n), median(cs->cpy_load, n));
+		if (i == 1)
+			printf(",\"target_min_ratio\":%.2f", TARGET_COPY_2M);
+		printf("}");
+	}
+	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
+		const struct rtt_result *rt = &R->rtt[pl];
+		const struct lookup_result *lk = &R->lookup[pl];
+		if (!R->placed[pl])
+			continue;
+		printf(",\"rtt_%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,"
+		       "\"kvtier_us\":%.3f,\"bare_us\":%.3f,\"target_max_ratio\":%.1f}",
+		       placement_key[pl], median(rt->ratio, n), vmin(rt->ratio, n),
+		       vmax(rt->ratio, n), median(rt->api_us, n), median(rt->bare_us, n),
+		       TARGET_RTT);
+		printf(",\"lookup_%s\":{\"keys\":%d,\"hit_keys_s\":%.0f,\"hit_us\":%.2f,"
+		       "\"miss_keys_s\":%.0f,\"miss_us\":%.2f,\"bare_us\":%.3f,"
+		       "\"hit_bare_fraction\":%.4f,\"miss_bare_fraction\":%.4f,"
+		       "\"target_min_keys_s\":%.0f}",
+		       placement_key[pl], LOOKUP_KEYS, median(lk->hit_keys_s, n),
+		       median(lk->hit_us, n), median(lk->miss_keys_s, n), median(lk->miss_us, n),
+		       median(lk->bare_us, n), median(lk->hit_frac, n), median(lk->miss_frac, n),
+		       TARGET_KEYS_S);
+	}
+	printf("}\n");
 }
 
 /* ---- main ------------------------------------------------------------ */
@@ -862,12 +972,13 @@ static void help(void)
 	       "Measure kvtier's host tier end to end against a kvtierd it starts\n"
 	       "itself (KVTIERD, else $KVTIERD, else kvtierd from PATH): store+load\n"
 	       "against memcpy, the control round trip against a bare Unix socket,\n"
-	       "and 1024-key lookups.  Contenders alternate A B A B; the medians of\n"
-	       "the pairwise ratios are reported.  Progress goes to stderr.\n"
+	       "and 1024-key lookups (the last two with the peer on the same CPU and\n"
+	       "on another).  Contenders alternate; the medians of the pairwise\n"
+	       "ratios are reported.  Progress goes to stderr.\n"
 	       "\n"
 	       "Options:\n"
 	       "  -p, --pairs N    pairs of samples per comparison (>= 5, default %u)\n"
-	       "  -m, --mib N      MiB stored and loaded per round (default %llu)\n"
+	       "  -m, --mib N      MiB stored and loaded per round (even, default %llu)\n"
 	       "  -r, --rounds N   rounds per store+load sample (default %u)\n"
 	       "  -j, --json       print one JSON line on stdout (the table goes to\n"
 	       "                   stderr)\n"
@@ -933,14 +1044,16 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	cpus_probe();
+
+	static struct results R;
 
 	/* Both children before any large buffer (see echo_start). */
 	daemon_start(&daemon_state, kvtierd);
 	int echo_fd = echo_start();
-	char pool_line[512];
-	daemon_pool_line(&daemon_state, pool_line, sizeof(pool_line));
+	daemon_pool_line(&daemon_state, R.pool, sizeof(R.pool));
 	progress("kvtierd pid %d in %s; pool: %s", (int)daemon_state.pid, daemon_state.dir,
-		 pool_line);
+		 R.pool);
 
 	kvt_client *c = NULL;
 	int r = kvt_client_connect(daemon_state.socket, "bench-host", &c);
@@ -956,32 +1069,41 @@ int main(int argc, char **argv)
 	uint8_t *src = alloc_populated(opt.round_bytes);
 	uint8_t *mid = alloc_populated(opt.round_bytes);
 	uint8_t *dst = alloc_populated(opt.round_bytes);
-
-	static struct copy_result c256, c2m;
-	static struct rtt_result rtt;
-	static struct lookup_result lk;
 	struct copy_bench b;
 	uint64_t t0 = now_ns();
 
 	progress("1/3 store+load vs memcpy, 256 KiB blocks: %u pairs x %u rounds x %llu MiB",
 		 opt.pairs, opt.rounds, (unsigned long long)(opt.round_bytes / MIB));
 	copy_setup(&b, ns256k, 256 * 1024, src, mid, dst);
-	copy_run(&b, &c256);
+	copy_run(&b, &R.copy[0]);
 	copy_free(&b);
 	progress("1/3 store+load vs memcpy, 2 MiB blocks");
 	copy_setup(&b, ns2m, 2 * MIB, src, mid, dst);
-	copy_run(&b, &c2m);
+	copy_run(&b, &R.copy[1]);
 	copy_free(&b);
 
-	progress("2/3 round trip: kvt_client_ping vs bare socket, %u pairs x %u round trips",
-		 opt.pairs, opt.ping_iters);
-	rtt_run(c, echo_fd, &rtt);
-
-	progress("3/3 lookups of %d keys: %u pairs x %u batches", LOOKUP_KEYS, opt.pairs,
-		 opt.lookup_iters);
-	lookup_run(c, nslk, echo_fd, &lk);
+	struct lookup_keys lkeys;
+	lookup_setup(nslk, &lkeys);
+	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
+		if (pl == ACROSS_CPUS && cpu_b < 0) {
+			progress("one CPU only: no measurement across CPUs");
+			continue;
+		}
+		place(pl);
+		progress("2/3 round trip, %s: kvt_client_ping vs bare socket, %u pairs x %u round trips",
+			 placement_name[pl], opt.pairs, opt.ping_iters);
+		rtt_run(c, echo_fd, pl, &R.rtt[pl]);
+		progress("3/3 lookups of %d keys, %s: %u pairs x %u batches", LOOKUP_KEYS,
+			 placement_name[pl], opt.pairs, opt.lookup_iters);
+		lookup_run(nslk, &lkeys, echo_fd, pl, &R.lookup[pl]);
+		R.placed[pl] = true;
+	}
+	unplace();
 	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
 
+	free(lkeys.hit);
+	free(lkeys.miss);
+	free(lkeys.states);
 	kvt_ns_close(ns2m);
 	kvt_ns_close(ns256k);
 	kvt_ns_close(nslk);
@@ -994,10 +1116,10 @@ int main(int argc, char **argv)
 	munmap(dst, opt.round_bytes);
 
 	if (opt.json) {
-		print_table(&c256, &c2m, &rtt, &lk, pool_line, stderr);
-		print_json(&c256, &c2m, &rtt, &lk, pool_line);
+		print_table(&R, stderr);
+		print_json(&R);
 	} else {
-		print_table(&c256, &c2m, &rtt, &lk, pool_line, stdout);
+		print_table(&R, stdout);
 	}
 	return 0;
 }
