@@ -4,7 +4,9 @@
  * before parsing, so a file only names what it changes.
  */
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
+#include <pwd.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -151,6 +153,79 @@ static int conf_log_level(const char *v, void *field, const char **expect)
 	return -EINVAL;
 }
 
+/* "1000, alice 1002": numeric ids or names, for uids or gids. */
+static int parse_ids(const char *v, bool groups, uint32_t *ids, uint32_t *n,
+		     const char **expect)
+{
+	char buf[1024];
+	*expect = groups ? "group names or gids, separated by spaces or commas"
+			 : "user names or uids, separated by spaces or commas";
+	snprintf(buf, sizeof(buf), "%s", v);
+	*n = 0;
+	for (char *save = NULL, *tok = strtok_r(buf, " ,\t", &save); tok;
+	     tok = strtok_r(NULL, " ,\t", &save)) {
+		char *end;
+		unsigned long id;
+		if (*n >= CONFIG_MAX_IDS)
+			return -E2BIG;
+		errno = 0;
+		id = strtoul(tok, &end, 10);
+		if (*tok >= '0' && *tok <= '9' && !*end && !errno && id < UINT32_MAX) {
+			ids[(*n)++] = (uint32_t)id;
+			continue;
+		}
+		if (groups) {
+			struct group *g = getgrnam(tok);
+			if (!g)
+				return -ENOENT;
+			ids[(*n)++] = g->gr_gid;
+		} else {
+			struct passwd *pw = getpwnam(tok);
+			if (!pw)
+				return -ENOENT;
+			ids[(*n)++] = pw->pw_uid;
+		}
+	}
+	return *n ? 0 : -EINVAL;
+}
+
+const struct tenant_conf *config_tenant(const struct config *c, const char *name)
+{
+	for (uint32_t i = 0; i < c->n_tenants; i++)
+		if (!strcmp(c->tenants[i].name, name))
+			return &c->tenants[i];
+	return NULL;
+}
+
+static struct tenant_conf *tenant_conf_get(struct config *c, const char *name)
+{
+	for (uint32_t i = 0; i < c->n_tenants; i++)
+		if (!strcmp(c->tenants[i].name, name))
+			return &c->tenants[i];
+	if (c->n_tenants >= CONFIG_MAX_TENANTS)
+		return NULL;
+	struct tenant_conf *t = realloc(c->tenants, sizeof(*t) * (c->n_tenants + 1));
+	if (!t)
+		return NULL;
+	c->tenants = t;
+	t = &c->tenants[c->n_tenants++];
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	return t;
+}
+
+static bool tenant_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > CONFIG_MAX_TENANT_NAME)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_'))
+			return false;
+	return true;
+}
+
 static const struct conf_item {
 	const char *section;
 	const char *key;
@@ -240,12 +315,57 @@ static char *read_line(char *str, int num, void *stream)
 	return r;
 }
 
+static int tenant_item(struct parse_ctx *ctx, const char *name, const char *key,
+		       const char *value, int line)
+{
+	const char *expect = "";
+	struct tenant_conf *t;
+	int r;
+
+	if (!tenant_name_ok(name)) {
+		log_error("%s:%d: tenant name '%s' must be 1-%d letters, digits, '-' or '_'",
+			  ctx->path, line, name, CONFIG_MAX_TENANT_NAME);
+		ctx->error = -EINVAL;
+		return 1;
+	}
+	t = tenant_conf_get(ctx->c, name);
+	if (!t) {
+		log_error("%s:%d: more than %d tenants", ctx->path, line, CONFIG_MAX_TENANTS);
+		ctx->error = -E2BIG;
+		return 1;
+	}
+	if (!strcmp(key, "uids"))
+		r = parse_ids(value, false, t->uids, &t->n_uids, &expect);
+	else if (!strcmp(key, "gids"))
+		r = parse_ids(value, true, t->gids, &t->n_gids, &expect);
+	else if (!strcmp(key, "quota"))
+		r = conf_size(value, &t->quota, &expect);
+	else if (!strcmp(key, "socket"))
+		r = conf_path(value, &t->socket, &expect);
+	else {
+		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, socket)",
+			  ctx->path, line, key, name);
+		ctx->error = -EINVAL;
+		return 1;
+	}
+	if (r < 0) {
+		log_error("%s:%d: [tenant.%s] %s = '%s' is invalid: expected %s%s", ctx->path,
+			  line, name, key, value, expect,
+			  r == -ENOENT ? " (no such user or group)" : "");
+		ctx->error = -EINVAL;
+	}
+	return 1;
+}
+
 static int on_item(void *user, const char *section, const char *key,
 		   const char *value)
 {
 	struct parse_ctx *ctx = user;
 	bool known_section = false;
 	int line = ctx->line;
+
+	if (!strncmp(section, "tenant.", 7))
+		return tenant_item(ctx, section + 7, key, value, line);
 
 	for (size_t i = 0; i < sizeof(conf_table) / sizeof(conf_table[0]); i++) {
 		const struct conf_item *it = &conf_table[i];
@@ -266,7 +386,7 @@ static int on_item(void *user, const char *section, const char *key,
 		return 1;
 	}
 	if (!known_section)
-		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, limits)",
+		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, tenant.NAME, limits)",
 			  ctx->path, line, section);
 	else
 		log_error("%s:%d: unknown key '%s' in [%s]; see kvtierd.conf(5)",
@@ -295,6 +415,33 @@ static int config_validate(const struct config *c, const char *path)
 	    c->max_namespaces == 0 || c->max_handles == 0) {
 		log_error("%s: [limits] values must be at least 1", path);
 		r = -EINVAL;
+	}
+	for (uint32_t i = 0; i < c->n_tenants; i++) {
+		const struct tenant_conf *a = &c->tenants[i];
+		if (!a->n_uids && !a->n_gids && !a->socket) {
+			log_error("%s: [tenant.%s] names no uids, gids or socket: nobody can belong to it",
+				  path, a->name);
+			r = -EINVAL;
+		}
+		for (uint32_t j = 0; j < i; j++) {
+			const struct tenant_conf *b = &c->tenants[j];
+			for (uint32_t x = 0; x < a->n_uids; x++)
+				for (uint32_t y = 0; y < b->n_uids; y++)
+					if (a->uids[x] == b->uids[y]) {
+						log_error("%s: uid %u is in both [tenant.%s] and [tenant.%s]",
+							  path, a->uids[x], b->name, a->name);
+						r = -EINVAL;
+					}
+			if (a->socket && b->socket && !strcmp(a->socket, b->socket)) {
+				log_error("%s: [tenant.%s] and [tenant.%s] share socket %s", path,
+					  b->name, a->name, a->socket);
+				r = -EINVAL;
+			}
+		}
+		if (a->socket && c->socket_path && !strcmp(a->socket, c->socket_path)) {
+			log_error("%s: [tenant.%s] socket is the daemon's main socket", path, a->name);
+			r = -EINVAL;
+		}
 	}
 	if (c->max_output_bytes < (2ULL << 20)) {
 		log_error("%s: [limits] output_bytes must be at least 2M (one full reply)", path);
@@ -334,6 +481,11 @@ void config_free(struct config *c)
 	free(c->socket_path);
 	free(c->runtime_dir);
 	free(c->sysfs_root);
+	for (uint32_t i = 0; i < c->n_tenants; i++)
+		free(c->tenants[i].socket);
+	free(c->tenants);
+	c->tenants = NULL;
+	c->n_tenants = 0;
 	c->socket_path = c->runtime_dir = c->sysfs_root = NULL;
 }
 
@@ -376,6 +528,27 @@ void config_dump(const struct config *c, FILE *f)
 	fprintf(f, "[tenants]\n# 0: a quarter of [pool] capacity; root and kvtierd's own uid get all of it\n"
 		"default_quota = %s\nunknown = %s\n\n",
 		format_size(c->default_quota, q, sizeof(q)), c->refuse_unknown ? "refuse" : "allow");
+	for (uint32_t i = 0; i < c->n_tenants; i++) {
+		const struct tenant_conf *t = &c->tenants[i];
+		fprintf(f, "[tenant.%s]\n", t->name);
+		if (t->n_uids) {
+			fprintf(f, "uids =");
+			for (uint32_t j = 0; j < t->n_uids; j++)
+				fprintf(f, " %u", t->uids[j]);
+			fputc('\n', f);
+		}
+		if (t->n_gids) {
+			fprintf(f, "gids =");
+			for (uint32_t j = 0; j < t->n_gids; j++)
+				fprintf(f, " %u", t->gids[j]);
+			fputc('\n', f);
+		}
+		if (t->quota)
+			fprintf(f, "quota = %s\n", format_size(t->quota, q, sizeof(q)));
+		if (t->socket)
+			fprintf(f, "socket = %s\n", t->socket);
+		fputc('\n', f);
+	}
 	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
 		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
 		"handles_per_tenant = %u\noutput_bytes = %s\n",

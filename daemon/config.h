@@ -23,6 +23,20 @@ enum lock_mode {
 	LOCK_NO,
 };
 
+#define CONFIG_MAX_TENANTS 256
+#define CONFIG_MAX_IDS 64
+#define CONFIG_MAX_TENANT_NAME 31
+
+/* [tenant.NAME]: who belongs to a tenant and what it may hold. */
+struct tenant_conf {
+	char name[CONFIG_MAX_TENANT_NAME + 1];
+	uint32_t n_uids, n_gids;
+	uint32_t uids[CONFIG_MAX_IDS];
+	uint32_t gids[CONFIG_MAX_IDS]; /* primary or supplementary groups */
+	uint64_t quota;                /* 0: [tenants] default_quota */
+	char *socket;                  /* its own listening socket, or NULL */
+};
+
 struct config {
 	/* [daemon] */
 	char *socket_path;
@@ -42,6 +56,9 @@ struct config {
 	uint64_t default_quota;
 	bool refuse_unknown;
 
+	struct tenant_conf *tenants;
+	uint32_t n_tenants;
+
 	/* [limits] */
 	uint32_t max_connections;
 	uint32_t max_connections_per_uid;
@@ -58,6 +75,9 @@ int config_load(struct config *c, const char *path);
 void config_free(struct config *c);
 /* Write the effective configuration in the file's own syntax. */
 void config_dump(const struct config *c, FILE *f);
+
+/* The configured tenant of that name, or NULL. */
+const struct tenant_conf *config_tenant(const struct config *c, const char *name);
 
 /* "64G", "512M", "4096" → bytes; -EINVAL or -ERANGE. */
 int parse_size(const char *s, uint64_t *ret);

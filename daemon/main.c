@@ -105,6 +105,8 @@ int main(int argc, char **argv)
 		log_error_errno(r, "Failed to start: %m");
 		goto out;
 	}
+	m->config_path = config_path;
+	m->socket_override = socket_path;
 	pool_probe(&m->pool);
 	r = manager_listen(m);
 	if (r < 0)

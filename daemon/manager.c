@@ -40,7 +40,6 @@ int manager_new(struct config *c, struct manager **ret)
 	if (!m)
 		return -ENOMEM;
 	m->config = c;
-	m->listen_fd = -1;
 	kvt_buf_init(&m->reply);
 	m->slots = calloc(KVT_MAX_KEYS, sizeof(*m->slots));
 	m->status = calloc(KVT_MAX_KEYS, sizeof(*m->status));
@@ -70,14 +69,16 @@ void manager_free(struct manager *m)
 		session_free(m->sessions);
 	store_done(&m->store);
 	process_free_all(m);
-	sd_event_source_disable_unref(m->listen_source);
+	for (uint32_t i = 0; i < m->n_listeners; i++) {
+		struct listener *l = m->listeners[i];
+		sd_event_source_disable_unref(l->source);
+		close(l->fd);
+		if (l->owned)
+			unlink(l->path);
+		free(l);
+	}
 	sd_event_source_disable_unref(m->reap_source);
 	sd_event_source_disable_unref(m->status_source);
-	if (m->listen_fd >= 0) {
-		close(m->listen_fd);
-		if (m->socket_owned)
-			unlink(m->config->socket_path);
-	}
 	kvt_buf_free(&m->reply);
 	free(m->slots);
 	free(m->status);
@@ -130,7 +131,8 @@ static void refuse(struct manager *m, int fd, int error, const char *why)
 
 static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *userdata)
 {
-	struct manager *m = userdata;
+	struct listener *l = userdata;
+	struct manager *m = l->m;
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	char why[200];
@@ -183,6 +185,7 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 			continue;
 		}
 		s->process = p;
+		snprintf(s->via_tenant, sizeof(s->via_tenant), "%s", l->tenant);
 		m->c.accepted++;
 	}
 	return 0;
@@ -209,79 +212,125 @@ static int make_runtime_dir(const char *dir)
 	return 0;
 }
 
+static int listener_watch(struct manager *m, int fd, bool owned, const char *path,
+			  const char *tenant)
+{
+	if (m->n_listeners >= MANAGER_MAX_LISTENERS)
+		return -E2BIG;
+	struct listener *l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->fd = fd;
+	l->owned = owned;
+	l->m = m;
+	snprintf(l->path, sizeof(l->path), "%s", path);
+	snprintf(l->tenant, sizeof(l->tenant), "%s", tenant ? tenant : "");
+	int r = sd_event_add_io(m->event, &l->source, fd, EPOLLIN, on_accept, l);
+	if (r < 0) {
+		free(l);
+		return log_error_errno(r, "Failed to watch the listening socket: %m");
+	}
+	m->listeners[m->n_listeners++] = l;
+	return 0;
+}
+
+/* Bind a socket of ours at path; mode 0666 for the main socket (every uid
+ * is its own tenant, isolated by what the kernel says of it), 0660 for a
+ * tenant's own (mounted into that tenant's containers only). */
+static int listener_bind(struct manager *m, const char *path, const char *tenant)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return log_error_errno(-ENAMETOOLONG, "Socket path '%s' is too long (max %zu bytes)",
+				       path, sizeof(sa.sun_path) - 1);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	char dir[256];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = 0;
+		r = make_runtime_dir(dir);
+		if (r < 0)
+			return log_error_errno(r, "Failed to create '%s' for the socket: %m", dir);
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return log_error_errno(-errno, "Failed to create socket: %m");
+	/* A socket file left by a dead daemon is removed; a live one is
+	 * never stolen. */
+	struct stat st;
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			close(fd);
+			return log_error_errno(-EEXIST, "'%s' exists and is not a socket; remove it or choose another path", path);
+		}
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			close(fd);
+			return log_error_errno(-EADDRINUSE, "Another kvtierd is listening on '%s'", path);
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(path);
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		close(fd);
+		return log_error_errno(r, "Failed to bind '%s': %m", path);
+	}
+	if (chmod(path, tenant ? 0660 : 0666) < 0)
+		log_warning_errno(-errno, "Failed to chmod '%s', ignoring: %m", path);
+	if (listen(fd, 128) < 0) {
+		r = -errno;
+		close(fd);
+		unlink(path);
+		return log_error_errno(r, "Failed to listen on '%s': %m", path);
+	}
+	r = listener_watch(m, fd, true, path, tenant);
+	if (r < 0) {
+		close(fd);
+		unlink(path);
+		return r;
+	}
+	if (tenant)
+		log_info("Listening on %s for tenant %s", path, tenant);
+	else
+		log_info("Listening on %s", path);
+	return 0;
+}
+
 int manager_listen(struct manager *m)
 {
-	const char *path = m->config->socket_path;
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int n, fd, r;
+	int n, r;
 
 	n = sd_listen_fds(1);
 	if (n > 1)
 		return log_error_errno(-EINVAL, "Socket activation passed %d sockets; kvtierd takes one", n);
 	if (n == 1) {
-		fd = SD_LISTEN_FDS_START;
+		int fd = SD_LISTEN_FDS_START;
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
 			return log_error_errno(-EINVAL, "The activation socket is not a listening AF_UNIX stream socket");
-		m->listen_fd = fd;
+		r = listener_watch(m, fd, false, m->config->socket_path, NULL);
+		if (r < 0)
+			return r;
 		m->socket_activated = true;
 		log_info("Listening on the socket passed by systemd");
 	} else {
-		if (strlen(path) >= sizeof(sa.sun_path))
-			return log_error_errno(-ENAMETOOLONG, "Socket path '%s' is too long (max %zu bytes)",
-					       path, sizeof(sa.sun_path) - 1);
-		strcpy(sa.sun_path, path);
-		char dir[256];
-		snprintf(dir, sizeof(dir), "%s", path);
-		char *slash = strrchr(dir, '/');
-		if (slash && slash != dir) {
-			*slash = 0;
-			r = make_runtime_dir(dir);
-			if (r < 0)
-				return log_error_errno(r, "Failed to create '%s' for the socket: %m", dir);
-		}
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0)
-			return log_error_errno(-errno, "Failed to create socket: %m");
-		/* A socket file left by a dead daemon is removed; a live one is
-		 * never stolen. */
-		struct stat st;
-		if (lstat(path, &st) == 0) {
-			if (!S_ISSOCK(st.st_mode)) {
-				close(fd);
-				return log_error_errno(-EEXIST, "'%s' exists and is not a socket; remove it or choose another --socket", path);
-			}
-			int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-			if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-				close(probe);
-				close(fd);
-				return log_error_errno(-EADDRINUSE, "Another kvtierd is listening on '%s'", path);
-			}
-			if (probe >= 0)
-				close(probe);
-			unlink(path);
-		}
-		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-			r = -errno;
-			close(fd);
-			return log_error_errno(r, "Failed to bind '%s': %m", path);
-		}
-		/* Any local user may connect: each is its own tenant, isolated
-		 * by the uid the kernel reports. */
-		if (chmod(path, 0666) < 0)
-			log_warning_errno(-errno, "Failed to chmod '%s', ignoring: %m", path);
-		if (listen(fd, 128) < 0) {
-			r = -errno;
-			close(fd);
-			unlink(path);
-			return log_error_errno(r, "Failed to listen on '%s': %m", path);
-		}
-		m->listen_fd = fd;
-		m->socket_owned = true;
-		log_info("Listening on %s", path);
+		r = listener_bind(m, m->config->socket_path, NULL);
+		if (r < 0)
+			return r;
 	}
-	r = sd_event_add_io(m->event, &m->listen_source, m->listen_fd, EPOLLIN, on_accept, m);
-	if (r < 0)
-		return log_error_errno(r, "Failed to watch the listening socket: %m");
+	for (uint32_t i = 0; i < m->config->n_tenants; i++) {
+		const struct tenant_conf *t = &m->config->tenants[i];
+		if (!t->socket)
+			continue;
+		r = listener_bind(m, t->socket, t->name);
+		if (r < 0)
+			return r;
+	}
 	return 0;
 }
 
@@ -309,6 +358,117 @@ static int on_status_timer(sd_event_source *src, uint64_t usec, void *userdata)
 	return 0;
 }
 
+static bool str_eq(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+static bool tenant_sockets_equal(const struct config *a, const struct config *b)
+{
+	for (uint32_t i = 0; i < a->n_tenants; i++) {
+		const struct tenant_conf *t = config_tenant(b, a->tenants[i].name);
+		if (a->tenants[i].socket && (!t || !str_eq(a->tenants[i].socket, t->socket)))
+			return false;
+	}
+	for (uint32_t i = 0; i < b->n_tenants; i++) {
+		const struct tenant_conf *t = config_tenant(a, b->tenants[i].name);
+		if (b->tenants[i].socket && (!t || !str_eq(b->tenants[i].socket, t->socket)))
+			return false;
+	}
+	return true;
+}
+
+int manager_reload(struct manager *m)
+{
+	struct config fresh, *cur = m->config;
+	char changed[512] = "", restart[512] = "";
+	int r;
+
+	if (config_defaults(&fresh) < 0)
+		return -ENOMEM;
+	r = config_load(&fresh, m->config_path);
+	if (r < 0) {
+		config_free(&fresh);
+		log_error("Reload of %s failed (see above); still running on the previous configuration",
+			  m->config_path ? m->config_path : "(built-in defaults)");
+		return r;
+	}
+	if (m->socket_override) {
+		free(fresh.socket_path);
+		fresh.socket_path = strdup(m->socket_override);
+	}
+	sd_notify(false, "RELOADING=1");
+
+#define NOTE(buf, name)                                                        \
+	snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%s",          \
+		 buf[0] ? ", " : "", name)
+#define LIVE(field, name)                \
+	if (cur->field != fresh.field) { \
+		NOTE(changed, name);     \
+		cur->field = fresh.field; \
+	}
+#define RESTART(same, name)         \
+	if (!(same))                 \
+		NOTE(restart, name)
+
+	LIVE(capacity, "[pool] capacity");
+	LIVE(quarantine_ms, "[daemon] quarantine_ms");
+	LIVE(log_level, "[daemon] log_level");
+	LIVE(default_quota, "[tenants] default_quota");
+	LIVE(refuse_unknown, "[tenants] unknown");
+	LIVE(max_connections, "[limits] connections");
+	LIVE(max_connections_per_uid, "[limits] connections_per_uid");
+	LIVE(max_namespaces, "[limits] namespaces_per_tenant");
+	LIVE(max_keys, "[limits] keys_per_request");
+	LIVE(max_handles, "[limits] handles_per_tenant");
+	LIVE(max_output_bytes, "[limits] output_bytes");
+	RESTART(str_eq(cur->socket_path, fresh.socket_path), "[daemon] socket");
+	RESTART(str_eq(cur->runtime_dir, fresh.runtime_dir), "[daemon] runtime_dir");
+	RESTART(cur->extent_size == fresh.extent_size, "[pool] extent_size");
+	RESTART(cur->hugepages == fresh.hugepages, "[pool] hugepages");
+	RESTART(cur->lock == fresh.lock, "[pool] lock");
+	RESTART(cur->numa == fresh.numa, "[pool] numa");
+	RESTART(str_eq(cur->sysfs_root, fresh.sysfs_root), "[pool] topology_root");
+	RESTART(tenant_sockets_equal(cur, &fresh), "[tenant.*] socket");
+#undef LIVE
+#undef RESTART
+#undef NOTE
+
+	/* Tenants (members, quotas) apply to connections from now on; their
+	 * own sockets stay as they were bound. */
+	{
+		struct tenant_conf *old = cur->tenants;
+		uint32_t n_old = cur->n_tenants;
+		cur->tenants = fresh.tenants;
+		cur->n_tenants = fresh.n_tenants;
+		fresh.tenants = old;
+		fresh.n_tenants = n_old;
+	}
+	config_free(&fresh);
+
+	m->pool.capacity = cur->capacity;
+	if (m->pool.allocated > cur->capacity)
+		log_warning("Capacity %llu MiB is below the %llu MiB already in extents: no new extents until blocks are evicted; held extents stay until restart",
+			    (unsigned long long)(cur->capacity >> 20),
+			    (unsigned long long)(m->pool.allocated >> 20));
+	store_reload(&m->store);
+	log_set_max_level(cur->log_level);
+	log_info("Reloaded %s; changed: %s", m->config_path ? m->config_path : "(built-in defaults)",
+		 changed[0] ? changed : "nothing");
+	if (restart[0])
+		log_warning("Changed but needs a restart to take effect (still running on the old values): %s",
+			    restart);
+	sd_notify(false, "READY=1");
+	notify_status(m);
+	return 0;
+}
+
+static int on_reload_signal(sd_event_source *src, const struct signalfd_siginfo *si, void *userdata)
+{
+	manager_reload(userdata);
+	return 0;
+}
+
 static int on_signal(sd_event_source *src, const struct signalfd_siginfo *si, void *userdata)
 {
 	struct manager *m = userdata;
@@ -325,10 +485,12 @@ int manager_run(struct manager *m)
 	sigemptyset(&ss);
 	sigaddset(&ss, SIGTERM);
 	sigaddset(&ss, SIGINT);
+	sigaddset(&ss, SIGHUP);
 	sigprocmask(SIG_BLOCK, &ss, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	sd_event_add_signal(m->event, NULL, SIGTERM, on_signal, m);
 	sd_event_add_signal(m->event, NULL, SIGINT, on_signal, m);
+	sd_event_add_signal(m->event, NULL, SIGHUP, on_reload_signal, m);
 	sd_event_set_watchdog(m->event, true);
 
 	/* The one-line occupancy summary systemctl status shows; the timer

@@ -24,15 +24,28 @@ struct manager_counters {
 	uint64_t quarantined_handles;
 };
 
+/* A listening socket: the main one, or a tenant's own. */
+struct listener {
+	int fd;
+	bool owned; /* we created the path and unlink it at exit */
+	char path[108];
+	char tenant[CONFIG_MAX_TENANT_NAME + 1]; /* "" for the main socket */
+	sd_event_source *source;
+	struct manager *m;
+};
+
+#define MANAGER_MAX_LISTENERS (CONFIG_MAX_TENANTS + 1)
+
 struct manager {
 	sd_event *event;
 	struct config *config;
 	struct pool pool;
 	struct store store;
-	int listen_fd;
+	const char *config_path; /* for SIGHUP, NULL on built-in defaults */
+	const char *socket_override; /* --socket, kept across reloads */
+	struct listener *listeners[MANAGER_MAX_LISTENERS];
+	uint32_t n_listeners;
 	bool socket_activated;
-	bool socket_owned; /* we created the path and unlink it at exit */
-	sd_event_source *listen_source;
 	sd_event_source *reap_source; /* frees sessions marked dead */
 	sd_event_source *status_source; /* periodic STATUS= for systemd */
 	struct session *sessions;
@@ -55,5 +68,7 @@ int manager_new(struct config *c, struct manager **ret);
 void manager_free(struct manager *m);
 int manager_listen(struct manager *m);
 int manager_run(struct manager *m);
+/* Re-read the configuration file and apply what can change live. */
+int manager_reload(struct manager *m);
 void manager_schedule_reap(struct manager *m);
 bool manager_is_admin(const struct manager *m, uid_t uid);

@@ -257,6 +257,7 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node, struct extent
 	}
 	p->populate_ns += now_ns() - t0;
 	e->node = actual_node(e->map);
+	e->for_node = node;
 	if (node >= 0 && (!placed || e->node != node))
 		p->numa_fallbacks++;
 

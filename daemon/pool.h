@@ -29,7 +29,8 @@ struct extent {
 	uint64_t slot_bytes;
 	struct slots slots;
 	uint32_t flags; /* KVT_EXTENT_* */
-	int node;
+	int node;      /* where its memory is (-1: unknown) */
+	int for_node;  /* the node it was made for: clients there use it first */
 	struct slot_class *cls;
 };
 

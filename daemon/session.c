@@ -301,15 +301,25 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 
 	/* The tenant is created when a namespace is opened, not here: a
 	 * client that only looks (kvtierctl) leaves nothing behind. */
-	struct tenant *t;
-	r = store_tenant_find(&m->store, s->uid, &t);
+	gid_t groups[CONFIG_MAX_IDS];
+	socklen_t glen = sizeof(groups);
+	struct peer peer = {
+		.uid = s->uid,
+		.gid = s->gid,
+		.groups = groups,
+		.via_tenant = s->via_tenant[0] ? s->via_tenant : NULL,
+	};
+	if (getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
+		peer.n_groups = glen / sizeof(gid_t);
+	r = tenancy_resolve(m->config, &peer, &s->choice);
 	if (r == -EACCES) {
 		m->c.refused++;
 		reply_error(s, h, r,
-			    "uid %u is not a configured tenant and this daemon refuses unknown uids ([tenants] unknown = refuse)",
+			    "uid %u belongs to no [tenant.NAME] and this daemon refuses unknown uids ([tenants] unknown = refuse)",
 			    (unsigned)s->uid);
 		return 0;
 	}
+	struct tenant *t = store_tenant_find(&m->store, s->choice.name);
 	s->hello = true;
 	s->version = (uint16_t)hi;
 	s->features = req.features & KVT_FEATURES_ALL;
@@ -324,13 +334,14 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 		.session_id = s->id,
 		.max_keys = m->config->max_keys,
 		.max_handles = m->config->max_handles,
-		.quota_bytes = t ? t->quota : store_default_quota(m->config, s->uid),
+		.quota_bytes = t ? t->quota : s->choice.quota,
 		.numa_node = s->numa_node,
 	};
 	kvt_enc_hello_rep(&m->reply, s->version, h->request_id, &rep);
 	reply(s);
-	log_debug("Client %u: pid %d uid %u '%s', protocol %u%s", s->id, (int)s->pid,
-		  (unsigned)s->uid, s->name, s->version, s->pool ? "" : ", observer");
+	log_debug("Client %u: pid %d uid %u '%s', protocol %u, tenant %s%s", s->id, (int)s->pid,
+		  (unsigned)s->uid, s->name, s->version, s->choice.name,
+		  s->pool ? "" : ", observer");
 	return 0;
 }
 
@@ -352,15 +363,15 @@ static int do_ns_open(struct session *s, const struct kvt_header *h,
 	}
 	if (!s->tenant) {
 		struct tenant *t;
-		r = store_tenant_get(&s->m->store, s->uid, &t);
+		r = store_tenant_get(&s->m->store, &s->choice, &t);
 		if (r < 0) {
-			reply_error(s, h, r, r == -EACCES ? "uid %u is refused" : "out of memory (uid %u)",
-				    (unsigned)s->uid);
+			reply_error(s, h, r, "out of memory creating tenant %s", s->choice.name);
 			return 0;
 		}
-		/* Every connection of this uid joins: handles cross them. */
+		/* Every connection of this tenant joins: handles cross them. */
 		for (struct session *o = s->m->sessions; o; o = o->next)
-			if (o->uid == s->uid && o->hello && !o->tenant && !o->dead)
+			if (o->hello && !o->tenant && !o->dead &&
+			    !strcmp(o->choice.name, t->name))
 				session_join_tenant(o, t);
 	}
 	reason[0] = 0;

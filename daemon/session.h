@@ -13,6 +13,7 @@
 #include <systemd/sd-event.h>
 
 #include "kvt-proto.h"
+#include "tenancy.h"
 
 struct manager;
 struct process;
@@ -34,7 +35,10 @@ struct session {
 	gid_t gid;
 	pid_t pid;
 	struct process *process;
-	struct tenant *tenant; /* once the uid's tenant exists */
+	struct tenant *tenant; /* once the tenant exists */
+	struct tenant_choice choice; /* which tenant, from HELLO on */
+	char via_tenant[CONFIG_MAX_TENANT_NAME + 1]; /* tenant of the listening
+						       * socket, "" for the main one */
 	char name[KVT_MAX_NAME + 1];
 	int numa_node; /* of the client's GPU, -1 unknown */
 	char pci_bus_id[KVT_MAX_BUS_ID + 1];

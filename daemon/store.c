@@ -79,53 +79,48 @@ void store_done(struct store *s)
 	s->n_tenants = 0;
 }
 
-uint64_t store_default_quota(const struct config *c, uid_t uid)
-{
-	if (uid == 0 || uid == geteuid())
-		return c->capacity;
-	if (c->default_quota)
-		return c->default_quota < c->capacity ? c->default_quota : c->capacity;
-	return c->capacity / 4;
-}
-
-int store_tenant_find(struct store *s, uid_t uid, struct tenant **ret)
-{
-	*ret = NULL;
-	for (uint32_t i = 0; i < s->n_tenants; i++)
-		if (s->tenants[i]->uid == uid) {
-			*ret = s->tenants[i];
-			return 0;
-		}
-	/* Root and the daemon's own uid are the operator: never refused. */
-	if (s->config->refuse_unknown && uid != 0 && uid != geteuid())
-		return -EACCES;
-	return 0;
-}
-
-int store_tenant_get(struct store *s, uid_t uid, struct tenant **ret)
+struct tenant *store_tenant_find(struct store *s, const char *name)
 {
 	for (uint32_t i = 0; i < s->n_tenants; i++)
-		if (s->tenants[i]->uid == uid) {
-			*ret = s->tenants[i];
-			return 0;
-		}
-	if (s->config->refuse_unknown && uid != 0 && uid != geteuid())
-		return -EACCES;
+		if (!strcmp(s->tenants[i]->name, name))
+			return s->tenants[i];
+	return NULL;
+}
 
-	struct tenant *t = calloc(1, sizeof(*t));
+int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct tenant **ret)
+{
+	struct tenant *t = store_tenant_find(s, ch->name);
+	if (t) {
+		*ret = t;
+		return 0;
+	}
+	t = calloc(1, sizeof(*t));
 	if (!t || !ARRAY_GROW(s->tenants, s->n_tenants, struct tenant *)) {
 		free(t);
 		return -ENOMEM;
 	}
 	t->id = s->next_tenant_id++;
-	t->uid = uid;
-	snprintf(t->name, sizeof(t->name), "uid:%u", (unsigned)uid);
-	t->quota = store_default_quota(s->config, uid);
+	t->choice = *ch;
+	t->uid = ch->configured ? (uid_t)-1 : ch->uid;
+	snprintf(t->name, sizeof(t->name), "%s", ch->name);
+	t->quota = tenancy_quota(s->config, ch);
 	s->tenants[s->n_tenants++] = t;
-	log_info("Tenant %s: quota %llu MiB", t->name,
-		 (unsigned long long)(t->quota >> 20));
+	log_info("Tenant %s: quota %llu MiB", t->name, (unsigned long long)(t->quota >> 20));
 	*ret = t;
 	return 0;
+}
+
+void store_reload(struct store *s)
+{
+	for (uint32_t i = 0; i < s->n_tenants; i++) {
+		struct tenant *t = s->tenants[i];
+		uint64_t q = tenancy_quota(s->config, &t->choice);
+		if (q != t->quota)
+			log_info("Tenant %s: quota %llu -> %llu MiB%s", t->name,
+				 (unsigned long long)(t->quota >> 20), (unsigned long long)(q >> 20),
+				 q < t->allocated ? " (below what it holds: it shrinks by eviction as it stores)" : "");
+		t->quota = q;
+	}
 }
 
 uint64_t store_tenant_used(const struct tenant *t)
@@ -271,7 +266,7 @@ static void block_maybe_free(struct block *b)
 static struct extent *class_free_slot(struct slot_class *c, int node, uint32_t *ret_slot)
 {
 	for (uint32_t i = 0; i < c->n_extents; i++)
-		if ((node < 0 || c->extents[i]->node == node) &&
+		if ((node < 0 || c->extents[i]->for_node == node) &&
 		    slots_alloc(&c->extents[i]->slots, ret_slot) == 0)
 			return c->extents[i];
 	return NULL;

@@ -22,6 +22,7 @@
 #include "index.h"
 #include "kvt-proto.h"
 #include "pool.h"
+#include "tenancy.h"
 
 struct process;
 
@@ -87,8 +88,9 @@ struct ns {
 
 struct tenant {
 	uint32_t id;
-	uid_t uid;
-	char name[32];
+	uid_t uid; /* of a uid tenant; (uid_t)-1 for a configured one */
+	char name[CONFIG_MAX_TENANT_NAME + 1];
+	struct tenant_choice choice;
 	uint64_t quota;
 	uint64_t allocated; /* bytes of extents */
 	struct slot_class **classes;
@@ -122,10 +124,12 @@ int store_init(struct store *s, struct pool *p, const struct config *c,
 	       store_extent_added_fn fn, void *userdata);
 void store_done(struct store *s);
 
-/* The tenant of a uid, created on first use.  -EACCES when refused. */
-int store_tenant_get(struct store *s, uid_t uid, struct tenant **ret);
-/* The tenant of a uid if it exists; -EACCES when the uid is refused. */
-int store_tenant_find(struct store *s, uid_t uid, struct tenant **ret);
+/* The tenant a connection resolved to, created on first use. */
+int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct tenant **ret);
+/* The tenant of that name if it exists, else NULL. */
+struct tenant *store_tenant_find(struct store *s, const char *name);
+/* Apply a reloaded configuration: quotas. */
+void store_reload(struct store *s);
 struct ns *store_ns_get(struct tenant *t, uint32_t ns_id);
 
 /* reason receives a sentence for the client when the call is refused. */
@@ -160,10 +164,6 @@ struct tenant *store_tenant_by_id(struct store *s, uint32_t id);
 
 /* Drop a handle as if its owner released it (reservations abort). */
 void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);
-
-/* Host memory a uid's tenant may hold: all of it for root and the daemon's
- * own uid, [tenants] default_quota (a quarter of the pool if 0) for others. */
-uint64_t store_default_quota(const struct config *c, uid_t uid);
 
 /* Totals for stats. */
 uint64_t store_tenant_used(const struct tenant *t);

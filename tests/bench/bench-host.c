@@ -76,7 +76,7 @@ static struct {
 struct daemon {
 	pid_t pid;
 	char dir[64];
-	char socket[128];
+	char socket[108]; /* sun_path */
 	char config[128];
 	char log[128];
 };
@@ -294,6 +294,9 @@ static void daemon_start(struct daemon *d, const char *kvtierd)
 	if (d->pid < 0)
 		die("fork: %s", strerror(errno));
 	if (d->pid == 0) {
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		if (fd >= 0) {
 			dup2(fd, 1);

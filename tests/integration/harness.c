@@ -61,14 +61,42 @@ int daemon_fd_count(const struct daemon *d)
 	return count_fds(d->pid);
 }
 
+/* The test configuration; "@DIR@" in extra stands for the daemon's dir. */
 static void write_config(struct daemon *d, const char *extra)
 {
 	FILE *f = fopen(d->config, "we");
 	CHECK(f, "cannot write %s", d->config);
 	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = 200\n"
-		   "[pool]\ncapacity = 16M\nextent_size = 2M\n%s\n",
-		d->socket, d->dir, extra ? extra : "");
+		   "[pool]\ncapacity = 16M\nextent_size = 2M\n",
+		d->socket, d->dir);
+	for (const char *p = extra ? extra : ""; *p; p++) {
+		if (!strncmp(p, "@DIR@", 5)) {
+			fputs(d->dir, f);
+			p += 4;
+		} else {
+			fputc(*p, f);
+		}
+	}
+	fputc('\n', f);
 	fclose(f);
+}
+
+void daemon_rewrite_config(struct daemon *d, const char *extra)
+{
+	write_config(d, extra);
+}
+
+bool daemon_log_contains(const struct daemon *d, const char *needle)
+{
+	FILE *f = fopen(d->log, "re");
+	char line[4096];
+	bool found = false;
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
 }
 
 static int try_connect(const char *path)

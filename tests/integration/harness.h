@@ -38,6 +38,9 @@ void daemon_restart(struct daemon *d, const char *extra_config);
 /* SIGTERM, and check it exits 0. */
 void daemon_stop(struct daemon *d);
 void daemon_kill(struct daemon *d);
+/* Replace the configuration file (for SIGHUP); "@DIR@" = the daemon's dir. */
+void daemon_rewrite_config(struct daemon *d, const char *extra);
+bool daemon_log_contains(const struct daemon *d, const char *needle);
 int daemon_fd_count(const struct daemon *d);
 void daemon_cleanup(struct daemon *d);
 
