@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "pool.h"
 
 #define HUGE_PAGE (2ULL << 20)
+#define POPULATE_CHUNK (64ULL << 20)
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -72,6 +74,7 @@ void pool_probe(struct pool *p)
 	enum hugepage_mode mode = p->config->hugepages;
 	char thp[128];
 
+	p->watchdog = sd_watchdog_enabled(false, NULL) > 0;
 	long free_pages = hugetlb_free_pages();
 	if (mode == HUGEPAGES_OFF) {
 		snprintf(caps->page_reason, sizeof(caps->page_reason),
@@ -232,16 +235,23 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node, struct extent
 		flags |= KVT_EXTENT_THP;
 
 	/* Populate now: allocation and zeroing happen here, once, and not in
-	 * the first copy a client makes into the slot. */
-	if (madvise(e->map, size, MADV_POPULATE_WRITE) < 0) {
-		if (errno != EINVAL) {
-			r = log_error_errno(-errno, "Failed to populate a %llu MiB extent (out of memory?): %m",
-					    (unsigned long long)(size >> 20));
-			goto fail;
+	 * the first copy a client makes into the slot.  In chunks, pinging
+	 * the watchdog between them: a 1 GiB extent takes seconds on 4 KiB
+	 * pages and the loop must not look hung meanwhile. */
+	for (uint64_t off = 0; off < size; off += POPULATE_CHUNK) {
+		uint64_t len = size - off < POPULATE_CHUNK ? size - off : POPULATE_CHUNK;
+		if (madvise(e->map + off, len, MADV_POPULATE_WRITE) < 0) {
+			if (errno != EINVAL) {
+				r = log_error_errno(-errno, "Failed to populate a %llu MiB extent (out of memory?): %m",
+						    (unsigned long long)(size >> 20));
+				goto fail;
+			}
+			/* Kernels before 5.14: touch every page. */
+			for (uint64_t o = off; o < off + len; o += 4096)
+				e->map[o] = 0;
 		}
-		/* Kernels before 5.14: touch every page. */
-		for (uint64_t off = 0; off < size; off += 4096)
-			e->map[off] = 0;
+		if (p->watchdog)
+			sd_notify(false, "WATCHDOG=1");
 	}
 	if (p->caps.lockable) {
 		if (mlock(e->map, size) == 0)

@@ -56,6 +56,7 @@ struct pool {
 	uint32_t warned;
 	struct numa_topology topo;
 	uint64_t numa_fallbacks; /* extents that could not go where asked */
+	bool watchdog;           /* systemd expects WATCHDOG=1 pings */
 };
 
 void pool_init(struct pool *p, const struct config *c);
