@@ -384,6 +384,26 @@ KVT_EXPORT int kvt_release(kvt_client *c, const uint64_t *handles, size_t n,
 	return handles_op(c, KVT_OP_RELEASE, handles, NULL, n, ret_status);
 }
 
+static int release_async(kvt_client *c, const uint64_t *handles, size_t n)
+{
+	int r = 0;
+	pthread_mutex_lock(&c->lock);
+	for (size_t off = 0; r == 0 && off < n; off += c->max_keys) {
+		uint32_t k = (uint32_t)MIN(n - off, (size_t)c->max_keys);
+		for (uint32_t i = 0; i < k; i++) {
+			c->hargs[i].handle = handles[off + i];
+			c->hargs[i].flag = 0;
+		}
+		kvt_enc_handles_req(&c->out, c->version, KVT_OP_RELEASE, client_next_rid(c),
+				    c->hargs, k);
+		r = kvt_msg_finish(&c->out, 0);
+		if (r == 0)
+			r = client_send_async(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
 static int count_ok(const int32_t *st, size_t n)
 {
 	int k = 0;
@@ -547,8 +567,9 @@ static int load_batch(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n,
 		if (ret_status)
 			ret_status[i] = st;
 	}
-	/* The lease ends only after the bytes are copied out. */
-	r = k ? kvt_release(ns->c, handles, k, NULL) : 0;
+	/* The lease ends only after the bytes are copied out; nothing the
+	 * caller needs depends on the answer, so do not wait for it. */
+	r = k ? release_async(ns->c, handles, k) : 0;
 	if (r == -ENOTCONN)
 		r = 0;
 out:

@@ -41,6 +41,10 @@ struct kvt_client {
 	uint32_t tenant_id, session_id, max_keys, max_handles;
 	uint64_t quota;
 	uint64_t next_rid;
+	/* Requests sent without waiting for their replies (a release after
+	 * the copy is done); their replies are skipped as they arrive. */
+	uint64_t async_rids[64];
+	uint32_t n_async;
 	uint64_t generation;
 
 	struct kvt_buf out;
@@ -78,6 +82,9 @@ void client_log(kvt_client *c, int level, const char *fmt, ...)
 int client_ensure(kvt_client *c);
 /* Send c->out (already encoded) and run fn on its replies. */
 int client_call(kvt_client *c, reply_fn fn, void *userdata);
+/* Send c->out and do not wait: for requests whose answer changes nothing
+ * for the caller.  Falls back to client_call when too many are open. */
+int client_send_async(kvt_client *c);
 uint64_t client_next_rid(kvt_client *c);
 /* Pointer to [offset, offset + bytes) of an extent, or NULL. */
 void *client_extent_ptr(kvt_client *c, uint32_t id, uint64_t offset,

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -230,6 +231,7 @@ static void disconnect(kvt_client *c, const char *why)
 		close(c->in_fds[i]);
 	c->n_in_fds = 0;
 	c->in_len = 0;
+	c->n_async = 0;
 	c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_MIN_MS;
 	if (c->backoff_ms > BACKOFF_MAX_MS)
 		c->backoff_ms = BACKOFF_MAX_MS;
@@ -303,14 +305,10 @@ static int read_message(kvt_client *c, struct kvt_header *ret)
 			c->in = p;
 			c->in_cap = cap;
 		}
-		ssize_t n = kvt_recvmsg(c->fd, c->in + c->in_len, c->in_cap - c->in_len,
-					c->in_fds, &c->n_in_fds, KVT_MAX_FDS * 2);
-		if (n == -EAGAIN) {
-			int r = wait_fd(c->fd, POLLIN);
-			if (r < 0)
-				return r;
-			continue;
-		}
+		ssize_t n = kvt_recvmsg_wait(c->fd, c->in + c->in_len, c->in_cap - c->in_len,
+					     c->in_fds, &c->n_in_fds, KVT_MAX_FDS * 2);
+		if (n == -EAGAIN)
+			return -ETIMEDOUT; /* SO_RCVTIMEO expired */
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0)
@@ -373,6 +371,25 @@ static int handle_notification(kvt_client *c, const struct kvt_header *h,
 	return r;
 }
 
+/* A reply to a request sent with client_send_async: note errors, drop it. */
+static bool skip_async(kvt_client *c, const struct kvt_header *h, struct kvt_cursor *cur)
+{
+	for (uint32_t i = 0; i < c->n_async; i++) {
+		if (c->async_rids[i] != h->request_id)
+			continue;
+		if (!(h->flags & KVT_FLAG_MORE))
+			c->async_rids[i] = c->async_rids[--c->n_async];
+		if (h->flags & KVT_FLAG_ERROR) {
+			struct kvt_error_rep e;
+			if (kvt_dec_error(cur, &e) == 0)
+				client_log(c, KVT_LOG_WARNING, "%s refused: %s",
+					   kvt_opcode_name(h->opcode), e.reason);
+		}
+		return true;
+	}
+	return false;
+}
+
 /* The send/receive half of a call on a live connection. */
 static int exchange(kvt_client *c, uint64_t rid, uint16_t opcode, reply_fn fn,
 		    void *userdata, int *ret_refused)
@@ -409,6 +426,10 @@ static int exchange(kvt_client *c, uint64_t rid, uint16_t opcode, reply_fn fn,
 		}
 		if (h.n_fds) {
 			return -EBADMSG;
+		}
+		if (h.request_id != rid && skip_async(c, &h, &cur)) {
+			consume_message(c, &h);
+			continue;
 		}
 		if (!(h.flags & KVT_FLAG_REPLY) ||
 		    (h.request_id != rid && !(h.request_id == 0 && (h.flags & KVT_FLAG_ERROR))) ||
@@ -461,6 +482,29 @@ int client_call(kvt_client *c, reply_fn fn, void *userdata)
 	return 0;
 }
 
+int client_send_async(kvt_client *c)
+{
+	struct kvt_header h;
+	int r;
+
+	if (c->out.error)
+		return c->out.error;
+	if (c->fd < 0)
+		return -ENOTCONN;
+	if (c->n_async >= sizeof(c->async_rids) / sizeof(c->async_rids[0]))
+		return client_call(c, NULL, NULL);
+	r = kvt_header_parse(c->out.data, &h);
+	if (r < 0)
+		return r;
+	r = send_all(c, c->out.data, c->out.len);
+	if (r < 0) {
+		disconnect(c, strerror(-r));
+		return -ENOTCONN;
+	}
+	c->async_rids[c->n_async++] = h.request_id;
+	return 0;
+}
+
 /* ---- connecting --------------------------------------------------- */
 
 static int hello_reply(kvt_client *c, const struct kvt_header *h,
@@ -497,8 +541,12 @@ static int connect_locked(kvt_client *c)
 		close(fd);
 		return r;
 	}
+	/* The reply deadline, enforced by the kernel on the blocking read. */
+	struct timeval tv = {timeout_ms() / 1000, (timeout_ms() % 1000) * 1000};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	c->fd = fd;
 	c->in_len = 0;
+	c->n_async = 0;
 	unmap_all(c);
 
 	struct kvt_hello_req req = {

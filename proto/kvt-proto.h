@@ -168,6 +168,10 @@ ssize_t kvt_sendmsg(int fd, const void *data, size_t len, const int *fds,
  */
 ssize_t kvt_recvmsg(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
 		    unsigned max_fds);
+/* The same, blocking (up to the socket's SO_RCVTIMEO, then -EAGAIN):
+ * a waiting client sleeps in one recvmsg() instead of poll() + recvmsg(). */
+ssize_t kvt_recvmsg_wait(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
+			 unsigned max_fds);
 
 /* ---- messages ----------------------------------------------------- */
 

@@ -267,8 +267,8 @@ static void close_fds(const int *fds, unsigned n)
 		close(fds[i]);
 }
 
-ssize_t kvt_recvmsg(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
-		    unsigned max_fds)
+static ssize_t recv_impl(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
+			 unsigned max_fds, int flags)
 {
 	union {
 		struct cmsghdr align;
@@ -284,7 +284,7 @@ ssize_t kvt_recvmsg(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
 	ssize_t n;
 
 	do
-		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | flags);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
@@ -315,4 +315,16 @@ ssize_t kvt_recvmsg(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
 	memcpy(fds + *n_fds, got, n_got * sizeof(int));
 	*n_fds += n_got;
 	return n;
+}
+
+ssize_t kvt_recvmsg(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
+		    unsigned max_fds)
+{
+	return recv_impl(fd, buf, len, fds, n_fds, max_fds, MSG_DONTWAIT);
+}
+
+ssize_t kvt_recvmsg_wait(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
+			 unsigned max_fds)
+{
+	return recv_impl(fd, buf, len, fds, n_fds, max_fds, 0);
 }
