@@ -161,7 +161,7 @@ static int parse_ids(const char *v, bool groups, uint32_t *ids, uint32_t *n,
 	*expect = groups ? "group names or gids, separated by spaces or commas"
 			 : "user names or uids, separated by spaces or commas";
 	snprintf(buf, sizeof(buf), "%s", v);
-	*n = 0;
+	/* Repeated keys add: a long list may span several lines. */
 	for (char *save = NULL, *tok = strtok_r(buf, " ,\t", &save); tok;
 	     tok = strtok_r(NULL, " ,\t", &save)) {
 		char *end;
@@ -297,6 +297,7 @@ struct parse_ctx {
 	FILE *f;
 	int line;     /* line of the chunk read last */
 	bool line_done;
+	bool long_line; /* a line did not fit inih's buffer */
 	int error;
 };
 
@@ -311,6 +312,19 @@ static char *read_line(char *str, int num, void *stream)
 			ctx->line++;
 		size_t n = strlen(r);
 		ctx->line_done = n > 0 && r[n - 1] == '\n';
+		/* inih would read the rest of an over-long line as a line of its
+		 * own (a continuation, if it starts with a blank): refuse it
+		 * rather than let a list lose members silently. */
+		if (!ctx->line_done && n + 1 >= (size_t)num && !feof(ctx->f)) {
+			log_error("%s:%d: line longer than %d bytes; split it (uids and gids may be given on several lines)",
+				  ctx->path, ctx->line, num - 1);
+			ctx->error = -EINVAL;
+			ctx->long_line = true;
+			char rest[256];
+			while (fgets(rest, sizeof(rest), ctx->f) && !strchr(rest, '\n'))
+				;
+			ctx->line_done = true;
+		}
 	}
 	return r;
 }
@@ -464,8 +478,11 @@ int config_load(struct config *c, const char *path)
 		int line = ini_parse_stream(read_line, &ctx, on_item, &ctx);
 		fclose(f);
 		if (line > 0) {
-			log_error("%s:%d: syntax error (expected [section] or key = value)",
-				  path, line);
+			/* inih counts lines itself; after an over-long line its
+			 * count is off, and that line was reported already. */
+			if (!ctx.long_line)
+				log_error("%s:%d: syntax error (expected [section] or key = value)",
+					  path, line);
 			return -EINVAL;
 		}
 		if (line < 0)
@@ -531,18 +548,13 @@ void config_dump(const struct config *c, FILE *f)
 	for (uint32_t i = 0; i < c->n_tenants; i++) {
 		const struct tenant_conf *t = &c->tenants[i];
 		fprintf(f, "[tenant.%s]\n", t->name);
-		if (t->n_uids) {
-			fprintf(f, "uids =");
-			for (uint32_t j = 0; j < t->n_uids; j++)
-				fprintf(f, " %u", t->uids[j]);
-			fputc('\n', f);
-		}
-		if (t->n_gids) {
-			fprintf(f, "gids =");
-			for (uint32_t j = 0; j < t->n_gids; j++)
-				fprintf(f, " %u", t->gids[j]);
-			fputc('\n', f);
-		}
+		/* Eight ids a line: every line stays within inih's limit. */
+		for (uint32_t j = 0; j < t->n_uids; j++)
+			fprintf(f, "%s %u%s", j % 8 ? "" : "uids =", t->uids[j],
+				j % 8 == 7 || j + 1 == t->n_uids ? "\n" : "");
+		for (uint32_t j = 0; j < t->n_gids; j++)
+			fprintf(f, "%s %u%s", j % 8 ? "" : "gids =", t->gids[j],
+				j % 8 == 7 || j + 1 == t->n_gids ? "\n" : "");
 		if (t->quota)
 			fprintf(f, "quota = %s\n", format_size(t->quota, q, sizeof(q)));
 		if (t->socket)

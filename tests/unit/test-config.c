@@ -2,11 +2,15 @@
 /*
  * kvtierd.conf: defaults, a file that sets every key, each kind of error
  * with the file:line it must be reported at (stderr is captured around each
- * load), size parsing, validation, and the dump read back as a config.
+ * load), size parsing, validation, tenant sections (members by number and by
+ * name, quotas, own sockets, the rules between tenants), and the dump read
+ * back as a config.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -100,7 +104,9 @@ static void check_defaults(int line, const struct config *c)
 	    c->max_connections != 1024 || c->max_connections_per_uid != 256 ||
 	    c->max_namespaces != 64 || c->max_keys != 4096 ||
 	    c->max_handles != 65536 ||
-	    c->max_output_bytes != (UINT64_C(8) << 20)) {
+	    c->max_output_bytes != (UINT64_C(8) << 20) ||
+	    c->numa != NUMA_AUTO || c->sysfs_root != NULL ||
+	    c->n_tenants != 0 || c->tenants != NULL) {
 		fprintf(stderr, "%s:%d: not the built-in defaults\n", __FILE__,
 			line);
 		failures++;
@@ -174,11 +180,26 @@ static const char full_conf[] =
 	"extent_size = 256M\n"
 	"hugepages = hugetlb\n"
 	"lock = yes\n"
+	"numa = off\n"
+	"topology_root = /srv/kvt-test/topology\n"
 	"\n"
 	"; tenants\n"
 	"[tenants]\n"
 	"default_quota = 3G\n"
 	"unknown = refuse\n"
+	"\n"
+	"[tenant.inference]\n"
+	"uids = 1000, 1001 root\n"
+	"gids = nogroup,2000\n"
+	"quota = 8G\n"
+	"socket = /run/kvt-test/inference.sock\n"
+	"\n"
+	"[tenant.Batch_jobs-2]\n"
+	"gids = 3000\n"
+	"\n"
+	"[tenant.box]\n"
+	"socket = /run/kvt-test/box.sock\n"
+	"quota = 1536K\n"
 	"\n"
 	"[limits]\n"
 	"connections = 77\n"
@@ -200,8 +221,44 @@ static void check_full(int line, const struct config *c)
 	    c->max_connections != 77 || c->max_connections_per_uid != 7 ||
 	    c->max_namespaces != 9 || c->max_keys != 8192 ||
 	    c->max_handles != 123456 ||
-	    c->max_output_bytes != (UINT64_C(16) << 20)) {
+	    c->max_output_bytes != (UINT64_C(16) << 20) ||
+	    c->numa != NUMA_OFF || !c->sysfs_root ||
+	    strcmp(c->sysfs_root, "/srv/kvt-test/topology")) {
 		fprintf(stderr, "%s:%d: a key of the full file did not land\n",
+			__FILE__, line);
+		failures++;
+	}
+
+	const struct group *ng = getgrnam("nogroup");
+	const struct tenant_conf *t = config_tenant(c, "inference");
+	if (c->n_tenants != 3 || !t || t != &c->tenants[0] || t->n_uids != 3 ||
+	    t->uids[0] != 1000 || t->uids[1] != 1001 || t->uids[2] != 0 ||
+	    t->n_gids != 2 || (ng && t->gids[0] != ng->gr_gid) ||
+	    t->gids[1] != 2000 || t->quota != (UINT64_C(8) << 30) ||
+	    !t->socket || strcmp(t->socket, "/run/kvt-test/inference.sock")) {
+		fprintf(stderr, "%s:%d: [tenant.inference] did not land\n",
+			__FILE__, line);
+		failures++;
+	}
+	t = config_tenant(c, "Batch_jobs-2");
+	if (!t || t != &c->tenants[1] || t->n_uids != 0 || t->n_gids != 1 ||
+	    t->gids[0] != 3000 || t->quota != 0 || t->socket != NULL) {
+		fprintf(stderr, "%s:%d: [tenant.Batch_jobs-2] did not land\n",
+			__FILE__, line);
+		failures++;
+	}
+	t = config_tenant(c, "box");
+	if (!t || t != &c->tenants[2] || t->n_uids != 0 || t->n_gids != 0 ||
+	    t->quota != 1536 * 1024 || !t->socket ||
+	    strcmp(t->socket, "/run/kvt-test/box.sock")) {
+		fprintf(stderr, "%s:%d: [tenant.box] did not land\n", __FILE__,
+			line);
+		failures++;
+	}
+	/* Names are exact: case and prefixes matter. */
+	if (config_tenant(c, "Inference") || config_tenant(c, "inf") ||
+	    config_tenant(c, "batch_jobs-2") || config_tenant(c, "")) {
+		fprintf(stderr, "%s:%d: config_tenant matched a wrong name\n",
 			__FILE__, line);
 		failures++;
 	}
@@ -258,6 +315,19 @@ static void test_full(void)
 		config_free(&c);
 	}
 
+	/* [pool] numa, both ways, over each other. */
+	CHECK(config_defaults(&c) == 0);
+	CHECK(load_captured(&c, write_conf("enum.conf", "[pool]\nnuma = off\n"),
+			    &err) == 0);
+	free(err);
+	CHECK(c.numa == NUMA_OFF && c.sysfs_root == NULL);
+	CHECK(load_captured(&c, write_conf("enum.conf", "[pool]\nnuma = auto\n"),
+			    &err) == 0);
+	free(err);
+	CHECK(c.numa == NUMA_AUTO && c.hugepages == HUGEPAGES_AUTO);
+	config_free(&c);
+	CHECK(c.sysfs_root == NULL && c.tenants == NULL && c.n_tenants == 0);
+
 	/* Loading over a loaded config replaces strings without leaking. */
 	CHECK(config_defaults(&c) == 0);
 	CHECK(load_captured(&c, write_conf("a.conf", full_conf), &err) == 0);
@@ -267,6 +337,11 @@ static void test_full(void)
 	free(err);
 	CHECK(strcmp(c.socket_path, "/x/y.sock") == 0);
 	CHECK(strcmp(c.runtime_dir, "/run/kvt-test") == 0);
+	CHECK(c.sysfs_root && strcmp(c.sysfs_root, "/srv/kvt-test/topology") == 0);
+	CHECK(load_captured(&c, write_conf("b.conf", "[pool]\ntopology_root = /t2\n"),
+			    &err) == 0);
+	free(err);
+	CHECK(c.sysfs_root && strcmp(c.sysfs_root, "/t2") == 0);
 	config_free(&c);
 
 	/* Comments, blank lines, spaces and CRLF line ends. */
@@ -366,6 +441,71 @@ static void test_errors(void)
 		  "0123456789012345678901234567890123456789\n"
 		  "[pool]\nbogus = 1\n",
 		  3, "bogus" },
+		/* An over-long line is refused, at its own line. */
+		{ "over-long line",
+		  "[pool]\n# 0123456789012345678901234567890123456789012345678901234567890123456789"
+		  "0123456789012345678901234567890123456789012345678901234567890123456789"
+		  "0123456789012345678901234567890123456789012345678901234567890123456789\n"
+		  "lock = no\n",
+		  2, "longer than" },
+		{ "bad enum numa", "[pool]\nnuma = on\n", 2, "numa" },
+		{ "bad enum numa case", "[pool]\n\nnuma = Auto\n", 3, "numa" },
+		{ "numa empty", "[pool]\nnuma =\n", 2, "numa" },
+		{ "relative topology_root", "[pool]\ntopology_root = sys/fake\n", 2,
+		  "topology_root" },
+		{ "empty topology_root", "[pool]\n#\ntopology_root =\n", 3,
+		  "topology_root" },
+		/* [tenant.NAME] sections. */
+		{ "tenant name with a blank", "[tenant.bad name]\nuids = 1000\n", 2,
+		  "bad name" },
+		{ "tenant name with a dot", "# t\n[tenant.a.b]\nuids = 1000\n", 3,
+		  "a.b" },
+		{ "tenant name with a slash", "[tenant.a/b]\ngids = 5\n", 2, "a/b" },
+		{ "tenant name with a colon", "[tenant.uid:5]\ngids = 5\n", 2, "uid:5" },
+		{ "tenant name not ASCII", "[tenant.caf\xc3\xa9]\ngids = 5\n", 2,
+		  "tenant name" },
+		{ "empty tenant name", "[tenant.]\nuids = 1000\n", 2, "tenant name" },
+		{ "tenant name of 32 characters",
+		  "[tenant.abcdefghijklmnopqrstuvwxyz012345]\n\nuids = 1000\n", 3,
+		  "abcdefghijklmnopqrstuvwxyz012345" },
+		{ "bad tenant name in a later key",
+		  "[tenant.x+y]\n; c\nquota = 1G\n", 3, "x+y" },
+		{ "[tenant] without a name", "[tenant]\nuids = 1000\n", 2,
+		  "unknown section" },
+		{ "unknown key in a tenant", "[tenant.a]\nuids = 1000\nquotas = 1G\n", 3,
+		  "quotas" },
+		{ "[tenants] key in a tenant", "[tenant.a]\nuids = 1000\n\nunknown = allow\n",
+		  4, "unknown key 'unknown'" },
+		{ "tenant key in [tenants]", "[tenants]\nuids = 1000\n", 2, "uids" },
+		{ "unknown user", "[tenant.a]\nuids = 1000, kvt-no-such-user\n", 2,
+		  "no such user" },
+		{ "unknown user alone", "\n[tenant.a]\nuids = kvt-no-such-user\n", 3,
+		  "kvt-no-such-user" },
+		{ "unknown group", "[tenant.a]\ngids = root kvt-no-such-group\n", 2,
+		  "no such user or group" },
+		{ "uid with a suffix", "[tenant.a]\nuids = 1000x\n", 2, "uids" },
+		{ "negative uid", "[tenant.a]\nuids = -1\n", 2, "uids" },
+		{ "uid 2^32-1 (the invalid uid)", "[tenant.a]\nuids = 4294967295\n", 2,
+		  "uids" },
+		{ "uid over u32", "[tenant.a]\nuids = 4294967296\n", 2, "uids" },
+		{ "gid over u32", "[tenant.a]\ngids = 99999999999999999999\n", 2, "gids" },
+		{ "empty uids", "[tenant.a]\nuids =\n", 2, "uids" },
+		{ "uids of separators only", "[tenant.a]\nuids = , ,\n", 2, "uids" },
+		{ "empty gids", "[tenant.a]\ngids =\n", 2, "gids" },
+		{ "bad quota", "[tenant.a]\nuids = 1000\nquota = 1.5G\n", 3, "quota" },
+		{ "negative quota", "[tenant.a]\n\nquota = -1\nuids = 1000\n", 3, "quota" },
+		{ "quota with a unit only", "[tenant.a]\nuids = 1000\nquota = G\n", 3,
+		  "quota" },
+		{ "quota over 2^64", "[tenant.a]\nuids = 1000\nquota = 16777216T\n", 3,
+		  "quota" },
+		{ "relative tenant socket", "[tenant.a]\nsocket = run/a.sock\n", 2,
+		  "socket" },
+		{ "tenant socket too long",
+		  "[tenant.a]\nsocket = /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+		  2, "socket" },
+		{ "error in the second of two tenants",
+		  "[tenant.a]\nuids = 1000\n[tenant.b]\nuids = 1001\ngids = 12q\n", 5,
+		  "[tenant.b] gids" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -416,6 +556,31 @@ static void test_validation(void)
 		{ "handles 0", "[limits]\nhandles_per_tenant = 0\n", 0, "limits" },
 		{ "output_bytes below 2M", "[limits]\noutput_bytes = 1M\n", 0,
 		  "output_bytes" },
+		{ "a tenant nobody can belong to", "[tenant.lonely]\nquota = 1G\n", 0,
+		  "[tenant.lonely]" },
+		{ "a tenant nobody can belong to, among others",
+		  "[tenant.a]\nuids = 1000\n[tenant.b]\nquota = 0\n[tenant.c]\ngids = 7\n",
+		  0, "[tenant.b]" },
+		{ "a uid in two tenants",
+		  "[tenant.a]\nuids = 1000 1001\n[tenant.b]\nuids = 7, 1001\n", 0,
+		  "uid 1001" },
+		{ "a uid in two tenants, once by name",
+		  "[tenant.a]\nuids = root\n[tenant.b]\ngids = 5\n[tenant.c]\nuids = 9 0\n",
+		  0, "uid 0" },
+		{ "a uid in two tenants, named in the other",
+		  "[tenant.one]\nuids = 1000\n[tenant.two]\nuids = 2000\n[tenant.one]\n"
+		  "uids = 2000\n",
+		  0, "uid 2000" },
+		{ "two tenants on one socket",
+		  "[tenant.a]\nsocket = /run/t/s.sock\n[tenant.b]\nuids = 5\n"
+		  "socket = /run/t/s.sock\n",
+		  0, "share socket" },
+		{ "a tenant on the main socket",
+		  "[daemon]\nsocket = /run/t/main.sock\n[tenant.a]\nsocket = /run/t/main.sock\n",
+		  0, "main socket" },
+		{ "a tenant on the main socket, set after it",
+		  "[tenant.a]\nsocket = /run/t/main.sock\n[daemon]\nsocket = /run/t/main.sock\n",
+		  0, "main socket" },
 	};
 	static const char *good[] = {
 		"[pool]\nextent_size = 2M\n",
@@ -427,6 +592,19 @@ static void test_validation(void)
 		"[limits]\nconnections = 1\nconnections_per_uid = 1\n"
 		"namespaces_per_tenant = 1\nhandles_per_tenant = 1\n",
 		"[limits]\nconnections = 4294967295\n",
+		"[tenant.a]\nuids = 1000\n",
+		"[tenant.a]\ngids = 1000\n",
+		"[tenant.a]\nsocket = /run/t/a.sock\n",
+		/* A group may be in several tenants; sockets merely differ. */
+		"[tenant.a]\ngids = 100\nsocket = /run/t/a.sock\n"
+		"[tenant.b]\ngids = 100\nsocket = /run/t/b.sock\n",
+		"[tenant.a]\nuids = 1000\n[tenant.b]\ngids = 1000\n",
+		"[tenant.abcdefghijklmnopqrstuvwxyz01234]\nuids = 5\n",
+		"[tenant.A-Z_a-z_0-9]\nuids = 5\n",
+		"[tenant.-]\nuids = 5\n",
+		"[tenant.a]\nuids = 5\nquota = 0\n",
+		"[tenant.a]\nuids = 5\nquota = 1T\n",
+		"[pool]\nnuma = off\ntopology_root = /\n",
 	};
 	struct config c;
 	char *err;
@@ -450,6 +628,170 @@ static void test_validation(void)
 	CHECK(c.extent_size == (UINT64_C(1) << 30) && c.capacity == c.extent_size);
 	CHECK(c.max_connections == UINT32_MAX);
 	config_free(&c);
+}
+
+/* Load text; 0 and the config in *c, or the error (c freed). */
+static int load_text(struct config *c, const char *text, char **ret_err)
+{
+	int r;
+
+	CHECK(config_defaults(c) == 0);
+	r = load_captured(c, write_conf("tenant.conf", text), ret_err);
+	if (r < 0)
+		config_free(c);
+	return r;
+}
+
+static bool has_ids(const uint32_t *ids, uint32_t n, const uint32_t *want,
+		    uint32_t n_want)
+{
+	if (n != n_want)
+		return false;
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] != want[i])
+			return false;
+	return true;
+}
+
+static void test_tenants(void)
+{
+	struct config c;
+	char *err, text[1024];
+	int r, n;
+
+	/* Names resolve to ids, in the order given, mixed with numbers and
+	 * any mix of separators. */
+	const struct passwd *pw = getpwnam("nobody");
+	const struct group *gr = getgrnam("nogroup");
+	uint32_t nobody = pw ? pw->pw_uid : 65534;
+	uint32_t nogroup = gr ? gr->gr_gid : 65534;
+	CHECK(nobody == 65534);
+	r = load_text(&c,
+		      "[tenant.named]\n"
+		      "uids = root,1000  nobody\t42 , 7\n"
+		      "gids = nogroup root,,5\n",
+		      &err);
+	CHECK_MSG(r == 0, "%s", err);
+	free(err);
+	if (r == 0) {
+		const uint32_t u[] = { 0, 1000, nobody, 42, 7 };
+		const uint32_t g[] = { nogroup, 0, 5 };
+		const struct tenant_conf *t = config_tenant(&c, "named");
+		CHECK(c.n_tenants == 1 && t);
+		CHECK(t && has_ids(t->uids, t->n_uids, u, 5));
+		CHECK(t && has_ids(t->gids, t->n_gids, g, 3));
+		CHECK(t && t->quota == 0 && t->socket == NULL);
+		config_free(&c);
+	}
+
+	/* A scalar key given twice keeps the last value, uids and gids add
+	 * up (a long list may span lines); a section given twice is one
+	 * tenant. */
+	r = load_text(&c,
+		      "[tenant.a]\nuids = 1 2 3\nquota = 1G\n[pool]\nlock = no\n"
+		      "[tenant.a]\nuids = 4\nsocket = /run/t/a.sock\n",
+		      &err);
+	CHECK_MSG(r == 0, "%s", err);
+	free(err);
+	if (r == 0) {
+		const uint32_t u[] = { 1, 2, 3, 4 };
+		CHECK(c.n_tenants == 1);
+		CHECK(has_ids(c.tenants[0].uids, c.tenants[0].n_uids, u, 4));
+		CHECK(c.tenants[0].quota == (UINT64_C(1) << 30));
+		CHECK(c.tenants[0].socket &&
+		      strcmp(c.tenants[0].socket, "/run/t/a.sock") == 0);
+		config_free(&c);
+	}
+
+	/* At most 64 uids and 64 gids. */
+	for (int gids = 0; gids < 2; gids++) {
+		for (int count = 64; count <= 65; count++) {
+			n = snprintf(text, sizeof(text), "[tenant.many]\n%s =",
+				     gids ? "gids" : "uids");
+			for (int i = 0; i < count; i++)
+				n += snprintf(text + n, sizeof(text) - (size_t)n,
+					      " %d", i);
+			snprintf(text + n, sizeof(text) - (size_t)n, "\n");
+			r = load_text(&c, text, &err);
+			if (count == 64) {
+				CHECK_MSG(r == 0, "64 %s: %s", gids ? "gids" : "uids",
+					  err);
+				if (r == 0) {
+					const struct tenant_conf *t = &c.tenants[0];
+					uint32_t got = gids ? t->n_gids : t->n_uids;
+					const uint32_t *ids = gids ? t->gids : t->uids;
+					CHECK(got == 64 && ids[0] == 0 && ids[63] == 63);
+					config_free(&c);
+				}
+			} else {
+				char want[160];
+				snprintf(want, sizeof(want), "tenant.conf:2:");
+				CHECK_MSG(r < 0 && strstr(err, want) &&
+						  strstr(err, gids ? "gids" : "uids"),
+					  "65 %s: load %d: %s",
+					  gids ? "gids" : "uids", r, err);
+			}
+			free(err);
+		}
+	}
+
+	/* Up to 256 tenants. */
+	for (int count = 256; count <= 257; count++) {
+		static char big[16384];
+		n = 0;
+		for (int i = 0; i < count; i++)
+			n += snprintf(big + n, sizeof(big) - (size_t)n,
+				      "[tenant.t%d]\nuids = %d\n", i, 10000 + i);
+		r = load_text(&c, big, &err);
+		if (count == 256) {
+			CHECK_MSG(r == 0, "256 tenants: %s", err);
+			if (r == 0) {
+				CHECK(c.n_tenants == 256);
+				const struct tenant_conf *t = config_tenant(&c, "t255");
+				CHECK(t && t->n_uids == 1 && t->uids[0] == 10255);
+				config_free(&c);
+			}
+		} else {
+			CHECK_MSG(r < 0 && strstr(err, "tenant.conf:514:") &&
+					  strstr(err, "256 tenants"),
+				  "257 tenants: load %d: %s", r, err);
+		}
+		free(err);
+	}
+
+	/*
+	 * kvtierd.conf(5): a line is at most 199 bytes, and a longer one is
+	 * refused.  A uids line whose cut
+	 * falls on a blank must not come back as just its tail (inih hands
+	 * the tail on as a continuation line, which replaces the value):
+	 * that would move every uid before the cut out of the tenant without
+	 * a word.
+	 */
+	n = snprintf(text, sizeof(text), "[tenant.long]\n");
+	int start = n;
+	n += snprintf(text + n, sizeof(text) - (size_t)n, "uids = 1");
+	uint32_t listed = 1;
+	while (n - start + 6 < 199 - 1) {
+		n += snprintf(text + n, sizeof(text) - (size_t)n, " %u",
+			      10000 + listed);
+		listed++;
+	}
+	/* One more id that ends the line's first 199 bytes exactly. */
+	text[n++] = ' ';
+	while (n - start < 199)
+		text[n++] = '7';
+	listed++;
+	n += snprintf(text + n, sizeof(text) - (size_t)n, " 2000 2001\n");
+	listed += 2;
+	CHECK(text[start + 199] == ' ' && strlen(text + start) > 200);
+	r = load_text(&c, text, &err);
+	CHECK_MSG(r < 0 || c.tenants[0].n_uids == listed,
+		  "a %zu-byte uids line of %u ids loaded as %u id(s), starting with %u",
+		  strlen(text + start) - 1, listed, c.tenants[0].n_uids,
+		  c.tenants[0].uids[0]);
+	if (r == 0)
+		config_free(&c);
+	free(err);
 }
 
 static void test_parse_size(void)
@@ -527,21 +869,37 @@ static void test_parse_size(void)
  * --check-config prints the effective configuration; read back as a file
  * it must give that same configuration.
  */
-static void check_dump_reload(int line, const char *text)
+static bool same_tenants(const struct config *a, const struct config *b)
 {
-	struct config a, b;
+	if (a->n_tenants != b->n_tenants)
+		return false;
+	for (uint32_t i = 0; i < a->n_tenants; i++) {
+		const struct tenant_conf *x = &a->tenants[i], *y = &b->tenants[i];
+		if (strcmp(x->name, y->name) || x->quota != y->quota ||
+		    !has_ids(x->uids, x->n_uids, y->uids, y->n_uids) ||
+		    !has_ids(x->gids, x->n_gids, y->gids, y->n_gids) ||
+		    !x->socket != !y->socket ||
+		    (x->socket && strcmp(x->socket, y->socket)))
+			return false;
+	}
+	return true;
+}
+
+/* Dump a, read the dump back, compare; frees a. */
+static void check_dump(int line, struct config *ap)
+{
+	struct config a = *ap, b;
 	char *err;
 	char dump_path[128];
 	FILE *f;
 
-	CHECK(config_defaults(&a) == 0);
-	CHECK(load_captured(&a, write_conf("src.conf", text), &err) == 0);
-	free(err);
 	snprintf(dump_path, sizeof(dump_path), "%s/dump.conf", dir);
 	f = fopen(dump_path, "we");
 	CHECK(f != NULL);
-	if (!f)
+	if (!f) {
+		config_free(ap);
 		return;
+	}
 	config_dump(&a, f);
 	fclose(f);
 	CHECK(config_defaults(&b) == 0);
@@ -557,21 +915,37 @@ static void check_dump_reload(int line, const char *text)
 	    a.max_connections_per_uid != b.max_connections_per_uid ||
 	    a.max_namespaces != b.max_namespaces || a.max_keys != b.max_keys ||
 	    a.max_handles != b.max_handles ||
-	    a.max_output_bytes != b.max_output_bytes) {
+	    a.max_output_bytes != b.max_output_bytes || a.numa != b.numa ||
+	    !a.sysfs_root != !b.sysfs_root ||
+	    (a.sysfs_root && strcmp(a.sysfs_root, b.sysfs_root)) ||
+	    !same_tenants(&a, &b)) {
 		fprintf(stderr,
 			"%s:%d: the dump does not read back as the same configuration "
 			"(load %d%s%s; log_level %d -> %d, capacity %" PRIu64 " -> %" PRIu64
 			", default_quota %" PRIu64 " -> %" PRIu64 ", output_bytes %" PRIu64
-			" -> %" PRIu64 ")\n",
+			" -> %" PRIu64 "; numa %d -> %d; tenants %u -> %u)\n",
 			__FILE__, line, r, err[0] ? ": " : "", err, a.log_level,
 			b.log_level, a.capacity, b.capacity, a.default_quota,
-			b.default_quota, a.max_output_bytes, b.max_output_bytes);
+			b.default_quota, a.max_output_bytes, b.max_output_bytes,
+			(int)a.numa, (int)b.numa, a.n_tenants, b.n_tenants);
 		failures++;
 	}
 	free(err);
-	config_free(&a);
+	config_free(ap);
 	config_free(&b);
 	unlink(dump_path);
+}
+
+static void check_dump_reload(int line, const char *text)
+{
+	struct config a;
+	char *err;
+
+	CHECK(config_defaults(&a) == 0);
+	int r = load_captured(&a, write_conf("src.conf", text), &err);
+	CHECK_MSG(r == 0, "line %d: the source does not load: %s", line, err);
+	free(err);
+	check_dump(line, &a);
 }
 
 static void test_dump(void)
@@ -589,6 +963,54 @@ static void test_dump(void)
 	 * means the whole capacity). */
 	check_dump_reload(__LINE__, "[tenants]\ndefault_quota = 512K\n");
 	check_dump_reload(__LINE__, "[pool]\ncapacity = 300000000\n");
+	/* The NUMA keys. */
+	check_dump_reload(__LINE__, "[pool]\nnuma = off\n");
+	check_dump_reload(__LINE__, "[pool]\nnuma = auto\ntopology_root = /srv/topo\n");
+	/* Tenants: members by name come back as numbers; quotas that are not
+	 * whole MiB; a tenant with only a socket; every kind of key. */
+	check_dump_reload(__LINE__,
+			  "[daemon]\nsocket = /run/t/main.sock\n"
+			  "[pool]\ncapacity = 4G\nnuma = off\ntopology_root = /srv/topo\n"
+			  "[tenants]\ndefault_quota = 1536K\nunknown = refuse\n"
+			  "[tenant.inference]\nuids = root, 1000 nobody\ngids = nogroup 2000\n"
+			  "quota = 8G\nsocket = /run/t/inference.sock\n"
+			  "[tenant.Batch_jobs-2]\ngids = 3000\n"
+			  "[tenant.box]\nsocket = /run/t/box.sock\nquota = 300000000\n"
+			  "[tenant.big]\nuids = 4294967294\nquota = 0\n");
+	/* The full file (64 uids in one tenant). */
+	char many[512];
+	int n = snprintf(many, sizeof(many), "[tenant.many]\nuids =");
+	for (int i = 0; i < 64; i++)
+		n += snprintf(many + n, sizeof(many) - (size_t)n, " %d", i);
+	snprintf(many + n, sizeof(many) - (size_t)n, "\ngids = 1 2 3\n");
+	check_dump_reload(__LINE__, many);
+	check_dump_reload(__LINE__, full_conf);
+
+	/*
+	 * Members named in the file are dumped as numbers, which can be much
+	 * longer than the names ("u01" for uid 2000001): the largest valid
+	 * lists (64 uids and 64 gids of ten digits) must still read back,
+	 * since --check-config promises a valid configuration file.
+	 */
+	struct config c;
+	char *err;
+	CHECK(config_defaults(&c) == 0);
+	int r = load_captured(&c, write_conf("src.conf",
+					     "[tenant.wide]\nuids = 1\ngids = 1\n"),
+			      &err);
+	CHECK_MSG(r == 0, "%s", err);
+	free(err);
+	if (r == 0 && c.n_tenants == 1) {
+		struct tenant_conf *t = &c.tenants[0];
+		for (uint32_t i = 0; i < CONFIG_MAX_IDS; i++) {
+			t->uids[i] = 4000000000u + i;
+			t->gids[i] = 3000000000u + i;
+		}
+		t->n_uids = t->n_gids = CONFIG_MAX_IDS;
+		check_dump(__LINE__, &c);
+	} else if (r == 0) {
+		config_free(&c);
+	}
 }
 
 static void cleanup(void)
@@ -596,7 +1018,8 @@ static void cleanup(void)
 	static const char *names[] = { "full.conf", "enum.conf", "a.conf",
 				       "b.conf",    "style.conf", "bad.conf",
 				       "multi.conf", "good.conf", "edge.conf",
-				       "src.conf",  "dump.conf", "stderr" };
+				       "src.conf",  "dump.conf", "tenant.conf",
+				       "stderr" };
 	char path[128];
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -624,6 +1047,7 @@ int main(void)
 	test_full();
 	test_errors();
 	test_validation();
+	test_tenants();
 	test_parse_size();
 	test_dump();
 	cleanup();

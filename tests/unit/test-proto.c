@@ -121,6 +121,14 @@ static void put_raw_str(struct kvt_buf *b, const void *s, uint16_t n)
 	kvt_put_bytes(b, s, n);
 }
 
+/* The fixed part of a HELLO request: versions and features. */
+static void put_hello_head(struct kvt_buf *b, uint32_t min, uint32_t max)
+{
+	kvt_put_u32(b, min);
+	kvt_put_u32(b, max);
+	kvt_put_u64(b, 0);
+}
+
 static void fill_key(uint8_t *key, unsigned seed)
 {
 	for (unsigned i = 0; i < KVT_KEY_SIZE; i++)
@@ -143,6 +151,20 @@ static int dec_hello_rep(const uint8_t *p, size_t n)
 	struct kvt_cursor c = { p, n };
 	struct kvt_hello_rep m;
 	return kvt_dec_hello_rep(&c, &m);
+}
+
+static int dec_evict_req(const uint8_t *p, size_t n)
+{
+	struct kvt_cursor c = { p, n };
+	struct kvt_evict_req m;
+	return kvt_dec_evict_req(&c, &m);
+}
+
+static int dec_count_rep(const uint8_t *p, size_t n)
+{
+	struct kvt_cursor c = { p, n };
+	uint64_t v;
+	return kvt_dec_count_rep(&c, &v);
 }
 
 static int dec_ns_open_req(const uint8_t *p, size_t n)
@@ -248,6 +270,7 @@ static void set_hello_req(struct kvt_hello_req *m)
 	m->max_version = 7;
 	m->features = KVT_FEATURES_ALL | (UINT64_C(1) << 63);
 	strcpy(m->name, "vllm-worker-17 (pid 4242)");
+	strcpy(m->pci_bus_id, "0000:3b:00.0");
 }
 
 static void set_hello_rep(struct kvt_hello_rep *m)
@@ -259,6 +282,14 @@ static void set_hello_rep(struct kvt_hello_rep *m)
 	m->max_keys = 4096;
 	m->max_handles = 65536;
 	m->quota_bytes = UINT64_C(0x0123456789abcdef);
+	m->numa_node = 1;
+}
+
+static void set_evict_req(struct kvt_evict_req *m)
+{
+	m->tenant_id = 0x0a0b0c0d;
+	m->ns_id = 0xfffffffe;
+	m->flags = KVT_EVICT_DROP;
 }
 
 static void set_ns_open_rep(struct kvt_ns_open_rep *m)
@@ -328,12 +359,14 @@ static void test_hello(void)
 	set_hello_req(&req);
 	kvt_enc_hello_req(&b, RID, &req);
 	CHECK_FRAME(&b, KVT_PROTO_VERSION_MIN, KVT_OP_HELLO, 0, RID);
+	CHECK(b.len == KVT_HEADER_SIZE + 16 + 2 + strlen(req.name) + 2 + 12);
 	memset(&dreq, 0x5c, sizeof(dreq));
 	c = payload_of(&b);
 	CHECK(kvt_dec_hello_req(&c, &dreq) == 0);
 	CHECK(dreq.min_version == 1 && dreq.max_version == 7);
 	CHECK(dreq.features == req.features);
 	CHECK(strcmp(dreq.name, req.name) == 0);
+	CHECK(strcmp(dreq.pci_bus_id, "0000:3b:00.0") == 0);
 
 	/* A name of exactly the maximum length. */
 	memset(req.name, 'n', KVT_MAX_NAME);
@@ -344,6 +377,7 @@ static void test_hello(void)
 	CHECK(kvt_dec_hello_req(&c, &dreq) == 0);
 	CHECK(strlen(dreq.name) == KVT_MAX_NAME);
 	CHECK(dreq.min_version == 3 && dreq.max_version == 3);
+	CHECK(strcmp(dreq.pci_bus_id, "0000:3b:00.0") == 0);
 
 	/* An empty name. */
 	req.name[0] = 0;
@@ -352,10 +386,35 @@ static void test_hello(void)
 	CHECK(kvt_dec_hello_req(&c, &dreq) == 0);
 	CHECK(dreq.name[0] == 0);
 
+	/* Bus ids: none, short form, upper case, the whole alphabet at the
+	 * maximum length. */
+	static const char *const bus_ids[] = {
+		"",
+		"3b:00.0",
+		"0000:3B:00.0",
+		"0123456789abcdefABCDEF:.00000000",
+		"ffff:ff:1f.7",
+	};
+	strcpy(req.name, "gpu client");
+	for (unsigned i = 0; i < ARRAY_SIZE(bus_ids); i++) {
+		snprintf(req.pci_bus_id, sizeof(req.pci_bus_id), "%s", bus_ids[i]);
+		kvt_enc_hello_req(&b, 1, &req);
+		c = payload_of(&b);
+		memset(&dreq, 0x5c, sizeof(dreq));
+		CHECK_MSG(kvt_dec_hello_req(&c, &dreq) == 0, "bus id '%s'",
+			  bus_ids[i]);
+		CHECK_MSG(strcmp(dreq.pci_bus_id, bus_ids[i]) == 0 &&
+				  strcmp(dreq.name, "gpu client") == 0,
+			  "bus id '%s' came back as '%.40s'", bus_ids[i],
+			  dreq.pci_bus_id);
+	}
+	CHECK(strlen(bus_ids[3]) == KVT_MAX_BUS_ID);
+
 	memset(&rep, 0, sizeof(rep));
 	set_hello_rep(&rep);
 	kvt_enc_hello_rep(&b, 1, RID, &rep);
 	CHECK_FRAME(&b, 1, KVT_OP_HELLO, KVT_FLAG_REPLY, RID);
+	CHECK(b.len == KVT_HEADER_SIZE + 40);
 	memset(&drep, 0x5c, sizeof(drep));
 	c = payload_of(&b);
 	CHECK(kvt_dec_hello_rep(&c, &drep) == 0);
@@ -366,6 +425,7 @@ static void test_hello(void)
 	CHECK(drep.max_keys == rep.max_keys);
 	CHECK(drep.max_handles == rep.max_handles);
 	CHECK(drep.quota_bytes == rep.quota_bytes);
+	CHECK(drep.numa_node == 1);
 
 	/* max_keys at both ends of its range. */
 	rep.max_keys = 1;
@@ -377,6 +437,66 @@ static void test_hello(void)
 	c = payload_of(&b);
 	CHECK(kvt_dec_hello_rep(&c, &drep) == 0 &&
 	      drep.max_keys == KVT_MAX_KEYS);
+
+	/* numa_node: "any" and both ends of the node range. */
+	const int32_t nodes[] = { -1, 0, 2, 1023 };
+	for (unsigned i = 0; i < ARRAY_SIZE(nodes); i++) {
+		rep.numa_node = nodes[i];
+		kvt_enc_hello_rep(&b, 1, 3, &rep);
+		c = payload_of(&b);
+		drep.numa_node = 0x5c5c;
+		CHECK_MSG(kvt_dec_hello_rep(&c, &drep) == 0 &&
+				  drep.numa_node == nodes[i],
+			  "numa_node %d", nodes[i]);
+	}
+	kvt_buf_free(&b);
+}
+
+static void test_evict(void)
+{
+	struct kvt_evict_req req, dreq;
+	struct kvt_buf b;
+	struct kvt_cursor c;
+
+	kvt_buf_init(&b);
+	memset(&req, 0, sizeof(req));
+	set_evict_req(&req);
+	kvt_enc_evict_req(&b, 1, RID, &req);
+	CHECK_FRAME(&b, 1, KVT_OP_ADMIN_EVICT, 0, RID);
+	CHECK(b.len == KVT_HEADER_SIZE + 12);
+	memset(&dreq, 0x5c, sizeof(dreq));
+	c = payload_of(&b);
+	CHECK(kvt_dec_evict_req(&c, &dreq) == 0);
+	CHECK(dreq.tenant_id == req.tenant_id && dreq.ns_id == req.ns_id &&
+	      dreq.flags == KVT_EVICT_DROP);
+
+	/* Host memory only, and the extreme ids. */
+	req.tenant_id = 0;
+	req.ns_id = UINT32_MAX;
+	req.flags = 0;
+	kvt_enc_evict_req(&b, 1, 4, &req);
+	c = payload_of(&b);
+	memset(&dreq, 0x5c, sizeof(dreq));
+	CHECK(kvt_dec_evict_req(&c, &dreq) == 0);
+	CHECK(dreq.tenant_id == 0 && dreq.ns_id == UINT32_MAX && dreq.flags == 0);
+
+	CHECK(strcmp(kvt_opcode_name(KVT_OP_ADMIN_EVICT), "ADMIN_EVICT") == 0);
+	CHECK(KVT_OP_ADMIN_EVICT == 13);
+
+	/* The count reply, for ADMIN_EVICT and any other opcode. */
+	const uint64_t counts[] = { 0, 1, UINT64_C(0x0102030405060708),
+				    UINT64_MAX };
+	for (unsigned i = 0; i < ARRAY_SIZE(counts); i++) {
+		uint64_t v = 0x5c5c;
+		kvt_enc_count_rep(&b, 1, KVT_OP_ADMIN_EVICT, RID + i, counts[i]);
+		CHECK_FRAME(&b, 1, KVT_OP_ADMIN_EVICT, KVT_FLAG_REPLY, RID + i);
+		CHECK(b.len == KVT_HEADER_SIZE + 8);
+		c = payload_of(&b);
+		CHECK_MSG(kvt_dec_count_rep(&c, &v) == 0 && v == counts[i],
+			  "count %" PRIu64, counts[i]);
+	}
+	kvt_enc_count_rep(&b, 1, KVT_OP_DELETE, 9, 77);
+	CHECK_FRAME(&b, 1, KVT_OP_DELETE, KVT_FLAG_REPLY, 9);
 	kvt_buf_free(&b);
 }
 
@@ -728,11 +848,26 @@ static void test_layout(void)
 		0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
 		0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
 	};
+	static const uint8_t want_hello_req[] = {
+		0x4b, 0x56, 0x54, 0x31,
+		0x01, 0x00,             /* always the oldest version */
+		0x01, 0x00,             /* HELLO */
+		0x22, 0x00, 0x00, 0x00, /* 34 */
+		0x00, 0x00,
+		0x00, 0x00,
+		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
+		0x01, 0x00, 0x00, 0x00, /* min_version */
+		0x02, 0x00, 0x00, 0x00, /* max_version */
+		0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* features */
+		0x02, 0x00, 'w', '0',   /* name */
+		0x0c, 0x00, '0', '0', '0', '0', ':', '3', 'b', ':', '0', '0',
+		'.', '0',               /* pci_bus_id */
+	};
 	static const uint8_t want_hello_rep[] = {
 		0x4b, 0x56, 0x54, 0x31,
 		0x01, 0x00,
 		0x01, 0x00,
-		0x24, 0x00, 0x00, 0x00, /* 36 */
+		0x28, 0x00, 0x00, 0x00, /* 40 */
 		0x03, 0x00,             /* 3 fds */
 		0x01, 0x00,             /* REPLY */
 		0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01,
@@ -743,6 +878,29 @@ static void test_layout(void)
 		0x00, 0x10, 0x00, 0x00, /* max_keys 4096 */
 		0x00, 0x00, 0x01, 0x00, /* max_handles 65536 */
 		0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, /* quota */
+		0xfe, 0x03, 0x00, 0x00, /* numa_node 1022 */
+	};
+	static const uint8_t want_evict[] = {
+		0x4b, 0x56, 0x54, 0x31,
+		0x01, 0x00,
+		0x0d, 0x00,             /* ADMIN_EVICT */
+		0x0c, 0x00, 0x00, 0x00, /* 12 */
+		0x00, 0x00,
+		0x00, 0x00,
+		0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x04, 0x03, 0x02, 0x01, /* tenant_id */
+		0xd0, 0xc0, 0xb0, 0xa0, /* ns_id */
+		0x01, 0x00, 0x00, 0x00, /* KVT_EVICT_DROP */
+	};
+	static const uint8_t want_count[] = {
+		0x4b, 0x56, 0x54, 0x31,
+		0x01, 0x00,
+		0x0d, 0x00,
+		0x08, 0x00, 0x00, 0x00,
+		0x00, 0x00,
+		0x01, 0x00, /* REPLY */
+		0x2b, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
 	};
 	static const uint8_t want_error[] = {
 		0x4b, 0x56, 0x54, 0x31,
@@ -777,6 +935,7 @@ static void test_layout(void)
 		.max_keys = 4096,
 		.max_handles = 65536,
 		.quota_bytes = UINT64_C(0xfedcba9876543210),
+		.numa_node = 1022,
 	};
 	kvt_enc_hello_rep(&b, 1, UINT64_C(0x0123456789abcdef), &rep);
 	CHECK(kvt_msg_finish(&b, 3) == 0);
@@ -784,9 +943,44 @@ static void test_layout(void)
 	      memcmp(b.data, want_hello_rep, sizeof(want_hello_rep)) == 0);
 	CHECK(kvt_header_parse(b.data, &h) == 0);
 	CHECK(h.magic == KVT_MAGIC && h.version == 1 &&
-	      h.opcode == KVT_OP_HELLO && h.length == 36 && h.n_fds == 3 &&
+	      h.opcode == KVT_OP_HELLO && h.length == 40 && h.n_fds == 3 &&
 	      h.flags == KVT_FLAG_REPLY &&
 	      h.request_id == UINT64_C(0x0123456789abcdef));
+	/* "Any node" is -1 as two's complement. */
+	rep.numa_node = -1;
+	kvt_enc_hello_rep(&b, 1, 1, &rep);
+	CHECK(kvt_msg_finish(&b, 0) == 0 && b.len == sizeof(want_hello_rep) &&
+	      memcmp(b.data + b.len - 4, "\xff\xff\xff\xff", 4) == 0);
+
+	struct kvt_hello_req hreq;
+	memset(&hreq, 0, sizeof(hreq));
+	hreq.min_version = 1;
+	hreq.max_version = 2;
+	hreq.features = 5;
+	strcpy(hreq.name, "w0");
+	strcpy(hreq.pci_bus_id, "0000:3b:00.0");
+	kvt_enc_hello_req(&b, UINT64_C(0x0102030405060708), &hreq);
+	CHECK(kvt_msg_finish(&b, 0) == 0);
+	CHECK(b.len == sizeof(want_hello_req) &&
+	      memcmp(b.data, want_hello_req, sizeof(want_hello_req)) == 0);
+	/* No GPU: an empty string, two zero bytes, at the very end. */
+	hreq.pci_bus_id[0] = 0;
+	kvt_enc_hello_req(&b, 1, &hreq);
+	CHECK(kvt_msg_finish(&b, 0) == 0);
+	CHECK(b.len == sizeof(want_hello_req) - 12 && b.data[8] == 0x16 &&
+	      b.data[b.len - 2] == 0 && b.data[b.len - 1] == 0);
+
+	struct kvt_evict_req ev = { 0x01020304, 0xa0b0c0d0, KVT_EVICT_DROP };
+	kvt_enc_evict_req(&b, 1, 42, &ev);
+	CHECK(kvt_msg_finish(&b, 0) == 0);
+	CHECK(b.len == sizeof(want_evict) &&
+	      memcmp(b.data, want_evict, sizeof(want_evict)) == 0);
+
+	kvt_enc_count_rep(&b, 1, KVT_OP_ADMIN_EVICT, 43,
+			  UINT64_C(0x1122334455667788));
+	CHECK(kvt_msg_finish(&b, 0) == 0);
+	CHECK(b.len == sizeof(want_count) &&
+	      memcmp(b.data, want_count, sizeof(want_count)) == 0);
 
 	kvt_enc_error(&b, 1, KVT_OP_RESERVE, 42, -ENOSPC, "ful");
 	CHECK(kvt_msg_finish(&b, 0) == 0);
@@ -891,6 +1085,27 @@ static void encode_all_from(uint8_t fill, struct kvt_buf *out, unsigned which)
 	case 12:
 		encode_records(out);
 		return; /* records carry no header */
+	case 14: {
+		struct kvt_evict_req ev;
+		memset(&ev, fill, sizeof(ev));
+		set_evict_req(&ev);
+		kvt_enc_evict_req(out, 1, RID, &ev);
+		break;
+	}
+	case 15:
+		kvt_enc_count_rep(out, 1, KVT_OP_ADMIN_EVICT, RID, 12345);
+		break;
+	case 16:
+		/* No GPU and "any node". */
+		set_hello_req(&hq);
+		hq.pci_bus_id[0] = 0;
+		kvt_enc_hello_req(out, RID, &hq);
+		break;
+	case 17:
+		set_hello_rep(&hp);
+		hp.numa_node = -1;
+		kvt_enc_hello_rep(out, 1, RID, &hp);
+		break;
 	case 13: {
 		struct kvt_ns_open_req q;
 		static const uint8_t ident[] = { 1, 2, 3, 4, 5 };
@@ -904,7 +1119,7 @@ static void encode_all_from(uint8_t fill, struct kvt_buf *out, unsigned which)
 	CHECK(kvt_msg_finish(out, 0) == 0);
 }
 
-#define N_ENCODERS 14
+#define N_ENCODERS 18
 
 static void test_no_garbage(void)
 {
@@ -1045,6 +1260,22 @@ static void test_truncation(void)
 	struct kvt_hello_rep hp;
 	set_hello_rep(&hp);
 	kvt_enc_hello_rep(ADD("hello_rep", dec_hello_rep, 24, true), 1, 1, &hp);
+	struct kvt_hello_req hq0 = hq;
+	hq0.pci_bus_id[0] = 0;
+	kvt_enc_hello_req(ADD("hello_req without a bus id", dec_hello_req, 24, true),
+			  1, &hq0);
+	struct kvt_hello_rep hp0 = hp;
+	hp0.numa_node = -1;
+	kvt_enc_hello_rep(ADD("hello_rep any node", dec_hello_rep, 24, true), 1, 1,
+			  &hp0);
+	struct kvt_evict_req ev;
+	set_evict_req(&ev);
+	kvt_enc_evict_req(ADD("evict_req", dec_evict_req, 24, true), 1, 1, &ev);
+	ev.flags = 0;
+	kvt_enc_evict_req(ADD("evict_req host only", dec_evict_req, 24, true), 1, 1,
+			  &ev);
+	kvt_enc_count_rep(ADD("count_rep", dec_count_rep, 24, true), 1,
+			  KVT_OP_ADMIN_EVICT, 1, UINT64_MAX);
 
 	struct kvt_identity id;
 	struct kvt_buf ib;
@@ -1147,38 +1378,88 @@ static void test_malformed(void)
 	fill_key(key, 9);
 	memset(text, 't', sizeof(text));
 
-	/* HELLO request. */
+	/* HELLO request: each case is well formed but for what it names, so
+	 * it fails for that reason and not for a missing field. */
 	kvt_buf_reset(&b);
-	kvt_put_u32(&b, 2);
-	kvt_put_u32(&b, 1);
-	kvt_put_u64(&b, 0);
+	put_hello_head(&b, 2, 1);
 	put_raw_str(&b, "x", 1);
+	put_raw_str(&b, "", 0);
 	EXPECT_DEC(dec_hello_req, &b, -EBADMSG, "hello min > max");
 	kvt_buf_reset(&b);
-	kvt_put_u32(&b, 1);
-	kvt_put_u32(&b, 1);
-	kvt_put_u64(&b, 0);
+	put_hello_head(&b, 1, 1);
 	put_raw_str(&b, text, KVT_MAX_NAME + 1);
+	put_raw_str(&b, "", 0);
 	EXPECT_DEC(dec_hello_req, &b, -EBADMSG, "hello name over its max");
 	kvt_buf_reset(&b);
-	kvt_put_u32(&b, 1);
-	kvt_put_u32(&b, 1);
-	kvt_put_u64(&b, 0);
+	put_hello_head(&b, 1, 1);
 	put_raw_str(&b, text, KVT_MAX_NAME);
+	put_raw_str(&b, "", 0);
 	EXPECT_DEC(dec_hello_req, &b, 0, "hello name at its max");
 	kvt_buf_reset(&b);
-	kvt_put_u32(&b, 1);
-	kvt_put_u32(&b, 1);
-	kvt_put_u64(&b, 0);
+	put_hello_head(&b, 1, 1);
+	put_raw_str(&b, text, KVT_MAX_NAME);
+	put_raw_str(&b, "0000:3b:00.0", 12);
+	EXPECT_DEC(dec_hello_req, &b, 0, "hello name at its max with a bus id");
+	kvt_buf_reset(&b);
+	put_hello_head(&b, 1, 1);
 	put_raw_str(&b, "ab\0cd", 5);
+	put_raw_str(&b, "", 0);
 	EXPECT_DEC(dec_hello_req, &b, -EBADMSG, "hello name with a NUL");
 	kvt_buf_reset(&b);
-	kvt_put_u32(&b, 1);
-	kvt_put_u32(&b, 1);
-	kvt_put_u64(&b, 0);
+	put_hello_head(&b, 1, 1);
 	kvt_put_u16(&b, 10);
 	kvt_put_bytes(&b, "abc", 3);
 	EXPECT_DEC(dec_hello_req, &b, -EBADMSG, "hello name longer than the bytes");
+	kvt_buf_reset(&b);
+	put_hello_head(&b, 1, 1);
+	put_raw_str(&b, "x", 1);
+	EXPECT_DEC(dec_hello_req, &b, -EBADMSG, "hello without a bus id field");
+
+	/* The bus id: its alphabet and its length. */
+	static const struct {
+		const char *id;
+		uint16_t len;
+		int want;
+	} bus[] = {
+		{ "0000:3b:00.0", 12, 0 },
+		{ "0123456789abcdefABCDEF:.", 24, 0 },
+		{ "00000000000000000000000000000000", 32, 0 },
+		{ "000000000000000000000000000000000", 33, -EBADMSG },
+		{ "0000:3g:00.0", 12, -EBADMSG },
+		{ "0000:3G:00.0", 12, -EBADMSG },
+		{ "0000:3b:00.0/", 13, -EBADMSG },
+		{ "../../../etc", 12, -EBADMSG },
+		{ "0000:3b:00 0", 12, -EBADMSG },
+		{ "0000-3b-00.0", 12, -EBADMSG },
+		{ "0000_3b", 7, -EBADMSG },
+		{ "pci-0000", 8, -EBADMSG },
+		{ "x", 1, -EBADMSG },
+		{ "0000:3b:00.0\n", 13, -EBADMSG },
+		{ "0000:3b:00.0\x80", 13, -EBADMSG },
+		{ "0000:3b\0:00.0", 13, -EBADMSG },
+		{ "0000:3b:00.0\0", 13, -EBADMSG },
+	};
+	for (unsigned i = 0; i < ARRAY_SIZE(bus); i++) {
+		kvt_buf_reset(&b);
+		put_hello_head(&b, 1, 1);
+		put_raw_str(&b, "w", 1);
+		put_raw_str(&b, bus[i].id, bus[i].len);
+		CHECK_MSG(dec_copy(dec_hello_req, b.data, b.len) == bus[i].want,
+			  "bus id '%.*s' (%u bytes): expected %d", bus[i].len,
+			  bus[i].id, bus[i].len, bus[i].want);
+	}
+	kvt_buf_reset(&b);
+	put_hello_head(&b, 1, 1);
+	put_raw_str(&b, "w", 1);
+	kvt_put_u16(&b, 12);
+	kvt_put_bytes(&b, "0000:3b", 7);
+	EXPECT_DEC(dec_hello_req, &b, -EBADMSG, "hello bus id longer than the bytes");
+	kvt_buf_reset(&b);
+	put_hello_head(&b, 1, 1);
+	put_raw_str(&b, "w", 1);
+	kvt_put_u16(&b, 0xffff);
+	kvt_put_bytes(&b, text, 40);
+	EXPECT_DEC(dec_hello_req, &b, -EBADMSG, "hello bus id length 65535");
 
 	/* HELLO reply. */
 	struct kvt_hello_rep hp;
@@ -1189,6 +1470,56 @@ static void test_malformed(void)
 	hp.max_keys = KVT_MAX_KEYS + 1;
 	kvt_enc_hello_rep(&b, 1, 1, &hp);
 	CHECK(dec_copy(dec_hello_rep, b.data + 24, b.len - 24) == -EBADMSG);
+	set_hello_rep(&hp);
+	const int32_t bad_nodes[] = { -2, 1024, 1025, -1024, INT32_MIN, INT32_MAX,
+				      0x10000 };
+	for (unsigned i = 0; i < ARRAY_SIZE(bad_nodes); i++) {
+		hp.numa_node = bad_nodes[i];
+		kvt_enc_hello_rep(&b, 1, 1, &hp);
+		CHECK_MSG(dec_copy(dec_hello_rep, b.data + 24, b.len - 24) ==
+				  -EBADMSG,
+			  "numa_node %d", bad_nodes[i]);
+	}
+	const int32_t good_nodes[] = { -1, 0, 1023 };
+	for (unsigned i = 0; i < ARRAY_SIZE(good_nodes); i++) {
+		hp.numa_node = good_nodes[i];
+		kvt_enc_hello_rep(&b, 1, 1, &hp);
+		CHECK_MSG(dec_copy(dec_hello_rep, b.data + 24, b.len - 24) == 0,
+			  "numa_node %d", good_nodes[i]);
+	}
+	/* A reply of the old layout, without numa_node, is too short. */
+	hp.numa_node = 0;
+	kvt_enc_hello_rep(&b, 1, 1, &hp);
+	CHECK(dec_copy(dec_hello_rep, b.data + 24, b.len - 28) == -EBADMSG);
+
+	/* ADMIN_EVICT: only KVT_EVICT_DROP is a flag. */
+	static const uint32_t evict_flags[] = { 2, 3, 4, 0x100, 0x80000000u,
+						0x80000001u, 0xffffffffu };
+	for (unsigned i = 0; i < ARRAY_SIZE(evict_flags); i++) {
+		kvt_buf_reset(&b);
+		kvt_put_u32(&b, 1);
+		kvt_put_u32(&b, 2);
+		kvt_put_u32(&b, evict_flags[i]);
+		CHECK_MSG(dec_copy(dec_evict_req, b.data, b.len) == -EBADMSG,
+			  "evict flags 0x%x", evict_flags[i]);
+	}
+	for (uint32_t fl = 0; fl <= KVT_EVICT_DROP; fl++) {
+		kvt_buf_reset(&b);
+		kvt_put_u32(&b, UINT32_MAX);
+		kvt_put_u32(&b, 0);
+		kvt_put_u32(&b, fl);
+		CHECK_MSG(dec_copy(dec_evict_req, b.data, b.len) == 0,
+			  "evict flags 0x%x", fl);
+	}
+
+	/* A count is exactly eight bytes. */
+	kvt_buf_reset(&b);
+	kvt_put_u32(&b, 1);
+	EXPECT_DEC(dec_count_rep, &b, -EBADMSG, "count of four bytes");
+	kvt_put_u32(&b, 0);
+	EXPECT_DEC(dec_count_rep, &b, 0, "count of eight bytes");
+	kvt_put_u32(&b, 0);
+	EXPECT_DEC(dec_count_rep, &b, -EBADMSG, "count of twelve bytes");
 
 	/* NS_OPEN request. */
 	static uint8_t big[KVT_MAX_IDENTITY + 1];
@@ -2454,6 +2785,7 @@ static void test_socket(void)
 int main(void)
 {
 	test_hello();
+	test_evict();
 	test_ns_open();
 	test_keys();
 	test_replies();
