@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * kvtierctl: what a running kvtierd holds, as tables for people and JSON for
- * programs.  Everything comes from kvt_stats() records; this tool only
- * selects, copies and formats them.
+ * kvtierctl: what a running kvtierd holds, as tables for people, JSON for
+ * programs and Prometheus text for monitoring; the one admin action there
+ * is (dropping a namespace's blocks); and the capacity plan for a model.
+ * Everything about the daemon comes from kvt_stats() records; this tool
+ * only selects, copies and formats them.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,549 +18,32 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ctl-plan.h"
+#include "ctl.h"
 #include "kvt-config.h"
-#include "kvtier.h"
 
-#define EXIT_DAEMON 1 /* daemon unreachable or the request failed */
-#define EXIT_USAGE 2
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
 static int verbose;
 
 /* ------------------------------------------------------------------ */
-/* Records                                                            */
+/* Views                                                              */
 /* ------------------------------------------------------------------ */
 
-/* The library reuses one record for every callback, so each is copied. */
-struct field {
-	char *name;
-	int type;
-	uint64_t u;
-	char *s;
-};
-
-struct rec {
-	char *kind;
-	uint32_t n_fields;
-	struct field *fields;
-};
-
-struct snapshot {
-	struct rec *recs;
-	size_t n, cap;
-	int error;
-};
-
-static void rec_clear(struct rec *r)
-{
-	for (uint32_t i = 0; i < r->n_fields; i++) {
-		free(r->fields[i].name);
-		free(r->fields[i].s);
-	}
-	free(r->fields);
-	free(r->kind);
-}
-
-static void snapshot_clear(struct snapshot *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		rec_clear(&s->recs[i]);
-	free(s->recs);
-	memset(s, 0, sizeof(*s));
-}
-
-static int rec_copy(const kvt_record *src, struct rec *ret)
-{
-	uint32_t n = kvt_record_n_fields(src);
-
-	memset(ret, 0, sizeof(*ret));
-	ret->kind = strdup(kvt_record_kind(src));
-	ret->fields = calloc(n ? n : 1, sizeof(*ret->fields));
-	if (!ret->kind || !ret->fields)
-		goto fail;
-	for (uint32_t i = 0; i < n; i++) {
-		struct field *f = &ret->fields[i];
-		const char *name = kvt_record_field_name(src, i);
-
-		ret->n_fields = i + 1;
-		f->type = kvt_record_field_type(src, i);
-		f->name = strdup(name ? name : "");
-		if (!f->name)
-			goto fail;
-		if (f->type == KVT_FIELD_STR) {
-			const char *s = kvt_record_field_str(src, i);
-			f->s = strdup(s ? s : "");
-			if (!f->s)
-				goto fail;
-		} else {
-			f->u = kvt_record_field_u64(src, i);
-		}
-	}
-	return 0;
-fail:
-	rec_clear(ret);
-	return -ENOMEM;
-}
-
-static int snapshot_add(const kvt_record *r, void *userdata)
-{
-	struct snapshot *s = userdata;
-
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 32;
-		struct rec *v = realloc(s->recs, cap * sizeof(*v));
-		if (!v) {
-			s->error = -ENOMEM;
-			return 1;
-		}
-		s->recs = v;
-		s->cap = cap;
-	}
-	s->error = rec_copy(r, &s->recs[s->n]);
-	if (s->error < 0)
-		return 1;
-	s->n++;
-	return 0;
-}
-
-static const struct field *rec_field(const struct rec *r, const char *name)
-{
-	for (uint32_t i = 0; i < r->n_fields; i++)
-		if (strcmp(r->fields[i].name, name) == 0)
-			return &r->fields[i];
-	return NULL;
-}
-
-/* Missing numbers read as 0: a non-admin view or an older daemon lacks
- * some fields, and a table cell of 0 is as honest as the daemon allows. */
-static uint64_t rec_u64(const struct rec *r, const char *name)
-{
-	const struct field *f = rec_field(r, name);
-	return f && f->type != KVT_FIELD_STR ? f->u : 0;
-}
-
-static bool rec_has(const struct rec *r, const char *name)
-{
-	return rec_field(r, name) != NULL;
-}
-
-static const char *rec_str(const struct rec *r, const char *name)
-{
-	const struct field *f = rec_field(r, name);
-	return f && f->type == KVT_FIELD_STR ? f->s : "";
-}
-
-static const struct rec *snapshot_find(const struct snapshot *s, const char *kind)
-{
-	for (size_t i = 0; i < s->n; i++)
-		if (strcmp(s->recs[i].kind, kind) == 0)
-			return &s->recs[i];
-	return NULL;
-}
-
-/* \return the share of lookups that hit, or a negative number when there
- * were none (so callers print "-" or null rather than a made-up 0%). */
-static double hit_rate(const struct rec *r)
-{
-	uint64_t hits = rec_u64(r, "hits"), misses = rec_u64(r, "misses");
-	if (hits + misses == 0)
-		return -1.0;
-	return (double)hits / (double)(hits + misses);
-}
-
-/* ------------------------------------------------------------------ */
-/* Human formatting                                                   */
-/* ------------------------------------------------------------------ */
-
-static const char *fmt_size(char *buf, size_t len, uint64_t n)
-{
-	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-	double v = (double)n;
-	unsigned u = 0;
-
-	if (n < 1024) {
-		snprintf(buf, len, "%" PRIu64 " B", n);
-		return buf;
-	}
-	v /= 1024.0;
-	/* Switch unit before rounding would print "1024.0". */
-	while (v >= 1023.95 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		v /= 1024.0;
-		u++;
-	}
-	snprintf(buf, len, "%.1f %s", v, units[u]);
-	return buf;
-}
-
-static const char *fmt_pct(char *buf, size_t len, double ratio)
-{
-	if (ratio < 0)
-		snprintf(buf, len, "-");
-	else
-		snprintf(buf, len, "%.1f%%", ratio * 100.0);
-	return buf;
-}
-
-static double ratio_of(uint64_t part, uint64_t whole)
-{
-	return whole ? (double)part / (double)whole : -1.0;
-}
-
-static const char *fmt_duration(char *buf, size_t len, uint64_t s)
-{
-	if (s < 60)
-		snprintf(buf, len, "%" PRIu64 "s", s);
-	else if (s < 3600)
-		snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
-	else if (s < 86400)
-		snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m", s / 3600, s / 60 % 60);
-	else
-		snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h", s / 86400, s / 3600 % 24);
-	return buf;
-}
-
-/* ------------------------------------------------------------------ */
-/* Tables                                                             */
-/* ------------------------------------------------------------------ */
-
-struct column {
-	const char *name;
-	bool right; /* numbers line up on their last digit */
-};
-
-struct table {
-	const struct column *cols;
-	size_t n_cols;
-	char **cells; /* row-major, without the header */
-	size_t n, cap;
-	int error;
-};
-
-/* Names come from clients: a control character in one must not reach the
- * terminal, and an empty one reads better as "-". */
-static void table_add(struct table *t, const char *fmt, ...)
-{
-	char *cell = NULL;
-	va_list ap;
-
-	if (t->error)
-		return;
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 64;
-		char **v = realloc(t->cells, cap * sizeof(*v));
-		if (!v) {
-			t->error = -ENOMEM;
-			return;
-		}
-		t->cells = v;
-		t->cap = cap;
-	}
-	va_start(ap, fmt);
-	if (vasprintf(&cell, fmt, ap) < 0)
-		cell = NULL;
-	va_end(ap);
-	if (!cell) {
-		t->error = -ENOMEM;
-		return;
-	}
-	if (!cell[0]) {
-		free(cell);
-		cell = strdup("-");
-		if (!cell) {
-			t->error = -ENOMEM;
-			return;
-		}
-	}
-	for (char *p = cell; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
-	t->cells[t->n++] = cell;
-}
-
-/* Columns on a terminal, counting each UTF-8 sequence once. */
-static size_t text_width(const char *s)
-{
-	size_t w = 0;
-	for (; *s; s++)
-		if (((unsigned char)*s & 0xc0) != 0x80)
-			w++;
-	return w;
-}
-
-static void print_cell(const char *s, size_t width, bool right, bool last)
-{
-	size_t pad = width - text_width(s);
-
-	if (right)
-		printf("%*s%s", (int)pad, "", s);
-	else if (last)
-		fputs(s, stdout); /* no trailing blanks */
-	else
-		printf("%s%*s", s, (int)pad, "");
-}
-
-static void print_row(const struct table *t, const char *const *row,
-		      const size_t *widths)
-{
-	for (size_t c = 0; c < t->n_cols; c++) {
-		if (c)
-			fputs("  ", stdout);
-		print_cell(row[c], widths[c], t->cols[c].right, c + 1 == t->n_cols);
-	}
-	putchar('\n');
-}
-
-static int table_print(struct table *t)
-{
-	size_t *widths;
-	const char **header;
-	int r = 0;
-
-	if (t->error)
-		return t->error;
-	widths = calloc(t->n_cols, sizeof(*widths));
-	header = calloc(t->n_cols, sizeof(*header));
-	if (!widths || !header) {
-		r = -ENOMEM;
-		goto out;
-	}
-	for (size_t c = 0; c < t->n_cols; c++) {
-		header[c] = t->cols[c].name;
-		widths[c] = text_width(header[c]);
-	}
-	for (size_t i = 0; i < t->n; i++) {
-		size_t w = text_width(t->cells[i]);
-		if (w > widths[i % t->n_cols])
-			widths[i % t->n_cols] = w;
-	}
-	print_row(t, header, widths);
-	for (size_t i = 0; i + t->n_cols <= t->n; i += t->n_cols)
-		print_row(t, (const char *const *)&t->cells[i], widths);
-	if (t->n == 0)
-		puts("(none)");
-out:
-	free(widths);
-	free(header);
-	return r;
-}
-
-static void table_free(struct table *t)
-{
-	for (size_t i = 0; i < t->n; i++)
-		free(t->cells[i]);
-	free(t->cells);
-}
-
-/* ------------------------------------------------------------------ */
-/* JSON                                                               */
-/* ------------------------------------------------------------------ */
-
-#define JSON_MAX_DEPTH 8
-
-struct json {
-	FILE *f;
-	unsigned depth;
-	bool after_key;
-	bool has_items[JSON_MAX_DEPTH];
-};
-
-static void json_indent(struct json *j)
-{
-	putc('\n', j->f);
-	for (unsigned i = 0; i < j->depth; i++)
-		fputs("  ", j->f);
-}
-
-/* Before a value: a comma after the previous item, and a fresh line. */
-static void json_sep(struct json *j)
-{
-	if (j->after_key) {
-		j->after_key = false;
-		return;
-	}
-	if (j->depth == 0)
-		return;
-	if (j->has_items[j->depth])
-		putc(',', j->f);
-	j->has_items[j->depth] = true;
-	json_indent(j);
-}
-
-/* Length of the valid UTF-8 sequence at s, or 0: JSON must be UTF-8, and
- * client names are arbitrary bytes. */
-static size_t utf8_len(const unsigned char *s)
-{
-	uint32_t cp;
-	size_t n;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
-		n = 2;
-		cp = s[0] & 0x1f;
-	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
-		n = 3;
-		cp = s[0] & 0x0f;
-	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-		n = 4;
-		cp = s[0] & 0x07;
-	} else {
-		return 0;
-	}
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (s[i] & 0x3f);
-	}
-	/* Overlong forms, surrogates and code points past U+10FFFF. */
-	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-	    (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return n;
-}
-
-static void json_string_raw(FILE *f, const char *str)
-{
-	const unsigned char *s = (const unsigned char *)str;
-
-	putc('"', f);
-	while (*s) {
-		size_t n = utf8_len(s);
-		if (n == 0) {
-			fputs("\\ufffd", f);
-			s++;
-		} else if (*s == '"' || *s == '\\') {
-			putc('\\', f);
-			putc(*s++, f);
-		} else if (*s < 0x20) {
-			fprintf(f, "\\u%04x", *s++);
-		} else {
-			fwrite(s, 1, n, f);
-			s += n;
-		}
-	}
-	putc('"', f);
-}
-
-static void json_open(struct json *j, char c)
-{
-	json_sep(j);
-	putc(c, j->f);
-	j->depth++;
-	if (j->depth >= JSON_MAX_DEPTH)
-		abort(); /* only this file nests, and never this deep */
-	j->has_items[j->depth] = false;
-}
-
-static void json_close(struct json *j, char c)
-{
-	bool had_items = j->has_items[j->depth];
-
-	j->depth--;
-	if (had_items)
-		json_indent(j);
-	putc(c, j->f);
-	if (j->depth == 0)
-		putc('\n', j->f);
-}
-
-static void json_key(struct json *j, const char *key)
-{
-	json_sep(j);
-	json_string_raw(j->f, key);
-	fputs(": ", j->f);
-	j->after_key = true;
-}
-
-static void json_str(struct json *j, const char *s)
-{
-	json_sep(j);
-	json_string_raw(j->f, s);
-}
-
-static void json_u64(struct json *j, uint64_t v)
-{
-	json_sep(j);
-	fprintf(j->f, "%" PRIu64, v);
-}
-
-static void json_i64(struct json *j, int64_t v)
-{
-	json_sep(j);
-	fprintf(j->f, "%" PRId64, v);
-}
-
-static void json_null(struct json *j)
-{
-	json_sep(j);
-	fputs("null", j->f);
-}
-
-/* A ratio, or null when it is undefined (negative). */
-static void json_ratio(struct json *j, double v)
-{
-	if (v < 0) {
-		json_null(j);
-		return;
-	}
-	json_sep(j);
-	fprintf(j->f, "%.6g", v);
-}
-
-/* Every field, whatever it is, so new daemon fields show up unasked. */
-static void json_rec(struct json *j, const struct rec *r, bool with_hit_rate)
-{
-	json_open(j, '{');
-	for (uint32_t i = 0; i < r->n_fields; i++) {
-		const struct field *f = &r->fields[i];
-		json_key(j, f->name);
-		if (f->type == KVT_FIELD_STR)
-			json_str(j, f->s);
-		else if (f->type == KVT_FIELD_I64)
-			json_i64(j, (int64_t)f->u);
-		else
-			json_u64(j, f->u);
-	}
-	if (with_hit_rate && !rec_has(r, "hit_rate")) {
-		json_key(j, "hit_rate");
-		json_ratio(j, hit_rate(r));
-	}
-	json_close(j, '}');
-}
-
-static void json_recs(struct json *j, const struct snapshot *s, const char *kind,
-		      bool with_hit_rate)
-{
-	json_open(j, '[');
-	for (size_t i = 0; i < s->n; i++)
-		if (strcmp(s->recs[i].kind, kind) == 0)
-			json_rec(j, &s->recs[i], with_hit_rate);
-	json_close(j, ']');
-}
-
-/* ------------------------------------------------------------------ */
-/* Commands                                                           */
-/* ------------------------------------------------------------------ */
-
-struct ctx {
-	const char *socket;
-	bool json;
-	struct snapshot snap;
-};
-
-static int print_tenants(const struct snapshot *s)
+int print_tenants(FILE *f, const struct snapshot *s)
 {
 	static const struct column cols[] = {
 		{"TENANT", false}, {"QUOTA", true}, {"USED", true},
 		{"BLOCKS", true}, {"NAMESPACES", true}, {"CLIENTS", true},
 		{"HIT RATE", true},
 	};
-	struct table t = {.cols = cols, .n_cols = sizeof(cols) / sizeof(cols[0])};
+	struct table t = {.cols = cols, .n_cols = N_ELEMS(cols)};
 	char a[32], b[32], c[32];
 	int r;
 
 	for (size_t i = 0; i < s->n; i++) {
 		const struct rec *x = &s->recs[i];
-		if (strcmp(x->kind, "tenant") != 0)
+		if (!rec_is(x, "tenant"))
 			continue;
 		table_add(&t, "%s", rec_str(x, "name"));
 		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "quota")));
@@ -568,9 +54,53 @@ static int print_tenants(const struct snapshot *s)
 		table_add(&t, "%" PRIu64, rec_u64(x, "clients"));
 		table_add(&t, "%s", fmt_pct(a, sizeof(a), hit_rate(x)));
 	}
-	r = table_print(&t);
+	r = table_print(&t, f);
 	table_free(&t);
 	return r;
+}
+
+int print_nodes(FILE *f, const struct snapshot *s)
+{
+	static const struct column cols[] = {
+		{"NODE", true}, {"EXTENTS", true}, {"ALLOCATED", true}, {"USED", true},
+	};
+	struct table t = {.cols = cols, .n_cols = N_ELEMS(cols)};
+	char a[32], b[32];
+	int r;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct rec *x = &s->recs[i];
+		const struct field *node;
+		if (!rec_is(x, "node"))
+			continue;
+		node = rec_field(x, "node");
+		if (node && node->type == KVT_FIELD_I64)
+			table_add(&t, "%" PRId64, (int64_t)node->u);
+		else
+			table_add(&t, "%" PRIu64, rec_u64(x, "node"));
+		table_add(&t, "%" PRIu64, rec_u64(x, "extents"));
+		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "allocated")));
+		/* Used against allocated: a node's share of the capacity is not
+		 * fixed, only what was placed there. */
+		table_add(&t, "%s (%s)", fmt_size(a, sizeof(a), rec_u64(x, "used")),
+			  fmt_pct(b, sizeof(b), ratio_of(rec_u64(x, "used"), rec_u64(x, "allocated"))));
+	}
+	r = table_print(&t, f);
+	table_free(&t);
+	return r;
+}
+
+void print_numa_line(FILE *f, const struct rec *d)
+{
+	uint64_t nodes = rec_u64(d, "numa_nodes"), fallbacks = rec_u64(d, "numa_fallbacks");
+
+	if (!rec_has(d, "numa_nodes"))
+		return;
+	fprintf(f, "%-13s%" PRIu64 " node%s, %" PRIu64 " fallback%s", "NUMA:", nodes,
+		nodes == 1 ? "" : "s", fallbacks, fallbacks == 1 ? "" : "s");
+	if (fallbacks)
+		fputs(" (extents placed off the node they were meant for)", f);
+	putc('\n', f);
 }
 
 static int print_namespaces(const struct snapshot *s, bool all)
@@ -595,15 +125,14 @@ static int print_namespaces(const struct snapshot *s, bool all)
 	};
 	struct table t = {
 		.cols = all ? all_cols : short_cols,
-		.n_cols = all ? sizeof(all_cols) / sizeof(all_cols[0])
-			      : sizeof(short_cols) / sizeof(short_cols[0]),
+		.n_cols = all ? N_ELEMS(all_cols) : N_ELEMS(short_cols),
 	};
 	char a[32];
 	int r;
 
 	for (size_t i = 0; i < s->n; i++) {
 		const struct rec *x = &s->recs[i];
-		if (strcmp(x->kind, "namespace") != 0)
+		if (!rec_is(x, "namespace"))
 			continue;
 		table_add(&t, "%s", rec_str(x, "tenant"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "id"));
@@ -633,7 +162,7 @@ static int print_namespaces(const struct snapshot *s, bool all)
 		table_add(&t, "%" PRIu64, rec_u64(x, "rejected"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "opens"));
 	}
-	r = table_print(&t);
+	r = table_print(&t, stdout);
 	table_free(&t);
 	return r;
 }
@@ -645,13 +174,13 @@ static int print_clients(const struct snapshot *s)
 		{"NAME", false}, {"PROTOCOL", true}, {"REQUESTS", true},
 		{"HANDLES", true}, {"QUEUED", true}, {"CONNECTED", true},
 	};
-	struct table t = {.cols = cols, .n_cols = sizeof(cols) / sizeof(cols[0])};
+	struct table t = {.cols = cols, .n_cols = N_ELEMS(cols)};
 	char a[32];
 	int r;
 
 	for (size_t i = 0; i < s->n; i++) {
 		const struct rec *x = &s->recs[i];
-		if (strcmp(x->kind, "client") != 0)
+		if (!rec_is(x, "client"))
 			continue;
 		table_add(&t, "%" PRIu64, rec_u64(x, "id"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "pid"));
@@ -664,7 +193,7 @@ static int print_clients(const struct snapshot *s)
 		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "queued_bytes")));
 		table_add(&t, "%s", fmt_duration(a, sizeof(a), rec_u64(x, "connected_s")));
 	}
-	r = table_print(&t);
+	r = table_print(&t, stdout);
 	table_free(&t);
 	return r;
 }
@@ -713,6 +242,7 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 		printf("%-13s%s\n", "Pages:", rec_str(d, "pages"));
 	if (rec_has(d, "lock"))
 		printf("%-13s%s\n", "Lock:", rec_str(d, "lock"));
+	print_numa_line(stdout, d);
 	if (rec_has(d, "tenants"))
 		printf("%-13stenants %" PRIu64 ", namespaces %" PRIu64 ", blocks %" PRIu64
 		       ", handles %" PRIu64 "\n", "Contents:",
@@ -728,6 +258,10 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 		printf("\n(Only your own tenant is shown; run as root or as kvtierd's user for the whole daemon.)\n");
 }
 
+/* ------------------------------------------------------------------ */
+/* status, clients, namespaces                                        */
+/* ------------------------------------------------------------------ */
+
 static int cmd_status(struct ctx *x)
 {
 	const struct rec *d = snapshot_find(&x->snap, "daemon");
@@ -741,6 +275,8 @@ static int cmd_status(struct ctx *x)
 			json_rec(&j, d, false);
 		else
 			json_null(&j);
+		json_key(&j, "nodes");
+		json_recs(&j, &x->snap, "node", false);
 		json_key(&j, "tenants");
 		json_recs(&j, &x->snap, "tenant", true);
 		json_key(&j, "namespaces");
@@ -754,8 +290,14 @@ static int cmd_status(struct ctx *x)
 	}
 	if (d)
 		print_daemon(x, d);
+	if (snapshot_find(&x->snap, "node")) {
+		printf("\nNUMA nodes:\n");
+		r = print_nodes(stdout, &x->snap);
+		if (r < 0)
+			return r;
+	}
 	printf("\nTenants:\n");
-	r = print_tenants(&x->snap);
+	r = print_tenants(stdout, &x->snap);
 	if (r < 0)
 		return r;
 	printf("\nNamespaces:\n");
@@ -782,18 +324,564 @@ static int cmd_namespaces(struct ctx *x)
 	return print_namespaces(&x->snap, true);
 }
 
+/* ------------------------------------------------------------------ */
+/* evict, drop                                                        */
+/* ------------------------------------------------------------------ */
+
+/* A whole decimal number, nothing around it. \return 0 or -EINVAL/-ERANGE */
+static int parse_u64(const char *s, uint64_t *ret)
+{
+	uint64_t v = 0;
+
+	if (!*s)
+		return -EINVAL;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -EINVAL;
+		if (__builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, (uint64_t)(*s - '0'), &v))
+			return -ERANGE;
+	}
+	*ret = v;
+	return 0;
+}
+
+/* By name first: a configured tenant may well be called "42". */
+static const struct rec *find_tenant(const struct snapshot *s, const char *arg)
+{
+	uint64_t id;
+
+	for (size_t i = 0; i < s->n; i++)
+		if (rec_is(&s->recs[i], "tenant") && strcmp(rec_str(&s->recs[i], "name"), arg) == 0)
+			return &s->recs[i];
+	if (parse_u64(arg, &id) < 0)
+		return NULL;
+	for (size_t i = 0; i < s->n; i++)
+		if (rec_is(&s->recs[i], "tenant") && rec_has(&s->recs[i], "id") &&
+		    rec_u64(&s->recs[i], "id") == id)
+			return &s->recs[i];
+	return NULL;
+}
+
+static const struct rec *find_namespace(const struct snapshot *s, const char *tenant,
+					uint64_t id)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		const struct rec *r = &s->recs[i];
+		if (rec_is(r, "namespace") && strcmp(rec_str(r, "tenant"), tenant) == 0 &&
+		    rec_u64(r, "id") == id)
+			return r;
+	}
+	return NULL;
+}
+
+static void say_needs_admin(void)
+{
+	fprintf(stderr, "kvtierctl: evicting a namespace needs root or kvtierd's own uid (you are uid %u); run it with sudo or as kvtierd's user\n",
+		(unsigned)getuid());
+}
+
+static void list_known(const struct snapshot *s, const char *tenant)
+{
+	const char *sep = "";
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct rec *r = &s->recs[i];
+		if (!tenant && rec_is(r, "tenant")) {
+			fprintf(stderr, "%s%s (id %" PRIu64 ")", sep, rec_str(r, "name"),
+				rec_u64(r, "id"));
+			sep = ", ";
+		} else if (tenant && rec_is(r, "namespace") &&
+			   strcmp(rec_str(r, "tenant"), tenant) == 0) {
+			fprintf(stderr, "%s%" PRIu64 " (%s)", sep, rec_u64(r, "id"),
+				rec_str(r, "model"));
+			sep = ", ";
+		}
+	}
+	if (!*sep)
+		fputs("none", stderr);
+}
+
+/* Ask the daemon and report.  tenant and ns are the records when this
+ * view of the daemon has them, NULL when only the ids are known. */
+static int evict_ids(struct ctx *x, bool drop, const struct rec *tenant, uint64_t tenant_id,
+		     const struct rec *ns, uint64_t ns_id)
+{
+	const char *verb = drop ? "drop" : "evict";
+	const char *tenant_name = tenant ? rec_str(tenant, "name") : x->args[0];
+	uint64_t block_bytes = ns ? rec_u64(ns, "block_bytes") : 0;
+	char a[32];
+	int64_t n;
+
+	timeout_arm();
+	n = kvt_admin_evict(x->client, (uint32_t)tenant_id, (uint32_t)ns_id, drop);
+	timeout_disarm();
+	if (n < 0) {
+		const char *why = kvt_client_error(x->client);
+		fprintf(stderr, "kvtierctl: cannot %s namespace %" PRIu64 " of tenant %s: %s%s%s\n",
+			verb, ns_id, tenant_name, strerror((int)-n), why[0] ? ": " : "", why);
+		if (n == -EPERM || n == -EACCES)
+			fprintf(stderr, "kvtierctl: run it as root (sudo) or as kvtierd's own user; you are uid %u\n",
+				(unsigned)getuid());
+		else if (n == -ENOENT && ns)
+			fprintf(stderr, "kvtierctl: it went away meanwhile (the daemon restarted?)\n");
+		return EXIT_DAEMON;
+	}
+
+	if (x->json) {
+		struct json j = {.f = stdout};
+		json_open(&j, '{');
+		json_key(&j, "action");
+		json_str(&j, verb);
+		json_key(&j, "tenant");
+		json_str(&j, tenant_name);
+		json_key(&j, "tenant_id");
+		json_u64(&j, tenant_id);
+		json_key(&j, "namespace");
+		json_u64(&j, ns_id);
+		json_key(&j, "model");
+		if (ns)
+			json_str(&j, rec_str(ns, "model"));
+		else
+			json_null(&j);
+		json_key(&j, "blocks");
+		json_u64(&j, (uint64_t)n);
+		json_key(&j, "bytes");
+		if (ns)
+			json_u64(&j, (uint64_t)n * block_bytes);
+		else
+			json_null(&j);
+		json_close(&j, '}');
+		return 0;
+	}
+	printf("%s %" PRId64 " block%s", drop ? "Dropped" : "Evicted", n, n == 1 ? "" : "s");
+	if (ns)
+		printf(" (%s)", fmt_size(a, sizeof(a), (uint64_t)n * block_bytes));
+	printf(" of namespace %" PRIu64, ns_id);
+	if (ns)
+		printf(" (%s)", rec_str(ns, "model"));
+	printf(" of tenant %s%s\n", tenant_name,
+	       drop ? " from every tier" : " from host memory");
+	return 0;
+}
+
+static int cmd_evict_or_drop(struct ctx *x, bool drop)
+{
+	const struct rec *d = snapshot_find(&x->snap, "daemon");
+	const struct rec *t, *ns;
+	uint64_t ns_id, tenant_id;
+
+	if (parse_u64(x->args[1], &ns_id) < 0 || ns_id > UINT32_MAX) {
+		fprintf(stderr, "kvtierctl: NAMESPACE must be a namespace id as 'kvtierctl namespaces' shows it, not '%s'\nTry 'kvtierctl --help'.\n",
+			x->args[1]);
+		return EXIT_USAGE;
+	}
+	t = find_tenant(&x->snap, x->args[0]);
+	if (!t) {
+		/* Without the admin view the daemon lists only the caller's
+		 * own tenant, so "unknown" would be misleading.  Ids can still
+		 * go to the daemon, which has the last word on permission. */
+		if (!d || !rec_has(d, "capacity")) {
+			if (parse_u64(x->args[0], &tenant_id) == 0 && tenant_id <= UINT32_MAX)
+				return evict_ids(x, drop, NULL, tenant_id, NULL, ns_id);
+			say_needs_admin();
+			return EXIT_DAEMON;
+		}
+		fprintf(stderr, "kvtierctl: kvtierd at %s has no tenant '%s'; its tenants: ",
+			x->socket, x->args[0]);
+		list_known(&x->snap, NULL);
+		fputc('\n', stderr);
+		return EXIT_DAEMON;
+	}
+	tenant_id = rec_u64(t, "id");
+	ns = find_namespace(&x->snap, rec_str(t, "name"), ns_id);
+	if (!ns) {
+		fprintf(stderr, "kvtierctl: tenant %s has no namespace %" PRIu64 "; its namespaces: ",
+			rec_str(t, "name"), ns_id);
+		list_known(&x->snap, rec_str(t, "name"));
+		fputc('\n', stderr);
+		return EXIT_DAEMON;
+	}
+	return evict_ids(x, drop, t, tenant_id, ns, ns_id);
+}
+
+static int cmd_evict(struct ctx *x)
+{
+	return cmd_evict_or_drop(x, false);
+}
+
+static int cmd_drop(struct ctx *x)
+{
+	return cmd_evict_or_drop(x, true);
+}
+
+/* ------------------------------------------------------------------ */
+/* plan                                                               */
+/* ------------------------------------------------------------------ */
+
+struct plan_opts {
+	const char *model;
+	uint64_t layers, kv_heads, head_dim, latent_dim, bytes_per_token;
+	bool mla;
+	const char *dtype;
+	uint64_t tokens, batch, block_tokens, tp;
+	uint64_t host_capacity, nvme_capacity;
+	bool host_given, nvme_given;
+};
+
+static struct plan_opts popts = {.batch = 1, .block_tokens = 16, .tp = 1};
+
+struct tier {
+	const char *name, *source;
+	uint64_t capacity;
+	struct plan_fit fit;
+};
+
+static int plan_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int plan_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvtierctl plan: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'kvtierctl --help'.\n", stderr);
+	return EXIT_USAGE;
+}
+
+static void list_presets(FILE *f, const char *indent)
+{
+	size_t n;
+	const struct plan_preset *p = plan_presets(&n);
+
+	for (size_t i = 0; i < n; i++) {
+		if (p[i].mla)
+			fprintf(f, "%s%-14s %-34s MLA, %u layers, latent %u, %s\n", indent,
+				p[i].name, p[i].description, p[i].layers, p[i].latent_dim,
+				p[i].dtype);
+		else
+			fprintf(f, "%s%-14s %-34s %u layers, %u KV heads, head dim %u, %s\n",
+				indent, p[i].name, p[i].description, p[i].layers, p[i].kv_heads,
+				p[i].head_dim, p[i].dtype);
+	}
+}
+
+/* The host tier from a reachable daemon's pool; silence when there is
+ * none, because plan is as useful on a laptop as on a serving node. */
+static void plan_daemon_capacity(struct ctx *x, struct tier *ret, size_t *n_tiers)
+{
+	const struct rec *d;
+	int r;
+
+	/* The library's own deadline, not the alarm: the alarm ends the
+	 * program, and a silent daemon must not cost plan its answer. */
+	setenv("KVTIER_TIMEOUT_MS", "3000", 0);
+	kvt_connect_opts copts = {.size = sizeof(copts), .flags = KVT_CONNECT_OBSERVER,
+				 .socket_path = x->socket, .name = "kvtierctl"};
+	r = kvt_client_connect_opts(&copts, &x->client);
+	if (r < 0) {
+		if (verbose)
+			fprintf(stderr, "kvtierctl plan: no kvtierd at %s (%s); no tier from it\n",
+				x->socket, strerror(-r));
+		return;
+	}
+	r = kvt_stats(x->client, KVT_STATS_DAEMON, snapshot_add, &x->snap);
+	d = r >= 0 && x->snap.error >= 0 ? snapshot_find(&x->snap, "daemon") : NULL;
+	if (!d || !rec_has(d, "capacity")) {
+		if (verbose)
+			fprintf(stderr, "kvtierctl plan: kvtierd at %s did not say its capacity%s\n",
+				x->socket, d ? " (that needs root or kvtierd's uid)" : "");
+		return;
+	}
+	ret[*n_tiers] = (struct tier){.name = "host", .source = "kvtierd",
+				      .capacity = rec_u64(d, "capacity")};
+	(*n_tiers)++;
+}
+
+static void json_u64_or_null(struct json *j, const char *key, uint64_t v, bool have)
+{
+	json_key(j, key);
+	if (have)
+		json_u64(j, v);
+	else
+		json_null(j);
+}
+
+static int cmd_plan(struct ctx *x)
+{
+	const struct plan_opts *o = &popts;
+	const struct plan_preset *preset = NULL;
+	struct plan_geometry g = {0};
+	struct plan p;
+	struct tier tiers[3];
+	size_t n_tiers = 0;
+	uint64_t bytes = 0, rank_bytes = 0, per_context = 0;
+	const char *dtype = NULL;
+	bool custom_bpt = o->bytes_per_token != 0;
+	char a[32], b[32], c[32], d[32];
+	int r;
+
+	if (o->model) {
+		preset = plan_preset_find(o->model);
+		if (!preset) {
+			fprintf(stderr, "kvtierctl plan: no preset '%s'; the presets are:\n", o->model);
+			list_presets(stderr, "  ");
+			fprintf(stderr, "or describe the model with --layers, --kv-heads and --head-dim (MLA: --mla --layers --latent-dim).\n");
+			return EXIT_USAGE;
+		}
+	}
+	if (custom_bpt && (o->model || o->layers || o->kv_heads || o->head_dim || o->latent_dim))
+		return plan_usage("--bytes-per-token replaces the model geometry; drop --model, --layers, --kv-heads, --head-dim and --latent-dim");
+	if (custom_bpt && o->dtype)
+		return plan_usage("--dtype has no effect with --bytes-per-token, which already counts the element size");
+
+	g.mla = preset ? preset->mla : o->mla;
+	if (preset && o->mla && !preset->mla)
+		return plan_usage("--mla: %s is not an MLA model", preset->name);
+	if (g.mla && (o->kv_heads || o->head_dim))
+		return plan_usage("an MLA cache has no KV heads: give --latent-dim (kv_lora_rank + rope head dim) instead of --kv-heads/--head-dim");
+	if (!g.mla && o->latent_dim)
+		return plan_usage("--latent-dim is for MLA models: add --mla");
+	g.tp = o->tp;
+	g.block_tokens = o->block_tokens;
+	if (custom_bpt) {
+		g.bytes_per_token = o->bytes_per_token;
+	} else {
+		int dtype_bytes;
+
+		/* Explicit numbers override the preset's: a pipeline stage
+		 * holds only some of the model's layers. */
+		g.layers = o->layers ? o->layers : preset ? preset->layers : 0;
+		g.kv_heads = o->kv_heads ? o->kv_heads : preset ? preset->kv_heads : 0;
+		g.head_dim = o->head_dim ? o->head_dim : preset ? preset->head_dim : 0;
+		g.latent_dim = o->latent_dim ? o->latent_dim : preset ? preset->latent_dim : 0;
+		if (!g.layers && !g.kv_heads && !g.head_dim && !g.latent_dim && !g.mla)
+			return plan_usage("which model? Give --model NAME, --layers/--kv-heads/--head-dim, --mla --layers --latent-dim, or --bytes-per-token");
+		if (!g.layers)
+			return plan_usage("missing --layers");
+		if (g.mla && !g.latent_dim)
+			return plan_usage("missing --latent-dim (kv_lora_rank + rope head dim, 576 for DeepSeek-V3)");
+		if (!g.mla && !g.kv_heads)
+			return plan_usage("missing --kv-heads");
+		if (!g.mla && !g.head_dim)
+			return plan_usage("missing --head-dim");
+		dtype = o->dtype ? o->dtype : preset ? preset->dtype : "fp16";
+		dtype_bytes = plan_dtype_bytes(dtype);
+		if (dtype_bytes < 0) {
+			size_t n;
+			const struct plan_dtype *dt = plan_dtypes(&n);
+			fprintf(stderr, "kvtierctl plan: unknown --dtype '%s'; one of:", dtype);
+			for (size_t i = 0; i < n; i++)
+				fprintf(stderr, " %s", dt[i].name);
+			fputs("\n", stderr);
+			return EXIT_USAGE;
+		}
+		g.dtype_bytes = (uint64_t)dtype_bytes;
+	}
+
+	r = plan_compute(&g, &p);
+	if (r == -EOVERFLOW)
+		return plan_usage("the figures pass 2^64 bytes; check the inputs");
+	if (r == -EINVAL && custom_bpt)
+		return plan_usage("--bytes-per-token %" PRIu64 " does not split evenly over --tp %" PRIu64,
+				  g.bytes_per_token, g.tp);
+	if (r == -EINVAL)
+		return plan_usage("--tp %" PRIu64 " and %" PRIu64 " KV heads: the ranks must split the heads evenly, or each hold a replica of one",
+				  g.tp, g.kv_heads);
+	if (r < 0)
+		return plan_usage("%s", strerror(-r));
+	if (o->tokens) {
+		r = plan_context_bytes(&p, o->tokens, o->batch, &bytes, &rank_bytes);
+		if (r < 0)
+			return plan_usage("--tokens %" PRIu64 " x --batch %" PRIu64 " passes 2^64 bytes",
+					  o->tokens, o->batch);
+		per_context = o->tokens / p.block_tokens + (o->tokens % p.block_tokens != 0);
+	}
+
+	/* Not refusals: the plan is arithmetic, but the operator should know
+	 * kvtierd would not open such a namespace. */
+	if (g.tp > PLAN_MAX_TP)
+		fprintf(stderr, "kvtierctl plan: note: kvtierd accepts at most %u tensor-parallel ranks\n",
+			PLAN_MAX_TP);
+	if (p.block_tokens > PLAN_MAX_BLOCK_TOKENS)
+		fprintf(stderr, "kvtierctl plan: note: kvtierd accepts at most %u tokens per block\n",
+			PLAN_MAX_BLOCK_TOKENS);
+	if (p.slot_bytes > PLAN_MAX_SLOT_BYTES)
+		fprintf(stderr, "kvtierctl plan: note: a block of %s is past kvtierd's 1 GiB limit; use fewer --block-tokens\n",
+			fmt_size(a, sizeof(a), p.slot_bytes));
+
+	if (o->host_given)
+		tiers[n_tiers++] = (struct tier){"host", "--host-capacity", o->host_capacity, {0}};
+	if (o->nvme_given)
+		tiers[n_tiers++] = (struct tier){"nvme", "--nvme-capacity", o->nvme_capacity, {0}};
+	if (!o->host_given && !o->nvme_given)
+		plan_daemon_capacity(x, tiers, &n_tiers);
+	for (size_t i = 0; i < n_tiers; i++) {
+		r = plan_fit(&p, tiers[i].capacity, o->tokens, o->batch, &tiers[i].fit);
+		if (r < 0)
+			return plan_usage("the %s tier's token count passes 2^64", tiers[i].name);
+	}
+
+	if (x->json) {
+		struct json j = {.f = stdout};
+		json_open(&j, '{');
+		json_key(&j, "model");
+		if (preset)
+			json_str(&j, preset->name);
+		else
+			json_null(&j);
+		json_key(&j, "attention");
+		if (custom_bpt && !g.mla)
+			json_null(&j);
+		else
+			json_str(&j, g.mla ? "mla" : "gqa");
+		json_u64_or_null(&j, "layers", g.layers, !custom_bpt);
+		json_u64_or_null(&j, "kv_heads", g.kv_heads, !custom_bpt && !g.mla);
+		json_u64_or_null(&j, "head_dim", g.head_dim, !custom_bpt && !g.mla);
+		json_u64_or_null(&j, "latent_dim", g.latent_dim, !custom_bpt && g.mla);
+		json_key(&j, "dtype");
+		if (dtype)
+			json_str(&j, dtype);
+		else
+			json_null(&j);
+		json_u64_or_null(&j, "dtype_bytes", g.dtype_bytes, !custom_bpt);
+		json_u64_or_null(&j, "tp", p.tp, true);
+		json_u64_or_null(&j, "block_tokens", p.block_tokens, true);
+		json_u64_or_null(&j, "tokens", o->tokens, o->tokens != 0);
+		json_u64_or_null(&j, "batch", o->batch, true);
+		json_u64_or_null(&j, "bytes_per_token", p.bytes_per_token, true);
+		json_u64_or_null(&j, "bytes_per_token_per_rank", p.bytes_per_token_rank, true);
+		json_u64_or_null(&j, "shards", p.shards, true);
+		json_u64_or_null(&j, "bytes_per_block", p.block_bytes, true);
+		json_u64_or_null(&j, "slot_bytes", p.slot_bytes, true);
+		json_u64_or_null(&j, "blocks_per_context", per_context, o->tokens != 0);
+		json_u64_or_null(&j, "bytes", bytes, o->tokens != 0);
+		json_u64_or_null(&j, "bytes_per_rank", rank_bytes, o->tokens != 0);
+		json_key(&j, "tiers");
+		json_open(&j, '[');
+		for (size_t i = 0; i < n_tiers; i++) {
+			json_open(&j, '{');
+			json_key(&j, "tier");
+			json_str(&j, tiers[i].name);
+			json_key(&j, "source");
+			json_str(&j, tiers[i].source);
+			json_u64_or_null(&j, "capacity", tiers[i].capacity, true);
+			json_u64_or_null(&j, "blocks", tiers[i].fit.blocks, true);
+			json_u64_or_null(&j, "tokens", tiers[i].fit.tokens, true);
+			json_u64_or_null(&j, "contexts", tiers[i].fit.contexts, o->tokens != 0);
+			json_u64_or_null(&j, "batches", tiers[i].fit.batches, o->tokens != 0);
+			json_close(&j, '}');
+		}
+		json_close(&j, ']');
+		json_close(&j, '}');
+		return 0;
+	}
+
+	if (custom_bpt)
+		printf("%-18sgiven as %s bytes per token%s\n", "Model:",
+		       fmt_count(a, sizeof(a), p.bytes_per_token), g.mla ? " (MLA: stored once)" : "");
+	else if (g.mla)
+		printf("%-18s%s%s%s%sMLA, %" PRIu64 " layers, latent %" PRIu64 ", %s (%" PRIu64 " B)\n",
+		       "Model:", preset ? preset->name : "", preset ? " (" : "",
+		       preset ? preset->description : "", preset ? "): " : "", g.layers,
+		       g.latent_dim, dtype, g.dtype_bytes);
+	else
+		printf("%-18s%s%s%s%sGQA, %" PRIu64 " layers, %" PRIu64 " KV heads, head dim %" PRIu64
+		       ", %s (%" PRIu64 " B)\n",
+		       "Model:", preset ? preset->name : "", preset ? " (" : "",
+		       preset ? preset->description : "", preset ? "): " : "", g.layers, g.kv_heads,
+		       g.head_dim, dtype, g.dtype_bytes);
+	printf("%-18s%s (%s)\n", "Bytes per token:", fmt_count(a, sizeof(a), p.bytes_per_token),
+	       fmt_size(b, sizeof(b), p.bytes_per_token));
+	if (p.tp > 1) {
+		if (g.mla)
+			printf("%-18s%" PRIu64 " ranks; the latent is the same on each, stored once\n",
+			       "Tensor parallel:", p.tp);
+		else
+			printf("%-18s%" PRIu64 " ranks, %s (%s) per token on each%s\n", "Tensor parallel:",
+			       p.tp, fmt_count(a, sizeof(a), p.bytes_per_token_rank),
+			       fmt_size(b, sizeof(b), p.bytes_per_token_rank),
+			       !custom_bpt && g.kv_heads < g.tp ? " (KV heads replicated)" : "");
+	}
+	printf("%-18s%s (%s) of %" PRIu64 " tokens; kvtierd slot %s (%s)\n", "Bytes per block:",
+	       fmt_count(a, sizeof(a), p.block_bytes), fmt_size(b, sizeof(b), p.block_bytes),
+	       p.block_tokens, fmt_count(c, sizeof(c), p.slot_bytes),
+	       fmt_size(d, sizeof(d), p.slot_bytes));
+	if (o->tokens) {
+		printf("%-18s%s tokens x %" PRIu64 " = %s B (%s)", "Context:",
+		       fmt_count(a, sizeof(a), o->tokens), o->batch, fmt_count(b, sizeof(b), bytes),
+		       fmt_size(c, sizeof(c), bytes));
+		if (p.tp > 1 && !g.mla)
+			printf("; %s per rank", fmt_size(d, sizeof(d), rank_bytes));
+		printf("\n%-18s%s per context\n", "Blocks:", fmt_count(a, sizeof(a), per_context));
+	}
+	putchar('\n');
+	if (n_tiers == 0) {
+		printf("No tiers: give --host-capacity/--nvme-capacity, or run this where kvtierd\n"
+		       "is reachable (as root or its user) to size its host pool.\n");
+		return 0;
+	}
+	{
+		static const struct column cols[] = {
+			{"TIER", false}, {"CAPACITY", true}, {"FROM", false}, {"BLOCKS", true},
+			{"TOKENS", true}, {"CONTEXTS", true}, {"BATCHES", true},
+		};
+		struct table t = {.cols = cols,
+				  .n_cols = !o->tokens ? 5 : o->batch > 1 ? 7 : 6};
+		for (size_t i = 0; i < n_tiers; i++) {
+			table_add(&t, "%s", tiers[i].name);
+			table_add(&t, "%s", fmt_size(a, sizeof(a), tiers[i].capacity));
+			table_add(&t, "%s", tiers[i].source);
+			table_add(&t, "%s", fmt_count(a, sizeof(a), tiers[i].fit.blocks));
+			table_add(&t, "%s", fmt_count(a, sizeof(a), tiers[i].fit.tokens));
+			if (t.n_cols > 5)
+				table_add(&t, "%s", fmt_count(a, sizeof(a), tiers[i].fit.contexts));
+			if (t.n_cols > 6)
+				table_add(&t, "%s", fmt_count(a, sizeof(a), tiers[i].fit.batches));
+		}
+		r = table_print(&t, stdout);
+		table_free(&t);
+	}
+	return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* Commands                                                           */
+/* ------------------------------------------------------------------ */
+
+enum {
+	NEEDS_NONE,   /* plan: the daemon is optional */
+	NEEDS_STATS,  /* connect, fetch what, then run */
+	NEEDS_CLIENT, /* connect, then run (it fetches itself) */
+};
+
 static const struct command {
 	const char *name;
-	uint32_t what; /* only what the command shows crosses the socket */
+	const char *args;  /* positional arguments, for help */
+	int n_args;
+	int needs;
+	uint32_t what;     /* only what the command shows crosses the socket */
+	bool json;         /* has a --json form */
 	int (*run)(struct ctx *x);
 	const char *help;
 } commands[] = {
-	{"status", KVT_STATS_DAEMON | KVT_STATS_TENANTS | KVT_STATS_NAMESPACES,
-	 cmd_status, "daemon summary, host pool, tenants and namespaces"},
-	{"clients", KVT_STATS_CLIENTS, cmd_clients,
+	{"status", "", 0, NEEDS_STATS, STATS_STATUS, true, cmd_status,
+	 "daemon summary, host pool, NUMA nodes, tenants and namespaces"},
+	{"clients", "", 0, NEEDS_STATS, KVT_STATS_CLIENTS, true, cmd_clients,
 	 "connected clients: pid, uid, tenant, requests, handles"},
-	{"namespaces", KVT_STATS_NAMESPACES, cmd_namespaces,
+	{"namespaces", "", 0, NEEDS_STATS, KVT_STATS_NAMESPACES, true, cmd_namespaces,
 	 "every namespace with all its counters"},
+	{"top", "", 0, NEEDS_CLIENT, STATS_STATUS, false, cmd_top,
+	 "live status with per-namespace rates (lookups/s, hit rate, MiB/s)"},
+	{"metrics", "", 0, NEEDS_STATS, STATS_STATUS, false, cmd_metrics,
+	 "Prometheus text exposition (for node_exporter's textfile collector)"},
+	{"evict", "TENANT NAMESPACE", 2, NEEDS_STATS, STATS_STATUS, true, cmd_evict,
+	 "drop a namespace's blocks from host memory (root or kvtierd's uid)"},
+	{"drop", "TENANT NAMESPACE", 2, NEEDS_STATS, STATS_STATUS, true, cmd_drop,
+	 "drop a namespace's blocks from every tier (root or kvtierd's uid)"},
+	{"plan", "", 0, NEEDS_NONE, 0, true, cmd_plan,
+	 "KV-cache bytes per token and block, and what fits in each tier"},
 };
 
 /* ------------------------------------------------------------------ */
@@ -802,38 +890,103 @@ static const struct command {
 
 static void help(void)
 {
-	printf("Usage: kvtierctl [OPTIONS] COMMAND\n"
+	printf("Usage: kvtierctl [OPTIONS] COMMAND [ARGS]\n"
 	       "\n"
-	       "Show what a running kvtierd holds: the host pool, tenants,\n"
-	       "namespaces and connected clients.  Sizes in tables are\n"
-	       "human-readable; --json prints raw numbers for programs.\n"
+	       "Show what a running kvtierd holds (the host pool, NUMA nodes, tenants,\n"
+	       "namespaces and clients), export it to Prometheus, drop a namespace's\n"
+	       "blocks, and size the KV cache of a model.  Sizes in tables are\n"
+	       "human-readable (KiB = 1024 B); --json prints raw numbers for programs.\n"
 	       "\n"
 	       "Commands:\n");
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		printf("  %-12s %s\n", commands[i].name, commands[i].help);
+	for (size_t i = 0; i < N_ELEMS(commands); i++) {
+		char head[40];
+		snprintf(head, sizeof(head), "%s %s", commands[i].name, commands[i].args);
+		printf("  %-27s %s\n", head, commands[i].help);
+	}
 	printf("\n"
 	       "Options:\n"
-	       "  -s, --socket PATH  talk to the kvtierd listening on PATH\n"
-	       "                     (default %s)\n"
-	       "      --json         print JSON instead of tables\n"
-	       "  -v, --verbose      show the client library's warnings and errors\n"
-	       "                     (twice: also its informational messages)\n"
-	       "  -h, --help         show this help\n"
-	       "  -V, --version      show the version\n"
+	       "  -s, --socket PATH     talk to the kvtierd listening on PATH\n"
+	       "                        (default %s)\n"
+	       "      --json            print JSON instead of tables (status, clients,\n"
+	       "                        namespaces, evict, drop, plan)\n"
+	       "  -v, --verbose         show the client library's warnings and errors\n"
+	       "                        (twice: also its informational messages)\n"
+	       "  -h, --help            show this help\n"
+	       "  -V, --version         show the version\n"
+	       "\n"
+	       "top:\n"
+	       "  -i, --interval SEC    refresh every SEC seconds (default 1; fractions work)\n"
+	       "  -n, --iterations N    stop after N refreshes (default: until q or Ctrl-C)\n"
+	       "  Rates are counter deltas between refreshes; the first refresh has none.\n"
+	       "  On a terminal the screen is redrawn in place; otherwise each refresh is\n"
+	       "  printed after the last, without escape codes.\n"
+	       "\n"
+	       "evict, drop:\n"
+	       "  TENANT is a tenant's name as status shows it (uid:1000, or a configured\n"
+	       "  name) or its numeric id; NAMESPACE is the namespace's id.  Prints how\n"
+	       "  many blocks went.  Engines see misses for them and recompute.\n"
+	       "\n"
+	       "plan (needs no daemon):\n"
+	       "      --model NAME      a preset (below); explicit options override its numbers\n"
+	       "      --layers N --kv-heads N --head-dim N    an MHA/GQA model\n"
+	       "      --mla --layers N --latent-dim N         an MLA model (latent = kv_lora_rank\n"
+	       "                        + rope head dim; stored once, not per head or rank)\n"
+	       "      --bytes-per-token N   skip the geometry: N bytes per token, all ranks\n"
+	       "      --dtype T         fp16, bf16, fp8 (fp8_e4m3, fp8_e5m2), fp32 or int8\n"
+	       "                        (default: the preset's, else fp16)\n"
+	       "      --tokens N        context length (128K = 131072); adds per-context figures\n"
+	       "      --batch N         contexts of that length at once (default 1)\n"
+	       "      --block-tokens N  tokens per kvtier block (default 16)\n"
+	       "      --tp N            tensor-parallel ranks: per-rank bytes too (default 1)\n"
+	       "      --host-capacity SIZE, --nvme-capacity SIZE\n"
+	       "                        tier sizes such as 64G, 1.5T or 512MiB (binary units).\n"
+	       "                        Without either, a reachable kvtierd's pool capacity is\n"
+	       "                        the host tier; without that, no tier rows.\n"
+	       "  Bytes per token: MHA/GQA 2 x layers x kv_heads x head_dim x dtype bytes;\n"
+	       "  MLA layers x latent_dim x dtype bytes.  A tier holds whole kvtierd slots\n"
+	       "  (each rank's share of a block rounded up to 4 KiB); tokens and contexts\n"
+	       "  that fit round down, and a context counts its last partial block whole.\n"
+	       "  Presets:\n",
+	       kvt_default_socket());
+	list_presets(stdout, "    ");
+	printf("  plan --json prints one object: model, attention (\"gqa\", \"mla\"), layers,\n"
+	       "  kv_heads, head_dim, latent_dim, dtype, dtype_bytes, tp, block_tokens,\n"
+	       "  tokens, batch, bytes_per_token, bytes_per_token_per_rank, shards,\n"
+	       "  bytes_per_block, slot_bytes, blocks_per_context, bytes (tokens x batch x\n"
+	       "  bytes_per_token), bytes_per_rank, and tiers: [{tier, source, capacity,\n"
+	       "  blocks, tokens, contexts, batches}].  Every size is a number of bytes;\n"
+	       "  what does not apply is null.\n"
+	       "\n"
+	       "metrics:\n"
+	       "  Prometheus text format 0.0.4: pool, NUMA node, tenant and namespace\n"
+	       "  gauges and counters (kvtier_pool_used_bytes, kvtier_node_used_bytes{node},\n"
+	       "  kvtier_tenant_used_bytes{tenant}, kvtier_namespace_hits_total{tenant,\n"
+	       "  namespace,model}, ...).  For node_exporter's textfile collector, write a\n"
+	       "  temporary file and rename it, so the collector never reads half a file:\n"
+	       "    kvtierctl metrics > /var/lib/node_exporter/textfile/kvtier.prom.$$ &&\n"
+	       "      mv /var/lib/node_exporter/textfile/kvtier.prom.$$ \\\n"
+	       "         /var/lib/node_exporter/textfile/kvtier.prom\n"
+	       "  (from a timer or cron, as root for the whole daemon).  When kvtierd is\n"
+	       "  down the old file stays; alert on node_textfile_mtime_seconds.\n"
 	       "\n"
 	       "Examples:\n"
 	       "  kvtierctl status\n"
 	       "  kvtierctl --socket /tmp/kvt.sock clients\n"
 	       "  kvtierctl --json namespaces | jq '.[] | {model, hit_rate}'\n"
+	       "  kvtierctl top --interval 2\n"
+	       "  sudo kvtierctl evict uid:1000 3\n"
+	       "  kvtierctl plan --model llama3-70b --tokens 128K --tp 8 --host-capacity 512G\n"
+	       "  kvtierctl plan --layers 80 --kv-heads 8 --head-dim 128 --tokens 131072 --json\n"
+	       "  kvtierctl plan --model deepseek-v3 --tokens 32K --batch 16 --nvme-capacity 3.5T\n"
 	       "\n"
 	       "Environment:\n"
-	       "  KVTIER_SOCKET      the socket when --socket is not given\n"
+	       "  KVTIER_SOCKET         the socket when --socket is not given\n"
 	       "\n"
 	       "Exit status:\n"
 	       "  0  success\n"
-	       "  1  kvtierd could not be reached or refused the request\n"
-	       "  2  bad usage\n",
-	       kvt_default_socket());
+	       "  1  kvtierd could not be reached, refused the request (evict and drop\n"
+	       "     need root or kvtierd's uid) or has no such tenant or namespace\n"
+	       "  2  bad usage\n");
 }
 
 static void log_stderr(int level, const char *message, void *userdata)
@@ -868,20 +1021,25 @@ static void connect_failed(const char *path, int r)
 	}
 }
 
-/* The library waits for replies without a deadline, so a wedged daemon
- * would hang the tool that is meant to diagnose it. */
+/* The alarm is a last resort against a daemon that accepts and never
+ * answers: nothing can be resumed after it, so it ends the program. */
 #define REPLY_TIMEOUT_S 10
 
 static char timeout_msg[256];
+static void (*timeout_hook)(void);
 
 static void on_alarm(int sig)
 {
-	ssize_t n = write(STDERR_FILENO, timeout_msg, strlen(timeout_msg));
+	ssize_t n;
+
+	if (timeout_hook)
+		timeout_hook();
+	n = write(STDERR_FILENO, timeout_msg, strlen(timeout_msg));
 	(void)n;
 	_exit(EXIT_DAEMON);
 }
 
-static void arm_timeout(const char *path)
+static void timeout_setup(const char *path)
 {
 	struct sigaction sa = {.sa_handler = on_alarm};
 
@@ -889,9 +1047,48 @@ static void arm_timeout(const char *path)
 		 "kvtierctl: kvtierd at %s did not answer within %d s\n", path,
 		 REPLY_TIMEOUT_S);
 	sigaction(SIGALRM, &sa, NULL);
+}
+
+void timeout_arm(void)
+{
 	alarm(REPLY_TIMEOUT_S);
 }
 
+void timeout_disarm(void)
+{
+	alarm(0);
+}
+
+void timeout_on_expire(void (*fn)(void))
+{
+	timeout_hook = fn;
+}
+
+int ctx_fetch(struct ctx *x, uint32_t what, bool quiet)
+{
+	struct snapshot s = {0};
+	int r;
+
+	timeout_arm();
+	r = kvt_stats(x->client, what, snapshot_add, &s);
+	timeout_disarm();
+	if (r >= 0 && s.error < 0)
+		r = s.error;
+	if (r < 0) {
+		if (!quiet) {
+			const char *why = kvt_client_error(x->client);
+			fprintf(stderr, "kvtierctl: cannot read statistics from kvtierd at %s: %s%s%s\n",
+				x->socket, strerror(-r), why[0] ? ": " : "", why);
+		}
+		snapshot_clear(&s);
+		return r;
+	}
+	snapshot_clear(&x->snap);
+	x->snap = s;
+	return 0;
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
 	va_list ap;
@@ -904,26 +1101,72 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
+/* A count option: a whole number, at least min. */
+static int opt_count(const char *name, const char *arg, uint64_t min, uint64_t *ret)
+{
+	uint64_t v;
+
+	if (plan_parse_count(arg, &v) < 0 || v < min)
+		return usage_error("%s needs a whole number%s, not '%s'", name,
+				   min ? " of at least 1" : "", arg);
+	*ret = v;
+	return 0;
+}
+
+static int opt_size(const char *name, const char *arg, uint64_t *ret)
+{
+	if (plan_parse_size(arg, ret) < 0)
+		return usage_error("%s needs a size such as 64G, 1.5T or 512MiB, not '%s'", name, arg);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	enum { OPT_JSON = 0x100 };
+	enum {
+		OPT_JSON = 0x100,
+		OPT_MODEL, OPT_LAYERS, OPT_KV_HEADS, OPT_HEAD_DIM, OPT_MLA, OPT_LATENT_DIM,
+		OPT_BPT, OPT_DTYPE, OPT_TOKENS, OPT_BATCH, OPT_BLOCK_TOKENS, OPT_TP,
+		OPT_HOST_CAP, OPT_NVME_CAP,
+	};
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, 's'},
 		{"json", no_argument, NULL, OPT_JSON},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
+		{"interval", required_argument, NULL, 'i'},
+		{"iterations", required_argument, NULL, 'n'},
+		{"model", required_argument, NULL, OPT_MODEL},
+		{"layers", required_argument, NULL, OPT_LAYERS},
+		{"kv-heads", required_argument, NULL, OPT_KV_HEADS},
+		{"head-dim", required_argument, NULL, OPT_HEAD_DIM},
+		{"mla", no_argument, NULL, OPT_MLA},
+		{"latent-dim", required_argument, NULL, OPT_LATENT_DIM},
+		{"bytes-per-token", required_argument, NULL, OPT_BPT},
+		{"dtype", required_argument, NULL, OPT_DTYPE},
+		{"tokens", required_argument, NULL, OPT_TOKENS},
+		{"batch", required_argument, NULL, OPT_BATCH},
+		{"block-tokens", required_argument, NULL, OPT_BLOCK_TOKENS},
+		{"tp", required_argument, NULL, OPT_TP},
+		{"host-capacity", required_argument, NULL, OPT_HOST_CAP},
+		{"nvme-capacity", required_argument, NULL, OPT_NVME_CAP},
 		{},
 	};
-	struct ctx x = {0};
+	struct ctx x = {.top = {.interval_s = 1.0}};
 	const struct command *cmd = NULL;
-	kvt_client *client = NULL;
-	int c, r, ret = EXIT_DAEMON;
+	const char *top_opt = NULL, *plan_opt = NULL;
+	struct plan_opts *po = &popts;
+	int c, idx, r, ret = EXIT_DAEMON;
 
-	while ((c = getopt_long(argc, argv, "s:vhV", opts, NULL)) >= 0) {
+	/* Options may come before or after the command ("kvtierctl status
+	 * --json"); each is checked against the command below. */
+	while ((c = getopt_long(argc, argv, "s:vhVi:n:", opts, &idx)) >= 0) {
+		if (c >= OPT_MODEL && !plan_opt)
+			plan_opt = opts[idx].name;
 		switch (c) {
 		case 's':
 			x.socket = optarg;
+			x.socket_given = true;
 			break;
 		case OPT_JSON:
 			x.json = true;
@@ -938,6 +1181,79 @@ int main(int argc, char **argv)
 			printf("kvtierctl %s (libkvtier-client %s, protocol %u)\n",
 			       KVT_VERSION, kvt_version(), (unsigned)kvt_protocol_version());
 			return 0;
+		case 'i': {
+			char *end;
+			double v;
+			errno = 0;
+			v = strtod(optarg, &end);
+			/* Below 10 ms the tool would be most of the daemon's load. */
+			if (errno || end == optarg || *end || !isfinite(v) || v < 0.01 || v > 86400)
+				return usage_error("--interval needs seconds between 0.01 and 86400, not '%s'",
+						   optarg);
+			x.top.interval_s = v;
+			top_opt = "--interval";
+			break;
+		}
+		case 'n':
+			if (opt_count("--iterations", optarg, 1, &x.top.iterations))
+				return EXIT_USAGE;
+			top_opt = "--iterations";
+			break;
+		case OPT_MODEL:
+			po->model = optarg;
+			break;
+		case OPT_LAYERS:
+			if (opt_count("--layers", optarg, 1, &po->layers))
+				return EXIT_USAGE;
+			break;
+		case OPT_KV_HEADS:
+			if (opt_count("--kv-heads", optarg, 1, &po->kv_heads))
+				return EXIT_USAGE;
+			break;
+		case OPT_HEAD_DIM:
+			if (opt_count("--head-dim", optarg, 1, &po->head_dim))
+				return EXIT_USAGE;
+			break;
+		case OPT_MLA:
+			po->mla = true;
+			break;
+		case OPT_LATENT_DIM:
+			if (opt_count("--latent-dim", optarg, 1, &po->latent_dim))
+				return EXIT_USAGE;
+			break;
+		case OPT_BPT:
+			if (opt_count("--bytes-per-token", optarg, 1, &po->bytes_per_token))
+				return EXIT_USAGE;
+			break;
+		case OPT_DTYPE:
+			po->dtype = optarg;
+			break;
+		case OPT_TOKENS:
+			if (opt_count("--tokens", optarg, 1, &po->tokens))
+				return EXIT_USAGE;
+			break;
+		case OPT_BATCH:
+			if (opt_count("--batch", optarg, 1, &po->batch))
+				return EXIT_USAGE;
+			break;
+		case OPT_BLOCK_TOKENS:
+			if (opt_count("--block-tokens", optarg, 1, &po->block_tokens))
+				return EXIT_USAGE;
+			break;
+		case OPT_TP:
+			if (opt_count("--tp", optarg, 1, &po->tp))
+				return EXIT_USAGE;
+			break;
+		case OPT_HOST_CAP:
+			if (opt_size("--host-capacity", optarg, &po->host_capacity))
+				return EXIT_USAGE;
+			po->host_given = true;
+			break;
+		case OPT_NVME_CAP:
+			if (opt_size("--nvme-capacity", optarg, &po->nvme_capacity))
+				return EXIT_USAGE;
+			po->nvme_given = true;
+			break;
 		default:
 			/* getopt has said what was wrong. */
 			fputs("Try 'kvtierctl --help'.\n", stderr);
@@ -945,14 +1261,27 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind >= argc)
-		return usage_error("no command given (one of: status, clients, namespaces)");
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		return usage_error("no command given (one of: status, clients, namespaces, top, metrics, evict, drop, plan)");
+	for (size_t i = 0; i < N_ELEMS(commands); i++)
 		if (strcmp(argv[optind], commands[i].name) == 0)
 			cmd = &commands[i];
 	if (!cmd)
 		return usage_error("unknown command '%s'", argv[optind]);
-	if (optind + 1 < argc)
-		return usage_error("unexpected argument '%s'", argv[optind + 1]);
+	x.args = argv + optind + 1;
+	x.n_args = argc - optind - 1;
+	if (x.n_args < cmd->n_args)
+		return usage_error("%s needs %s", cmd->name, cmd->args);
+	if (x.n_args > cmd->n_args)
+		return usage_error("unexpected argument '%s'", x.args[cmd->n_args]);
+	if (top_opt && cmd->run != cmd_top)
+		return usage_error("%s is an option of top, not of %s", top_opt, cmd->name);
+	if (plan_opt && cmd->run != cmd_plan)
+		return usage_error("--%s is an option of plan, not of %s", plan_opt, cmd->name);
+	if (x.json && !cmd->json)
+		return usage_error(cmd->run == cmd_metrics
+				   ? "metrics prints Prometheus text, not JSON; drop --json"
+				   : "%s has no JSON form; use 'kvtierctl --json status' for a snapshot",
+				   cmd->name);
 	if (!x.socket)
 		x.socket = kvt_default_socket();
 	if (!x.socket[0])
@@ -960,37 +1289,35 @@ int main(int argc, char **argv)
 
 	if (verbose)
 		kvt_set_default_log(log_stderr, NULL);
-	arm_timeout(x.socket);
-	kvt_connect_opts copts = {.size = sizeof(copts), .flags = KVT_CONNECT_OBSERVER,
-				 .socket_path = x.socket, .name = "kvtierctl"};
-	r = kvt_client_connect_opts(&copts, &client);
-	if (r < 0) {
-		connect_failed(x.socket, r);
-		return EXIT_DAEMON;
+	if (cmd->needs != NEEDS_NONE) {
+		timeout_setup(x.socket);
+		timeout_arm();
+		kvt_connect_opts copts = {.size = sizeof(copts), .flags = KVT_CONNECT_OBSERVER,
+					 .socket_path = x.socket, .name = "kvtierctl"};
+		r = kvt_client_connect_opts(&copts, &x.client);
+		timeout_disarm();
+		if (r < 0) {
+			connect_failed(x.socket, r);
+			return EXIT_DAEMON;
+		}
+		if (verbose)
+			kvt_client_set_log(x.client, log_stderr, NULL);
+		if (cmd->needs == NEEDS_STATS && ctx_fetch(&x, cmd->what, false) < 0)
+			goto out;
 	}
-	r = kvt_stats(client, cmd->what, snapshot_add, &x.snap);
-	if (r >= 0 && x.snap.error < 0)
-		r = x.snap.error;
-	if (r < 0) {
-		const char *why = kvt_client_error(client);
-		fprintf(stderr, "kvtierctl: cannot read statistics from kvtierd at %s: %s%s%s\n",
-			x.socket, strerror(-r), why[0] ? ": " : "", why);
-		goto out;
-	}
-	alarm(0);
 	r = cmd->run(&x);
 	if (r < 0) {
 		fprintf(stderr, "kvtierctl: %s\n", strerror(-r));
 		goto out;
 	}
+	ret = r;
 	/* A full disk or a closed pipe must not look like success. */
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "kvtierctl: cannot write the output: %m\n");
-		goto out;
+		ret = EXIT_DAEMON;
 	}
-	ret = 0;
 out:
 	snapshot_clear(&x.snap);
-	kvt_client_free(client);
+	kvt_client_free(x.client);
 	return ret;
 }

@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvtierctl metrics: the daemon's records in the Prometheus text exposition
+ * format, version 0.0.4.  The main fields get names with their units and
+ * types; any other numeric field of a record becomes kvtier_<kind>_<field>
+ * (untyped), so what a newer daemon adds is exported before this table
+ * learns about it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+struct metric {
+	const char *field; /* in the record */
+	const char *name;  /* after "kvtier_" */
+	const char *type;  /* gauge or counter */
+	const char *help;
+	unsigned divisor;  /* 1000: milliseconds to seconds; 0: as sent */
+};
+
+static const struct metric daemon_metrics[] = {
+	{"uptime_s", "uptime_seconds", "gauge", "Seconds since kvtierd started.", 0},
+	{"capacity", "pool_capacity_bytes", "gauge", "Capacity of the host memory pool.", 0},
+	{"allocated", "pool_allocated_bytes", "gauge", "Host memory allocated to pool extents.", 0},
+	{"used", "pool_used_bytes", "gauge", "Pool bytes in slots that hold or are receiving a block.", 0},
+	{"free", "pool_free_bytes", "gauge", "Pool capacity not in used slots.", 0},
+	{"extents", "pool_extents", "gauge", "Memory extents in the host pool.", 0},
+	{"extents_hugetlb", "pool_hugetlb_extents", "gauge", "Pool extents backed by hugetlbfs pages.", 0},
+	{"extents_thp", "pool_thp_extents", "gauge", "Pool extents backed by transparent huge pages.", 0},
+	{"extents_locked", "pool_locked_extents", "gauge", "Pool extents locked in memory.", 0},
+	{"populate_ms", "pool_populate_seconds_total", "counter", "Time spent pre-faulting pool extents.", 1000},
+	{"numa_nodes", "numa_nodes", "gauge", "NUMA nodes the pool places extents on.", 0},
+	{"numa_fallbacks", "numa_fallbacks_total", "counter", "Pool extents placed on another NUMA node than the one asked for.", 0},
+	{"tenants", "tenants", "gauge", "Tenants with state in the daemon.", 0},
+	{"namespaces", "namespaces", "gauge", "Namespaces of all tenants.", 0},
+	{"blocks", "blocks", "gauge", "Blocks resident in host memory.", 0},
+	{"handles", "handles", "gauge", "Open leases and reservations.", 0},
+	{"clients", "clients", "gauge", "Connected clients.", 0},
+	{"connections", "connections_total", "counter", "Connections accepted.", 0},
+	{"refused", "connections_refused_total", "counter", "Connections refused.", 0},
+	{"malformed", "connections_malformed_total", "counter", "Connections closed for a malformed message.", 0},
+	{"quarantined", "quarantined_handles_total", "counter", "Handles of exited processes held back until their copies could have landed.", 0},
+};
+/* Identity, not measurements: pid changes with every restart, and the
+ * version and protocol are labels of kvtier_info. */
+static const char *const daemon_skip[] = {"pid", "protocol", NULL};
+
+static const struct metric node_metrics[] = {
+	{"extents", "node_extents", "gauge", "Pool extents on this NUMA node.", 0},
+	{"allocated", "node_allocated_bytes", "gauge", "Pool memory allocated on this NUMA node.", 0},
+	{"used", "node_used_bytes", "gauge", "Pool bytes in used slots on this NUMA node.", 0},
+};
+static const char *const node_skip[] = {"node", NULL};
+
+static const struct metric tenant_metrics[] = {
+	{"quota", "tenant_quota_bytes", "gauge", "Host pool bytes the tenant may use.", 0},
+	{"allocated", "tenant_allocated_bytes", "gauge", "Host pool bytes allocated to the tenant.", 0},
+	{"used", "tenant_used_bytes", "gauge", "Host pool bytes in the tenant's used slots.", 0},
+	{"blocks", "tenant_blocks", "gauge", "The tenant's blocks resident in host memory.", 0},
+	{"namespaces", "tenant_namespaces", "gauge", "The tenant's namespaces.", 0},
+	{"clients", "tenant_clients", "gauge", "The tenant's connected clients.", 0},
+	{"handles", "tenant_handles", "gauge", "The tenant's open leases and reservations.", 0},
+	{"hits", "tenant_hits_total", "counter", "Looked-up keys that were resident, over the tenant's namespaces.", 0},
+	{"misses", "tenant_misses_total", "counter", "Looked-up keys that were not stored, over the tenant's namespaces.", 0},
+	{"stores", "tenant_stores_total", "counter", "Blocks stored, over the tenant's namespaces.", 0},
+	{"evictions", "tenant_evictions_total", "counter", "Blocks evicted, over the tenant's namespaces.", 0},
+};
+static const char *const tenant_skip[] = {"id", "uid", NULL};
+
+static const struct metric ns_metrics[] = {
+	{"block_bytes", "namespace_block_size_bytes", "gauge", "Pool bytes of one block (every tensor-parallel shard).", 0},
+	{"blocks", "namespace_blocks", "gauge", "Blocks resident in host memory.", 0},
+	{"reserved", "namespace_reserved_blocks", "gauge", "Blocks being written (reserved, not yet committed).", 0},
+	{"bytes", "namespace_used_bytes", "gauge", "Host pool bytes of the resident blocks.", 0},
+	{"lookups", "namespace_lookups_total", "counter", "Lookup requests.", 0},
+	{"lookup_keys", "namespace_lookup_keys_total", "counter", "Keys in lookup requests.", 0},
+	{"hits", "namespace_hits_total", "counter", "Looked-up keys that were resident.", 0},
+	{"misses", "namespace_misses_total", "counter", "Looked-up keys that were not stored.", 0},
+	{"stores", "namespace_stores_total", "counter", "Blocks stored (every shard committed).", 0},
+	{"store_bytes", "namespace_stored_bytes_total", "counter", "Bytes of blocks stored.", 0},
+	{"loads", "namespace_loads_total", "counter", "Shards leased for loading.", 0},
+	{"load_bytes", "namespace_loaded_bytes_total", "counter", "Bytes of shards leased for loading.", 0},
+	{"evictions", "namespace_evictions_total", "counter", "Blocks evicted.", 0},
+	{"aborts", "namespace_aborts_total", "counter", "Reservations aborted or failed.", 0},
+	{"deletes", "namespace_deletes_total", "counter", "Blocks deleted by clients.", 0},
+	{"rejected", "namespace_rejected_total", "counter", "Requests refused for this namespace.", 0},
+	{"opens", "namespace_opens_total", "counter", "Times clients opened the namespace.", 0},
+};
+/* Geometry and identity: labels of kvtier_namespace_info. */
+static const char *const ns_skip[] = {"id", "layer_first", "layer_end", "tp", "block_tokens", NULL};
+
+struct kind {
+	const char *kind;
+	const char *prefix; /* of generic names: "tenant" */
+	const struct metric *metrics;
+	size_t n_metrics;
+	const char *const *skip;
+};
+
+static const struct kind kinds[] = {
+	{"daemon", "daemon", daemon_metrics, N_ELEMS(daemon_metrics), daemon_skip},
+	{"node", "node", node_metrics, N_ELEMS(node_metrics), node_skip},
+	{"tenant", "tenant", tenant_metrics, N_ELEMS(tenant_metrics), tenant_skip},
+	{"namespace", "namespace", ns_metrics, N_ELEMS(ns_metrics), ns_skip},
+};
+
+/* The format allows any UTF-8 in a label value but needs \, " and newline
+ * escaped; names come from clients, so invalid bytes become U+FFFD. */
+static void put_label_value(FILE *f, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+
+	putc('"', f);
+	while (*s) {
+		size_t n = utf8_len(s);
+		if (n == 0) {
+			fputs("\xef\xbf\xbd", f);
+			s++;
+		} else if (*s == '\\' || *s == '"') {
+			putc('\\', f);
+			putc(*s++, f);
+		} else if (*s == '\n') {
+			fputs("\\n", f);
+			s++;
+		} else {
+			fwrite(s, 1, n, f);
+			s += n;
+		}
+	}
+	putc('"', f);
+}
+
+/* HELP text escapes only \ and newline. */
+static void put_help(FILE *f, const char *name, const char *help)
+{
+	fprintf(f, "# HELP kvtier_%s ", name);
+	for (; *help; help++) {
+		if (*help == '\\')
+			fputs("\\\\", f);
+		else if (*help == '\n')
+			fputs("\\n", f);
+		else
+			putc(*help, f);
+	}
+	putc('\n', f);
+}
+
+static void put_labels(FILE *f, const struct rec *r)
+{
+	char id[24];
+
+	if (rec_is(r, "node")) {
+		const struct field *n = rec_field(r, "node");
+		if (n && n->type == KVT_FIELD_I64)
+			snprintf(id, sizeof(id), "%" PRId64, (int64_t)n->u);
+		else
+			snprintf(id, sizeof(id), "%" PRIu64, rec_u64(r, "node"));
+		fputs("{node=", f);
+		put_label_value(f, id);
+		putc('}', f);
+	} else if (rec_is(r, "tenant")) {
+		fputs("{tenant=", f);
+		put_label_value(f, rec_str(r, "name"));
+		putc('}', f);
+	} else if (rec_is(r, "namespace")) {
+		snprintf(id, sizeof(id), "%" PRIu64, rec_u64(r, "id"));
+		fputs("{tenant=", f);
+		put_label_value(f, rec_str(r, "tenant"));
+		fputs(",namespace=", f);
+		put_label_value(f, id);
+		fputs(",model=", f);
+		put_label_value(f, rec_str(r, "model"));
+		putc('}', f);
+	}
+}
+
+static bool numeric(const struct field *fl)
+{
+	return fl && (fl->type == KVT_FIELD_U64 || fl->type == KVT_FIELD_I64);
+}
+
+static void put_value(FILE *f, const struct field *fl, unsigned divisor)
+{
+	if (divisor > 1)
+		fprintf(f, " %.3f\n", (double)fl->u / divisor);
+	else if (fl->type == KVT_FIELD_I64)
+		fprintf(f, " %" PRId64 "\n", (int64_t)fl->u);
+	else
+		fprintf(f, " %" PRIu64 "\n", fl->u);
+}
+
+/* One family: HELP and TYPE once, then a sample per record that has the
+ * field.  Nothing at all when none has it (a non-admin view). */
+static void put_family(FILE *f, const struct snapshot *s, const char *kind,
+		       const struct metric *m)
+{
+	bool started = false;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct rec *r = &s->recs[i];
+		const struct field *fl;
+		if (!rec_is(r, kind))
+			continue;
+		fl = rec_field(r, m->field);
+		if (!numeric(fl))
+			continue;
+		if (!started) {
+			put_help(f, m->name, m->help);
+			fprintf(f, "# TYPE kvtier_%s %s\n", m->name, m->type);
+			started = true;
+		}
+		fprintf(f, "kvtier_%s", m->name);
+		put_labels(f, r);
+		put_value(f, fl, m->divisor);
+	}
+}
+
+static bool in_list(const char *const *list, const char *s)
+{
+	for (; *list; list++)
+		if (strcmp(*list, s) == 0)
+			return true;
+	return false;
+}
+
+static bool known_field(const struct kind *k, const char *field)
+{
+	for (size_t i = 0; i < k->n_metrics; i++)
+		if (strcmp(k->metrics[i].field, field) == 0)
+			return true;
+	return in_list(k->skip, field);
+}
+
+/* A name one of the tables already gives out: a new daemon field must not
+ * make a second family of the same name. */
+static bool taken_name(const char *name)
+{
+	for (size_t i = 0; i < N_ELEMS(kinds); i++)
+		for (size_t j = 0; j < kinds[i].n_metrics; j++)
+			if (strcmp(kinds[i].metrics[j].name, name) == 0)
+				return true;
+	return false;
+}
+
+/* Every numeric field of kind no table describes, once each, in the
+ * order the daemon sends them. */
+static int put_generic(FILE *f, const struct snapshot *s, const struct kind *k)
+{
+	for (size_t i = 0; i < s->n; i++) {
+		const struct rec *r = &s->recs[i];
+		if (!rec_is(r, k->kind))
+			continue;
+		for (uint32_t j = 0; j < r->n_fields; j++) {
+			const struct field *fl = &r->fields[j];
+			char name[160], help[256];
+			bool seen = false;
+
+			if (!numeric(fl) || known_field(k, fl->name))
+				continue;
+			/* Handled at the first record that has it. */
+			for (size_t e = 0; e < i && !seen; e++) {
+				const struct rec *q = &s->recs[e];
+				seen = rec_is(q, k->kind) && numeric(rec_field(q, fl->name));
+			}
+			for (uint32_t e = 0; e < j && !seen; e++)
+				seen = strcmp(r->fields[e].name, fl->name) == 0;
+			if (seen)
+				continue;
+			snprintf(name, sizeof(name), "%s_%s", k->prefix, fl->name);
+			for (char *p = name; *p; p++)
+				if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+				      (*p >= '0' && *p <= '9') || *p == '_'))
+					*p = '_';
+			if (taken_name(name))
+				continue;
+			snprintf(help, sizeof(help), "Field %s of kvtierd's %s records, as sent.",
+				 fl->name, k->kind);
+			put_family(f, s, k->kind,
+				   &(struct metric){fl->name, name, "untyped", help, 0});
+		}
+	}
+	return 0;
+}
+
+int metrics_write(FILE *f, const struct snapshot *s)
+{
+	const struct rec *d = snapshot_find(s, "daemon");
+	bool any_ns = false;
+
+	if (d) {
+		put_help(f, "info", "kvtierd's version and protocol; always 1.");
+		fputs("# TYPE kvtier_info gauge\nkvtier_info{version=", f);
+		put_label_value(f, rec_str(d, "version"));
+		fprintf(f, ",protocol=\"%" PRIu64 "\"} 1\n", rec_u64(d, "protocol"));
+	}
+	for (size_t i = 0; i < N_ELEMS(kinds); i++) {
+		for (size_t j = 0; j < kinds[i].n_metrics; j++)
+			put_family(f, s, kinds[i].kind, &kinds[i].metrics[j]);
+		put_generic(f, s, &kinds[i]);
+	}
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct rec *r = &s->recs[i];
+		char v[24];
+		if (!rec_is(r, "namespace"))
+			continue;
+		if (!any_ns) {
+			put_help(f, "namespace_info", "A namespace's geometry; always 1.");
+			fputs("# TYPE kvtier_namespace_info gauge\n", f);
+			any_ns = true;
+		}
+		fprintf(f, "kvtier_namespace_info{tenant=");
+		put_label_value(f, rec_str(r, "tenant"));
+		snprintf(v, sizeof(v), "%" PRIu64, rec_u64(r, "id"));
+		fputs(",namespace=", f);
+		put_label_value(f, v);
+		fputs(",model=", f);
+		put_label_value(f, rec_str(r, "model"));
+		fprintf(f, ",layers=\"%" PRIu64 "-%" PRIu64 "\",tp=\"%" PRIu64
+			   "\",block_tokens=\"%" PRIu64 "\"} 1\n",
+			rec_u64(r, "layer_first"), rec_u64(r, "layer_end"), rec_u64(r, "tp"),
+			rec_u64(r, "block_tokens"));
+	}
+	return ferror(f) ? -EIO : 0;
+}
+
+int cmd_metrics(struct ctx *x)
+{
+	return metrics_write(stdout, &x->snap);
+}

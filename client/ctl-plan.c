@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <string.h>
+
+#include "ctl-plan.h"
+
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+static const struct plan_dtype dtypes[] = {
+	{"fp32", 4}, {"fp16", 2}, {"bf16", 2}, {"fp8", 1},
+	{"fp8_e4m3", 1}, {"fp8_e5m2", 1}, {"int8", 1},
+};
+
+/* Geometries from the models' published configurations.  MLA models cache
+ * kv_lora_rank + qk_rope_head_dim per token and layer, once for all heads. */
+static const struct plan_preset presets[] = {
+	{"llama3-8b", "Llama 3/3.1 8B", false, 32, 8, 128, 0, "fp16"},
+	{"llama3-70b", "Llama 3/3.1/3.3 70B", false, 80, 8, 128, 0, "fp16"},
+	{"llama3-405b", "Llama 3.1 405B", false, 126, 8, 128, 0, "fp16"},
+	{"llama3.2-1b", "Llama 3.2 1B", false, 16, 8, 64, 0, "fp16"},
+	{"llama3.2-3b", "Llama 3.2 3B", false, 28, 8, 128, 0, "fp16"},
+	{"mistral-7b", "Mistral 7B", false, 32, 8, 128, 0, "fp16"},
+	{"mixtral-8x7b", "Mixtral 8x7B", false, 32, 8, 128, 0, "fp16"},
+	{"qwen2.5-7b", "Qwen2.5 7B", false, 28, 4, 128, 0, "bf16"},
+	{"qwen2.5-32b", "Qwen2.5 32B", false, 64, 8, 128, 0, "bf16"},
+	{"qwen2.5-72b", "Qwen2.5 72B", false, 80, 8, 128, 0, "bf16"},
+	{"deepseek-v3", "DeepSeek-V3 and R1", true, 61, 0, 0, 576, "bf16"},
+};
+
+const struct plan_dtype *plan_dtypes(size_t *ret_n)
+{
+	*ret_n = N_ELEMS(dtypes);
+	return dtypes;
+}
+
+int plan_dtype_bytes(const char *name)
+{
+	for (size_t i = 0; name && i < N_ELEMS(dtypes); i++)
+		if (strcmp(name, dtypes[i].name) == 0)
+			return (int)dtypes[i].bytes;
+	return -EINVAL;
+}
+
+const struct plan_preset *plan_presets(size_t *ret_n)
+{
+	*ret_n = N_ELEMS(presets);
+	return presets;
+}
+
+const struct plan_preset *plan_preset_find(const char *name)
+{
+	for (size_t i = 0; name && i < N_ELEMS(presets); i++)
+		if (strcmp(name, presets[i].name) == 0)
+			return &presets[i];
+	return NULL;
+}
+
+/* r = a * b, or -EOVERFLOW: a sizing tool that wraps would advise
+ * buying a tiny machine for a huge model. */
+static int mul(uint64_t a, uint64_t b, uint64_t *r)
+{
+	return __builtin_mul_overflow(a, b, r) ? -EOVERFLOW : 0;
+}
+
+#define TRY(x)                          \
+	do {                            \
+		int _r = (x);           \
+		if (_r < 0)             \
+			return _r;      \
+	} while (0)
+
+int plan_compute(const struct plan_geometry *g, struct plan *ret)
+{
+	struct plan p = {0};
+	uint64_t stride;
+
+	if (!g || !ret || g->tp == 0 || g->block_tokens == 0)
+		return -EINVAL;
+	if (g->tp > UINT32_MAX)
+		return -EOVERFLOW;
+	p.tp = g->tp;
+	p.block_tokens = g->block_tokens;
+	p.shards = g->mla ? 1 : (uint32_t)g->tp;
+
+	if (g->bytes_per_token) {
+		p.bytes_per_token = g->bytes_per_token;
+		if (g->mla) {
+			p.bytes_per_token_rank = p.bytes_per_token;
+		} else {
+			if (p.bytes_per_token % g->tp)
+				return -EINVAL;
+			p.bytes_per_token_rank = p.bytes_per_token / g->tp;
+		}
+	} else if (g->mla) {
+		if (!g->layers || !g->latent_dim || !g->dtype_bytes)
+			return -EINVAL;
+		TRY(mul(g->layers, g->latent_dim, &p.bytes_per_token));
+		TRY(mul(p.bytes_per_token, g->dtype_bytes, &p.bytes_per_token));
+		p.bytes_per_token_rank = p.bytes_per_token;
+	} else {
+		uint64_t per_head, heads_rank;
+
+		if (!g->layers || !g->kv_heads || !g->head_dim || !g->dtype_bytes)
+			return -EINVAL;
+		/* Engines split KV heads across ranks, and give each rank a
+		 * replica of one head when there are more ranks than heads;
+		 * anything else is not a layout they run. */
+		if (g->kv_heads >= g->tp) {
+			if (g->kv_heads % g->tp)
+				return -EINVAL;
+			heads_rank = g->kv_heads / g->tp;
+		} else {
+			if (g->tp % g->kv_heads)
+				return -EINVAL;
+			heads_rank = 1;
+		}
+		/* K and V planes: the leading 2. */
+		TRY(mul(2, g->layers, &per_head));
+		TRY(mul(per_head, g->head_dim, &per_head));
+		TRY(mul(per_head, g->dtype_bytes, &per_head));
+		TRY(mul(per_head, g->kv_heads, &p.bytes_per_token));
+		TRY(mul(per_head, heads_rank, &p.bytes_per_token_rank));
+	}
+
+	TRY(mul(p.bytes_per_token_rank, g->block_tokens, &p.shard_bytes));
+	TRY(mul(p.shard_bytes, p.shards, &p.block_bytes));
+	if (p.shard_bytes > UINT64_MAX - (PLAN_SHARD_ALIGN - 1))
+		return -EOVERFLOW;
+	stride = (p.shard_bytes + PLAN_SHARD_ALIGN - 1) / PLAN_SHARD_ALIGN * PLAN_SHARD_ALIGN;
+	TRY(mul(stride, p.shards, &p.slot_bytes));
+	*ret = p;
+	return 0;
+}
+
+int plan_context_bytes(const struct plan *p, uint64_t tokens, uint64_t batch,
+		       uint64_t *ret_bytes, uint64_t *ret_rank_bytes)
+{
+	uint64_t n, bytes, rank;
+
+	if (!p || !ret_bytes || batch == 0)
+		return -EINVAL;
+	TRY(mul(tokens, batch, &n));
+	TRY(mul(n, p->bytes_per_token, &bytes));
+	TRY(mul(n, p->bytes_per_token_rank, &rank));
+	*ret_bytes = bytes;
+	if (ret_rank_bytes)
+		*ret_rank_bytes = rank;
+	return 0;
+}
+
+int plan_fit(const struct plan *p, uint64_t capacity, uint64_t tokens,
+	     uint64_t batch, struct plan_fit *ret)
+{
+	struct plan_fit f = {0};
+
+	if (!p || !ret || p->slot_bytes == 0 || p->block_tokens == 0 || batch == 0)
+		return -EINVAL;
+	f.blocks = capacity / p->slot_bytes;
+	TRY(mul(f.blocks, p->block_tokens, &f.tokens));
+	if (tokens) {
+		/* Rounded up: a context is served only with all its blocks. */
+		uint64_t per_context = tokens / p->block_tokens + (tokens % p->block_tokens != 0);
+		f.contexts = f.blocks / per_context;
+		f.batches = f.contexts / batch;
+	}
+	*ret = f;
+	return 0;
+}
+
+/* Leading digits into *ret.  \return how many, or -ERANGE */
+static int parse_digits(const char *s, uint64_t *ret)
+{
+	uint64_t v = 0;
+	int n = 0;
+
+	for (; s[n] >= '0' && s[n] <= '9'; n++) {
+		if (mul(v, 10, &v) < 0 || __builtin_add_overflow(v, (uint64_t)(s[n] - '0'), &v))
+			return -ERANGE;
+	}
+	*ret = v;
+	return n;
+}
+
+static int unit_shift(char c)
+{
+	switch (c) {
+	case 'K': case 'k': return 10;
+	case 'M': case 'm': return 20;
+	case 'G': case 'g': return 30;
+	case 'T': case 't': return 40;
+	case 'P': case 'p': return 50;
+	default: return -1;
+	}
+}
+
+int plan_parse_size(const char *s, uint64_t *ret)
+{
+	uint64_t whole, frac = 0, frac_div = 1, mult = 1, v;
+	const char *p = s;
+	int n, shift;
+
+	/* Digits first: no blanks, no sign ("-1" must not wrap around). */
+	if (!s || !ret || *s < '0' || *s > '9')
+		return -EINVAL;
+	n = parse_digits(p, &whole);
+	if (n < 0)
+		return n;
+	p += n;
+	if (*p == '.') {
+		p++;
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		/* Nine places is finer than any byte count needs. */
+		for (n = 0; *p >= '0' && *p <= '9'; p++, n++)
+			if (n < 9) {
+				frac = frac * 10 + (uint64_t)(*p - '0');
+				frac_div *= 10;
+			}
+	}
+	shift = unit_shift(*p);
+	if (shift >= 0) {
+		mult = UINT64_C(1) << shift;
+		p++;
+		if (*p == 'i' && p[1] == 'B')
+			p += 2;
+		else if (*p == 'B')
+			p++;
+	} else if (*p == 'B') {
+		p++;
+	}
+	if (*p)
+		return -EINVAL;
+	if (mul(whole, mult, &v) < 0)
+		return -ERANGE;
+	/* floor(mult * frac / frac_div) without forming mult * frac, which
+	 * can pass 2^64: split mult by frac_div first.  Both products stay
+	 * below mult and 10^18. */
+	if (frac) {
+		uint64_t part = mult / frac_div * frac + mult % frac_div * frac / frac_div;
+		if (__builtin_add_overflow(v, part, &v))
+			return -ERANGE;
+	}
+	*ret = v;
+	return 0;
+}
+
+int plan_parse_count(const char *s, uint64_t *ret)
+{
+	uint64_t v;
+	int n, shift = 0;
+
+	if (!s || !ret || *s < '0' || *s > '9')
+		return -EINVAL;
+	n = parse_digits(s, &v);
+	if (n < 0)
+		return n;
+	if (s[n]) {
+		if (s[n] != 'K' && s[n] != 'k' && s[n] != 'M' && s[n] != 'm')
+			return -EINVAL;
+		shift = unit_shift(s[n]);
+		if (s[n + 1])
+			return -EINVAL;
+	}
+	if (mul(v, UINT64_C(1) << shift, &v) < 0)
+		return -ERANGE;
+	*ret = v;
+	return 0;
+}
