@@ -629,6 +629,9 @@ KVT_EXPORT int kvt_client_connect_opts(const kvt_connect_opts *opts, kvt_client 
 		return -EINVAL;
 	if (o.pci_bus_id && strlen(o.pci_bus_id) > KVT_MAX_BUS_ID)
 		return -ENAMETOOLONG;
+	for (const char *p = o.pci_bus_id; p && *p; p++)
+		if (!strchr("0123456789abcdefABCDEF:.", *p))
+			return -EINVAL; /* the daemon would refuse it */
 	if (!socket_path)
 		socket_path = kvt_default_socket();
 	if (strlen(socket_path) >= sizeof(c->path) ||

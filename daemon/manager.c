@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,10 +89,6 @@ void manager_free(struct manager *m)
 	free(m);
 }
 
-bool manager_is_admin(const struct manager *m, uid_t uid)
-{
-	return uid == 0 || uid == geteuid();
-}
 
 static int on_reap(sd_event_source *src, void *userdata)
 {
@@ -156,9 +153,11 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 			refuse(m, fd, -EMFILE, why);
 			continue;
 		}
+		/* Per uid and socket: every container on its own tenant
+		 * socket may be uid 0 without sharing one allowance. */
 		uint32_t mine = 0;
 		for (struct session *s = m->sessions; s; s = s->next)
-			mine += s->uid == cred.uid;
+			mine += s->uid == cred.uid && !s->dead && !strcmp(s->via_tenant, l->tenant);
 		if (mine >= m->config->max_connections_per_uid) {
 			snprintf(why, sizeof(why), "uid %u already has %u connections ([limits] connections_per_uid)",
 				 (unsigned)cred.uid, mine);
@@ -313,6 +312,13 @@ int manager_listen(struct manager *m)
 		int fd = SD_LISTEN_FDS_START;
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
 			return log_error_errno(-EINVAL, "The activation socket is not a listening AF_UNIX stream socket");
+		/* A passed socket may be blocking (systemd-socket-activate's
+		 * is); the accept loop would then wait inside the event loop
+		 * for the next client, serving no one and starving the
+		 * watchdog. */
+		int fl = fcntl(fd, F_GETFL);
+		if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+			return log_error_errno(-errno, "Failed to make the activation socket non-blocking: %m");
 		r = listener_watch(m, fd, false, m->config->socket_path, NULL);
 		if (r < 0)
 			return r;
@@ -479,6 +485,7 @@ static int on_signal(sd_event_source *src, const struct signalfd_siginfo *si, vo
 
 int manager_run(struct manager *m)
 {
+	uint64_t watchdog_usec = 0;
 	sigset_t ss;
 	int r;
 
@@ -491,7 +498,16 @@ int manager_run(struct manager *m)
 	sd_event_add_signal(m->event, NULL, SIGTERM, on_signal, m);
 	sd_event_add_signal(m->event, NULL, SIGINT, on_signal, m);
 	sd_event_add_signal(m->event, NULL, SIGHUP, on_reload_signal, m);
-	sd_event_set_watchdog(m->event, true);
+	/* With WatchdogSec= the loop itself sends WATCHDOG=1, from whichever
+	 * iteration comes after a quarter of the interval: a dispatch that
+	 * blocks for more than about three quarters of it gets the daemon
+	 * restarted. */
+	r = sd_event_set_watchdog(m->event, true);
+	if (r < 0)
+		log_warning_errno(r, "Failed to enable the systemd watchdog, ignoring: %m");
+	else if (r > 0 && sd_watchdog_enabled(false, &watchdog_usec) > 0)
+		log_info("Watchdog on: systemd expects WATCHDOG=1 at least every %llu ms",
+			 (unsigned long long)(watchdog_usec / 1000));
 
 	/* The one-line occupancy summary systemctl status shows; the timer
 	 * also keeps the loop's clock source open from the start, so the

@@ -71,4 +71,4 @@ int manager_run(struct manager *m);
 /* Re-read the configuration file and apply what can change live. */
 int manager_reload(struct manager *m);
 void manager_schedule_reap(struct manager *m);
-bool manager_is_admin(const struct manager *m, uid_t uid);
+

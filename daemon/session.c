@@ -221,6 +221,11 @@ void session_announce_extent(struct session *s, const struct extent *e)
 	kvt_buf_free(&b);
 }
 
+bool session_is_admin(const struct session *s)
+{
+	return tenancy_is_admin(s->uid) && !s->via_tenant[0];
+}
+
 /* ---- replies ------------------------------------------------------ */
 
 static void reply(struct session *s)
@@ -301,17 +306,30 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 
 	/* The tenant is created when a namespace is opened, not here: a
 	 * client that only looks (kvtierctl) leaves nothing behind. */
-	gid_t groups[CONFIG_MAX_IDS];
-	socklen_t glen = sizeof(groups);
+	gid_t small[64], *groups = small;
+	socklen_t glen = sizeof(small);
 	struct peer peer = {
 		.uid = s->uid,
 		.gid = s->gid,
-		.groups = groups,
 		.via_tenant = s->via_tenant[0] ? s->via_tenant : NULL,
 	};
-	if (getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
+	r = getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen);
+	if (r < 0 && errno == ERANGE && glen <= 65536 * sizeof(gid_t)) {
+		/* More groups than fit: glen says how many. */
+		groups = malloc(glen);
+		if (groups)
+			r = getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen);
+	}
+	if (r == 0 && groups) {
+		peer.groups = groups;
 		peer.n_groups = glen / sizeof(gid_t);
+	} else {
+		log_warning("Client %u: cannot read its supplementary groups; matching uid and primary gid only",
+			    s->id);
+	}
 	r = tenancy_resolve(m->config, &peer, &s->choice);
+	if (groups != small)
+		free(groups);
 	if (r == -EACCES) {
 		m->c.refused++;
 		reply_error(s, h, r,
@@ -508,7 +526,7 @@ static int do_evict(struct session *s, const struct kvt_header *h,
 	int r = kvt_dec_evict_req(c, &req);
 	if (r < 0)
 		return r;
-	if (!manager_is_admin(m, s->uid)) {
+	if (!session_is_admin(s)) {
 		reply_error(s, h, -EPERM, "evicting a namespace needs root or kvtierd's own uid");
 		return 0;
 	}

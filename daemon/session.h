@@ -70,3 +70,7 @@ void session_kill(struct session *s, const char *why);
 int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
 		 unsigned n_fds);
 void session_announce_extent(struct session *s, const struct extent *e);
+/* Root or the daemon's own uid on the main socket: sees every tenant and
+ * may evict.  Through a tenant's own socket nobody is, root in a
+ * container included. */
+bool session_is_admin(const struct session *s);

@@ -75,7 +75,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "capacity", m->pool.capacity);
 	kvt_rec_u64(&e->b, "allocated", m->pool.allocated);
 	kvt_rec_u64(&e->b, "used", used);
-	kvt_rec_u64(&e->b, "free", m->pool.capacity - used);
+	kvt_rec_u64(&e->b, "free", m->pool.capacity > used ? m->pool.capacity - used : 0);
 	kvt_rec_u64(&e->b, "extents", m->pool.n_extents);
 	kvt_rec_u64(&e->b, "extents_hugetlb", m->pool.n_hugetlb);
 	kvt_rec_u64(&e->b, "extents_thp", m->pool.n_thp);
@@ -202,7 +202,7 @@ static void emit_client(struct emitter *e, const struct session *c)
 void stats_reply(struct session *s, uint64_t request_id, uint32_t what)
 {
 	struct manager *m = s->m;
-	bool admin = manager_is_admin(m, s->uid);
+	bool admin = session_is_admin(s);
 	struct emitter e = {.s = s, .rid = request_id};
 
 	kvt_buf_init(&e.b);

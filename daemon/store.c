@@ -273,9 +273,11 @@ static struct extent *class_free_slot(struct slot_class *c, int node, uint32_t *
 }
 
 /*
- * Placement: a slot near the client's GPU (node) first, then a new extent
- * there while the quota lasts, then a free slot anywhere, then a new extent
- * anywhere, and only then an eviction.
+ * Placement: a free slot in an extent made for the client's node first,
+ * then a new extent for that node while the quota lasts (the kernel may
+ * put it elsewhere when the node is short: counted), then a free slot in
+ * any extent, and only then an eviction.  A client with no known node
+ * takes any free slot before a new extent.
  */
 static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
 		       struct extent **ret_e, uint32_t *ret_slot)

@@ -352,7 +352,8 @@ struct kvt_record {
 	struct kvt_field fields[KVT_MAX_FIELDS];
 };
 
-/* A STATS reply payload is whole records back to back, to its end. */
+/* A STATS reply payload is whole records back to back, to its end.
+ * Kinds: "daemon", "node" (admin), "tenant", "namespace", "client". */
 void kvt_rec_begin(struct kvt_buf *b, const char *kind, uint16_t n_fields);
 void kvt_rec_u64(struct kvt_buf *b, const char *name, uint64_t v);
 void kvt_rec_i64(struct kvt_buf *b, const char *name, int64_t v);

@@ -323,7 +323,8 @@ int kvt_dec_extent_note(struct kvt_cursor *c, struct kvt_extent_note *ret)
 	TRY(kvt_get_u64(c, &ret->slot_bytes));
 	TRY(kvt_get_u32(c, &node));
 	ret->numa_node = (int32_t)node;
-	if (ret->size == 0 || ret->slot_bytes == 0 ||
+	if (ret->numa_node < -1 || ret->numa_node > 1023 || ret->size == 0 ||
+	    ret->slot_bytes == 0 ||
 	    ret->slot_bytes > ret->size || (ret->size & 4095))
 		return -EBADMSG;
 	return kvt_cursor_end(c);

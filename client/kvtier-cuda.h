@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * libkvtier-client: the CUDA data path.
+ *
+ * Present in libkvtier-client when it was built with CUDA (kvt-config.h's
+ * KVT_HAVE_CUDA; pkg-config's libkvtier-client links the CUDA runtime
+ * then).  Moves blocks between an engine's paged KV cache in GPU memory
+ * and kvtier's pool without the CPU touching the bytes:
+ *
+ *   - the pool's extents are registered with the CUDA driver (pinned) in
+ *     chunks of at most 1 GiB, so copies run at PCIe speed;
+ *   - loads are queued per layer on a load stream with one event per
+ *     layer; kvt_cuda_wait_layer() makes the engine's compute stream wait
+ *     for one layer on the GPU, so layer l computes while layer l+1 loads;
+ *   - stores wait for an event of the compute stream, copy on a store
+ *     stream, and commit a block only after its copy has completed;
+ *   - completion is observed by polling (kvt_cuda_job_poll), on the
+ *     caller's thread: commits and releases talk to the daemon from there,
+ *     never from a CUDA callback.
+ *
+ * Streams are cudaStream_t passed as void *, so the header needs no CUDA
+ * headers and binds from Python without a compiler.  Conventions as in
+ * kvtier.h: 0 (or a count) on success, a negative errno on failure.
+ *
+ * A context and its jobs are used by one thread at a time.
+ */
+#ifndef KVTIER_CUDA_H
+#define KVTIER_CUDA_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvt_cuda_ctx kvt_cuda_ctx;
+typedef struct kvt_cuda_job kvt_cuda_job;
+
+/**
+ * Set up the CUDA path of client c on CUDA device `device`: create a load
+ * and a store stream (non-blocking; loads at the highest priority) and
+ * register every pool extent mapped now.  Extents that arrive later are
+ * registered by the next submission that needs them.  The calling
+ * thread's current device is left as it was.
+ *
+ * A range the engine has already registered is used as it is
+ * (cudaErrorHostMemoryAlreadyRegistered).  When pinning fails (e.g.
+ * RLIMIT_MEMLOCK), copies use the pageable mapping where the device can
+ * address it (cudaDevAttrPageableMemoryAccess), else the blocks of that
+ * extent fail with -EFAULT.
+ *
+ * \return 0, -ENODEV (no such device or no driver), -EINVAL, -ENOMEM
+ */
+KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device, kvt_cuda_ctx **ret);
+
+/**
+ * Wait for the context's streams, unregister what it registered and free
+ * it.  Free every job of the context first.  NULL is ignored.
+ */
+KVT_EXPORT void kvt_cuda_ctx_free(kvt_cuda_ctx *ctx);
+
+/**
+ * Load blocks from the pool into the engine's paged cache.
+ *
+ * Leases each key (kvt_acquire) and queues, per layer of layout, one copy
+ * of that layer of every leased block on the load stream, followed by an
+ * event for the layer.  Returns without waiting for the GPU.  Blocks on
+ * NVMe are not waited for: they are reported -EAGAIN (submit them again
+ * later) and nothing is copied for them.
+ *
+ * \param layout          engine cache; layer_base are device pointers;
+ *                        kvt_layout_block_bytes(layout, block_tokens)
+ *                        must equal the namespace's shard_bytes
+ * \param keys            [n * 32]
+ * \param indices         [n] pages or [n * block_tokens] slots, host
+ *                        memory, as in kvt_layout_scatter; copied
+ * \param compute_stream  if not NULL, the copies start after the work
+ *                        queued on it so far (the pages may still be in
+ *                        use by that work); NULL: start at once
+ * \param ret_job         receives the job, also when no block was queued
+ * \return the number of blocks queued, or a negative errno; on an error
+ *         nothing is queued or leased and *ret_job is untouched
+ */
+KVT_EXPORT int kvt_cuda_load_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
+				    uint32_t shard, const kvt_layout *layout,
+				    const uint8_t *keys, size_t n,
+				    const int64_t *indices,
+				    void *compute_stream,
+				    kvt_cuda_job **ret_job);
+
+/**
+ * Make compute_stream wait until layer `layer` of a load job has landed.
+ * The CPU does not wait.  Layers may be waited for in any order and more
+ * than once; waiting for the last layer waits for the whole job.
+ *
+ * \param compute_stream  cudaStream_t; NULL is the legacy default stream
+ * \return 0, -EINVAL (not a load job, layer out of range), or a negative
+ *         errno from CUDA
+ */
+KVT_EXPORT int kvt_cuda_wait_layer(kvt_cuda_job *job, uint32_t layer,
+				   void *compute_stream);
+
+/**
+ * Store blocks from the engine's paged cache into the pool.
+ *
+ * Reserves each key (kvt_reserve), records an event on compute_stream and
+ * queues on the store stream, after that event, one copy of every
+ * reserved block.  Nothing waits on the CPU.  The blocks are committed by
+ * the kvt_cuda_job_poll() (or _wait) that sees the copy completed, so no
+ * other process can read a block before its bytes are in the pool.
+ *
+ * \param layout, keys, indices  as in kvt_cuda_load_submit; indices as in
+ *                        kvt_layout_gather (padding slots store zeros)
+ * \param compute_stream  the stream that wrote the KV being stored; NULL
+ *                        is the legacy default stream.  The pages must
+ *                        not be overwritten before the job completes
+ *                        (kvt_cuda_job_poll, or kvt_cuda_job_wait_stream
+ *                        on the stream that overwrites them).
+ * \return the number of blocks queued, or a negative errno; on an error
+ *         nothing is queued or reserved and *ret_job is untouched
+ */
+KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
+				     uint32_t shard, const kvt_layout *layout,
+				     const uint8_t *keys, size_t n,
+				     const int64_t *indices,
+				     void *compute_stream,
+				     kvt_cuda_job **ret_job);
+
+/** Per-key status of a job still in flight (see kvt_cuda_job_poll). */
+#define KVT_CUDA_IN_FLIGHT (-EINPROGRESS)
+
+/**
+ * Whether a job has completed, without blocking.  On completion (the
+ * first time it is seen) the job finishes on this thread: a load releases
+ * its leases, a store commits its blocks (failed copies are committed as
+ * failed, never as done).
+ *
+ * \param ret_status  [n] per key, or NULL.  Loads: 0 loaded, -ENOENT
+ *                    miss, -EAGAIN not resident yet (on NVMe; submit it
+ *                    again later), -EFAULT pool memory the GPU cannot
+ *                    address, -EIO the copy failed, or kvt_acquire's
+ *                    status.  Stores: 0 stored, -EEXIST already stored,
+ *                    -EIO, or kvt_reserve's and kvt_commit's status.  Keys
+ *                    whose copy is still in flight read KVT_CUDA_IN_FLIGHT.
+ * \return 1 when the job is complete, 0 while copies are in flight, or a
+ *         negative errno (the job is then complete too, and ret_status
+ *         holds the error for each affected key)
+ */
+KVT_EXPORT int kvt_cuda_job_poll(kvt_cuda_job *job, int32_t *ret_status);
+
+/**
+ * Block until the job's copies have completed, then as kvt_cuda_job_poll.
+ * \return 1 or a negative errno
+ */
+KVT_EXPORT int kvt_cuda_job_wait(kvt_cuda_job *job, int32_t *ret_status);
+
+/**
+ * Make stream wait, on the GPU, until every copy of the job has completed:
+ * for an engine that reuses the pages of a store (or of a load) sooner
+ * than it polls.  The CPU does not wait.
+ * \return 0 or a negative errno
+ */
+KVT_EXPORT int kvt_cuda_job_wait_stream(kvt_cuda_job *job, void *stream);
+
+/** \return the number of keys of the job (the n it was submitted with). */
+KVT_EXPORT size_t kvt_cuda_job_size(const kvt_cuda_job *job);
+
+/**
+ * Free a job.  A job still in flight is waited for and finished first
+ * (kvt_cuda_job_wait), since its leases and reservations may only end
+ * after its copies.  NULL is ignored.
+ */
+KVT_EXPORT void kvt_cuda_job_free(kvt_cuda_job *job);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

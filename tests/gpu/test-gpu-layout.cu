@@ -1,0 +1,911 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The GPU copy path against the CPU path, which tests/unit/test-layout.c
+ * checks against an independent reference.
+ *
+ * Every engine layout (vLLM FlashAttention NHD and HND, FlashInfer, MLA,
+ * cross-layer, dense [B, H, S, D] by token slot) × element size (1, 2, 4
+ * bytes) × head dim (64, 128, 576) × block size (1, 16, 32) × pointer
+ * offset (0, one element, 8 bytes: every access width from 16 down to 1),
+ * by page and by slot, on fresh random data.  Outputs are poisoned with
+ * 0xff first, which is a NaN in every float format, and compared with
+ * memcmp, so a byte left unwritten never passes as a value.
+ *
+ * Two phases:
+ *   1. on the host, without a GPU: the kernel's walk over segments
+ *      (kvt_seg_split in both index types, kvt_seg_locate) and the batched
+ *      path's run list, executed with memcpy, must match the CPU path, and
+ *      every access must be aligned to the width the kernel would use;
+ *   2. on the GPU: the kernel (all layers, and layer by layer) and
+ *      cudaMemcpyBatchAsync (where available), with blocks in device
+ *      memory and in pinned host memory.
+ * Without a device the test reports phase 1 and exits 77.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "kvtier.h"
+#include "layout_cuda.h"
+
+#define N_LAYERS 3
+#define POISON 0xff
+/* Room for the largest pointer offset. */
+#define SLACK 16
+
+enum kind {
+	K_FA_NHD,     /* per layer (2, NP, BS, H, D) */
+	K_FA_HND,     /* per layer (2, NP, H, BS, D) */
+	K_FLASHINFER, /* per layer (NP, 2, BS, H, D) */
+	K_MLA,        /* per layer (NP, BS, D_latent) */
+	K_CROSS,      /* one buffer (NP, NL, 2, BS, H, D) */
+	K_DENSE,      /* per layer K and V, [B, H, S, D] each */
+	K_COUNT,
+};
+
+static const char *const kind_name[K_COUNT] = {
+	"fa-nhd", "fa-hnd", "flashinfer", "mla", "cross-layer", "dense",
+};
+
+static int failures;
+static long n_checks;
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static uint64_t rng(void)
+{
+	/* splitmix64: fixed seed, so a failure reproduces. */
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void fill_random(uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i += 8) {
+		uint64_t v = rng();
+
+		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+	}
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p) {
+		fprintf(stderr, "out of memory (%zu bytes)\n", n);
+		exit(1);
+	}
+	return p;
+}
+
+#define CUDA_OK(call)                                                     \
+	do {                                                              \
+		cudaError_t e_ = (call);                                  \
+		if (e_ != cudaSuccess) {                                  \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__,      \
+				__LINE__, #call, cudaGetErrorString(e_)); \
+			exit(1);                                          \
+		}                                                         \
+	} while (0)
+
+/* One case of the sweep. */
+struct tcase {
+	enum kind kind;
+	uint32_t index_kind;
+	uint32_t elem;    /* bytes per element */
+	uint32_t dim;     /* head dim */
+	uint32_t heads;
+	uint32_t planes;
+	uint32_t pt;      /* engine page tokens (S for dense) */
+	uint32_t np;      /* pages (B for dense) */
+	uint32_t bt;      /* block tokens */
+	uint32_t shift;   /* bytes every pointer is offset by */
+	int64_t n_blocks;
+	size_t buf_bytes; /* bytes of each engine buffer */
+	int n_bufs;       /* 1 for cross-layer, else one per layer */
+	uint64_t block_bytes;
+};
+
+static void describe(const struct tcase *tc, char *buf, size_t n)
+{
+	snprintf(buf, n,
+		 "%s %s elem=%u dim=%u heads=%u page_tokens=%u block_tokens=%u shift=%u",
+		 kind_name[tc->kind],
+		 tc->index_kind == KVT_INDEX_PAGE ? "page" : "slot", tc->elem,
+		 tc->dim, tc->heads, tc->pt, tc->bt, tc->shift);
+}
+
+/* Strides of the engine layout, and where layer l starts in its buffer. */
+static void case_layout(const struct tcase *tc, void *const *base,
+			kvt_layout *ret, int64_t *ret_layer_off)
+{
+	int64_t hb = (int64_t)tc->elem * tc->dim, H = tc->heads;
+	int64_t bs = tc->pt, np = tc->np;
+
+	memset(ret, 0, sizeof(*ret));
+	ret->n_layers = N_LAYERS;
+	ret->planes = tc->planes;
+	ret->heads = tc->heads;
+	ret->head_bytes = (uint32_t)hb;
+	ret->page_tokens = tc->pt;
+	ret->index_kind = tc->index_kind;
+	ret->layer_base = base;
+	*ret_layer_off = 0;
+
+	switch (tc->kind) {
+	case K_FA_NHD:
+		ret->stride_plane = np * bs * H * hb;
+		ret->stride_page = bs * H * hb;
+		ret->stride_token = H * hb;
+		ret->stride_head = hb;
+		break;
+	case K_FA_HND:
+		ret->stride_plane = np * H * bs * hb;
+		ret->stride_page = H * bs * hb;
+		ret->stride_token = hb;
+		ret->stride_head = bs * hb;
+		break;
+	case K_FLASHINFER:
+		ret->stride_page = 2 * bs * H * hb;
+		ret->stride_plane = bs * H * hb;
+		ret->stride_token = H * hb;
+		ret->stride_head = hb;
+		break;
+	case K_MLA:
+		ret->stride_page = bs * hb;
+		ret->stride_token = hb;
+		break;
+	case K_CROSS:
+		ret->stride_page = (int64_t)N_LAYERS * 2 * bs * H * hb;
+		ret->stride_plane = bs * H * hb;
+		ret->stride_token = H * hb;
+		ret->stride_head = hb;
+		*ret_layer_off = 2 * bs * H * hb;
+		break;
+	case K_DENSE:
+		ret->stride_plane = np * H * bs * hb;
+		ret->stride_page = H * bs * hb;
+		ret->stride_token = hb;
+		ret->stride_head = bs * hb;
+		break;
+	default:
+		abort();
+	}
+}
+
+/* An engine cache in one memory: buffers (with slack for the offset) and
+ * the layer bases the library sees. */
+struct engine {
+	uint8_t *alloc[N_LAYERS];
+	void *base[N_LAYERS];
+};
+
+static void engine_bases(const struct tcase *tc, struct engine *e)
+{
+	kvt_layout lay;
+	int64_t layer_off;
+
+	case_layout(tc, e->base, &lay, &layer_off);
+	for (int l = 0; l < N_LAYERS; l++) {
+		if (tc->n_bufs == 1)
+			e->base[l] = e->alloc[0] + tc->shift + l * layer_off;
+		else
+			e->base[l] = e->alloc[l] + tc->shift;
+	}
+}
+
+static void engine_host(const struct tcase *tc, struct engine *e)
+{
+	for (int i = 0; i < tc->n_bufs; i++)
+		e->alloc[i] = (uint8_t *)xmalloc(tc->buf_bytes + SLACK);
+	engine_bases(tc, e);
+}
+
+static void engine_host_free(const struct tcase *tc, struct engine *e)
+{
+	for (int i = 0; i < tc->n_bufs; i++)
+		free(e->alloc[i]);
+}
+
+/* Buffer i of an engine, at the offset the case uses. */
+static uint8_t *engine_buf(const struct tcase *tc, const struct engine *e,
+			   int i)
+{
+	return e->alloc[i] + tc->shift;
+}
+
+/* Distinct pages, or distinct slots in runs with jumps and padding. */
+static void pick_indices(const struct tcase *tc, int64_t *idx)
+{
+	int64_t n_slots = (int64_t)tc->np * tc->pt, prev = -2;
+	uint8_t *used;
+
+	if (tc->index_kind == KVT_INDEX_PAGE) {
+		used = (uint8_t *)calloc(tc->np, 1);
+		for (int64_t b = 0; b < tc->n_blocks; b++) {
+			int64_t p;
+
+			do
+				p = (int64_t)(rng() % tc->np);
+			while (used[p]);
+			used[p] = 1;
+			idx[b] = p;
+		}
+		free(used);
+		return;
+	}
+	used = (uint8_t *)calloc((size_t)n_slots, 1);
+	for (int64_t j = 0; j < tc->n_blocks * tc->bt; j++) {
+		uint64_t dice = rng() % 8;
+		int64_t s;
+
+		if (dice == 0) {
+			idx[j] = -1;
+			continue;
+		}
+		if (dice < 6 && prev + 1 >= 0 && prev + 1 < n_slots &&
+		    !used[prev + 1]) {
+			s = prev + 1;
+		} else {
+			do
+				s = (int64_t)(rng() % (uint64_t)n_slots);
+			while (used[s]);
+		}
+		used[s] = 1;
+		idx[j] = s;
+		prev = s;
+	}
+	free(used);
+}
+
+static int report_diff(const char *what, const char *step, const char *where,
+		       const uint8_t *got, const uint8_t *want, size_t n)
+{
+	n_checks++;
+	if (memcmp(got, want, n) == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (got[i] != want[i]) {
+			fprintf(stderr,
+				"%s: %s: %s differs at byte %zu (0x%02x, want 0x%02x)\n",
+				what, step, where, i, got[i], want[i]);
+			break;
+		}
+	failures++;
+	return 1;
+}
+
+/* ---- phase 1: the walk of the kernel and the run list, on the host ---- */
+
+/*
+ * Moves layers [l0, l0 + nl) segment by segment as the kernel does, and
+ * checks each access is aligned to the width the kernel would use.
+ */
+static int emulate_kernel(const struct tcase *tc, const struct kvt_geom *g,
+			  int dir, int64_t l0, int64_t nl, void *const *base,
+			  const int64_t *idx, uint8_t *const *blocks,
+			  const char *what)
+{
+	struct kvt_seg sg;
+	uint32_t w, align;
+
+	kvt_seg_plan(g, l0, nl, &sg);
+	align = kvt_ptr_align((const void *const *)base, N_LAYERS);
+	if (kvt_ptr_align((const void *const *)blocks, tc->n_blocks) < align)
+		align = kvt_ptr_align((const void *const *)blocks,
+				      tc->n_blocks);
+	w = kvt_seg_vec_bytes(g, &sg, align);
+	if (sg.bytes % w) {
+		fprintf(stderr, "%s: segment of %" PRId64 " bytes, width %u\n",
+			what, sg.bytes, w);
+		failures++;
+		return -1;
+	}
+	for (int64_t b = 0; b < tc->n_blocks; b++) {
+		for (int64_t s = 0; s < sg.per_block; s++) {
+			int64_t l, p, t, h, l2, p2, t2, h2, eng = 0, blk = 0;
+			uint8_t *e, *k;
+			int r;
+
+			/* Both index types the kernel may split in. */
+			kvt_seg_split<int64_t>(&sg, s, &l, &p, &t, &h);
+			kvt_seg_split<uint32_t>(&sg, (uint32_t)s, &l2, &p2, &t2,
+						&h2);
+			if (l != l2 || p != p2 || t != t2 || h != h2) {
+				fprintf(stderr, "%s: split of %" PRId64
+					" differs by index type\n", what, s);
+				failures++;
+				return -1;
+			}
+			r = kvt_seg_locate(g, idx, b, l, p, t, h, &eng, &blk);
+			if (r < 0) {
+				fprintf(stderr, "%s: locate: %d\n", what, r);
+				failures++;
+				return -1;
+			}
+			k = blocks[b] + blk;
+			if ((uintptr_t)k % w) {
+				fprintf(stderr, "%s: block access misaligned for width %u\n",
+					what, w);
+				failures++;
+				return -1;
+			}
+			if (r == KVT_GEOM_PAD) {
+				if (dir == KVT_COPY_GATHER)
+					memset(k, 0, (size_t)sg.bytes);
+				continue;
+			}
+			e = (uint8_t *)base[l] + eng;
+			if ((uintptr_t)e % w) {
+				fprintf(stderr, "%s: engine access misaligned for width %u\n",
+					what, w);
+				failures++;
+				return -1;
+			}
+			if (dir == KVT_COPY_GATHER)
+				memcpy(k, e, (size_t)sg.bytes);
+			else
+				memcpy(e, k, (size_t)sg.bytes);
+		}
+	}
+	return 0;
+}
+
+static int emulate_batch(const struct tcase *tc, const struct kvt_geom *g,
+			 int dir, int64_t l0, int64_t nl, void *const *base,
+			 const int64_t *idx, uint8_t *const *blocks,
+			 const char *what)
+{
+	int64_t n = kvt_batch_count(g, l0, nl, base, tc->n_blocks), k;
+	void **dsts = (void **)xmalloc((size_t)n * sizeof(void *));
+	const void **srcs = (const void **)xmalloc((size_t)n * sizeof(void *));
+	size_t *sizes = (size_t *)xmalloc((size_t)n * sizeof(size_t));
+
+	k = kvt_batch_build(g, dir, l0, nl, base, idx,
+			    (void *const *)blocks, tc->n_blocks, dsts, srcs,
+			    sizes);
+	if (k != n) {
+		fprintf(stderr, "%s: %" PRId64 " runs built, %" PRId64
+			" counted\n", what, k, n);
+		failures++;
+	} else {
+		for (int64_t i = 0; i < n; i++)
+			memcpy(dsts[i], srcs[i], sizes[i]);
+	}
+	free(dsts);
+	free(srcs);
+	free(sizes);
+	return k == n ? 0 : -1;
+}
+
+/* ---- phase 2: the GPU -------------------------------------------------- */
+
+struct gpu {
+	cudaStream_t stream;
+	int batch_ok;
+};
+
+/* Blocks on the GPU side: in device memory or in pinned host memory. */
+struct dblocks {
+	int pinned;
+	uint8_t *alloc;      /* one allocation for all blocks */
+	uint8_t **dev;       /* [n_blocks] device addresses */
+	uint8_t **host;      /* [n_blocks] as cudaMemcpy sees them */
+	void **d_dev;        /* [n_blocks] dev, in device memory */
+};
+
+static void dblocks_init(const struct tcase *tc, int pinned,
+			 struct dblocks *d)
+{
+	size_t stride = (size_t)tc->block_bytes + SLACK;
+	size_t total = stride * (size_t)tc->n_blocks;
+	uint8_t *dev_base;
+
+	d->pinned = pinned;
+	if (pinned) {
+		CUDA_OK(cudaHostAlloc((void **)&d->alloc, total,
+				      cudaHostAllocMapped |
+					      cudaHostAllocPortable));
+		CUDA_OK(cudaHostGetDevicePointer((void **)&dev_base, d->alloc,
+						 0));
+	} else {
+		CUDA_OK(cudaMalloc((void **)&d->alloc, total));
+		dev_base = d->alloc;
+	}
+	d->dev = (uint8_t **)xmalloc(tc->n_blocks * sizeof(uint8_t *));
+	d->host = (uint8_t **)xmalloc(tc->n_blocks * sizeof(uint8_t *));
+	for (int64_t b = 0; b < tc->n_blocks; b++) {
+		d->dev[b] = dev_base + b * stride + tc->shift;
+		d->host[b] = d->alloc + b * stride + tc->shift;
+	}
+	CUDA_OK(cudaMalloc((void **)&d->d_dev,
+			   tc->n_blocks * sizeof(void *)));
+	CUDA_OK(cudaMemcpy(d->d_dev, d->dev, tc->n_blocks * sizeof(void *),
+			   cudaMemcpyHostToDevice));
+}
+
+static void dblocks_free(struct dblocks *d)
+{
+	if (d->pinned)
+		cudaFreeHost(d->alloc);
+	else
+		cudaFree(d->alloc);
+	cudaFree(d->d_dev);
+	free(d->dev);
+	free(d->host);
+}
+
+static void dblocks_fill(const struct tcase *tc, struct dblocks *d,
+			 uint8_t *const *src, int poison)
+{
+	for (int64_t b = 0; b < tc->n_blocks; b++) {
+		if (poison && d->pinned)
+			memset(d->host[b], POISON, tc->block_bytes);
+		else if (poison)
+			CUDA_OK(cudaMemset(d->host[b], POISON,
+					   tc->block_bytes));
+		else
+			CUDA_OK(cudaMemcpy(d->host[b], src[b], tc->block_bytes,
+					   cudaMemcpyDefault));
+	}
+}
+
+static void dblocks_check(const struct tcase *tc, struct dblocks *d,
+			  uint8_t *const *want, uint8_t *tmp,
+			  const char *what, const char *step)
+{
+	for (int64_t b = 0; b < tc->n_blocks; b++) {
+		char where[32];
+
+		CUDA_OK(cudaMemcpy(tmp, d->host[b], tc->block_bytes,
+				   cudaMemcpyDefault));
+		snprintf(where, sizeof(where), "block %" PRId64, b);
+		if (report_diff(what, step, where, tmp, want[b],
+				tc->block_bytes))
+			return;
+	}
+}
+
+/* The engine cache on the device and its kernel-readable arrays. */
+struct dengine {
+	struct engine e;
+	void **d_base;  /* [N_LAYERS] in device memory */
+	int64_t *d_idx; /* indices in device memory */
+};
+
+static void dengine_init(const struct tcase *tc, const int64_t *idx,
+			 int64_t n_idx, struct dengine *d)
+{
+	for (int i = 0; i < tc->n_bufs; i++)
+		CUDA_OK(cudaMalloc((void **)&d->e.alloc[i],
+				   tc->buf_bytes + SLACK));
+	engine_bases(tc, &d->e);
+	CUDA_OK(cudaMalloc((void **)&d->d_base, N_LAYERS * sizeof(void *)));
+	CUDA_OK(cudaMemcpy(d->d_base, d->e.base, N_LAYERS * sizeof(void *),
+			   cudaMemcpyHostToDevice));
+	CUDA_OK(cudaMalloc((void **)&d->d_idx, n_idx * sizeof(int64_t)));
+	CUDA_OK(cudaMemcpy(d->d_idx, idx, n_idx * sizeof(int64_t),
+			   cudaMemcpyHostToDevice));
+}
+
+static void dengine_free(const struct tcase *tc, struct dengine *d)
+{
+	for (int i = 0; i < tc->n_bufs; i++)
+		cudaFree(d->e.alloc[i]);
+	cudaFree(d->d_base);
+	cudaFree(d->d_idx);
+}
+
+static void dengine_load(const struct tcase *tc, struct dengine *d,
+			 const struct engine *src, int poison)
+{
+	for (int i = 0; i < tc->n_bufs; i++) {
+		if (poison)
+			CUDA_OK(cudaMemset(engine_buf(tc, &d->e, i), POISON,
+					   tc->buf_bytes));
+		else
+			CUDA_OK(cudaMemcpy(engine_buf(tc, &d->e, i),
+					   engine_buf(tc, src, i),
+					   tc->buf_bytes,
+					   cudaMemcpyHostToDevice));
+	}
+}
+
+static void dengine_check(const struct tcase *tc, struct dengine *d,
+			  const struct engine *want, uint8_t *tmp,
+			  const char *what, const char *step)
+{
+	for (int i = 0; i < tc->n_bufs; i++) {
+		char where[32];
+
+		CUDA_OK(cudaMemcpy(tmp, engine_buf(tc, &d->e, i),
+				   tc->buf_bytes, cudaMemcpyDeviceToHost));
+		snprintf(where, sizeof(where), "engine buffer %d", i);
+		if (report_diff(what, step, where, tmp,
+				engine_buf(tc, want, i), tc->buf_bytes))
+			return;
+	}
+}
+
+/* Which way one step copies: the kernel over all layers, the kernel layer
+ * by layer, or the batched memcpy. */
+enum how {
+	HOW_KERNEL,
+	HOW_KERNEL_LAYERS,
+	HOW_BATCH,
+	HOW_COUNT,
+};
+
+static const char *const how_name[HOW_COUNT] = {
+	"kernel", "kernel per layer", "batch memcpy",
+};
+
+static int gpu_copy(const struct tcase *tc, const struct kvt_geom *g,
+		    const struct gpu *gp, enum how how, int dir,
+		    struct dengine *de, const int64_t *idx, struct dblocks *db)
+{
+	uint32_t align = kvt_ptr_align((const void *const *)de->e.base,
+				       N_LAYERS);
+	int r = 0;
+
+	if (kvt_ptr_align((const void *const *)db->dev, tc->n_blocks) < align)
+		align = kvt_ptr_align((const void *const *)db->dev,
+				      tc->n_blocks);
+	switch (how) {
+	case HOW_KERNEL:
+		r = dir == KVT_COPY_GATHER
+			    ? kvt_cuda_gather(g, 0, N_LAYERS, de->d_base,
+					      de->d_idx, db->d_dev,
+					      tc->n_blocks, align, gp->stream)
+			    : kvt_cuda_scatter(g, 0, N_LAYERS, de->d_base,
+					       de->d_idx, db->d_dev,
+					       tc->n_blocks, align, gp->stream);
+		break;
+	case HOW_KERNEL_LAYERS:
+		for (int64_t l = 0; l < N_LAYERS && r == 0; l++)
+			r = dir == KVT_COPY_GATHER
+				    ? kvt_cuda_gather(g, l, 1, de->d_base,
+						      de->d_idx, db->d_dev,
+						      tc->n_blocks, align,
+						      gp->stream)
+				    : kvt_cuda_scatter(g, l, 1, de->d_base,
+						       de->d_idx, db->d_dev,
+						       tc->n_blocks, align,
+						       gp->stream);
+		break;
+	case HOW_BATCH:
+		r = dir == KVT_COPY_GATHER
+			    ? kvt_cuda_gather_batch(g, 0, N_LAYERS, de->e.base,
+						    idx, (void *const *)db->host,
+						    tc->n_blocks, gp->stream)
+			    : kvt_cuda_scatter_batch(g, 0, N_LAYERS,
+						     de->e.base, idx,
+						     (void *const *)db->host,
+						     tc->n_blocks, gp->stream);
+		break;
+	default:
+		abort();
+	}
+	if (r == 0)
+		CUDA_OK(cudaStreamSynchronize(gp->stream));
+	return r;
+}
+
+/* ---- one case ---------------------------------------------------------- */
+
+static void run_case(struct tcase *tc, const struct gpu *gp)
+{
+	struct engine orig, want_eng, emu_eng;
+	uint8_t **want_blk, **emu_blk, **src_blk, *tmp;
+	int64_t n_idx, *idx;
+	struct kvt_geom g;
+	kvt_layout lay;
+	int64_t layer_off;
+	char what[200];
+
+	describe(tc, what, sizeof(what));
+	n_idx = tc->index_kind == KVT_INDEX_PAGE ? tc->n_blocks
+						 : tc->n_blocks * tc->bt;
+	idx = (int64_t *)xmalloc((size_t)n_idx * sizeof(int64_t));
+	pick_indices(tc, idx);
+
+	engine_host(tc, &orig);
+	engine_host(tc, &want_eng);
+	engine_host(tc, &emu_eng);
+	for (int i = 0; i < tc->n_bufs; i++)
+		fill_random(engine_buf(tc, &orig, i), tc->buf_bytes);
+
+	case_layout(tc, orig.base, &lay, &layer_off);
+	if (kvt_geom_from_layout(&lay, tc->bt, &g) < 0 ||
+	    kvt_geom_check_indices(&g, idx, tc->n_blocks) < 0) {
+		fprintf(stderr, "%s: descriptor refused\n", what);
+		failures++;
+		goto out_idx;
+	}
+	tc->block_bytes = (uint64_t)kvt_geom_block_bytes(&g);
+
+	want_blk = (uint8_t **)xmalloc(tc->n_blocks * sizeof(uint8_t *));
+	emu_blk = (uint8_t **)xmalloc(tc->n_blocks * sizeof(uint8_t *));
+	src_blk = (uint8_t **)xmalloc(tc->n_blocks * sizeof(uint8_t *));
+	for (int64_t b = 0; b < tc->n_blocks; b++) {
+		want_blk[b] = (uint8_t *)xmalloc(tc->block_bytes);
+		emu_blk[b] = (uint8_t *)xmalloc(tc->block_bytes + SLACK) +
+			     tc->shift;
+		src_blk[b] = (uint8_t *)xmalloc(tc->block_bytes);
+		fill_random(src_blk[b], tc->block_bytes);
+	}
+	tmp = (uint8_t *)xmalloc(tc->buf_bytes > tc->block_bytes
+					 ? tc->buf_bytes
+					 : tc->block_bytes);
+
+	/* The expected results, from the CPU path. */
+	if (kvt_layout_gather(&lay, tc->bt, idx, (size_t)tc->n_blocks,
+			      (void *const *)want_blk) < 0) {
+		fprintf(stderr, "%s: CPU gather refused the case\n", what);
+		failures++;
+		goto out;
+	}
+	for (int i = 0; i < tc->n_bufs; i++)
+		memset(engine_buf(tc, &want_eng, i), POISON, tc->buf_bytes);
+	lay.layer_base = want_eng.base;
+	if (kvt_layout_scatter(&lay, tc->bt, idx, (size_t)tc->n_blocks,
+			       (const void *const *)src_blk) < 0) {
+		fprintf(stderr, "%s: CPU scatter refused the case\n", what);
+		failures++;
+		goto out;
+	}
+
+	/* Phase 1. */
+	for (int step = 0; step < 4; step++) {
+		int batch = step >= 2;
+		int64_t l0 = 0, nl = N_LAYERS;
+		const char *name = batch ? "emulated batch" : "emulated kernel";
+
+		if (batch && tc->index_kind != KVT_INDEX_PAGE)
+			break;
+		/* Gather: all layers at once, then one layer per call. */
+		for (int64_t b = 0; b < tc->n_blocks; b++)
+			memset(emu_blk[b], POISON, tc->block_bytes);
+		for (int64_t l = 0; l < N_LAYERS; l++) {
+			if (step % 2 == 1) {
+				l0 = l;
+				nl = 1;
+			} else if (l) {
+				break;
+			}
+			if (batch)
+				emulate_batch(tc, &g, KVT_COPY_GATHER, l0, nl,
+					      orig.base, idx, emu_blk, what);
+			else
+				emulate_kernel(tc, &g, KVT_COPY_GATHER, l0, nl,
+					       orig.base, idx, emu_blk, what);
+		}
+		for (int64_t b = 0; b < tc->n_blocks; b++) {
+			char where[32];
+
+			snprintf(where, sizeof(where), "block %" PRId64, b);
+			if (report_diff(what, name, where, emu_blk[b],
+					want_blk[b], tc->block_bytes))
+				break;
+		}
+
+		for (int i = 0; i < tc->n_bufs; i++)
+			memset(engine_buf(tc, &emu_eng, i), POISON,
+			       tc->buf_bytes);
+		for (int64_t b = 0; b < tc->n_blocks; b++)
+			memcpy(emu_blk[b], src_blk[b], tc->block_bytes);
+		for (int64_t l = 0; l < N_LAYERS; l++) {
+			if (step % 2 == 1) {
+				l0 = l;
+				nl = 1;
+			} else if (l) {
+				break;
+			}
+			if (batch)
+				emulate_batch(tc, &g, KVT_COPY_SCATTER, l0, nl,
+					      emu_eng.base, idx, emu_blk, what);
+			else
+				emulate_kernel(tc, &g, KVT_COPY_SCATTER, l0,
+					       nl, emu_eng.base, idx, emu_blk,
+					       what);
+		}
+		for (int i = 0; i < tc->n_bufs; i++) {
+			char where[32];
+
+			snprintf(where, sizeof(where), "engine buffer %d", i);
+			if (report_diff(what, name, where,
+					engine_buf(tc, &emu_eng, i),
+					engine_buf(tc, &want_eng, i),
+					tc->buf_bytes))
+				break;
+		}
+	}
+
+	/* Phase 2. */
+	if (gp) {
+		struct dengine de;
+
+		dengine_init(tc, idx, n_idx, &de);
+		for (int pinned = 0; pinned < 2; pinned++) {
+			struct dblocks db;
+
+			dblocks_init(tc, pinned, &db);
+			for (int h = 0; h < HOW_COUNT; h++) {
+				char step[64];
+				int r;
+
+				if (h == HOW_BATCH &&
+				    (!gp->batch_ok ||
+				     tc->index_kind != KVT_INDEX_PAGE))
+					continue;
+				snprintf(step, sizeof(step), "%s gather to %s",
+					 how_name[h],
+					 pinned ? "pinned host" : "device");
+				dengine_load(tc, &de, &orig, 0);
+				dblocks_fill(tc, &db, NULL, 1);
+				r = gpu_copy(tc, &g, gp, (enum how)h,
+					     KVT_COPY_GATHER, &de, idx, &db);
+				if (r < 0) {
+					fprintf(stderr, "%s: %s: %d\n", what,
+						step, r);
+					failures++;
+				} else {
+					dblocks_check(tc, &db, want_blk, tmp,
+						      what, step);
+				}
+
+				snprintf(step, sizeof(step),
+					 "%s scatter from %s", how_name[h],
+					 pinned ? "pinned host" : "device");
+				dengine_load(tc, &de, NULL, 1);
+				dblocks_fill(tc, &db, src_blk, 0);
+				r = gpu_copy(tc, &g, gp, (enum how)h,
+					     KVT_COPY_SCATTER, &de, idx, &db);
+				if (r < 0) {
+					fprintf(stderr, "%s: %s: %d\n", what,
+						step, r);
+					failures++;
+				} else {
+					dengine_check(tc, &de, &want_eng, tmp,
+						      what, step);
+				}
+			}
+			dblocks_free(&db);
+		}
+		dengine_free(tc, &de);
+	}
+
+out:
+	for (int64_t b = 0; b < tc->n_blocks; b++) {
+		free(want_blk[b]);
+		free(emu_blk[b] - tc->shift);
+		free(src_blk[b]);
+	}
+	free(want_blk);
+	free(emu_blk);
+	free(src_blk);
+	free(tmp);
+out_idx:
+	engine_host_free(tc, &orig);
+	engine_host_free(tc, &want_eng);
+	engine_host_free(tc, &emu_eng);
+	free(idx);
+}
+
+static uint32_t other_size(uint32_t bs)
+{
+	/* Pages smaller than, larger than and equal to nothing of the
+	 * block, so slot runs cross page ends. */
+	return bs == 16 ? 32 : 16;
+}
+
+static size_t buf_bytes(const struct tcase *tc)
+{
+	size_t row = (size_t)tc->pt * tc->heads * tc->elem * tc->dim;
+
+	switch (tc->kind) {
+	case K_MLA:
+		return (size_t)tc->np * row;
+	case K_CROSS:
+		return (size_t)tc->np * N_LAYERS * 2 * row;
+	default:
+		return (size_t)2 * tc->np * row;
+	}
+}
+
+static int sweep(const struct gpu *gp)
+{
+	static const uint32_t elems[] = { 1, 2, 4 };
+	static const uint32_t dims[] = { 64, 128, 576 };
+	static const uint32_t sizes[] = { 1, 16, 32 };
+	int n = 0;
+
+	for (int k = 0; k < K_COUNT; k++)
+		for (int ik = 0; ik < 2; ik++)
+			for (size_t e = 0; e < 3; e++)
+				for (size_t d = 0; d < 3; d++)
+					for (size_t s = 0; s < 3; s++)
+						for (int sh = 0; sh < 3; sh++) {
+		struct tcase tc = {};
+		const uint32_t shifts[3] = { 0, elems[e], 8 };
+
+		tc.kind = (enum kind)k;
+		tc.index_kind = ik ? KVT_INDEX_SLOT : KVT_INDEX_PAGE;
+		/* Dense caches are addressed by token slot only. */
+		if (k == K_DENSE && !ik)
+			continue;
+		if (sh && shifts[sh] == shifts[sh - 1])
+			continue;
+		tc.elem = elems[e];
+		tc.dim = dims[d];
+		tc.heads = k == K_MLA ? 1 : 2;
+		tc.planes = k == K_MLA ? 1 : 2;
+		tc.bt = sizes[s];
+		tc.shift = shifts[sh];
+		tc.n_bufs = k == K_CROSS ? 1 : N_LAYERS;
+		if (k == K_DENSE) {
+			/* Sequences of 40 positions. */
+			tc.pt = 40;
+			tc.n_blocks = 2;
+			tc.np = (uint32_t)((3 * tc.n_blocks * tc.bt + 39) / 40);
+			tc.np = tc.np < 2 ? 2 : tc.np;
+		} else if (!ik) {
+			tc.pt = tc.bt;
+			tc.n_blocks = 3;
+			tc.np = 6;
+		} else {
+			tc.pt = other_size(tc.bt);
+			tc.n_blocks = 2;
+			tc.np = (uint32_t)((3 * tc.n_blocks * tc.bt + tc.pt -
+					    1) / tc.pt);
+			tc.np = tc.np < 4 ? 4 : tc.np;
+		}
+		tc.buf_bytes = buf_bytes(&tc);
+		run_case(&tc, gp);
+		n++;
+						}
+	return n;
+}
+
+int main(void)
+{
+	struct gpu g = {};
+	cudaError_t e;
+	int n_dev = 0, n;
+
+	e = cudaGetDeviceCount(&n_dev);
+	if (e != cudaSuccess || n_dev == 0) {
+		const char *why = cudaGetErrorString(
+			e != cudaSuccess ? e : cudaErrorNoDevice);
+
+		n = sweep(NULL);
+		printf("host emulation: %d cases, %ld comparisons, %d failures\n",
+		       n, n_checks, failures);
+		if (failures)
+			return 1;
+		printf("no CUDA device: %s\n", why);
+		return 77;
+	}
+
+	CUDA_OK(cudaSetDevice(0));
+	/* A stream of our own: the batched path refuses the legacy one. */
+	CUDA_OK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+	g.batch_ok = kvt_cuda_batch_ok(g.stream);
+	if (!g.batch_ok)
+		printf("cudaMemcpyBatchAsync unavailable (runtime %d); "
+		       "testing the kernel only\n", CUDART_VERSION);
+	n = sweep(&g);
+	CUDA_OK(cudaStreamDestroy(g.stream));
+	printf("%d cases, %ld comparisons, %d failures\n", n, n_checks,
+	       failures);
+	return failures ? 1 : 0;
+}
