@@ -158,6 +158,7 @@ static int parse_ids(const char *v, bool groups, uint32_t *ids, uint32_t *n,
 		     const char **expect)
 {
 	char buf[1024];
+	static char too_many[96];
 	*expect = groups ? "group names or gids, separated by spaces or commas"
 			 : "user names or uids, separated by spaces or commas";
 	snprintf(buf, sizeof(buf), "%s", v);
@@ -166,8 +167,12 @@ static int parse_ids(const char *v, bool groups, uint32_t *ids, uint32_t *n,
 	     tok = strtok_r(NULL, " ,\t", &save)) {
 		char *end;
 		unsigned long id;
-		if (*n >= CONFIG_MAX_IDS)
+		if (*n >= CONFIG_MAX_IDS) {
+			snprintf(too_many, sizeof(too_many), "at most %d %s per tenant; use gids for large groups",
+				 CONFIG_MAX_IDS, groups ? "gids" : "uids");
+			*expect = too_many;
 			return -E2BIG;
+		}
 		errno = 0;
 		id = strtoul(tok, &end, 10);
 		if (*tok >= '0' && *tok <= '9' && !*end && !errno && id < UINT32_MAX) {
@@ -258,7 +263,12 @@ int config_defaults(struct config *c)
 	char buf[256];
 
 	memset(c, 0, sizeof(*c));
-	if (geteuid() != 0) {
+	/* Under systemd, RuntimeDirectory= says where (first of a list). */
+	const char *rd = getenv("RUNTIME_DIRECTORY");
+	if (rd && rd[0] == '/' && strcspn(rd, ":") < 80) {
+		snprintf(buf, sizeof(buf), "%.*s", (int)strcspn(rd, ":"), rd);
+		base = buf;
+	} else if (geteuid() != 0) {
 		const char *xdg = getenv("XDG_RUNTIME_DIR");
 		if (xdg && xdg[0] == '/' && strlen(xdg) < 80) {
 			snprintf(buf, sizeof(buf), "%s/kvtierd", xdg);
@@ -298,6 +308,7 @@ struct parse_ctx {
 	int line;     /* line of the chunk read last */
 	bool line_done;
 	bool long_line; /* a line did not fit inih's buffer */
+	bool socket_set, runtime_dir_set;
 	int error;
 };
 
@@ -390,6 +401,10 @@ static int on_item(void *user, const char *section, const char *key,
 			continue;
 		const char *expect = "";
 		int r = it->parse(value, (char *)ctx->c + it->offset, &expect);
+		if (it->offset == offsetof(struct config, socket_path))
+			ctx->socket_set = true;
+		if (it->offset == offsetof(struct config, runtime_dir))
+			ctx->runtime_dir_set = true;
 		if (r == -ENOMEM)
 			return 0;
 		if (r < 0) {
@@ -489,6 +504,14 @@ int config_load(struct config *c, const char *path)
 			return log_error_errno(-ENOMEM, "Failed to parse '%s': %m", path);
 		if (ctx.error)
 			return ctx.error;
+	}
+	/* The socket lives in the runtime directory unless named itself. */
+	if (ctx.runtime_dir_set && !ctx.socket_set) {
+		char *s;
+		if (asprintf(&s, "%s/kvtierd.sock", c->runtime_dir) < 0)
+			return -ENOMEM;
+		free(c->socket_path);
+		c->socket_path = s;
 	}
 	return config_validate(c, ctx.path);
 }

@@ -93,9 +93,17 @@ void pool_probe(struct pool *p)
 			caps->thp = true;
 			snprintf(caps->page_reason, sizeof(caps->page_reason),
 				 "shmem THP (no reserved hugetlb pages)");
-		} else {
+		} else if (mode == HUGEPAGES_HUGETLB) {
 			snprintf(caps->page_reason, sizeof(caps->page_reason),
-				 "4 KiB pages: no free hugetlb pages (vm.nr_hugepages) and shmem THP is not enabled (shmem_enabled=never)");
+				 "hugetlb required but %ld free 2 MiB pages (vm.nr_hugepages): extents will be refused",
+				 free_pages < 0 ? 0 : free_pages);
+		} else {
+			char *nl = strchr(thp, '\n');
+			if (nl)
+				*nl = 0;
+			snprintf(caps->page_reason, sizeof(caps->page_reason),
+				 "4 KiB pages: no free hugetlb pages (vm.nr_hugepages) and shmem THP not in advise mode (shmem_enabled: %s)",
+				 thp[0] ? thp : "unknown");
 		}
 	}
 
@@ -158,6 +166,9 @@ static int extent_make_fd(struct pool *p, uint64_t size, uint32_t *flags)
 			close(fd);
 		}
 	}
+	if (p->config->hugepages == HUGEPAGES_HUGETLB)
+		return log_error_errno(-ENOMEM, "No hugetlb pages for a %llu MiB extent and hugepages=hugetlb allows nothing else; reserve more (vm.nr_hugepages)",
+				       (unsigned long long)(size >> 20));
 	fd = memfd_create("kvtier-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
@@ -256,7 +267,10 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node, struct extent
 	if (p->caps.lockable) {
 		if (mlock(e->map, size) == 0)
 			flags |= KVT_EXTENT_LOCKED;
-		else if (!(p->warned & 1)) {
+		else if (p->config->lock == LOCK_YES) {
+			r = log_error_errno(-errno, "Refusing an extent that cannot be locked (lock=yes): %m; raise LimitMEMLOCK=");
+			goto fail;
+		} else if (!(p->warned & 1)) {
 			p->warned |= 1;
 			log_warning_errno(-errno, "Failed to lock pool memory, continuing unlocked: %m");
 		}

@@ -4,7 +4,8 @@
  * checks against an independent reference.
  *
  * Every engine layout (vLLM FlashAttention NHD and HND, FlashInfer, MLA,
- * cross-layer, dense [B, H, S, D] by token slot) × element size (1, 2, 4
+ * cross-layer, dense [B, H, S, D] by token slot, and two with padded
+ * rows and heads) × element size (1, 2, 4
  * bytes) × head dim (64, 128, 576) × block size (1, 16, 32) × pointer
  * offset (0, one element, 8 bytes: every access width from 16 down to 1),
  * by page and by slot, on fresh random data.  Outputs are poisoned with
@@ -37,6 +38,10 @@
 #define POISON 0xff
 /* Room for the largest pointer offset. */
 #define SLACK 16
+/* Padding after each token row and after each head: strides that are not
+ * multiples of the head size limit the access width by themselves. */
+#define ROW_PAD 4
+#define HEAD_PAD 2
 
 enum kind {
 	K_FA_NHD,     /* per layer (2, NP, BS, H, D) */
@@ -45,11 +50,14 @@ enum kind {
 	K_MLA,        /* per layer (NP, BS, D_latent) */
 	K_CROSS,      /* one buffer (NP, NL, 2, BS, H, D) */
 	K_DENSE,      /* per layer K and V, [B, H, S, D] each */
+	K_ROW_PAD,    /* per layer (2, NP, BS, H*D + ROW_PAD) */
+	K_HEAD_PAD,   /* per layer (2, NP, BS, H, D + HEAD_PAD) */
 	K_COUNT,
 };
 
 static const char *const kind_name[K_COUNT] = {
 	"fa-nhd", "fa-hnd", "flashinfer", "mla", "cross-layer", "dense",
+	"row-padded", "head-padded",
 };
 
 static int failures;
@@ -176,6 +184,18 @@ static void case_layout(const struct tcase *tc, void *const *base,
 		ret->stride_page = H * bs * hb;
 		ret->stride_token = hb;
 		ret->stride_head = bs * hb;
+		break;
+	case K_ROW_PAD:
+		ret->stride_token = H * hb + ROW_PAD;
+		ret->stride_page = bs * ret->stride_token;
+		ret->stride_plane = np * ret->stride_page;
+		ret->stride_head = hb;
+		break;
+	case K_HEAD_PAD:
+		ret->stride_head = hb + HEAD_PAD;
+		ret->stride_token = H * ret->stride_head;
+		ret->stride_page = bs * ret->stride_token;
+		ret->stride_plane = np * ret->stride_page;
 		break;
 	default:
 		abort();
@@ -817,6 +837,12 @@ static size_t buf_bytes(const struct tcase *tc)
 		return (size_t)tc->np * row;
 	case K_CROSS:
 		return (size_t)tc->np * N_LAYERS * 2 * row;
+	case K_ROW_PAD:
+		return (size_t)2 * tc->np * tc->pt *
+		       ((size_t)tc->heads * tc->elem * tc->dim + ROW_PAD);
+	case K_HEAD_PAD:
+		return (size_t)2 * tc->np * tc->pt * tc->heads *
+		       ((size_t)tc->elem * tc->dim + HEAD_PAD);
 	default:
 		return (size_t)2 * tc->np * row;
 	}
