@@ -61,6 +61,7 @@ struct kvt_cuda_ctx {
 	cudaStream_t load;
 	cudaStream_t store;
 	struct reg *regs;
+	uint64_t generation; /* the client connection regs belong to */
 	struct meta *free_meta;
 	cudaEvent_t *free_ev;
 	size_t n_free_ev, cap_free_ev;
@@ -198,15 +199,16 @@ struct ext_snap {
 	uint64_t size;
 };
 
-/* The client's extents as they are now; the lock is not held while the
- * driver pins, which can take long. */
+/* The client's extents as they are now, and the connection they belong
+ * to; the lock is not held while the driver pins, which can take long. */
 static int snapshot_extents(kvt_client *c, struct ext_snap **ret,
-			    uint32_t *ret_n)
+			    uint32_t *ret_n, uint64_t *ret_generation)
 {
 	struct ext_snap *s;
 	uint32_t n;
 
 	pthread_mutex_lock(&c->lock);
+	*ret_generation = c->generation;
 	n = c->n_extents;
 	s = calloc(n ? n : 1, sizeof(*s));
 	if (s)
@@ -305,22 +307,34 @@ static bool overlaps(const struct reg *r, const uint8_t *p, uint64_t n)
 
 /*
  * Brings the registrations in line with the client's extents: ranges of
- * extents that are gone (a reconnect unmaps everything) become stale and
- * are unregistered once unused; new extents are registered chunk by chunk.
- * A new extent mapped where a stale range is still pinned for an
- * unfinished job waits for that job: registering over it would find the
- * old registration and copy to the old pages.
+ * extents that are gone become stale and are unregistered once unused;
+ * new extents are registered chunk by chunk.
+ *
+ * A reconnect unmaps every extent and maps the new daemon's, whose ids
+ * start over and which mmap likes to put at the old addresses: a range
+ * that looks the same may be other memory, while the driver still pins
+ * the old pages under the old registration.  So every range of an earlier
+ * connection is stale, whatever its id and address.  A new extent mapped
+ * where a stale range is still pinned for an unfinished job waits for that
+ * job: registering over it would find the old registration and copy to
+ * the old pages.
  */
 static int regs_sync(kvt_cuda_ctx *ctx)
 {
 	struct ext_snap *ext;
+	uint64_t generation;
 	uint32_t n;
 	int r;
 
-	r = snapshot_extents(ctx->c, &ext, &n);
+	r = snapshot_extents(ctx->c, &ext, &n, &generation);
 	if (r < 0)
 		return r;
 
+	if (generation != ctx->generation) {
+		for (struct reg *g = ctx->regs; g; g = g->next)
+			g->stale = true;
+		ctx->generation = generation;
+	}
 	for (struct reg *g = ctx->regs; g; g = g->next) {
 		bool live = false;
 
@@ -354,6 +368,15 @@ static int regs_sync(kvt_cuda_ctx *ctx)
 	}
 	free(ext);
 	return 0;
+}
+
+/* Whether [p, p + bytes) lies where a stale range is still pinned. */
+static bool stale_overlap(const kvt_cuda_ctx *ctx, void *p, uint64_t bytes)
+{
+	for (const struct reg *g = ctx->regs; g; g = g->next)
+		if (g->stale && overlaps(g, p, bytes))
+			return true;
+	return false;
 }
 
 /* The device address of [p, p + bytes) and its registration, or NULL. */
@@ -745,7 +768,13 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 			continue;
 		d = dev_addr(ctx, refs[i].ptr, refs[i].bytes, &rg);
 		if (!d) {
-			job->status[i] = -EFAULT;
+			/* Pool memory mapped anew over a range an unfinished
+			 * job still has pinned is usable once that job is
+			 * freed. */
+			job->status[i] = stale_overlap(ctx, refs[i].ptr,
+						       refs[i].bytes)
+						 ? -EAGAIN
+						 : -EFAULT;
 			bad[n_bad++] = refs[i].handle;
 			continue;
 		}
@@ -762,20 +791,18 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 
 	/* Loads overwrite pages the compute stream may still read; stores
 	 * read pages it is still writing. */
-	if (compute_stream || kind == JOB_STORE) {
-		r = ev_get(ctx, &after);
-		if (r < 0)
-			goto out;
-		e = cudaEventRecord(after, (cudaStream_t)compute_stream);
-		if (e == cudaSuccess)
-			e = cudaStreamWaitEvent(st, after, 0);
-		/* The wait took the event's state when it was queued, so the
-		 * event can serve the next job at once. */
-		ev_put(ctx, after);
-		if (e != cudaSuccess) {
-			r = cuda_fail(ctx, e, "waiting for the compute stream");
-			goto out;
-		}
+	r = ev_get(ctx, &after);
+	if (r < 0)
+		goto out;
+	e = cudaEventRecord(after, (cudaStream_t)compute_stream);
+	if (e == cudaSuccess)
+		e = cudaStreamWaitEvent(st, after, 0);
+	/* The wait took the event's state when it was queued, so the event
+	 * can serve the next job at once. */
+	ev_put(ctx, after);
+	if (e != cudaSuccess) {
+		r = cuda_fail(ctx, e, "waiting for the compute stream");
+		goto out;
 	}
 
 	if (job->n_q) {

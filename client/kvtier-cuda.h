@@ -3,8 +3,8 @@
  * libkvtier-client: the CUDA data path.
  *
  * Present in libkvtier-client when it was built with CUDA (kvt-config.h's
- * KVT_HAVE_CUDA; pkg-config's libkvtier-client links the CUDA runtime
- * then).  Moves blocks between an engine's paged KV cache in GPU memory
+ * KVT_HAVE_CUDA; the library then depends on libcudart).  Moves blocks
+ * between an engine's paged KV cache in GPU memory
  * and kvtier's pool without the CPU touching the bytes:
  *
  *   - the pool's extents are registered with the CUDA driver (pinned) in
@@ -59,7 +59,8 @@ KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device, kvt_cuda_ctx **ret);
 
 /**
  * Wait for the context's streams, unregister what it registered and free
- * it.  Free every job of the context first.  NULL is ignored.
+ * it.  Free every job of the context first, and the context before its
+ * client.  NULL is ignored.
  */
 KVT_EXPORT void kvt_cuda_ctx_free(kvt_cuda_ctx *ctx);
 
@@ -78,9 +79,10 @@ KVT_EXPORT void kvt_cuda_ctx_free(kvt_cuda_ctx *ctx);
  * \param keys            [n * 32]
  * \param indices         [n] pages or [n * block_tokens] slots, host
  *                        memory, as in kvt_layout_scatter; copied
- * \param compute_stream  if not NULL, the copies start after the work
- *                        queued on it so far (the pages may still be in
- *                        use by that work); NULL: start at once
+ * \param compute_stream  the engine's stream (cudaStream_t; NULL is the
+ *                        legacy default stream): the copies start after
+ *                        the work queued on it so far, which may still be
+ *                        using the pages
  * \param ret_job         receives the job, also when no block was queued
  * \return the number of blocks queued, or a negative errno; on an error
  *         nothing is queued or leased and *ret_job is untouched
@@ -140,12 +142,15 @@ KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
  * failed, never as done).
  *
  * \param ret_status  [n] per key, or NULL.  Loads: 0 loaded, -ENOENT
- *                    miss, -EAGAIN not resident yet (on NVMe; submit it
- *                    again later), -EFAULT pool memory the GPU cannot
- *                    address, -EIO the copy failed, or kvt_acquire's
- *                    status.  Stores: 0 stored, -EEXIST already stored,
- *                    -EIO, or kvt_reserve's and kvt_commit's status.  Keys
- *                    whose copy is still in flight read KVT_CUDA_IN_FLIGHT.
+ *                    miss, -EAGAIN not available yet (on NVMe, or in pool
+ *                    memory mapped anew while an older job still holds
+ *                    the old registration; submit it again later), -EFAULT
+ *                    pool memory the GPU cannot address, -EIO the copy
+ *                    failed, or kvt_acquire's status.  Stores: 0 stored,
+ *                    -EEXIST already stored, -EAGAIN and -EFAULT as for
+ *                    loads, -EIO, or kvt_reserve's and kvt_commit's
+ *                    status.  Keys whose copy is still in flight read
+ *                    KVT_CUDA_IN_FLIGHT.
  * \return 1 when the job is complete, 0 while copies are in flight, or a
  *         negative errno (the job is then complete too, and ret_status
  *         holds the error for each affected key)

@@ -228,7 +228,7 @@ int kernel_copy(int32_t gather, const struct kvt_geom *g, int64_t layer_first,
 	return e == cudaSuccess ? 0 : kvt_cuda_errno(e);
 }
 
-/* Batches per cudaMemcpyBatchAsync call, to bound one call's arrays. */
+/* Copies per cudaMemcpyBatchAsync call, to bound one call's arrays. */
 constexpr int64_t kBatchMax = 4096;
 
 int batch_copy(int dir, const struct kvt_geom *g, int64_t layer_first,

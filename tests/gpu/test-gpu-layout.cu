@@ -580,6 +580,10 @@ static int gpu_copy(const struct tcase *tc, const struct kvt_geom *g,
 	if (kvt_ptr_align((const void *const *)db->dev, tc->n_blocks) < align)
 		align = kvt_ptr_align((const void *const *)db->dev,
 				      tc->n_blocks);
+	/* The fills ran on the legacy stream, which a non-blocking stream
+	 * does not wait for; cudaMemset and a pageable cudaMemcpy may still
+	 * be in flight when they return. */
+	CUDA_OK(cudaDeviceSynchronize());
 	switch (how) {
 	case HOW_KERNEL:
 		r = dir == KVT_COPY_GATHER
@@ -823,8 +827,8 @@ out_idx:
 
 static uint32_t other_size(uint32_t bs)
 {
-	/* Pages smaller than, larger than and equal to nothing of the
-	 * block, so slot runs cross page ends. */
+	/* Pages of another size than the block (larger for blocks of 1 and
+	 * 16 tokens, smaller for 32), so that slot runs cross page ends. */
 	return bs == 16 ? 32 : 16;
 }
 
@@ -848,6 +852,46 @@ static size_t buf_bytes(const struct tcase *tc)
 	}
 }
 
+/* One point of the sweep; returns 0 when the point does not exist. */
+static int sweep_point(enum kind k, int slots, uint32_t elem, uint32_t dim,
+		       uint32_t bt, uint32_t shift, const struct gpu *gp)
+{
+	struct tcase tc = {};
+
+	/* Dense caches are addressed by token slot only. */
+	if (k == K_DENSE && !slots)
+		return 0;
+	tc.kind = k;
+	tc.index_kind = slots ? KVT_INDEX_SLOT : KVT_INDEX_PAGE;
+	tc.elem = elem;
+	tc.dim = dim;
+	tc.heads = k == K_MLA ? 1 : 2;
+	tc.planes = k == K_MLA ? 1 : 2;
+	tc.bt = bt;
+	tc.shift = shift;
+	tc.n_bufs = k == K_CROSS ? 1 : N_LAYERS;
+	if (k == K_DENSE) {
+		/* Sequences of 40 positions. */
+		tc.pt = 40;
+		tc.n_blocks = 2;
+		tc.np = (uint32_t)((3 * tc.n_blocks * bt + 39) / 40);
+		tc.np = tc.np < 2 ? 2 : tc.np;
+	} else if (!slots) {
+		tc.pt = bt;
+		tc.n_blocks = 3;
+		tc.np = 6;
+	} else {
+		/* Room for every block token plus slots left untouched. */
+		tc.pt = other_size(bt);
+		tc.n_blocks = 2;
+		tc.np = (uint32_t)((3 * tc.n_blocks * bt + tc.pt - 1) / tc.pt);
+		tc.np = tc.np < 4 ? 4 : tc.np;
+	}
+	tc.buf_bytes = buf_bytes(&tc);
+	run_case(&tc, gp);
+	return 1;
+}
+
 static int sweep(const struct gpu *gp)
 {
 	static const uint32_t elems[] = { 1, 2, 4 };
@@ -855,50 +899,21 @@ static int sweep(const struct gpu *gp)
 	static const uint32_t sizes[] = { 1, 16, 32 };
 	int n = 0;
 
-	for (int k = 0; k < K_COUNT; k++)
-		for (int ik = 0; ik < 2; ik++)
-			for (size_t e = 0; e < 3; e++)
-				for (size_t d = 0; d < 3; d++)
-					for (size_t s = 0; s < 3; s++)
-						for (int sh = 0; sh < 3; sh++) {
-		struct tcase tc = {};
-		const uint32_t shifts[3] = { 0, elems[e], 8 };
+	/* kind x (pages, slots) x element x head dim x block size x offset */
+	for (int i = 0; i < K_COUNT * 2 * 3 * 3 * 3 * 3; i++) {
+		int v = i, sh, s, d, e, slots;
+		uint32_t shift;
 
-		tc.kind = (enum kind)k;
-		tc.index_kind = ik ? KVT_INDEX_SLOT : KVT_INDEX_PAGE;
-		/* Dense caches are addressed by token slot only. */
-		if (k == K_DENSE && !ik)
-			continue;
-		if (sh && shifts[sh] == shifts[sh - 1])
-			continue;
-		tc.elem = elems[e];
-		tc.dim = dims[d];
-		tc.heads = k == K_MLA ? 1 : 2;
-		tc.planes = k == K_MLA ? 1 : 2;
-		tc.bt = sizes[s];
-		tc.shift = shifts[sh];
-		tc.n_bufs = k == K_CROSS ? 1 : N_LAYERS;
-		if (k == K_DENSE) {
-			/* Sequences of 40 positions. */
-			tc.pt = 40;
-			tc.n_blocks = 2;
-			tc.np = (uint32_t)((3 * tc.n_blocks * tc.bt + 39) / 40);
-			tc.np = tc.np < 2 ? 2 : tc.np;
-		} else if (!ik) {
-			tc.pt = tc.bt;
-			tc.n_blocks = 3;
-			tc.np = 6;
-		} else {
-			tc.pt = other_size(tc.bt);
-			tc.n_blocks = 2;
-			tc.np = (uint32_t)((3 * tc.n_blocks * tc.bt + tc.pt -
-					    1) / tc.pt);
-			tc.np = tc.np < 4 ? 4 : tc.np;
-		}
-		tc.buf_bytes = buf_bytes(&tc);
-		run_case(&tc, gp);
-		n++;
-						}
+		sh = v % 3, v /= 3;
+		s = v % 3, v /= 3;
+		d = v % 3, v /= 3;
+		e = v % 3, v /= 3;
+		slots = v % 2, v /= 2;
+		/* Aligned, one element off, 8 bytes off. */
+		shift = sh == 0 ? 0 : sh == 1 ? elems[e] : 8;
+		n += sweep_point((enum kind)v, slots, elems[e], dims[d],
+				 sizes[s], shift, gp);
+	}
 	return n;
 }
 
