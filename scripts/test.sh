@@ -11,7 +11,13 @@ run_suite() { # build-dir, meson options...
 	dir=$1
 	shift
 	if [ ! -d "$dir" ]; then
-		meson setup "$dir" "$@" >/dev/null || { failed=$((failed + 1)); return; }
+		if ! meson setup "$dir" "$@" >"$dir.setup.log" 2>&1; then
+			cat "$dir.setup.log" >&2
+			echo "kvtier: meson setup of $dir failed" >&2
+			rm -rf "$dir"
+			failed=$((failed + 1))
+			return
+		fi
 	fi
 	if ! ninja -C "$dir"; then
 		echo "kvtier: build in $dir failed" >&2
