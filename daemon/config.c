@@ -126,6 +126,33 @@ static int conf_numa(const char *v, void *field, const char **expect)
 	return 0;
 }
 
+static int conf_engine(const char *v, void *field, const char **expect)
+{
+	static const char *names[] = {"auto", "io_uring", "threads"};
+	*expect = "auto, io_uring or threads";
+	for (unsigned i = 0; i < 3; i++)
+		if (!strcmp(v, names[i])) {
+			*(enum nvme_engine *)field = (enum nvme_engine)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static int conf_percent(const char *v, void *field, const char **expect)
+{
+	char *end;
+	*expect = "a percentage from 0% to 100%";
+	if (*v < '0' || *v > '9')
+		return -EINVAL;
+	unsigned long x = strtoul(v, &end, 10);
+	if (*end == '%')
+		end++;
+	if (*end || x > 100)
+		return -EINVAL;
+	*(uint32_t *)field = (uint32_t)x;
+	return 0;
+}
+
 static int conf_unknown(const char *v, void *field, const char **expect)
 {
 	*expect = "allow or refuse";
@@ -249,6 +276,10 @@ static const struct conf_item {
 	{"pool", "topology_root", conf_path, offsetof(struct config, sysfs_root)},
 	{"tenants", "default_quota", conf_size, offsetof(struct config, default_quota)},
 	{"tenants", "unknown", conf_unknown, offsetof(struct config, refuse_unknown)},
+	{"nvme", "engine", conf_engine, offsetof(struct config, nvme_engine)},
+	{"nvme", "queue_depth", conf_u32, offsetof(struct config, nvme_queue_depth)},
+	{"nvme", "writeback_high", conf_percent, offsetof(struct config, writeback_high)},
+	{"nvme", "writeback_low", conf_percent, offsetof(struct config, writeback_low)},
 	{"limits", "connections", conf_u32, offsetof(struct config, max_connections)},
 	{"limits", "connections_per_uid", conf_u32, offsetof(struct config, max_connections_per_uid)},
 	{"limits", "namespaces_per_tenant", conf_u32, offsetof(struct config, max_namespaces)},
@@ -298,6 +329,10 @@ int config_defaults(struct config *c)
 	c->max_keys = 4096;
 	c->max_handles = 65536;
 	c->max_output_bytes = 8ULL << 20;
+	c->nvme_engine = NVME_ENGINE_AUTO;
+	c->nvme_queue_depth = 64;
+	c->writeback_high = 80;
+	c->writeback_low = 60;
 	return 0;
 }
 
@@ -382,6 +417,54 @@ static int tenant_item(struct parse_ctx *ctx, const char *name, const char *key,
 	return 1;
 }
 
+static int spill_item(struct parse_ctx *ctx, const char *name, const char *key,
+		      const char *value, int line)
+{
+	struct config *c = ctx->c;
+	const char *expect = "";
+	struct spill_conf *sc = NULL;
+	int r;
+
+	if (!tenant_name_ok(name)) {
+		log_error("%s:%d: spill file name '%s' must be 1-%d letters, digits, '-' or '_'",
+			  ctx->path, line, name, CONFIG_MAX_TENANT_NAME);
+		ctx->error = -EINVAL;
+		return 1;
+	}
+	for (uint32_t i = 0; i < c->n_spills; i++)
+		if (!strcmp(c->spills[i].name, name))
+			sc = &c->spills[i];
+	if (!sc) {
+		if (c->n_spills >= CONFIG_MAX_SPILL_FILES ||
+		    !(sc = realloc(c->spills, sizeof(*sc) * (c->n_spills + 1)))) {
+			log_error("%s:%d: more than %d spill files", ctx->path, line,
+				  CONFIG_MAX_SPILL_FILES);
+			ctx->error = -E2BIG;
+			return 1;
+		}
+		c->spills = sc;
+		sc = &c->spills[c->n_spills++];
+		memset(sc, 0, sizeof(*sc));
+		snprintf(sc->name, sizeof(sc->name), "%s", name);
+	}
+	if (!strcmp(key, "path"))
+		r = conf_path(value, &sc->path, &expect);
+	else if (!strcmp(key, "capacity"))
+		r = conf_size(value, &sc->capacity, &expect);
+	else {
+		log_error("%s:%d: unknown key '%s' in [spill.%s] (known: path, capacity)",
+			  ctx->path, line, key, name);
+		ctx->error = -EINVAL;
+		return 1;
+	}
+	if (r < 0) {
+		log_error("%s:%d: [spill.%s] %s = '%s' is invalid: expected %s", ctx->path, line,
+			  name, key, value, expect);
+		ctx->error = -EINVAL;
+	}
+	return 1;
+}
+
 static int on_item(void *user, const char *section, const char *key,
 		   const char *value)
 {
@@ -391,6 +474,8 @@ static int on_item(void *user, const char *section, const char *key,
 
 	if (!strncmp(section, "tenant.", 7))
 		return tenant_item(ctx, section + 7, key, value, line);
+	if (!strncmp(section, "spill.", 6))
+		return spill_item(ctx, section + 6, key, value, line);
 
 	for (size_t i = 0; i < sizeof(conf_table) / sizeof(conf_table[0]); i++) {
 		const struct conf_item *it = &conf_table[i];
@@ -415,7 +500,7 @@ static int on_item(void *user, const char *section, const char *key,
 		return 1;
 	}
 	if (!known_section)
-		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, tenant.NAME, limits)",
+		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, tenant.NAME, nvme, spill.NAME, limits)",
 			  ctx->path, line, section);
 	else
 		log_error("%s:%d: unknown key '%s' in [%s]; see kvtierd.conf(5)",
@@ -472,6 +557,28 @@ static int config_validate(const struct config *c, const char *path)
 			r = -EINVAL;
 		}
 	}
+	for (uint32_t i = 0; i < c->n_spills; i++) {
+		const struct spill_conf *a = &c->spills[i];
+		if (!a->path || !a->capacity) {
+			log_error("%s: [spill.%s] needs both path and capacity", path, a->name);
+			r = -EINVAL;
+		}
+		for (uint32_t j = 0; j < i; j++)
+			if (a->path && c->spills[j].path && !strcmp(a->path, c->spills[j].path)) {
+				log_error("%s: [spill.%s] and [spill.%s] name the same file %s", path,
+					  c->spills[j].name, a->name, a->path);
+				r = -EINVAL;
+			}
+	}
+	if (c->writeback_low > c->writeback_high) {
+		log_error("%s: [nvme] writeback_low (%u%%) must not exceed writeback_high (%u%%)",
+			  path, c->writeback_low, c->writeback_high);
+		r = -EINVAL;
+	}
+	if (c->nvme_queue_depth == 0 || c->nvme_queue_depth > 4096) {
+		log_error("%s: [nvme] queue_depth must be 1..4096", path);
+		r = -EINVAL;
+	}
 	if (c->max_output_bytes < (2ULL << 20)) {
 		log_error("%s: [limits] output_bytes must be at least 2M (one full reply)", path);
 		r = -EINVAL;
@@ -524,6 +631,11 @@ void config_free(struct config *c)
 	for (uint32_t i = 0; i < c->n_tenants; i++)
 		free(c->tenants[i].socket);
 	free(c->tenants);
+	for (uint32_t i = 0; i < c->n_spills; i++)
+		free(c->spills[i].path);
+	free(c->spills);
+	c->spills = NULL;
+	c->n_spills = 0;
 	c->tenants = NULL;
 	c->n_tenants = 0;
 	c->socket_path = c->runtime_dir = c->sysfs_root = NULL;
@@ -584,6 +696,13 @@ void config_dump(const struct config *c, FILE *f)
 			fprintf(f, "socket = %s\n", t->socket);
 		fputc('\n', f);
 	}
+	static const char *eng[] = {"auto", "io_uring", "threads"};
+	fprintf(f, "[nvme]\nengine = %s\nqueue_depth = %u\nwriteback_high = %u%%\nwriteback_low = %u%%\n\n",
+		eng[c->nvme_engine], c->nvme_queue_depth, c->writeback_high, c->writeback_low);
+	for (uint32_t i = 0; i < c->n_spills; i++)
+		fprintf(f, "[spill.%s]\npath = %s\ncapacity = %s\n\n", c->spills[i].name,
+			c->spills[i].path ? c->spills[i].path : "",
+			format_size(c->spills[i].capacity, q, sizeof(q)));
 	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
 		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
 		"handles_per_tenant = %u\noutput_bytes = %s\n",

@@ -27,6 +27,21 @@ enum lock_mode {
 #define CONFIG_MAX_IDS 64
 #define CONFIG_MAX_TENANT_NAME 31
 
+#define CONFIG_MAX_SPILL_FILES 64
+
+enum nvme_engine {
+	NVME_ENGINE_AUTO,    /* io_uring where the kernel allows, else threads */
+	NVME_ENGINE_URING,
+	NVME_ENGINE_THREADS, /* pread/pwrite on worker threads */
+};
+
+/* [spill.NAME]: one spill file of the NVMe tier. */
+struct spill_conf {
+	char name[CONFIG_MAX_TENANT_NAME + 1];
+	char *path;
+	uint64_t capacity;
+};
+
 /* [tenant.NAME]: who belongs to a tenant and what it may hold. */
 struct tenant_conf {
 	char name[CONFIG_MAX_TENANT_NAME + 1];
@@ -58,6 +73,14 @@ struct config {
 
 	struct tenant_conf *tenants;
 	uint32_t n_tenants;
+
+	/* [nvme] and [spill.NAME] */
+	enum nvme_engine nvme_engine;
+	uint32_t nvme_queue_depth;
+	uint32_t writeback_high; /* percent of a tenant's quota */
+	uint32_t writeback_low;
+	struct spill_conf *spills;
+	uint32_t n_spills;
 
 	/* [limits] */
 	uint32_t max_connections;

@@ -10,6 +10,7 @@
 #include "kvt-config.h"
 #include "log.h"
 #include "manager.h"
+#include "nvme.h"
 
 static void help(void)
 {
@@ -108,6 +109,13 @@ int main(int argc, char **argv)
 	m->config_path = config_path;
 	m->socket_override = socket_path;
 	pool_probe(&m->pool);
+	if (cfg.n_spills) {
+		r = nvme_start(&m->store, m->config, m->event, &m->store.nvme);
+		if (r < 0) {
+			log_error("The NVMe tier could not start (see above); fix the [spill.*] configuration or remove it");
+			goto out;
+		}
+	}
 	r = manager_listen(m);
 	if (r < 0)
 		goto out;

@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "manager.h"
+#include "nvme.h"
 #include "process.h"
 #include "session.h"
 
@@ -25,6 +26,7 @@ static void on_extent_added(void *userdata, struct tenant *t, struct extent *e)
 {
 	struct manager *m = userdata;
 
+	nvme_extent_added(m->store.nvme, e);
 	/* Every connection of the tenant may be handed this extent's slots
 	 * (handles cross connections), so all of them learn of it now,
 	 * ahead of any reply that names it. */
@@ -68,6 +70,9 @@ void manager_free(struct manager *m)
 		return;
 	while (m->sessions)
 		session_free(m->sessions);
+	/* First: it waits for I/O into and out of blocks and the pool. */
+	nvme_free(m->store.nvme);
+	m->store.nvme = NULL;
 	store_done(&m->store);
 	process_free_all(m);
 	for (uint32_t i = 0; i < m->n_listeners; i++) {

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <numaif.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +333,40 @@ void pool_extent_free(struct pool *p, struct extent *e)
 	munmap(e->map, e->size);
 	close(e->fd);
 	free(e);
+}
+
+static _Thread_local sigjmp_buf *guard_jump;
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+	if (guard_jump)
+		siglongjmp(*guard_jump, 1);
+	/* Not inside a guarded access: a real fault. */
+	signal(SIGBUS, SIG_DFL);
+	raise(SIGBUS);
+}
+
+int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, size_t),
+		     uint64_t *ret)
+{
+	static bool installed;
+	sigjmp_buf jump;
+
+	if (!installed) {
+		struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(SIGBUS, &sa, NULL) < 0)
+			return -errno;
+		installed = true;
+	}
+	if (sigsetjmp(jump, 1)) {
+		guard_jump = NULL;
+		return -EFAULT;
+	}
+	guard_jump = &jump;
+	*ret = sum(p, len);
+	guard_jump = NULL;
+	return 0;
 }
 
 const char *pool_page_mode(const struct extent *e)

@@ -39,7 +39,7 @@ struct pool_caps {
 	bool hugetlb;
 	bool thp;
 	bool lockable;
-	char page_reason[160];
+	char page_reason[256];
 	char lock_reason[160];
 };
 
@@ -70,3 +70,12 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node,
 		    struct extent **ret);
 void pool_extent_free(struct pool *p, struct extent *e);
 const char *pool_page_mode(const struct extent *e);
+
+/*
+ * Checksum pool memory under a SIGBUS guard.  A client can punch holes in
+ * the extents it was sent (seals do not stop that), and with hugetlb the
+ * daemon's next touch of such a hole raises SIGBUS: here it becomes
+ * -EFAULT, and the caller drops the block.
+ */
+int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, size_t),
+		     uint64_t *ret);

@@ -694,7 +694,9 @@ static int session_io(sd_event_source *src, int fd, uint32_t revents, void *user
 			return 0;
 		}
 		if (n <= 0) {
-			session_kill(s, n == 0 ? NULL : "read error");
+			/* A client that exits with replies unread resets the
+			 * connection: an ordinary close. */
+			session_kill(s, n == 0 || n == -ECONNRESET ? NULL : "read error");
 			return 0;
 		}
 		s->in_len += (size_t)n;

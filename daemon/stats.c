@@ -4,6 +4,7 @@
 
 #include "kvt-config.h"
 #include "manager.h"
+#include "nvme.h"
 #include "process.h"
 #include "session.h"
 #include "stats.h"
@@ -66,7 +67,11 @@ static void emit_daemon(struct emitter *e, bool admin)
 		kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
 		return;
 	}
-	kvt_rec_begin(&e->b, "daemon", 27);
+	struct nvme_stats ns;
+	bool nvme = m->store.nvme != NULL;
+	if (nvme)
+		nvme_get_stats(m->store.nvme, &ns);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 27 + 19 : 27);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->s->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -94,6 +99,27 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "refused", m->c.refused);
 	kvt_rec_u64(&e->b, "malformed", m->c.malformed);
 	kvt_rec_u64(&e->b, "quarantined", m->c.quarantined_handles);
+	if (!nvme)
+		return;
+	kvt_rec_str(&e->b, "nvme_engine", ns.engine);
+	kvt_rec_str(&e->b, "nvme_engine_reason", ns.engine_reason);
+	kvt_rec_u64(&e->b, "nvme_files", ns.files);
+	kvt_rec_u64(&e->b, "nvme_files_failed", ns.files_failed);
+	kvt_rec_u64(&e->b, "nvme_capacity", ns.capacity);
+	kvt_rec_u64(&e->b, "nvme_used", ns.used);
+	kvt_rec_u64(&e->b, "nvme_blocks", ns.blocks);
+	kvt_rec_u64(&e->b, "nvme_writes", ns.writes);
+	kvt_rec_u64(&e->b, "nvme_reads", ns.reads);
+	kvt_rec_u64(&e->b, "nvme_write_bytes", ns.write_bytes);
+	kvt_rec_u64(&e->b, "nvme_read_bytes", ns.read_bytes);
+	kvt_rec_u64(&e->b, "nvme_in_flight", ns.in_flight);
+	kvt_rec_u64(&e->b, "nvme_io_errors", ns.io_errors);
+	kvt_rec_u64(&e->b, "nvme_checksum_errors", ns.checksum_errors);
+	kvt_rec_u64(&e->b, "nvme_full", ns.disk_full);
+	kvt_rec_u64(&e->b, "nvme_recovered", ns.recovered);
+	kvt_rec_u64(&e->b, "nvme_recovery_dropped", ns.recovery_dropped);
+	kvt_rec_u64(&e->b, "nvme_recovery_ms", ns.recovery_ms);
+	kvt_rec_u64(&e->b, "nvme_dirty_drops", 0);
 }
 
 /* Occupancy of one NUMA node: every extent whose memory is there. */
@@ -155,7 +181,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 static void emit_ns(struct emitter *e, const struct ns *ns)
 {
 	const struct ns_counters *c = &ns->c;
-	kvt_rec_begin(&e->b, "namespace", 24);
+	kvt_rec_begin(&e->b, "namespace", 29);
 	kvt_rec_str(&e->b, "tenant", ns->tenant->name);
 	kvt_rec_u64(&e->b, "id", ns->id);
 	kvt_rec_str(&e->b, "model", ns->ident.model);
@@ -180,6 +206,11 @@ static void emit_ns(struct emitter *e, const struct ns *ns)
 	kvt_rec_u64(&e->b, "deletes", c->deletes);
 	kvt_rec_u64(&e->b, "rejected", c->rejected);
 	kvt_rec_u64(&e->b, "opens", ns->opens);
+	kvt_rec_u64(&e->b, "spilled", ns->blocks_spilled);
+	kvt_rec_u64(&e->b, "spills", c->spills);
+	kvt_rec_u64(&e->b, "restores", c->restores);
+	kvt_rec_u64(&e->b, "disk_hits", c->disk_hits);
+	kvt_rec_u64(&e->b, "dirty_drops", c->dirty_drops);
 }
 
 static void emit_client(struct emitter *e, const struct session *c)

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "nvme.h"
 #include "process.h"
+#include "spill.h"
 #include "store.h"
 
 #define ARRAY_GROW(arr, n, type)                                          \
@@ -39,6 +41,7 @@ static void ns_free(struct store *s, struct ns *ns)
 			free(b);
 	}
 	index_free(&ns->index);
+	free(ns->identity);
 	free(ns);
 }
 
@@ -100,6 +103,7 @@ int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct ten
 		return -ENOMEM;
 	}
 	t->id = s->next_tenant_id++;
+	t->store = s;
 	t->choice = *ch;
 	t->uid = ch->configured ? (uid_t)-1 : ch->uid;
 	snprintf(t->name, sizeof(t->name), "%s", ch->name);
@@ -222,6 +226,14 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 		free(ns);
 		return -ENOMEM;
 	}
+	ns->identity = malloc(len);
+	if (!ns->identity) {
+		index_free(&ns->index);
+		free(ns);
+		return -ENOMEM;
+	}
+	memcpy(ns->identity, identity, len);
+	ns->identity_len = len;
 	ns->tenant = t;
 	ns->ident = id;
 	ns->geo = geo;
@@ -246,20 +258,48 @@ static void block_unindex(struct block *b)
 	index_remove(&ns->index, b);
 	b->indexed = false;
 	evict_lru_remove(&ns->cls->lru, &b->lru);
-	if (b->state == BLOCK_RESIDENT)
+	if (b->state != BLOCK_RESIDENT)
+		ns->blocks_reserved--;
+	else if (b->extent && b->io != BLOCK_IO_READ)
 		ns->blocks_resident--;
 	else
-		ns->blocks_reserved--;
+		ns->blocks_spilled--;
 }
 
-/* The slot goes back only when nothing can still write to or read it. */
-static void block_maybe_free(struct block *b)
+static void host_slot_release(struct block *b)
 {
-	if (b->indexed || b->handles)
+	if (!b->extent)
 		return;
+	if (b->state == BLOCK_RESIDENT && !b->clean && b->io != BLOCK_IO_READ)
+		b->ns->tenant->dirty -= b->extent->slot_bytes;
 	if (slots_release(&b->extent->slots, b->slot) == 0)
 		b->extent->cls->used_slots--;
+	b->extent = NULL;
+}
+
+/* The slots go back only when nothing can still write to or read them:
+ * no handle, and no NVMe I/O in flight. */
+static void block_maybe_free(struct block *b)
+{
+	if (b->indexed || b->handles || b->io)
+		return;
+	host_slot_release(b);
+	if (b->disk)
+		spill_slot_free(b->disk, b->disk_slot);
 	free(b);
+}
+
+void store_block_maybe_free(struct block *b)
+{
+	block_maybe_free(b);
+}
+
+/* On the eviction list: resident in host memory, unpinned, no I/O. */
+static void lru_maybe_insert(struct block *b)
+{
+	if (b->indexed && b->state == BLOCK_RESIDENT && b->extent && !b->handles &&
+	    b->io == BLOCK_IO_NONE && !evict_node_linked(&b->lru))
+		evict_lru_insert(&b->ns->cls->lru, &b->lru);
 }
 
 /* A free slot in an extent on node (-1: on any node). */
@@ -310,11 +350,29 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 	if (!v)
 		return -ENOSPC;
 	struct block *b = (struct block *)((char *)v - offsetof(struct block, lru));
+	if (s->nvme) {
+		/* Only clean blocks leave host memory for NVMe; write-back keeps
+		 * enough of them ahead of this.  Look a little way up the list. */
+		struct evict_node *n = v;
+		for (int i = 0; i < 256 && n && n != &c->lru.head; i++, n = n->prev) {
+			struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
+			if (cb->clean && cb->disk) {
+				b = cb;
+				break;
+			}
+		}
+	}
 	struct extent *e = b->extent;
 	uint32_t slot = b->slot;
-	b->ns->c.evictions++;
-	block_unindex(b);
-	block_maybe_free(b);
+	if (s->nvme && b->clean && b->disk) {
+		store_block_spilled(s, b);
+	} else {
+		b->ns->c.evictions++;
+		if (s->nvme)
+			b->ns->c.dirty_drops++;
+		block_unindex(b);
+		block_maybe_free(b);
+	}
 	/* Take the victim's own slot: the one it just gave back. */
 	if (slots_is_used(&e->slots, slot) || slots_alloc(&e->slots, ret_slot) < 0)
 		return -ENOSPC;
@@ -432,7 +490,15 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 	for (uint32_t i = n; i-- > 0;) {
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
 		uint8_t st = KVT_STATE_MISS;
-		if (b && b->state == BLOCK_RESIDENT) {
+		if (b && b->state == BLOCK_RESIDENT && (!b->extent || b->io == BLOCK_IO_READ)) {
+			/* On NVMe: a hit all the same, and staging starts now so
+			 * the acquire that follows finds it in host memory. */
+			st = KVT_STATE_DISK;
+			ns->c.hits++;
+			ns->c.disk_hits++;
+			if (!b->extent && s->nvme)
+				nvme_stage(s->nvme, b);
+		} else if (b && b->state == BLOCK_RESIDENT) {
 			st = KVT_STATE_HOST;
 			ns->c.hits++;
 			if (flags & KVT_LOOKUP_TOUCH)
@@ -542,6 +608,13 @@ void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
 			out->status = -EAGAIN;
 			continue;
 		}
+		if (!b->extent || b->io == BLOCK_IO_READ) {
+			/* On NVMe: pending; it will be in host memory shortly. */
+			if (!b->extent && s->nvme)
+				nvme_stage(s->nvme, b);
+			out->status = -EAGAIN;
+			continue;
+		}
 		int r = handle_new(s, ns->tenant, HANDLE_LEASE, b, shard, owner, &h);
 		if (r < 0) {
 			ns->c.rejected++;
@@ -584,8 +657,10 @@ static int reservation_end(struct handle *h, bool success)
 			ns->blocks_resident++;
 			ns->c.stores++;
 			ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
-			if (b->handles == 0)
-				evict_lru_insert(&ns->cls->lru, &b->lru);
+			ns->tenant->dirty += b->extent->slot_bytes;
+			lru_maybe_insert(b);
+			if (ns->tenant->store && ns->tenant->store->nvme)
+				nvme_kick(ns->tenant->store->nvme);
 		}
 	}
 	block_maybe_free(b);
@@ -597,8 +672,7 @@ static void lease_end(struct handle *h)
 	struct block *b = h->block;
 
 	handle_free(h->tenant, h);
-	if (b->indexed && b->handles == 0 && b->state == BLOCK_RESIDENT)
-		evict_lru_insert(&b->ns->cls->lru, &b->lru);
+	lru_maybe_insert(b);
 	block_maybe_free(b);
 }
 
@@ -662,7 +736,7 @@ void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
 	for (uint32_t i = 0; i < n; i++) {
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
 		if (b && b->state == BLOCK_RESIDENT) {
-			evict_lru_touch(&ns->cls->lru, &b->lru);
+			evict_lru_touch(&ns->cls->lru, &b->lru); /* a no-op off the list */
 			ret[i] = 0;
 		} else {
 			ret[i] = -ENOENT;
@@ -710,4 +784,132 @@ void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 		block_maybe_free(b);
 		ret[i] = 0;
 	}
+}
+
+/* ---- the NVMe tier's transitions (nvme.c does the I/O) ------------- */
+
+int store_host_slot(struct store *s, struct ns *ns, struct block *b)
+{
+	struct extent *e;
+	uint32_t slot;
+	int r = class_alloc(s, ns->tenant, ns->cls, -1, &e, &slot);
+	if (r < 0)
+		return r;
+	b->extent = e;
+	b->slot = slot;
+	return 0;
+}
+
+/* A clean block leaves host memory: its NVMe copy is the block now. */
+void store_block_spilled(struct store *s, struct block *b)
+{
+	struct ns *ns = b->ns;
+
+	evict_lru_remove(&ns->cls->lru, &b->lru);
+	host_slot_release(b);
+	b->clean = false;
+	ns->blocks_resident--;
+	ns->blocks_spilled++;
+	ns->c.spills++;
+}
+
+/* Staged back and verified: in host memory again, and clean. */
+void store_block_restored(struct store *s, struct block *b)
+{
+	struct ns *ns = b->ns;
+
+	b->io = BLOCK_IO_NONE;
+	b->clean = true;
+	if (!b->indexed) {
+		block_maybe_free(b);
+		return;
+	}
+	ns->blocks_spilled--;
+	ns->blocks_resident++;
+	ns->c.restores++;
+	lru_maybe_insert(b);
+}
+
+/* A write-back ended; ok: the host copy is also on NVMe now. */
+void store_block_cleaned(struct store *s, struct block *b, bool ok)
+{
+	b->io = BLOCK_IO_NONE;
+	if (ok && b->extent && !b->clean) {
+		b->clean = true;
+		b->ns->tenant->dirty -= b->extent->slot_bytes;
+	}
+	if (!b->indexed) {
+		block_maybe_free(b);
+		return;
+	}
+	lru_maybe_insert(b);
+}
+
+/* A block whose bytes can no longer be trusted: a miss from now on. */
+void store_block_drop(struct store *s, struct block *b)
+{
+	block_unindex(b);
+	if (b->io == BLOCK_IO_READ)
+		host_slot_release(b); /* the staging slot, never visible */
+	b->io = BLOCK_IO_NONE;
+	block_maybe_free(b);
+}
+
+int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
+			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
+			uint32_t slot, uint64_t seq)
+{
+	struct tenant_choice ch;
+	struct tenant *t;
+	struct ns *ns;
+	char reason[KVT_MAX_REASON];
+	unsigned uid;
+	int rr;
+
+	/* The tenant as the configuration sees it now. */
+	memset(&ch, 0, sizeof(ch));
+	snprintf(ch.name, sizeof(ch.name), "%s", tenant);
+	if (config_tenant(s->config, tenant))
+		ch.configured = true;
+	else if (sscanf(tenant, "uid:%u", &uid) == 1)
+		ch.uid = (uid_t)uid;
+	else
+		return 0; /* a tenant the configuration no longer has */
+	rr = store_tenant_get(s, &ch, &t);
+	if (rr < 0)
+		return rr;
+	rr = store_ns_open(s, t, identity, identity_len, &ns, reason, sizeof(reason));
+	if (rr < 0)
+		return 0;
+	if (ns->opens)
+		ns->opens--; /* recovery is not a client */
+
+	struct block *old = index_get(&ns->index, key);
+	if (old) {
+		/* The same key twice on disk: the newer copy wins. */
+		if (!old->disk || old->disk_seq >= seq)
+			return 0;
+		spill_slot_free(old->disk, old->disk_slot);
+		old->disk = r;
+		old->disk_slot = slot;
+		old->disk_seq = seq;
+		return 1;
+	}
+	struct block *b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->key, key, KVT_KEY_SIZE);
+	b->ns = ns;
+	b->state = BLOCK_RESIDENT;
+	b->shards_committed = all_shards(ns);
+	b->disk = r;
+	b->disk_slot = slot;
+	b->disk_seq = seq;
+	if (index_put(&ns->index, b) < 0) {
+		free(b);
+		return -ENOMEM;
+	}
+	b->indexed = true;
+	ns->blocks_spilled++;
+	return 1;
 }

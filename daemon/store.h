@@ -25,6 +25,14 @@
 #include "tenancy.h"
 
 struct process;
+struct nvme;
+struct spill_region;
+
+enum block_io {
+	BLOCK_IO_NONE,
+	BLOCK_IO_WRITE, /* being written back to NVMe */
+	BLOCK_IO_READ,  /* being staged from NVMe into host memory */
+};
 
 enum block_state {
 	BLOCK_RESERVED,
@@ -34,8 +42,13 @@ enum block_state {
 struct block {
 	uint8_t key[KVT_KEY_SIZE]; /* first: the index reads it */
 	struct ns *ns;
-	struct extent *extent;
+	struct extent *extent;    /* host copy; NULL when only on NVMe */
 	uint32_t slot;
+	struct spill_region *disk; /* NVMe copy, or NULL */
+	uint32_t disk_slot;
+	uint64_t disk_seq;
+	uint8_t io;               /* enum block_io */
+	bool clean;               /* the host copy is also on NVMe */
 	uint8_t state;
 	bool indexed;             /* false once deleted or aborted */
 	uint64_t shards_reserved; /* shards with an open reservation */
@@ -63,6 +76,7 @@ struct ns_counters {
 	uint64_t lookups, lookup_keys, hits, misses, pending;
 	uint64_t stores, store_bytes, loads, load_bytes;
 	uint64_t evictions, aborts, deletes, rejected;
+	uint64_t spills, restores, disk_hits, dirty_drops;
 };
 
 struct slot_class {
@@ -78,21 +92,26 @@ struct ns {
 	struct tenant *tenant;
 	uint8_t digest[32]; /* SHA-256 of the canonical identity */
 	struct kvt_identity ident;
+	uint8_t *identity; /* canonical bytes: what NVMe regions are bound to */
+	uint32_t identity_len;
 	struct kvt_geometry geo;
 	struct slot_class *cls;
 	struct index index;
-	uint64_t blocks_resident, blocks_reserved;
+	uint64_t blocks_resident, blocks_reserved; /* resident: in host memory */
+	uint64_t blocks_spilled;                   /* on NVMe only */
 	struct ns_counters c;
 	uint32_t opens;
 };
 
 struct tenant {
+	struct store *store;
 	uint32_t id;
 	uid_t uid; /* of a uid tenant; (uid_t)-1 for a configured one */
 	char name[CONFIG_MAX_TENANT_NAME + 1];
 	struct tenant_choice choice;
 	uint64_t quota;
 	uint64_t allocated; /* bytes of extents */
+	uint64_t dirty;     /* host bytes not yet on NVMe */
 	struct slot_class **classes;
 	uint32_t n_classes;
 	struct ns **nss;
@@ -118,6 +137,7 @@ struct store {
 	uint32_t next_tenant_id;
 	store_extent_added_fn extent_added;
 	void *userdata;
+	struct nvme *nvme; /* NULL without an NVMe tier */
 };
 
 int store_init(struct store *s, struct pool *p, const struct config *c,
@@ -164,6 +184,18 @@ struct tenant *store_tenant_by_id(struct store *s, uint32_t id);
 
 /* Drop a handle as if its owner released it (reservations abort). */
 void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);
+
+/* For the NVMe tier (nvme.c): host slots and block transitions. */
+int store_host_slot(struct store *s, struct ns *ns, struct block *b);
+void store_block_spilled(struct store *s, struct block *b);
+void store_block_restored(struct store *s, struct block *b);
+void store_block_cleaned(struct store *s, struct block *b, bool ok);
+void store_block_drop(struct store *s, struct block *b);
+/* A recovered NVMe block: tenant and namespace made as needed. */
+int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
+			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
+			uint32_t slot, uint64_t seq);
+void store_block_maybe_free(struct block *b);
 
 /* Totals for stats. */
 uint64_t store_tenant_used(const struct tenant *t);

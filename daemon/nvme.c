@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "io.h"
+#include "log.h"
+#include "nvme.h"
+#include "pool.h"
+#include "spill.h"
+#include "store.h"
+
+struct nvme {
+	struct store *store;
+	const struct config *config;
+	sd_event *event;
+	struct spill *spill;
+	struct io_engine *io;
+	int *file_io; /* the engine's index of each spill file */
+	sd_event_source *kick;
+	struct nvme_stats st;
+	struct spill_recovery rec;
+	unsigned ops; /* write-backs and stagings in flight */
+};
+
+/* One write-back or staging: a slot header and a payload, two I/Os (the
+ * header always from or into the daemon's own memory), and for a region
+ * bound by this write-back its region header too. */
+struct op {
+	struct nvme *n;
+	struct block *b;
+	bool write;
+	struct spill_region *region;
+	uint32_t slot;
+	uint64_t seq;
+	uint8_t *hbuf;
+	struct io_req hdr, data, region_hdr;
+	unsigned pending;
+	int error;
+	bool region_written;
+};
+
+static uint8_t *slot_memory(const struct block *b)
+{
+	return b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
+}
+
+static void op_free(struct op *op)
+{
+	free(op->hbuf);
+	free(op);
+}
+
+static void io_failed(struct nvme *n, struct spill_region *r, int error)
+{
+	n->st.io_errors++;
+	/* A device error takes the whole file out (its blocks become misses
+	 * as they are asked for); the host tier keeps serving. */
+	if (error == -EIO && r && !r->file->error)
+		spill_file_fail(r->file, error);
+}
+
+static void writeback_done(struct io_req *req, int result, void *userdata)
+{
+	struct op *op = userdata;
+	struct nvme *n = op->n;
+
+	if (result < 0 && !op->error)
+		op->error = result;
+	if (req == &op->region_hdr)
+		spill_region_header_written(op->region);
+	if (--op->pending)
+		return;
+	n->ops--;
+	struct block *b = op->b;
+	if (op->error) {
+		io_failed(n, op->region, op->error);
+		spill_slot_free(op->region, op->slot);
+		store_block_cleaned(n->store, b, false);
+	} else {
+		n->st.writes++;
+		n->st.write_bytes += op->data.len;
+		b->disk = op->region;
+		b->disk_slot = op->slot;
+		b->disk_seq = op->seq;
+		store_block_cleaned(n->store, b, true);
+	}
+	op_free(op);
+	nvme_kick(n);
+}
+
+static int writeback_one(struct nvme *n, struct block *b)
+{
+	struct ns *ns = b->ns;
+	struct spill_region *r;
+	uint64_t sum;
+	uint32_t slot;
+	int bound, r2;
+
+	bound = spill_region_find(n->spill, ns->tenant->name, ns->identity, ns->identity_len,
+				  b->extent->slot_bytes, &r);
+	if (bound < 0) {
+		if (bound == -ENOSPC)
+			n->st.disk_full++;
+		return bound;
+	}
+	r2 = spill_slot_alloc(r, &slot);
+	if (r2 < 0)
+		return r2;
+	struct op *op = calloc(1, sizeof(*op));
+	if (op)
+		op->hbuf = spill_buf_alloc(SPILL_SLOT_HEADER_BYTES);
+	if (!op || !op->hbuf) {
+		if (op)
+			op_free(op);
+		spill_slot_free(r, slot);
+		return -ENOMEM;
+	}
+	/* The checksum comes from the daemon's own mapping, under the SIGBUS
+	 * guard: a client that punched a hole loses this block, nothing else. */
+	r2 = pool_guarded_sum(slot_memory(b), b->extent->slot_bytes, spill_payload_sum, &sum);
+	if (r2 < 0) {
+		log_warning("Block of namespace %s/%u faulted in host memory (a client punched a hole?): dropped",
+			    ns->tenant->name, ns->id);
+		spill_slot_free(r, slot);
+		op_free(op);
+		store_block_drop(n->store, b);
+		return 0;
+	}
+	struct spill_slot_header h;
+	op->n = n;
+	op->b = b;
+	op->write = true;
+	op->region = r;
+	op->slot = slot;
+	op->seq = spill_next_seq(n->spill);
+	spill_slot_header_init(&h, r, slot, b->key, b->extent->slot_bytes, op->seq, sum);
+	spill_slot_header_encode(&h, op->hbuf, SPILL_SLOT_HEADER_BYTES);
+
+	int file = n->file_io[r->file->number];
+	uint64_t off = spill_slot_offset(r, slot);
+	op->hdr = (struct io_req){.file = file, .offset = off, .buf = op->hbuf,
+				  .len = SPILL_SLOT_HEADER_BYTES, .write = true,
+				  .done = writeback_done, .userdata = op};
+	op->data = (struct io_req){.file = file, .offset = off + SPILL_SLOT_HEADER_BYTES,
+				   .buf = slot_memory(b), .len = (uint32_t)b->extent->slot_bytes,
+				   .write = true, .done = writeback_done, .userdata = op};
+	op->pending = 2;
+	if (bound == 1) {
+		op->region_hdr = (struct io_req){.file = file, .offset = r->offset, .buf = r->header,
+						 .len = SPILL_REGION_HEADER_BYTES, .write = true,
+						 .done = writeback_done, .userdata = op};
+		op->pending++;
+	}
+	/* Off the eviction list while the write reads the slot. */
+	evict_lru_remove(&ns->cls->lru, &b->lru);
+	b->io = BLOCK_IO_WRITE;
+	n->ops++;
+	if (bound == 1)
+		io_submit(n->io, &op->region_hdr);
+	io_submit(n->io, &op->hdr);
+	io_submit(n->io, &op->data);
+	return 1;
+}
+
+/* Write back, coldest first, the dirty blocks of every tenant above the
+ * high watermark until its dirty bytes are down to the low one. */
+static int on_kick(sd_event_source *src, void *userdata)
+{
+	struct nvme *n = userdata;
+	struct store *s = n->store;
+	unsigned limit = n->config->nvme_queue_depth / 2 ? n->config->nvme_queue_depth / 2 : 1;
+
+	for (uint32_t i = 0; i < s->n_tenants; i++) {
+		struct tenant *t = s->tenants[i];
+		uint64_t high = t->quota / 100 * n->config->writeback_high;
+		uint64_t low = t->quota / 100 * n->config->writeback_low;
+		if (store_tenant_used(t) <= high)
+			continue;
+		for (uint32_t c = 0; c < t->n_classes; c++) {
+			struct evict_lru *lru = &t->classes[c]->lru;
+			struct evict_node *node = evict_lru_victim(lru);
+			while (node && node != &lru->head && t->dirty > low && n->ops < limit) {
+				struct evict_node *prev = node->prev;
+				struct block *b = (struct block *)((char *)node - offsetof(struct block, lru));
+				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !b->disk &&
+				    writeback_one(n, b) < 0)
+					break;
+				node = prev;
+			}
+		}
+	}
+	return 0;
+}
+
+void nvme_kick(struct nvme *n)
+{
+	if (n && n->kick)
+		sd_event_source_set_enabled(n->kick, SD_EVENT_ONESHOT);
+}
+
+static void stage_done(struct io_req *req, int result, void *userdata)
+{
+	struct op *op = userdata;
+	struct nvme *n = op->n;
+	struct block *b = op->b;
+
+	if (result < 0 && !op->error)
+		op->error = result;
+	if (--op->pending)
+		return;
+	n->ops--;
+	if (op->error) {
+		io_failed(n, b->disk, op->error);
+		store_block_drop(n->store, b);
+		op_free(op);
+		return;
+	}
+	/* Verified on every restore: the header (where, whose, which key,
+	 * which write) and the payload against its checksum. */
+	struct spill_slot_header h;
+	uint64_t sum;
+	int r = spill_slot_check(op->hbuf, SPILL_SLOT_HEADER_BYTES, b->disk, b->disk_slot, b->key,
+				 b->extent->slot_bytes, b->disk_seq, &h);
+	if (r == 0)
+		r = pool_guarded_sum(slot_memory(b), b->extent->slot_bytes, spill_payload_sum, &sum);
+	if (r == 0 && sum != h.payload_sum)
+		r = -EBADMSG;
+	if (r < 0) {
+		n->st.checksum_errors++;
+		log_warning("Block of namespace %s/%u failed verification on restore (%s): dropped",
+			    b->ns->tenant->name, b->ns->id, strerror(-r));
+		store_block_drop(n->store, b);
+	} else {
+		n->st.reads++;
+		n->st.read_bytes += op->data.len;
+		store_block_restored(n->store, b);
+	}
+	op_free(op);
+}
+
+void nvme_stage(struct nvme *n, struct block *b)
+{
+	if (b->io != BLOCK_IO_NONE || b->extent || !b->disk)
+		return;
+	if (b->disk->file->error) {
+		store_block_drop(n->store, b);
+		return;
+	}
+	struct op *op = calloc(1, sizeof(*op));
+	if (op)
+		op->hbuf = spill_buf_alloc(SPILL_SLOT_HEADER_BYTES);
+	if (!op || !op->hbuf) {
+		if (op)
+			op_free(op);
+		return;
+	}
+	if (store_host_slot(n->store, b->ns, b) < 0) {
+		/* No host memory for it right now: it stays on NVMe, and a
+		 * later lookup tries again. */
+		op_free(op);
+		return;
+	}
+	b->io = BLOCK_IO_READ;
+	op->n = n;
+	op->b = b;
+	int file = n->file_io[b->disk->file->number];
+	uint64_t off = spill_slot_offset(b->disk, b->disk_slot);
+	op->hdr = (struct io_req){.file = file, .offset = off, .buf = op->hbuf,
+				  .len = SPILL_SLOT_HEADER_BYTES, .done = stage_done, .userdata = op};
+	op->data = (struct io_req){.file = file, .offset = off + SPILL_SLOT_HEADER_BYTES,
+				   .buf = slot_memory(b), .len = (uint32_t)b->extent->slot_bytes,
+				   .done = stage_done, .userdata = op};
+	op->pending = 2;
+	n->ops++;
+	io_submit(n->io, &op->hdr);
+	io_submit(n->io, &op->data);
+}
+
+void nvme_extent_added(struct nvme *n, struct extent *e)
+{
+	if (n)
+		io_buffer_add(n->io, e->map, e->size);
+}
+
+static int recover_slot(struct spill_region *r, uint32_t slot, const struct spill_slot_header *h,
+			void *userdata)
+{
+	struct nvme *n = userdata;
+	const struct spill_binding *bd = r->binding;
+	return store_recover_block(n->store, bd->tenant, bd->identity, bd->identity_len, h->key, r,
+				   slot, h->seq);
+}
+
+int nvme_start(struct store *s, const struct config *c, sd_event *event, struct nvme **ret)
+{
+	struct spill_file_conf conf[CONFIG_MAX_SPILL_FILES];
+	struct nvme *n;
+	int r;
+
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->store = s;
+	n->config = c;
+	n->event = event;
+	for (uint32_t i = 0; i < c->n_spills; i++)
+		conf[i] = (struct spill_file_conf){c->spills[i].path, c->spills[i].capacity};
+	r = spill_open(conf, c->n_spills, &n->spill);
+	if (r < 0)
+		goto fail;
+	/* The index first, then clients: READY follows recovery. */
+	r = spill_recover(n->spill, recover_slot, n, &n->rec);
+	if (r < 0) {
+		log_error_errno(r, "NVMe recovery failed: %m");
+		goto fail;
+	}
+	static const enum io_engine_kind kinds[] = {IO_ENGINE_AUTO, IO_ENGINE_URING,
+						    IO_ENGINE_THREADS};
+	r = io_engine_new(event, kinds[c->nvme_engine], c->nvme_queue_depth, &n->io);
+	if (r < 0) {
+		log_error_errno(r, "Failed to start the NVMe I/O engine: %m");
+		goto fail;
+	}
+	n->file_io = calloc(n->spill->n_files, sizeof(int));
+	if (!n->file_io) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned i = 0; i < n->spill->n_files; i++) {
+		r = io_file_add(n->io, n->spill->files[i].fd);
+		if (r < 0)
+			goto fail;
+		n->file_io[i] = r;
+	}
+	r = sd_event_add_defer(event, &n->kick, on_kick, n);
+	if (r < 0)
+		goto fail;
+	sd_event_source_set_enabled(n->kick, SD_EVENT_OFF);
+	log_info("NVMe tier: %u spill file(s), engine %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
+		 n->spill->n_files, io_engine_name(n->io), io_engine_reason(n->io),
+		 (unsigned long long)(n->rec.slots_recovered - n->rec.slots_replaced),
+		 (unsigned long long)n->rec.slots_dropped,
+		 (unsigned long long)(n->rec.elapsed_ns / 1000000));
+	*ret = n;
+	return 0;
+fail:
+	nvme_free(n);
+	return r;
+}
+
+void nvme_free(struct nvme *n)
+{
+	if (!n)
+		return;
+	sd_event_source_disable_unref(n->kick);
+	/* Waits for I/O in flight: its buffers are pool and op memory. */
+	io_engine_free(n->io);
+	spill_free(n->spill);
+	free(n->file_io);
+	free(n);
+}
+
+void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret)
+{
+	*ret = n->st;
+	ret->in_flight = io_in_flight(n->io);
+	ret->engine = io_engine_name(n->io);
+	ret->engine_reason = io_engine_reason(n->io);
+	ret->recovered = n->rec.slots_recovered - n->rec.slots_replaced;
+	ret->recovery_dropped = n->rec.slots_dropped;
+	ret->recovery_ms = n->rec.elapsed_ns / 1000000;
+	ret->files = n->spill->n_files;
+	ret->capacity = ret->used = ret->blocks = 0;
+	for (unsigned i = 0; i < n->spill->n_files; i++) {
+		const struct spill_file *f = &n->spill->files[i];
+		ret->capacity += f->capacity;
+		ret->files_failed += f->error != 0;
+		for (uint32_t j = 0; j < f->n_regions; j++) {
+			const struct spill_region *r = &f->regions[j];
+			if (!r->binding)
+				continue;
+			uint64_t used = r->slots.n - r->slots.n_free;
+			ret->blocks += used;
+			ret->used += used * r->stride;
+		}
+	}
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The NVMe tier: blocks written back from host memory to spill files in the
+ * background, so that host eviction only drops clean blocks; blocks staged
+ * back into host memory when looked up or acquired, verified header and
+ * payload on every restore; the index rebuilt from the spill files at
+ * start.  The format is spill.c's, the I/O the engine's (io.c); the
+ * decisions are here, and the block states are the store's.
+ */
+#pragma once
+
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "config.h"
+
+struct nvme;
+struct store;
+struct block;
+struct extent;
+
+struct nvme_stats {
+	uint64_t capacity, used, blocks;
+	uint64_t writes, reads, write_bytes, read_bytes;
+	uint64_t in_flight;
+	uint64_t io_errors, checksum_errors, disk_full;
+	uint64_t recovered, recovery_dropped, recovery_ms;
+	unsigned files, files_failed;
+	const char *engine, *engine_reason;
+};
+
+/* Open the spill files, start the I/O engine and recover the index.  Not
+ * called (and s->nvme stays NULL) when no [spill.NAME] is configured. */
+int nvme_start(struct store *s, const struct config *c, sd_event *event, struct nvme **ret);
+void nvme_free(struct nvme *n);
+/* A new pool extent: I/O may go to and from it. */
+void nvme_extent_added(struct nvme *n, struct extent *e);
+/* Host usage changed: write back if above the high watermark. */
+void nvme_kick(struct nvme *n);
+/* Bring a block that is only on NVMe back into host memory. */
+void nvme_stage(struct nvme *n, struct block *b);
+void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret);
