@@ -449,6 +449,11 @@ KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n)
 	return keys_status_op(ns, KVT_OP_DELETE, keys, n);
 }
 
+KVT_EXPORT int kvt_prefetch(kvt_ns *ns, const uint8_t *keys, size_t n)
+{
+	return keys_status_op(ns, KVT_OP_PREFETCH, keys, n);
+}
+
 /* ---- the CPU copy path -------------------------------------------- */
 
 /*

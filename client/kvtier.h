@@ -365,6 +365,13 @@ KVT_EXPORT int kvt_touch(kvt_ns *ns, const uint8_t *keys, size_t n);
 KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n);
 
 /**
+ * Stage blocks that are on NVMe (KVT_DISK) into host memory ahead of use;
+ * kvt_lookup reports them KVT_HOST once there.
+ * \return how many are in host memory already, or a negative errno
+ */
+KVT_EXPORT int kvt_prefetch(kvt_ns *ns, const uint8_t *keys, size_t n);
+
+/**
  * Memory of a shard named by another process: extent_id and offset as
  * returned by kvt_reserve/kvt_acquire there.
  * \return 0 or -ENOENT (no such extent mapped) / -EINVAL (out of range)

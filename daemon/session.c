@@ -463,12 +463,15 @@ static int do_keys(struct session *s, const struct kvt_header *h,
 		break;
 	case KVT_OP_TOUCH:
 	case KVT_OP_DELETE:
+	case KVT_OP_PREFETCH:
 		if (req.arg != 0)
 			return -EBADMSG;
 		if (h->opcode == KVT_OP_TOUCH)
 			store_touch(&m->store, ns, req.keys, req.n, m->status);
-		else
+		else if (h->opcode == KVT_OP_DELETE)
 			store_delete(&m->store, ns, req.keys, req.n, m->status);
+		else
+			store_prefetch(&m->store, ns, req.keys, req.n, m->status);
 		kvt_enc_status_rep(&m->reply, s->version, h->opcode, h->request_id,
 				   m->status, req.n);
 		break;
@@ -583,6 +586,7 @@ static int dispatch(struct session *s, const struct kvt_header *h,
 	case KVT_OP_ACQUIRE:
 	case KVT_OP_TOUCH:
 	case KVT_OP_DELETE:
+	case KVT_OP_PREFETCH:
 		return do_keys(s, h, &c);
 	case KVT_OP_COMMIT:
 	case KVT_OP_ABORT:

@@ -770,6 +770,25 @@ uint64_t store_ns_evict(struct store *s, struct ns *ns)
 	return n;
 }
 
+void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,
+		    uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (!b || b->state != BLOCK_RESIDENT) {
+			ret[i] = b ? -EINPROGRESS : -ENOENT;
+			continue;
+		}
+		if (b->extent && b->io != BLOCK_IO_READ) {
+			ret[i] = 0;
+			continue;
+		}
+		if (!b->extent && s->nvme)
+			nvme_stage(s->nvme, b);
+		ret[i] = -EINPROGRESS;
+	}
+}
+
 void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 		  uint32_t n, int32_t *ret)
 {

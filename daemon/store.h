@@ -174,6 +174,10 @@ void store_release(struct store *s, struct tenant *t,
 		   const struct kvt_handle_arg *h, uint32_t n, int32_t *ret);
 void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
 		 uint32_t n, int32_t *ret);
+/* Stage NVMe blocks into host memory ahead of use: per key 0 (in host
+ * memory), -EINPROGRESS (staging), -ENOENT (miss). */
+void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,
+		    uint32_t n, int32_t *ret);
 void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 		  uint32_t n, int32_t *ret);
 

@@ -59,6 +59,7 @@ enum kvt_opcode {
 	KVT_OP_STATS = 11,
 	KVT_OP_PING = 12,
 	KVT_OP_ADMIN_EVICT = 13,
+	KVT_OP_PREFETCH = 14,
 
 	/* Notifications, daemon to client, request id 0. */
 	KVT_OP_EXTENT_ADDED = 64,

@@ -470,6 +470,7 @@ const char *kvt_opcode_name(uint16_t opcode)
 	case KVT_OP_STATS: return "STATS";
 	case KVT_OP_PING: return "PING";
 	case KVT_OP_ADMIN_EVICT: return "ADMIN_EVICT";
+	case KVT_OP_PREFETCH: return "PREFETCH";
 	case KVT_OP_EXTENT_ADDED: return "EXTENT_ADDED";
 	case KVT_OP_EXTENT_RETIRED: return "EXTENT_RETIRED";
 	default: return "UNKNOWN";

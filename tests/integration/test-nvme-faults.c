@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Faults under the NVMe tier, injected on I/O completions through the
+ * engine's test-only hook (KVTIERD_IO_FAULTS): short transfers are
+ * finished transparently, ENOSPC fails one write-back and a later one
+ * succeeds, EIO takes the spill file out while the host tier keeps
+ * serving.  In every case every byte served is exact.  And a file system
+ * without O_DIRECT stops the daemon at start with an actionable error.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static const char *config =
+	"[pool]\ncapacity = 8M\nextent_size = 2M\n"
+	"[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
+	"[spill.a]\npath = @DIR@/spill0\ncapacity = 128M\n";
+
+static uint64_t stat_of(const struct daemon *d, const char *kind, const char *field)
+{
+	kvt_client *c = client_connect(d, "checker");
+	uint64_t v = stat_get(c, kind, field);
+	kvt_client_free(c);
+	return v;
+}
+
+static int run(struct daemon *d, const char *seed, const char *prefix, bool store,
+	       const char *expect)
+{
+	char out[4096];
+	if (expect)
+		return engine_run(d, out, sizeof(out), "--model", "tiny", "--prefix", prefix,
+				  "--prefix-seed", seed, "--suffix", "0", "--expect-hits", expect,
+				  store ? NULL : "--no-store", NULL);
+	return engine_run(d, out, sizeof(out), "--model", "tiny", "--prefix", prefix,
+			  "--prefix-seed", seed, "--suffix", "0", store ? NULL : "--no-store",
+			  NULL);
+}
+
+static void finish(struct daemon *d)
+{
+	char path[300];
+	daemon_stop(d);
+	snprintf(path, sizeof(path), "%s/spill0", d->dir);
+	unlink(path);
+	daemon_cleanup(d);
+}
+
+int main(void)
+{
+	struct daemon d;
+
+	/* Short transfers: completed by resubmitting the rest. */
+	setenv("KVTIERD_IO_FAULTS", "short=2", 1);
+	daemon_start(&d, config);
+	CHECK(run(&d, "1", "3200", true, "0") == 0, "store");
+	WAIT_FOR(stat_of(&d, "daemon", "nvme_writes") >= 200, "write-back");
+	CHECK(run(&d, "2", "1600", true, "0") == 0, "push A out to NVMe");
+	CHECK(stat_of(&d, "namespace", "spills") > 0, "blocks spilled");
+	CHECK(run(&d, "1", "3200", false, "200") == 0, "restore through short reads");
+	CHECK(stat_of(&d, "daemon", "nvme_io_errors") == 0, "short transfers are not errors");
+	finish(&d);
+
+	/* ENOSPC on some writes: those write-backs fail, later ones succeed. */
+	setenv("KVTIERD_IO_FAULTS", "enospc=5", 1);
+	daemon_start(&d, config);
+	CHECK(run(&d, "1", "3200", true, "0") == 0, "store");
+	WAIT_FOR(stat_of(&d, "daemon", "nvme_writes") >= 200, "write-back despite ENOSPC");
+	CHECK(stat_of(&d, "daemon", "nvme_io_errors") > 0, "ENOSPC counted");
+	CHECK(stat_of(&d, "daemon", "nvme_files_failed") == 0, "ENOSPC does not fail the file");
+	CHECK(run(&d, "2", "1600", true, "0") == 0, "push A out");
+	CHECK(run(&d, "1", "3200", false, NULL) == 0, "every byte served is exact");
+	finish(&d);
+
+	/* EIO: the spill file is failed; the host tier keeps serving. */
+	setenv("KVTIERD_IO_FAULTS", "eio=7", 1);
+	daemon_start(&d, config);
+	CHECK(run(&d, "1", "3200", true, "0") == 0, "store");
+	WAIT_FOR(stat_of(&d, "daemon", "nvme_files_failed") == 1, "the file to be failed");
+	CHECK(stat_of(&d, "daemon", "nvme_io_errors") >= 1, "the error is counted");
+	CHECK(run(&d, "1", "3200", false, "200") == 0, "host copies still serve, exact");
+	CHECK(run(&d, "2", "1600", true, "0") == 0, "stores go on in host memory");
+	CHECK(run(&d, "1", "3200", false, NULL) == 0, "whatever is served is exact");
+	CHECK(run(&d, "2", "1600", false, "100") == 0, "the newest blocks are all there");
+	finish(&d);
+	unsetenv("KVTIERD_IO_FAULTS");
+
+	/* No O_DIRECT on the spill file's file system: refused at start. */
+	daemon_start(&d, NULL);
+	daemon_stop(&d);
+	daemon_rewrite_config(&d, config);
+	char log[200];
+	snprintf(log, sizeof(log), "%s/nodirect.log", d.dir);
+	pid_t pid = fork();
+	if (pid == 0) {
+		setenv("KVTIERD_SPILL_NO_DIRECT", "1", 1);
+		if (!freopen(log, "w", stderr))
+			_exit(126);
+		execl(getenv("KVTIERD"), "kvtierd", "--config", d.config, (char *)NULL);
+		_exit(127);
+	}
+	int rc = wait_exit(pid);
+	CHECK(rc != 0 && rc != 127 && rc != 126, "kvtierd must refuse to start (%d)", rc);
+	FILE *f = fopen(log, "re");
+	char line[1024];
+	bool named = false;
+	while (f && fgets(line, sizeof(line), f))
+		named |= strstr(line, "O_DIRECT") != NULL;
+	if (f)
+		fclose(f);
+	CHECK(named, "the error names O_DIRECT");
+	unlink(log);
+	char path[300];
+	snprintf(path, sizeof(path), "%s/spill0", d.dir);
+	unlink(path);
+	daemon_cleanup(&d);
+	return 0;
+}
