@@ -243,6 +243,27 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 	if (rec_has(d, "lock"))
 		printf("%-13s%s\n", "Lock:", rec_str(d, "lock"));
 	print_numa_line(stdout, d);
+	if (rec_has(d, "nvme_engine")) {
+		char cap[32], used[32];
+		uint64_t c = rec_u64(d, "nvme_capacity"), u = rec_u64(d, "nvme_used");
+		printf("%-13s%s\n", "NVMe tier:", fmt_size(cap, sizeof(cap), c));
+		printf("%-13s%s (%.1f%%)\n", "  used:", fmt_size(used, sizeof(used), u),
+		       c ? 100.0 * (double)u / (double)c : 0.0);
+		printf("%-13s%" PRIu64 " in %" PRIu64 " file(s), %" PRIu64 " failed; engine %s (%s)\n",
+		       "  blocks:", rec_u64(d, "nvme_blocks"), rec_u64(d, "nvme_files"),
+		       rec_u64(d, "nvme_files_failed"), rec_str(d, "nvme_engine"),
+		       rec_str(d, "nvme_engine_reason"));
+		printf("%-13s%" PRIu64 " written (%.1f MiB), %" PRIu64 " read (%.1f MiB), %" PRIu64
+		       " in flight\n", "  I/O:", rec_u64(d, "nvme_writes"),
+		       (double)rec_u64(d, "nvme_write_bytes") / (1 << 20), rec_u64(d, "nvme_reads"),
+		       (double)rec_u64(d, "nvme_read_bytes") / (1 << 20), rec_u64(d, "nvme_in_flight"));
+		printf("%-13s%" PRIu64 " I/O, %" PRIu64 " checksum; %" PRIu64 " times full\n",
+		       "  errors:", rec_u64(d, "nvme_io_errors"), rec_u64(d, "nvme_checksum_errors"),
+		       rec_u64(d, "nvme_full"));
+		printf("%-13s%" PRIu64 " blocks recovered, %" PRIu64 " torn or corrupt dropped, %" PRIu64
+		       " ms\n", "  recovery:", rec_u64(d, "nvme_recovered"),
+		       rec_u64(d, "nvme_recovery_dropped"), rec_u64(d, "nvme_recovery_ms"));
+	}
 	if (rec_has(d, "tenants"))
 		printf("%-13stenants %" PRIu64 ", namespaces %" PRIu64 ", blocks %" PRIu64
 		       ", handles %" PRIu64 "\n", "Contents:",
