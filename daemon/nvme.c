@@ -84,6 +84,7 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 		b->disk = op->region;
 		b->disk_slot = op->slot;
 		b->disk_seq = op->seq;
+		store_disk_linked(b);
 		store_block_cleaned(n->store, b, true);
 	}
 	op_free(op);
@@ -100,11 +101,16 @@ static int writeback_one(struct nvme *n, struct block *b)
 
 	bound = spill_region_find(n->spill, ns->tenant->name, ns->identity, ns->identity_len,
 				  b->extent->slot_bytes, &r);
-	if (bound < 0) {
-		if (bound == -ENOSPC)
-			n->st.disk_full++;
-		return bound;
+	if (bound == -ENOSPC) {
+		/* Full: the namespace's least recently used NVMe copy makes
+		 * room (a region of this namespace gets a free slot). */
+		n->st.disk_full++;
+		if (store_nvme_evict(n->store, ns) == 0)
+			bound = spill_region_find(n->spill, ns->tenant->name, ns->identity,
+						  ns->identity_len, b->extent->slot_bytes, &r);
 	}
+	if (bound < 0)
+		return bound;
 	r2 = spill_slot_alloc(r, &slot);
 	if (r2 < 0)
 		return r2;

@@ -220,6 +220,7 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 		free(ns);
 		return -ENOMEM;
 	}
+	evict_lru_init(&ns->disk_lru);
 	ns->cls = class_get(t, geo.slot_bytes);
 	if (!ns->cls) {
 		index_free(&ns->index);
@@ -284,9 +285,46 @@ static void block_maybe_free(struct block *b)
 	if (b->indexed || b->handles || b->io)
 		return;
 	host_slot_release(b);
-	if (b->disk)
+	if (b->disk) {
+		evict_lru_remove(&b->ns->disk_lru, &b->disk_lru);
 		spill_slot_free(b->disk, b->disk_slot);
+	}
 	free(b);
+}
+
+void store_disk_linked(struct block *b)
+{
+	if (!evict_node_linked(&b->disk_lru))
+		evict_lru_insert(&b->ns->disk_lru, &b->disk_lru);
+}
+
+int store_nvme_evict(struct store *s, struct ns *ns)
+{
+	struct evict_node *v = evict_lru_victim(&ns->disk_lru);
+	while (v) {
+		struct block *b = (struct block *)((char *)v - offsetof(struct block, disk_lru));
+		struct evict_node *prev = v->prev == &ns->disk_lru.head ? NULL : v->prev;
+		if (b->io != BLOCK_IO_NONE) {
+			v = prev; /* its copy is being read: not this one */
+			continue;
+		}
+		evict_lru_remove(&ns->disk_lru, &b->disk_lru);
+		if (b->extent) {
+			/* Still in host memory: only the NVMe copy goes. */
+			spill_slot_free(b->disk, b->disk_slot);
+			b->disk = NULL;
+			if (b->clean) {
+				b->clean = false;
+				ns->tenant->dirty += b->extent->slot_bytes;
+			}
+		} else {
+			ns->c.evictions++;
+			block_unindex(b);
+			block_maybe_free(b);
+		}
+		return 0;
+	}
+	return -ENOSPC;
 }
 
 void store_block_maybe_free(struct block *b)
@@ -846,6 +884,7 @@ void store_block_restored(struct store *s, struct block *b)
 	ns->blocks_spilled--;
 	ns->blocks_resident++;
 	ns->c.restores++;
+	evict_lru_touch(&ns->disk_lru, &b->disk_lru);
 	lru_maybe_insert(b);
 }
 
@@ -909,6 +948,7 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 		if (!old->disk || old->disk_seq >= seq)
 			return 0;
 		spill_slot_free(old->disk, old->disk_slot);
+		store_disk_linked(old);
 		old->disk = r;
 		old->disk_slot = slot;
 		old->disk_seq = seq;
@@ -930,5 +970,6 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 	}
 	b->indexed = true;
 	ns->blocks_spilled++;
+	store_disk_linked(b);
 	return 1;
 }

@@ -55,6 +55,7 @@ struct block {
 	uint64_t shards_committed;
 	uint32_t handles;         /* leases + reservations on this block */
 	struct evict_node lru;    /* linked while resident and unpinned */
+	struct evict_node disk_lru; /* linked while it has an NVMe copy */
 };
 
 enum handle_kind {
@@ -99,6 +100,7 @@ struct ns {
 	struct index index;
 	uint64_t blocks_resident, blocks_reserved; /* resident: in host memory */
 	uint64_t blocks_spilled;                   /* on NVMe only */
+	struct evict_lru disk_lru; /* blocks with an NVMe copy, for NVMe eviction */
 	struct ns_counters c;
 	uint32_t opens;
 };
@@ -200,6 +202,11 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
 			uint32_t slot, uint64_t seq);
 void store_block_maybe_free(struct block *b);
+/* The NVMe tier is full for ns: give up its least recently used NVMe copy
+ * (a block only on NVMe is dropped).  \return 0, or -ENOSPC if it has none. */
+int store_nvme_evict(struct store *s, struct ns *ns);
+/* A block got an NVMe copy. */
+void store_disk_linked(struct block *b);
 
 /* Totals for stats. */
 uint64_t store_tenant_used(const struct tenant *t);

@@ -138,6 +138,38 @@ int main(void)
 	char path[300];
 	snprintf(path, sizeof(path), "%s/spill0", d.dir);
 	unlink(path);
+
+	/* 5. A full NVMe tier evicts its least recently used copies: one
+	 * 64 MiB region holds 31 blocks of 2 MiB; 48 are written back. */
+	snprintf(config, sizeof(config),
+		 "[pool]\ncapacity = 16M\nextent_size = 4M\n"
+		 "[nvme]\nengine = %s\nwriteback_high = 0%%\nwriteback_low = 0%%\n"
+		 "[spill.a]\npath = @DIR@/spill0\ncapacity = 64M\n",
+		 engine_kind());
+	daemon_restart(&d, config);
+	char out[4096];
+	for (int i = 0; i < 6; i++) {
+		char seed[16];
+		snprintf(seed, sizeof(seed), "%d", 300 + i);
+		CHECK(engine_run(&d, out, sizeof(out), "--prefix", "128", "--prefix-seed", seed,
+				 "--suffix", "0", NULL) == 0, "store 8 blocks of 2 MiB");
+		WAIT_FOR(stat_nvme(&d, "nvme_writes") >= 8u * (unsigned)(i + 1),
+			 "write-back of each batch");
+	}
+	CHECK(stat_nvme(&d, "nvme_full") > 0, "the tier filled up");
+	CHECK(stat_nvme(&d, "nvme_blocks") <= 31, "and never holds more than fits");
+	for (int i = 0; i < 6; i++) {
+		char seed[16];
+		snprintf(seed, sizeof(seed), "%d", 300 + i);
+		CHECK(engine_run(&d, out, sizeof(out), "--prefix", "128", "--prefix-seed", seed,
+				 "--suffix", "0", "--no-store", NULL) == 0,
+		      "whatever is still cached loads byte-exact");
+	}
+	CHECK(engine_run(&d, out, sizeof(out), "--prefix", "128", "--prefix-seed", "305",
+			 "--suffix", "0", "--expect-hits", "8", "--no-store", NULL) == 0,
+	      "the newest batch is all there");
+	daemon_stop(&d);
+	unlink(path);
 	daemon_cleanup(&d);
 	return 0;
 }
