@@ -389,6 +389,17 @@ static bool tenant_sockets_equal(const struct config *a, const struct config *b)
 	return true;
 }
 
+static bool spills_equal(const struct config *a, const struct config *b)
+{
+	if (a->n_spills != b->n_spills)
+		return false;
+	for (uint32_t i = 0; i < a->n_spills; i++)
+		if (!str_eq(a->spills[i].path, b->spills[i].path) ||
+		    a->spills[i].capacity != b->spills[i].capacity)
+			return false;
+	return true;
+}
+
 int manager_reload(struct manager *m)
 {
 	struct config fresh, *cur = m->config;
@@ -441,6 +452,11 @@ int manager_reload(struct manager *m)
 	RESTART(cur->numa == fresh.numa, "[pool] numa");
 	RESTART(str_eq(cur->sysfs_root, fresh.sysfs_root), "[pool] topology_root");
 	RESTART(tenant_sockets_equal(cur, &fresh), "[tenant.*] socket");
+	RESTART(cur->nvme_engine == fresh.nvme_engine, "[nvme] engine");
+	RESTART(cur->nvme_queue_depth == fresh.nvme_queue_depth, "[nvme] queue_depth");
+	RESTART(spills_equal(cur, &fresh), "[spill.*]");
+	LIVE(writeback_high, "[nvme] writeback_high");
+	LIVE(writeback_low, "[nvme] writeback_low");
 #undef LIVE
 #undef RESTART
 #undef NOTE

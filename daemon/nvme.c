@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 
 #include "io.h"
@@ -178,11 +179,18 @@ static int on_kick(sd_event_source *src, void *userdata)
 	struct store *s = n->store;
 	unsigned limit = n->config->nvme_queue_depth / 2 ? n->config->nvme_queue_depth / 2 : 1;
 
+	/* The pool as a whole counts too: tenants share it, and one can fill
+	 * it before reaching its own watermark. */
+	uint64_t pool_used = 0;
+	for (uint32_t i = 0; i < s->n_tenants; i++)
+		pool_used += store_tenant_used(s->tenants[i]);
+	bool pool_high = pool_used > s->pool->capacity / 100 * n->config->writeback_high;
+
 	for (uint32_t i = 0; i < s->n_tenants; i++) {
 		struct tenant *t = s->tenants[i];
 		uint64_t high = t->quota / 100 * n->config->writeback_high;
 		uint64_t low = t->quota / 100 * n->config->writeback_low;
-		if (store_tenant_used(t) <= high)
+		if (store_tenant_used(t) <= high && !(pool_high && t->dirty))
 			continue;
 		for (uint32_t c = 0; c < t->n_classes; c++) {
 			struct evict_lru *lru = &t->classes[c]->lru;
@@ -316,7 +324,14 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 	r = spill_open(conf, c->n_spills, &n->spill);
 	if (r < 0)
 		goto fail;
-	/* The index first, then clients: READY follows recovery. */
+	/* The index first, then clients: READY follows recovery.  Reading
+	 * every slot header takes time on a large tier: ask systemd for it
+	 * (about a minute per TiB here, and a margin). */
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < c->n_spills; i++)
+		total += c->spills[i].capacity;
+	sd_notifyf(false, "EXTEND_TIMEOUT_USEC=%llu",
+		   (unsigned long long)(30 + 60 * (total >> 40)) * 1000000ULL);
 	r = spill_recover(n->spill, recover_slot, n, &n->rec);
 	if (r < 0) {
 		log_error_errno(r, "NVMe recovery failed: %m");

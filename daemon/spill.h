@@ -283,5 +283,11 @@ uint64_t spill_next_seq(struct spill *s);
  * loudly once.  Its fd stays open for I/O still in flight. */
 void spill_file_fail(struct spill_file *f, int error);
 
+/* Whether the file holding r has failed (its copies cannot be read). */
+static inline bool spill_region_failed(const struct spill_region *r)
+{
+	return r->file->error != 0;
+}
+
 /* A zeroed buffer of at least len bytes, aligned for O_DIRECT; free(). */
 void *spill_buf_alloc(size_t len);

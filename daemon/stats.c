@@ -119,7 +119,11 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "nvme_recovered", ns.recovered);
 	kvt_rec_u64(&e->b, "nvme_recovery_dropped", ns.recovery_dropped);
 	kvt_rec_u64(&e->b, "nvme_recovery_ms", ns.recovery_ms);
-	kvt_rec_u64(&e->b, "nvme_dirty_drops", 0);
+	uint64_t drops = 0;
+	for (uint32_t i = 0; i < m->store.n_tenants; i++)
+		for (uint32_t j = 0; j < m->store.tenants[i]->n_ns; j++)
+			drops += m->store.tenants[i]->nss[j]->c.dirty_drops;
+	kvt_rec_u64(&e->b, "nvme_dirty_drops", drops);
 }
 
 /* Occupancy of one NUMA node: every extent whose memory is there. */

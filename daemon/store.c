@@ -394,7 +394,7 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 		struct evict_node *n = v;
 		for (int i = 0; i < 256 && n && n != &c->lru.head; i++, n = n->prev) {
 			struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
-			if (cb->clean && cb->disk) {
+			if (cb->clean && cb->disk && !spill_region_failed(cb->disk)) {
 				b = cb;
 				break;
 			}
@@ -402,7 +402,7 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 	}
 	struct extent *e = b->extent;
 	uint32_t slot = b->slot;
-	if (s->nvme && b->clean && b->disk) {
+	if (s->nvme && b->clean && b->disk && !spill_region_failed(b->disk)) {
 		store_block_spilled(s, b);
 	} else {
 		b->ns->c.evictions++;
@@ -528,6 +528,11 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 	for (uint32_t i = n; i-- > 0;) {
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
 		uint8_t st = KVT_STATE_MISS;
+		if (b && b->state == BLOCK_RESIDENT && !b->extent && spill_region_failed(b->disk)) {
+			/* Its only copy is on a failed spill file: gone. */
+			store_block_drop(s, b);
+			b = NULL;
+		}
 		if (b && b->state == BLOCK_RESIDENT && (!b->extent || b->io == BLOCK_IO_READ)) {
 			/* On NVMe: a hit all the same, and staging starts now so
 			 * the acquire that follows finds it in host memory. */

@@ -13,14 +13,16 @@ if [ ! -d "$dir" ]; then
 		-Dc_args="$san -fsanitize=fuzzer-no-link -g" -Dc_link_args="$san" >/dev/null
 fi
 ninja -C "$dir" proto/libkvt-proto.a daemon/libkvtierd.a tests/fuzz/fuzz-wire \
-	tests/fuzz/fuzz-session >/dev/null
-libs="$(pkg-config --libs libsystemd inih liburing) -lnuma"
+	tests/fuzz/fuzz-session tests/fuzz/fuzz-spill >/dev/null
+libs="$(pkg-config --libs libsystemd inih liburing libxxhash) -lnuma"
 inc="-Iproto -Idaemon -I$dir"
 clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-wire.c "$dir/proto/libkvt-proto.a" \
 	-o "$dir/fuzz-wire-libfuzzer"
 clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-session.c "$dir/daemon/libkvtierd.a" \
 	"$dir/proto/libkvt-proto.a" $libs -o "$dir/fuzz-session-libfuzzer"
-for t in wire session; do
+clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-spill.c "$dir/daemon/libkvtierd.a" \
+	"$dir/proto/libkvt-proto.a" $libs -o "$dir/fuzz-spill-libfuzzer"
+for t in wire session spill; do
 	mkdir -p "$dir/corpus-$t"
 	"$dir/tests/fuzz/fuzz-$t" --seeds "$dir/corpus-$t"
 	echo "== fuzz-$t for ${secs}s"
