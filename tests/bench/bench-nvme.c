@@ -1,0 +1,1754 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench-nvme: the NVMe tier end to end, against fio on the same file system
+ * in the same run.
+ *
+ * It starts its own kvtierd (a private directory under --dir, default
+ * /var/tmp, with the daemon's spill file and fio's file side by side) and
+ * measures, as pairs of contenders run one after the other (A B A B ...):
+ *
+ *   1. spill: kvt_store of a set of 2 MiB blocks (a Llama-3-8B-shaped
+ *      namespace: 32 layers, K and V, 8 KV heads of 256 bytes, 16 tokens),
+ *      timed from the first store until the daemon's nvme_write_bytes say
+ *      that every block is on disk (write-back is asynchronous), against
+ *      fio writing as many bytes;
+ *   2. restore: a set that is on NVMe only, looked up (this starts staging)
+ *      and loaded into client memory as its blocks become resident, in
+ *      whatever order they do, timed from the first lookup to the last byte
+ *      loaded, against fio reading as many bytes;
+ *   3. the same two with the daemon's threads engine (a second daemon);
+ *   4. an engine's restore of a whole context (token chain keys, kvt-engine's
+ *      lookup/retry loop, then one kvt_load_paged into vLLM-style per-layer
+ *      pages), against fio reading as many bytes, and the seconds for a
+ *      128K-token context extrapolated from it.
+ *
+ * How a set gets to be on NVMe only: the host pool holds exactly one set.
+ * Spilling a set evicts the previous one, which is clean by then; in the
+ * restore pairs two sets take turns, each restore taking the whole pool by
+ * evicting the other.  So every restore reads a set that left host memory
+ * through the daemon's own eviction, and nothing is written while reads
+ * are measured, nor read while writes are.  Write-back runs between
+ * watermarks of 0 % (see daemon_start()).
+ *
+ * fio: ioengine=io_uring with registered buffers and files (as the
+ * daemon's ring has them; --fio-plain for without), direct=1, bs=2M,
+ * iodepth = the daemon's queue_depth, sequential, on a file of the spill
+ * file's size, in two halves that alternate as kvtier's two sets do.  Both
+ * files are preallocated and written through once before anything is
+ * timed, so that neither contender pays ext4's conversion of unwritten
+ * extents.
+ *
+ * The ratios are medians of the pairwise ratios; targets are printed, not
+ * asserted.  It fails only when something does not work or bytes come back
+ * wrong (every restored block is checked).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/utsname.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvtier.h"
+
+#define MIB (1024ull * 1024ull)
+#define MAX_PAIRS 1000
+
+/* Llama-3-8B: 32 layers, K and V, 8 KV heads of head_dim 128 in 16 bit. */
+#define LAYERS 32u
+#define KV_HEADS 8u
+#define HEAD_BYTES 256u
+#define BLOCK_TOKENS 16u
+#define BLOCK_BYTES ((uint64_t)LAYERS * 2 * KV_HEADS * HEAD_BYTES * BLOCK_TOKENS) /* 2 MiB */
+#define TOKEN_BYTES (BLOCK_BYTES / BLOCK_TOKENS)                                /* 128 KiB */
+#define PAGE_BYTES ((uint64_t)BLOCK_TOKENS * KV_HEADS * HEAD_BYTES)              /* 32 KiB */
+#define CONTEXT_128K 131072ull
+
+/* The spill file's format (docs/nvme.md): what a set occupies. */
+#define REGION_BYTES (64 * MIB)
+#define REGION_HEADER_BYTES 8192ull
+#define SLOT_HEADER_BYTES 4096ull
+
+/* Targets from the issue; printed next to the figures, never asserted. */
+#define TARGET_SPILL 0.9   /* >= x fio write */
+#define TARGET_RESTORE 0.9 /* >= x fio read */
+
+#define STORE_CHUNK 8                  /* blocks per kvt_store: 16 MiB */
+#define POLL_NS 1000000ull             /* stats and lookup polling: 1 ms */
+#define ENGINE_POLL_NS 5000000ull      /* kvt-engine's DISK retry: 5 ms */
+#define WAIT_LIMIT_NS 120000000000ull  /* a write-back or staging this slow is broken */
+#define STAMP_BYTES 16
+
+enum { ENG_URING, ENG_THREADS, N_ENGINES };
+static const char *engine_conf[N_ENGINES] = {"io_uring", "threads"};
+
+static struct {
+	unsigned pairs;
+	uint64_t set_bytes; /* one set; also the host pool */
+	unsigned queue_depth;
+	bool engine[N_ENGINES];
+	bool context;
+	const char *dir;
+	const char *fio;
+	bool fio_plain; /* fio without registered buffers and files */
+	bool json;
+} opt = {
+	.pairs = 7,
+	.set_bytes = 1024 * MIB,
+	.queue_depth = 64,
+	.engine = {true, true},
+	.context = true,
+	.dir = "/var/tmp",
+	.fio = "fio",
+};
+
+/* ---- failing and cleaning up ---------------------------------------- */
+
+struct files {
+	char dir[128];
+	char socket[108]; /* sun_path */
+	char config[160];
+	char log[160];
+	char spill[160];
+	char fio_file[160];
+	char fio_err[160];
+};
+
+static struct files files;
+static pid_t daemon_pid = 0;
+static pid_t fio_pid = 0;
+
+static void files_cleanup(void)
+{
+	char path[512];
+
+	if (!files.dir[0])
+		return;
+	DIR *dir = opendir(files.dir);
+	if (dir) {
+		struct dirent *e;
+		while ((e = readdir(dir)))
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+				snprintf(path, sizeof(path), "%s/%s", files.dir, e->d_name);
+				unlink(path);
+			}
+		closedir(dir);
+	}
+	rmdir(files.dir);
+	files.dir[0] = 0;
+}
+
+static void log_tail(void)
+{
+	char line[512];
+	FILE *f = fopen(files.log, "re");
+	if (!f)
+		return;
+	fprintf(stderr, "--- kvtierd log (%s) ---\n", files.log);
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fclose(f);
+}
+
+static void stop_children(void)
+{
+	if (fio_pid > 0) {
+		kill(fio_pid, SIGKILL);
+		waitpid(fio_pid, NULL, 0);
+		fio_pid = 0;
+	}
+	if (daemon_pid > 0) {
+		kill(daemon_pid, SIGKILL);
+		waitpid(daemon_pid, NULL, 0);
+		daemon_pid = 0;
+	}
+}
+
+static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static _Noreturn void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "bench-nvme: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	if (daemon_pid > 0)
+		log_tail();
+	stop_children();
+	files_cleanup();
+	exit(1);
+}
+
+static void on_signal(int sig)
+{
+	/* Only async-signal-safe calls: the children go, and the private
+	 * directory's known files with them. */
+	if (fio_pid > 0) {
+		kill(fio_pid, SIGKILL);
+		waitpid(fio_pid, NULL, 0);
+	}
+	if (daemon_pid > 0) {
+		kill(daemon_pid, SIGKILL);
+		waitpid(daemon_pid, NULL, 0);
+	}
+	if (files.dir[0]) {
+		unlink(files.socket);
+		unlink(files.config);
+		unlink(files.log);
+		unlink(files.spill);
+		unlink(files.fio_file);
+		unlink(files.fio_err);
+		rmdir(files.dir);
+	}
+	_exit(128 + sig);
+}
+
+/* ---- small helpers --------------------------------------------------- */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median(const double *v, unsigned n)
+{
+	double s[MAX_PAIRS];
+	memcpy(s, v, n * sizeof(double));
+	qsort(s, n, sizeof(double), cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static double vmin(const double *v, unsigned n)
+{
+	double m = v[0];
+	for (unsigned i = 1; i < n; i++)
+		m = v[i] < m ? v[i] : m;
+	return m;
+}
+
+static double vmax(const double *v, unsigned n)
+{
+	double m = v[0];
+	for (unsigned i = 1; i < n; i++)
+		m = v[i] > m ? v[i] : m;
+	return m;
+}
+
+static double gbs(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / (double)ns : 0; /* bytes/ns = GB/s */
+}
+
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void progress(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "bench-nvme: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+}
+
+/* Anonymous memory, every page written, so no copy pays a first touch. */
+static uint8_t *alloc_populated(uint64_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		die("cannot map %llu MiB: %s", (unsigned long long)(bytes / MIB), strerror(errno));
+	memset(p, 0x5a, bytes);
+	return p;
+}
+
+static void fill_random(uint8_t *p, uint64_t bytes, uint64_t seed)
+{
+	for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
+		uint64_t v = mix(seed ^ off);
+		memcpy(p + off, &v, 8);
+	}
+}
+
+/* ---- the files ------------------------------------------------------- */
+
+static uint64_t blocks_per_set(void)
+{
+	return opt.set_bytes / BLOCK_BYTES;
+}
+
+/*
+ * Two sets live on disk at once (the one being restored and the one just
+ * spilled), in regions of whole slots, plus two spare regions for the
+ * region a set shares with the next.  fio's file has the same size and
+ * uses two halves of it.
+ */
+static uint64_t spill_capacity(void)
+{
+	uint64_t stride = SLOT_HEADER_BYTES + BLOCK_BYTES;
+	uint64_t per_region = (REGION_BYTES - REGION_HEADER_BYTES) / stride;
+	uint64_t regions = (blocks_per_set() + per_region - 1) / per_region;
+	return (2 * regions + 2) * REGION_BYTES;
+}
+
+/*
+ * Preallocate and write the whole file once, with O_DIRECT, so that no
+ * timed write converts unwritten extents.  Bytes are pseudo-random (a
+ * virtual disk may treat zeros specially), except that the spill file's
+ * region headers are zero: an all-zero header is an unbound region.
+ */
+static void prewrite(const char *path, uint64_t bytes, bool region_headers)
+{
+	const uint64_t chunk = 8 * MIB;
+	int fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		die("cannot open %s with O_DIRECT: %s", path, strerror(errno));
+	if (fallocate(fd, 0, 0, (off_t)bytes) < 0)
+		die("cannot preallocate %llu MiB for %s: %s", (unsigned long long)(bytes / MIB),
+		    path, strerror(errno));
+	uint8_t *buf = NULL;
+	if (posix_memalign((void **)&buf, 4096, chunk))
+		die("out of memory");
+	for (uint64_t off = 0; off < bytes; off += chunk) {
+		uint64_t len = bytes - off < chunk ? bytes - off : chunk;
+		fill_random(buf, len, off ^ 0x5eed);
+		if (region_headers && off % REGION_BYTES == 0)
+			memset(buf, 0, REGION_HEADER_BYTES);
+		for (uint64_t done = 0; done < len;) {
+			ssize_t n = pwrite(fd, buf + done, len - done, (off_t)(off + done));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				die("writing %s: %s", path, n < 0 ? strerror(errno) : "no progress");
+			done += (uint64_t)n;
+		}
+	}
+	if (fdatasync(fd) < 0)
+		die("fdatasync %s: %s", path, strerror(errno));
+	free(buf);
+	close(fd);
+}
+
+/* "ext4 on vda": what the files sit on, for the report. */
+static void describe_fs(const char *path, char *out, size_t size)
+{
+	struct statfs sf;
+	struct stat st;
+	const char *fs = "unknown file system";
+	char dev[64] = "?", line[256], sys[128];
+
+	if (statfs(path, &sf) == 0) {
+		switch ((unsigned long)sf.f_type) {
+		case 0xEF53: fs = "ext4"; break;
+		case 0x58465342: fs = "xfs"; break;
+		case 0x9123683E: fs = "btrfs"; break;
+		case 0x01021994: fs = "tmpfs (not a disk!)"; break;
+		case 0x2FC12FC1: fs = "zfs"; break;
+		}
+	}
+	if (stat(path, &st) == 0) {
+		snprintf(sys, sizeof(sys), "/sys/dev/block/%u:%u/uevent", major(st.st_dev),
+			 minor(st.st_dev));
+		FILE *f = fopen(sys, "re");
+		if (f) {
+			while (fgets(line, sizeof(line), f))
+				if (!strncmp(line, "DEVNAME=", 8)) {
+					line[strcspn(line, "\n")] = 0;
+					snprintf(dev, sizeof(dev), "%.63s", line + 8);
+				}
+			fclose(f);
+		}
+	}
+	snprintf(out, size, "%s on %s", fs, dev);
+}
+
+/* ---- the daemon ------------------------------------------------------ */
+
+static int try_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
+/*
+ * The host pool is exactly one set (see the top of this file).  Write-back
+ * watermarks of 0 %: every committed block is written back at once, so
+ * that "spilled" has an end to time.  With the defaults (80 %/60 % of the
+ * quota) write-back starts only above 80 % and stops at 60 %: a set the
+ * size of the pool would never be entirely on disk.
+ */
+static void daemon_start(const char *kvtierd, int engine)
+{
+	uint64_t extent = opt.set_bytes % (256 * MIB) ? 64 * MIB : 256 * MIB;
+	FILE *f = fopen(files.config, "we");
+	if (!f)
+		die("cannot write %s: %s", files.config, strerror(errno));
+	fprintf(f,
+		"[daemon]\nsocket = %s\nruntime_dir = %s\n"
+		"[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
+		"[nvme]\nengine = %s\nqueue_depth = %u\nwriteback_high = 0%%\nwriteback_low = 0%%\n"
+		"[spill.bench]\npath = %s\ncapacity = %lluM\n"
+		"[limits]\nkeys_per_request = 8192\n",
+		files.socket, files.dir, (unsigned long long)(opt.set_bytes / MIB),
+		(unsigned long long)(extent / MIB), engine_conf[engine], opt.queue_depth,
+		files.spill, (unsigned long long)(spill_capacity() / MIB));
+	fclose(f);
+	unlink(files.log);
+
+	daemon_pid = fork();
+	if (daemon_pid < 0)
+		die("fork: %s", strerror(errno));
+	if (daemon_pid == 0) {
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		int fd = open(files.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(kvtierd, "kvtierd", "--config", files.config, (char *)NULL);
+		fprintf(stderr, "cannot execute %s: %s\n", kvtierd, strerror(errno));
+		_exit(127);
+	}
+	for (int i = 0; i < 3000; i++) {
+		if (try_connect(files.socket) == 0)
+			return;
+		if (waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid) {
+			daemon_pid = 0;
+			log_tail();
+			die("kvtierd (%s) exited before listening", kvtierd);
+		}
+		usleep(10000);
+	}
+	die("kvtierd did not listen on %s within 30 s", files.socket);
+}
+
+static void daemon_stop(void)
+{
+	int status;
+
+	if (daemon_pid <= 0)
+		return;
+	kill(daemon_pid, SIGTERM);
+	if (waitpid(daemon_pid, &status, 0) != daemon_pid)
+		die("waitpid kvtierd: %s", strerror(errno));
+	daemon_pid = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fprintf(stderr, "bench-nvme: kvtierd exited with status %d\n", status);
+}
+
+/* A line of the daemon's log, from after `marker`. */
+static void daemon_log_line(const char *marker, char *out, size_t size)
+{
+	char line[1024];
+	FILE *f = fopen(files.log, "re");
+
+	snprintf(out, size, "(not reported)");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, marker);
+		if (!p)
+			continue;
+		p += strlen(marker);
+		p[strcspn(p, "\n")] = 0;
+		snprintf(out, size, "%s", p);
+		break;
+	}
+	fclose(f);
+}
+
+struct dstats {
+	bool nvme;
+	uint64_t write_bytes, writes, read_bytes, reads, in_flight;
+	uint64_t io_errors, checksum_errors, full;
+	char engine[32], reason[192];
+	bool ns_seen;
+	uint64_t dirty_drops, spills, restores;
+};
+
+static int stats_record(const kvt_record *r, void *userdata)
+{
+	struct dstats *d = userdata;
+	const char *kind = kvt_record_kind(r);
+
+	if (!strcmp(kind, "namespace")) {
+		d->ns_seen = true;
+		kvt_record_get_u64(r, "dirty_drops", &d->dirty_drops);
+		kvt_record_get_u64(r, "spills", &d->spills);
+		kvt_record_get_u64(r, "restores", &d->restores);
+		return 0;
+	}
+	if (strcmp(kind, "daemon"))
+		return 0;
+	d->nvme = kvt_record_get_u64(r, "nvme_write_bytes", &d->write_bytes) == 0;
+	kvt_record_get_u64(r, "nvme_writes", &d->writes);
+	kvt_record_get_u64(r, "nvme_read_bytes", &d->read_bytes);
+	kvt_record_get_u64(r, "nvme_reads", &d->reads);
+	kvt_record_get_u64(r, "nvme_in_flight", &d->in_flight);
+	kvt_record_get_u64(r, "nvme_io_errors", &d->io_errors);
+	kvt_record_get_u64(r, "nvme_checksum_errors", &d->checksum_errors);
+	kvt_record_get_u64(r, "nvme_full", &d->full);
+	const char *s = kvt_record_get_str(r, "nvme_engine");
+	snprintf(d->engine, sizeof(d->engine), "%s", s ? s : "?");
+	s = kvt_record_get_str(r, "nvme_engine_reason");
+	snprintf(d->reason, sizeof(d->reason), "%s", s ? s : "");
+	return 0;
+}
+
+static void get_stats(kvt_client *c, uint32_t what, struct dstats *d)
+{
+	memset(d, 0, sizeof(*d));
+	int r = kvt_stats(c, what, stats_record, d);
+	if (r < 0)
+		die("kvt_stats: %s (%s)", strerror(-r), kvt_client_error(c));
+	if (!d->nvme)
+		die("the daemon reports no NVMe tier (nvme_* fields missing from its \"daemon\" record)");
+	if (d->io_errors || d->checksum_errors || d->full)
+		die("the NVMe tier reports %llu I/O errors, %llu checksum errors, %llu times full",
+		    (unsigned long long)d->io_errors, (unsigned long long)d->checksum_errors,
+		    (unsigned long long)d->full);
+}
+
+/* Nothing in flight: a sample starts on an idle tier. */
+static void wait_idle(kvt_client *c, struct dstats *d)
+{
+	uint64_t t0 = now_ns();
+	for (;;) {
+		get_stats(c, KVT_STATS_DAEMON, d);
+		if (d->in_flight == 0)
+			return;
+		if (now_ns() - t0 > WAIT_LIMIT_NS)
+			die("%llu NVMe I/Os still in flight after %llu s",
+			    (unsigned long long)d->in_flight, WAIT_LIMIT_NS / 1000000000ull);
+		sleep_ns(POLL_NS);
+	}
+}
+
+/* ---- fio ------------------------------------------------------------- */
+
+/* The number after "key" : within the text from p on. */
+static bool json_u64(const char *p, const char *key, uint64_t *ret)
+{
+	char pat[64];
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	const char *q = strstr(p, pat);
+	if (!q)
+		return false;
+	q = strchr(q + strlen(pat), ':');
+	if (!q)
+		return false;
+	return sscanf(q + 1, " %llu", (unsigned long long *)ret) == 1;
+}
+
+/* The object "key" : { ... } from p on (not a string value "key"). */
+static const char *json_object(const char *p, const char *key)
+{
+	char pat[64];
+	snprintf(pat, sizeof(pat), "\"%s\"", key);
+	for (const char *q = strstr(p, pat); q; q = strstr(q + 1, pat)) {
+		const char *r = q + strlen(pat);
+		while (*r == ' ' || *r == '\t' || *r == '\n')
+			r++;
+		if (*r++ != ':')
+			continue;
+		while (*r == ' ' || *r == '\t' || *r == '\n')
+			r++;
+		if (*r == '{')
+			return r;
+	}
+	return NULL;
+}
+
+static void fio_err_tail(void)
+{
+	char line[512];
+	FILE *f = fopen(files.fio_err, "re");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fclose(f);
+}
+
+/* One fio job; \return GB/s as fio measured it (bytes over its runtime). */
+static double fio_run(bool write, uint64_t offset, uint64_t bytes)
+{
+	char a_file[200], a_size[64], a_offset[64], a_depth[64], a_rw[32];
+	snprintf(a_file, sizeof(a_file), "--filename=%s", files.fio_file);
+	snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)bytes);
+	snprintf(a_offset, sizeof(a_offset), "--offset=%llu", (unsigned long long)offset);
+	snprintf(a_depth, sizeof(a_depth), "--iodepth=%u", opt.queue_depth);
+	snprintf(a_rw, sizeof(a_rw), "--rw=%s", write ? "write" : "read");
+	/* Registered buffers and files, as the daemon's ring has them, unless
+	 * --fio-plain. */
+	const char *fixed = opt.fio_plain ? "--fixedbufs=0" : "--fixedbufs=1";
+	const char *regf = opt.fio_plain ? "--registerfiles=0" : "--registerfiles=1";
+	char *argv[] = {(char *)opt.fio, "--name=kvt-bench-nvme", a_file, a_size, a_offset,
+			"--bs=2M", a_depth, "--ioengine=io_uring", (char *)fixed, (char *)regf,
+			"--direct=1", a_rw, "--fallocate=native", "--output-format=json", NULL};
+	int pfd[2];
+
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		die("pipe: %s", strerror(errno));
+	fio_pid = fork();
+	if (fio_pid < 0)
+		die("fork: %s", strerror(errno));
+	if (fio_pid == 0) {
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		int efd = open(files.fio_err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		dup2(pfd[1], 1);
+		if (efd >= 0)
+			dup2(efd, 2);
+		execvp(argv[0], argv);
+		fprintf(stderr, "cannot execute %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(pfd[1]);
+	size_t cap = 1 << 16, len = 0;
+	char *out = malloc(cap);
+	if (!out)
+		die("out of memory");
+	for (;;) {
+		if (len + 1 >= cap) {
+			char *n = realloc(out, cap *= 2);
+			if (!n)
+				die("out of memory");
+			out = n;
+		}
+		ssize_t n = read(pfd[0], out + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	out[len] = 0;
+	close(pfd[0]);
+	int status;
+	if (waitpid(fio_pid, &status, 0) != fio_pid)
+		die("waitpid fio: %s", strerror(errno));
+	fio_pid = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fio_err_tail();
+		die("fio (%s) failed with status %d", opt.fio, status);
+	}
+
+	uint64_t io_bytes = 0, runtime_ms = 0, err = 0;
+	const char *jobs = strstr(out, "\"jobs\"");
+	const char *dir = jobs ? json_object(jobs, write ? "write" : "read") : NULL;
+	if (!jobs || !json_u64(jobs, "error", &err) || !dir ||
+	    !json_u64(dir, "io_bytes", &io_bytes) || !json_u64(dir, "runtime", &runtime_ms))
+		die("cannot read fio's JSON output:\n%.2000s", out);
+	free(out);
+	if (err)
+		die("fio reports error %llu", (unsigned long long)err);
+	if (io_bytes != bytes || runtime_ms == 0)
+		die("fio moved %llu bytes in %llu ms, expected %llu bytes",
+		    (unsigned long long)io_bytes, (unsigned long long)runtime_ms,
+		    (unsigned long long)bytes);
+	return (double)io_bytes / ((double)runtime_ms * 1e6);
+}
+
+/* ---- CPU time --------------------------------------------------------- */
+
+/* What one timed sample took: wall time, and CPU time of both processes. */
+struct sample {
+	uint64_t ns;     /* the measured interval */
+	uint64_t aux_ns; /* spill: until the last store returned; engine
+			  * restore: until everything was resident */
+	uint64_t first_ns; /* pipelined restore: the set's first block resident */
+	uint64_t aux_bytes; /* spill: on disk when the last store returned */
+	uint64_t daemon_cpu_ns, bench_cpu_ns;
+};
+
+/* The daemon's CPU time so far: every thread's (the threads engine's
+ * workers too), from schedstat, in nanoseconds. */
+static uint64_t daemon_cpu_ns(void)
+{
+	char path[96], line[128];
+	uint64_t sum = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)daemon_pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/schedstat", (int)daemon_pid,
+			 e->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		unsigned long long ns;
+		if (fgets(line, sizeof(line), f) && sscanf(line, "%llu", &ns) == 1)
+			sum += ns;
+		fclose(f);
+	}
+	closedir(d);
+	return sum;
+}
+
+static uint64_t bench_cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void cpu_begin(struct sample *sm)
+{
+	sm->daemon_cpu_ns = daemon_cpu_ns();
+	sm->bench_cpu_ns = bench_cpu_ns();
+}
+
+static void cpu_end(struct sample *sm)
+{
+	sm->daemon_cpu_ns = daemon_cpu_ns() - sm->daemon_cpu_ns;
+	sm->bench_cpu_ns = bench_cpu_ns() - sm->bench_cpu_ns;
+}
+
+/* ---- sets of blocks -------------------------------------------------- */
+
+struct bench {
+	kvt_client *c;
+	kvt_ns *ns;
+	uint64_t n;        /* blocks per set */
+	uint8_t *src, *dst; /* set_bytes each */
+	const void **srcs;
+	void **dsts;
+	uint8_t *keys[2];  /* two sets' keys: the one spilled, the one restored */
+	uint8_t *states;
+	uint8_t *done; /* pipelined restore: loaded already */
+	uint8_t *batch_keys;
+	void **batch_dsts;
+	int32_t *status;
+	int64_t *pages;
+	/* The context phase: per-layer pages (2, n, 16, heads, head_bytes),
+	 * laid over src and dst. */
+	void *src_layers[LAYERS], *dst_layers[LAYERS];
+	kvt_layout src_layout, dst_layout;
+};
+
+static uint8_t *set_keys(struct bench *b, unsigned set)
+{
+	return b->keys[set % 2];
+}
+
+/* Random keys for set `set` of phase `phase`. */
+static void make_keys(struct bench *b, unsigned phase, unsigned set)
+{
+	uint8_t *keys = set_keys(b, set);
+	for (uint64_t i = 0; i < b->n; i++)
+		for (unsigned w = 0; w < KVT_KEY_BYTES / 8; w++) {
+			uint64_t v = mix(((uint64_t)phase << 56) ^ ((uint64_t)set << 32) ^ (i << 3) ^ w);
+			memcpy(keys + i * KVT_KEY_BYTES + w * 8, &v, 8);
+		}
+}
+
+/* Keys of a context: a token chain, as an engine hashes its prompt. */
+static void make_context_keys(struct bench *b, unsigned ctx)
+{
+	uint64_t n_tokens = b->n * BLOCK_TOKENS;
+	uint32_t *tokens = malloc(n_tokens * sizeof(uint32_t));
+	if (!tokens)
+		die("out of memory");
+	for (uint64_t i = 0; i < n_tokens; i++)
+		tokens[i] = (uint32_t)(mix(((uint64_t)ctx << 40) + i) % 128256);
+	int r = kvt_hash_chain(NULL, tokens, n_tokens, BLOCK_TOKENS, NULL, 0, set_keys(b, ctx),
+			       b->n);
+	if (r != (int)b->n)
+		die("kvt_hash_chain: %d", r);
+	free(tokens);
+}
+
+/*
+ * A stamp (phase, set, block) at both ends of each block (in the context
+ * phase: at the start of each block's page in layer 0, plane 0), so that
+ * bytes of another set cannot pass; the rest of a block is the same
+ * pseudo-random bytes in every set.
+ */
+static void stamp_for(unsigned phase, unsigned set, uint64_t block, uint8_t *out)
+{
+	uint64_t s[2] = {((uint64_t)phase << 32) | set, block ^ 0x57a3ull};
+	memcpy(out, s, STAMP_BYTES);
+}
+
+static void stamp_set(struct bench *b, unsigned phase, unsigned set, bool context)
+{
+	uint8_t st[STAMP_BYTES];
+	for (uint64_t i = 0; i < b->n; i++) {
+		stamp_for(phase, set, i, st);
+		if (context) {
+			memcpy((uint8_t *)b->src_layers[0] + i * PAGE_BYTES, st, STAMP_BYTES);
+		} else {
+			memcpy(b->src + i * BLOCK_BYTES, st, STAMP_BYTES);
+			memcpy(b->src + (i + 1) * BLOCK_BYTES - STAMP_BYTES, st, STAMP_BYTES);
+		}
+	}
+}
+
+/* src carries the stamps of a later set by now: compare around them. */
+static void verify_set(struct bench *b, unsigned phase, unsigned set, bool context)
+{
+	uint8_t st[STAMP_BYTES];
+	for (uint64_t i = 0; i < b->n; i++) {
+		stamp_for(phase, set, i, st);
+		const uint8_t *d, *s;
+		uint64_t len;
+		bool ok;
+		if (context) {
+			d = (const uint8_t *)b->dst_layers[0] + i * PAGE_BYTES;
+			s = (const uint8_t *)b->src_layers[0] + i * PAGE_BYTES;
+			len = PAGE_BYTES;
+			ok = !memcmp(d, st, STAMP_BYTES) &&
+			     !memcmp(d + STAMP_BYTES, s + STAMP_BYTES, len - STAMP_BYTES);
+		} else {
+			d = b->dst + i * BLOCK_BYTES;
+			s = b->src + i * BLOCK_BYTES;
+			len = BLOCK_BYTES;
+			ok = !memcmp(d, st, STAMP_BYTES) &&
+			     !memcmp(d + len - STAMP_BYTES, st, STAMP_BYTES) &&
+			     !memcmp(d + STAMP_BYTES, s + STAMP_BYTES, len - 2 * STAMP_BYTES);
+		}
+		if (!ok)
+			die("set %u, block %llu came back with different bytes", set,
+			    (unsigned long long)i);
+	}
+	if (context) {
+		/* Everything but layer 0's stamped pages: as stored. */
+		uint64_t plane = PAGE_BYTES * b->n;
+		if (memcmp((uint8_t *)b->dst_layers[0] + plane, (uint8_t *)b->src_layers[0] + plane,
+			   plane))
+			die("context %u: layer 0, V came back with different bytes", set);
+		for (unsigned l = 1; l < LAYERS; l++)
+			if (memcmp(b->dst_layers[l], b->src_layers[l], 2 * plane))
+				die("context %u: layer %u came back with different bytes", set, l);
+	}
+}
+
+/*
+ * Spill: store the set (chunks of STORE_CHUNK blocks, as an engine stores
+ * request by request) and wait until the daemon has written every block.
+ * ret->ns: first store to last block on disk; ret->aux_ns: until the last
+ * store returned, when ret->aux_bytes were on disk.
+ */
+static void spill(struct bench *b, unsigned set, bool context, struct sample *ret)
+{
+	const uint8_t *keys = set_keys(b, set);
+	struct dstats d0, d;
+
+	wait_idle(b->c, &d0);
+	uint64_t want = d0.write_bytes + b->n * BLOCK_BYTES;
+	memset(ret, 0, sizeof(*ret));
+	cpu_begin(ret);
+	uint64_t t0 = now_ns();
+	for (uint64_t i = 0; i < b->n; i += STORE_CHUNK) {
+		size_t k = b->n - i < STORE_CHUNK ? (size_t)(b->n - i) : STORE_CHUNK;
+		int r;
+		if (context)
+			r = kvt_store_paged(b->ns, 0, &b->src_layout, keys + i * KVT_KEY_BYTES, k,
+					    b->pages + i, b->status);
+		else
+			r = kvt_store(b->ns, 0, keys + i * KVT_KEY_BYTES, k, b->srcs + i,
+				      b->status);
+		if (r != (int)k)
+			die("kvt_store of %zu blocks stored %d (%s)", k, r, kvt_client_error(b->c));
+		for (size_t j = 0; j < k; j++)
+			if (b->status[j] != 0) /* -EEXIST would mean no copy happened */
+				die("kvt_store: block %llu status %d",
+				    (unsigned long long)(i + j), b->status[j]);
+	}
+	uint64_t t1 = now_ns();
+	bool first = true;
+	for (;;) {
+		get_stats(b->c, KVT_STATS_DAEMON, &d);
+		if (first)
+			ret->aux_bytes = d.write_bytes - d0.write_bytes;
+		first = false;
+		if (d.write_bytes >= want)
+			break;
+		if (now_ns() - t0 > WAIT_LIMIT_NS)
+			die("write-back of set %u: %llu of %llu MiB on disk after %llu s", set,
+			    (unsigned long long)((d.write_bytes - d0.write_bytes) / MIB),
+			    (unsigned long long)(b->n * BLOCK_BYTES / MIB),
+			    WAIT_LIMIT_NS / 1000000000ull);
+		sleep_ns(POLL_NS);
+	}
+	uint64_t t2 = now_ns();
+	cpu_end(ret);
+	if (d.write_bytes != want || d.writes - d0.writes != b->n)
+		die("write-back of set %u: %llu blocks, %llu bytes written, expected %llu blocks",
+		    set, (unsigned long long)(d.writes - d0.writes),
+		    (unsigned long long)(d.write_bytes - d0.write_bytes),
+		    (unsigned long long)b->n);
+	/* Still all there: nothing was dropped for want of a clean victim. */
+	int r = kvt_lookup(b->ns, keys, b->n, 0, b->states);
+	if (r != (int)b->n)
+		die("after spilling set %u: %d of %llu blocks found", set, r,
+		    (unsigned long long)b->n);
+	ret->ns = t2 - t0;
+	ret->aux_ns = t1 - t0;
+}
+
+static void expect_all_on_disk(struct bench *b, unsigned set, int r)
+{
+	if (r != (int)b->n)
+		die("restore of set %u: lookup found %d of %llu blocks", set, r,
+		    (unsigned long long)b->n);
+	uint64_t host = 0;
+	for (uint64_t i = 0; i < b->n; i++)
+		host += b->states[i] == KVT_HOST;
+	if (host)
+		die("restore of set %u: %llu of %llu blocks are still in host memory, so this would not measure NVMe",
+		    set, (unsigned long long)host, (unsigned long long)b->n);
+}
+
+/*
+ * Restore as a pipelined engine would: one lookup of the whole set starts
+ * staging every block; then load whatever has become resident, in any
+ * order, and look up the set again, every POLL_NS while nothing new is
+ * there.  ret->ns: first lookup to last byte loaded; ret->aux_ns: until a
+ * lookup found every block not yet loaded resident; ret->first_ns: until
+ * the set's first block (the head of the prefix) was resident.
+ */
+static void restore_pipelined(struct bench *b, unsigned set, struct sample *ret)
+{
+	const uint8_t *keys = set_keys(b, set);
+	struct dstats d;
+	uint64_t loaded = 0, t_resident = 0, t_first = 0;
+
+	wait_idle(b->c, &d);
+	memset(b->dst, 0xa5, b->n * BLOCK_BYTES);
+	memset(b->done, 0, b->n);
+	memset(ret, 0, sizeof(*ret));
+	cpu_begin(ret);
+	uint64_t t0 = now_ns();
+	int r = kvt_lookup(b->ns, keys, b->n, 0, b->states);
+	expect_all_on_disk(b, set, r);
+	for (;;) {
+		size_t k = 0, waiting = 0;
+		for (uint64_t i = 0; i < b->n; i++) {
+			if (b->done[i])
+				continue;
+			if (b->states[i] != KVT_HOST) {
+				waiting++;
+				continue;
+			}
+			memcpy(b->batch_keys + k * KVT_KEY_BYTES, keys + i * KVT_KEY_BYTES,
+			       KVT_KEY_BYTES);
+			b->batch_dsts[k++] = b->dsts[i];
+			b->done[i] = 1;
+		}
+		if (!t_first && b->done[0])
+			t_first = now_ns();
+		if (!waiting && !t_resident)
+			t_resident = now_ns();
+		if (k) {
+			r = kvt_load(b->ns, 0, b->batch_keys, k, b->batch_dsts, b->status);
+			if (r != (int)k)
+				die("restore of set %u: kvt_load of %zu resident blocks loaded %d", set,
+				    k, r);
+			loaded += k;
+			if (loaded == b->n)
+				break;
+		} else {
+			if (now_ns() - t0 > WAIT_LIMIT_NS)
+				die("restore of set %u: %llu of %llu blocks after %llu s", set,
+				    (unsigned long long)loaded, (unsigned long long)b->n,
+				    WAIT_LIMIT_NS / 1000000000ull);
+			sleep_ns(POLL_NS);
+		}
+		r = kvt_lookup(b->ns, keys, b->n, 0, b->states);
+		if (r != (int)b->n)
+			die("restore of set %u: %d of %llu blocks still found (one failed verification?)",
+			    set, r, (unsigned long long)b->n);
+	}
+	ret->ns = now_ns() - t0;
+	ret->aux_ns = t_resident - t0;
+	ret->first_ns = t_first - t0;
+	cpu_end(ret);
+}
+
+/*
+ * Restore as tests/engine/kvt-engine.c does: look up the whole context
+ * (with TOUCH), ask again every 5 ms while any block is on disk, then one
+ * kvt_load_paged into the engine's pages.  ret->ns: first lookup to last
+ * byte loaded; ret->aux_ns: to the lookup that found everything resident.
+ */
+static void restore_engine(struct bench *b, unsigned ctx, struct sample *ret)
+{
+	const uint8_t *keys = set_keys(b, ctx);
+	struct dstats d;
+
+	wait_idle(b->c, &d);
+	memset(b->dst, 0xa5, b->n * BLOCK_BYTES);
+	memset(ret, 0, sizeof(*ret));
+	cpu_begin(ret);
+	uint64_t t0 = now_ns();
+	int r = kvt_lookup(b->ns, keys, b->n, KVT_LOOKUP_TOUCH, b->states);
+	expect_all_on_disk(b, ctx, r);
+	uint64_t disk = b->n;
+	while (disk) {
+		if (now_ns() - t0 > WAIT_LIMIT_NS)
+			die("context %u: %llu blocks still on disk after %llu s", ctx,
+			    (unsigned long long)disk, WAIT_LIMIT_NS / 1000000000ull);
+		sleep_ns(ENGINE_POLL_NS);
+		r = kvt_lookup(b->ns, keys, b->n, 0, b->states);
+		if (r != (int)b->n)
+			die("context %u: %d of %llu blocks still found (one failed verification?)",
+			    ctx, r, (unsigned long long)b->n);
+		disk = 0;
+		for (uint64_t i = 0; i < b->n; i++)
+			disk += b->states[i] == KVT_DISK;
+	}
+	uint64_t t1 = now_ns();
+	r = kvt_load_paged(b->ns, 0, &b->dst_layout, keys, b->n, b->pages, b->status);
+	if (r != (int)b->n)
+		die("context %u: kvt_load_paged of %llu resident blocks loaded %d", ctx,
+		    (unsigned long long)b->n, r);
+	uint64_t t2 = now_ns();
+	cpu_end(ret);
+	ret->ns = t2 - t0;
+	ret->aux_ns = t1 - t0;
+}
+
+/* Deleting in reverse order hands the set's NVMe slots back so that the
+ * next set is written in ascending offsets again (slots are a stack). */
+static void delete_set(struct bench *b, unsigned set)
+{
+	const uint8_t *keys = set_keys(b, set);
+	for (uint64_t i = b->n; i-- > 0;) {
+		int r = kvt_delete(b->ns, keys + i * KVT_KEY_BYTES, 1);
+		if (r != 1)
+			die("kvt_delete of block %llu of set %u found %d", (unsigned long long)i, set,
+			    r);
+	}
+}
+
+/* ---- the phases ------------------------------------------------------ */
+
+struct pairs {
+	double kv[MAX_PAIRS], fio[MAX_PAIRS], ratio[MAX_PAIRS];
+	double kv_s[MAX_PAIRS], fio_s[MAX_PAIRS];
+	double aux_s[MAX_PAIRS]; /* spill: stores returned; restores: all resident */
+	double first_s[MAX_PAIRS]; /* pipelined restore: first block resident */
+	double aux_mib[MAX_PAIRS]; /* spill: MiB on disk when the stores returned */
+	double dcpu_ms[MAX_PAIRS], bcpu_ms[MAX_PAIRS]; /* CPU: daemon, bench */
+};
+
+struct engine_result {
+	bool ran;
+	char engine[32], reason[192], nvme_line[512], pool[256];
+	struct pairs spill, restore;
+	uint64_t dirty_drops, spills, restores;
+};
+
+struct context_result {
+	bool ran;
+	struct pairs r;
+	uint64_t tokens;
+};
+
+static struct engine_result E[N_ENGINES];
+static struct context_result C;
+
+static void record(struct pairs *p, unsigned i, uint64_t bytes, const struct sample *sm,
+		   double fio_gbs)
+{
+	p->kv[i] = gbs(bytes, sm->ns);
+	p->fio[i] = fio_gbs;
+	p->ratio[i] = p->kv[i] / fio_gbs;
+	p->kv_s[i] = (double)sm->ns / 1e9;
+	p->fio_s[i] = (double)bytes / (fio_gbs * 1e9);
+	p->aux_s[i] = (double)sm->aux_ns / 1e9;
+	p->first_s[i] = (double)sm->first_ns / 1e9;
+	p->aux_mib[i] = (double)sm->aux_bytes / MIB;
+	p->dcpu_ms[i] = (double)sm->daemon_cpu_ns / 1e6;
+	p->bcpu_ms[i] = (double)sm->bench_cpu_ns / 1e6;
+}
+
+static void open_namespace(struct bench *b)
+{
+	kvt_layer_group g = {
+		.n_layers = LAYERS,
+		.attn = KVT_ATTN_MHA,
+		.planes = 2,
+		.kv_heads = KV_HEADS,
+		.head_bytes = HEAD_BYTES,
+		.dtype = 1,
+	};
+	static const uint8_t weights[16] = "bench-weights";
+	kvt_ns_desc desc = {
+		.model = "bench-nvme-llama3-8b",
+		.weights = weights,
+		.weights_len = sizeof(weights),
+		.layer_end = LAYERS,
+		.tp_size = 1,
+		.cp_size = 1,
+		.block_tokens = BLOCK_TOKENS,
+		.n_groups = 1,
+		.groups = &g,
+	};
+	kvt_ns_info info;
+	int r = kvt_ns_open(b->c, &desc, &b->ns);
+	if (r < 0)
+		die("kvt_ns_open: %s (%s)", strerror(-r), kvt_client_error(b->c));
+	r = kvt_ns_get_info(b->ns, &info);
+	if (r < 0)
+		die("kvt_ns_get_info: %s", strerror(-r));
+	if (info.shard_bytes != BLOCK_BYTES || info.shards != 1)
+		die("namespace: %llu bytes in %u shard(s), expected %llu in 1",
+		    (unsigned long long)info.shard_bytes, info.shards,
+		    (unsigned long long)BLOCK_BYTES);
+}
+
+static void connect_daemon(struct bench *b)
+{
+	int r = kvt_client_connect(files.socket, "bench-nvme", &b->c);
+	if (r < 0)
+		die("kvt_client_connect %s: %s (%s)", files.socket, strerror(-r),
+		    kvt_connect_error());
+	open_namespace(b);
+}
+
+static void disconnect_daemon(struct bench *b)
+{
+	kvt_ns_close(b->ns);
+	kvt_client_free(b->c);
+	b->ns = NULL;
+	b->c = NULL;
+}
+
+static void phase_end(struct bench *b, struct engine_result *er)
+{
+	struct dstats d;
+	get_stats(b->c, KVT_STATS_DAEMON | KVT_STATS_NAMESPACES, &d);
+	if (!d.ns_seen)
+		die("the daemon reports no namespace record");
+	if (d.dirty_drops)
+		die("%llu dirty blocks were dropped from host memory: the measurement lost data",
+		    (unsigned long long)d.dirty_drops);
+	if (er) {
+		er->dirty_drops = d.dirty_drops;
+		er->spills = d.spills;
+		er->restores = d.restores;
+	}
+}
+
+/* fio's half of its file for pair i: the halves alternate, as kvtier's two
+ * sets do in the spill file. */
+static uint64_t fio_offset(unsigned i)
+{
+	return (i % 2) * opt.set_bytes;
+}
+
+/*
+ * Spill pairs.  Set 0 is spilled first, untimed (the daemon creates its
+ * extents).  Pair i (i = 0 is a warm-up, not recorded): delete set i-1,
+ * which is on NVMe only by now (no I/O: freeing a slot does not erase
+ * it); spill set i+1, whose stores evict set i from the full pool (it is
+ * clean); fio writes.  Afterwards set P is on NVMe only and set P+1 in host
+ * memory, both on disk, for the restore pairs.
+ */
+static void phase_spill(struct bench *b, int engine)
+{
+	struct engine_result *er = &E[engine];
+	const unsigned phase = 1 + (unsigned)engine;
+	uint64_t bytes = b->n * BLOCK_BYTES;
+	struct sample t;
+
+	make_keys(b, phase, 0);
+	stamp_set(b, phase, 0, false);
+	spill(b, 0, false, &t);
+	progress("  set 0 spilled in %.3f s (%.2f GB/s), untimed", (double)t.ns / 1e9,
+		 gbs(bytes, t.ns));
+	for (unsigned i = 0; i <= opt.pairs; i++) {
+		unsigned k = i + 1;
+		if (k >= 2)
+			delete_set(b, k - 2);
+		make_keys(b, phase, k);
+		stamp_set(b, phase, k, false);
+		spill(b, k, false, &t);
+		double fw = fio_run(true, fio_offset(i), bytes);
+		if (i == 0) {
+			progress("  warm-up pair: spill %.2f GB/s, fio write %.2f GB/s",
+				 gbs(bytes, t.ns), fw);
+			continue;
+		}
+		record(&er->spill, i - 1, bytes, &t, fw);
+		progress("  %s spill pair %u/%u: kvtier %.2f GB/s (%.3f s, stores done at %.3f s with %.0f MiB on disk; CPU daemon %.0f ms, bench %.0f ms), fio write %.2f GB/s: %.3f",
+			 engine_conf[engine], i, opt.pairs, er->spill.kv[i - 1], er->spill.kv_s[i - 1],
+			 er->spill.aux_s[i - 1], er->spill.aux_mib[i - 1], er->spill.dcpu_ms[i - 1],
+			 er->spill.bcpu_ms[i - 1], fw,
+			 er->spill.ratio[i - 1]);
+	}
+}
+
+/*
+ * Restore pairs, on the two sets the spill pairs left: restoring one
+ * needs the whole pool and evicts the other (clean, so it stays on disk),
+ * so they take turns and nothing is written meanwhile.  Pair i (i = 0 is
+ * a warm-up): restore, fio read, check every byte.
+ */
+static void phase_restore(struct bench *b, int engine)
+{
+	struct engine_result *er = &E[engine];
+	const unsigned phase = 1 + (unsigned)engine;
+	uint64_t bytes = b->n * BLOCK_BYTES;
+	unsigned last = opt.pairs + 1; /* the set in host memory */
+
+	for (unsigned i = 0; i <= opt.pairs; i++) {
+		unsigned set = i % 2 ? last : last - 1;
+		struct sample t;
+		restore_pipelined(b, set, &t);
+		double fr = fio_run(false, fio_offset(i + 1), bytes);
+		verify_set(b, phase, set, false);
+		if (i == 0) {
+			progress("  warm-up pair: restore %.2f GB/s, fio read %.2f GB/s",
+				 gbs(bytes, t.ns), fr);
+			continue;
+		}
+		record(&er->restore, i - 1, bytes, &t, fr);
+		progress("  %s restore pair %u/%u: kvtier %.2f GB/s (%.3f s, first block resident at %.3f s, all at %.3f s; CPU daemon %.0f ms, bench %.0f ms), fio read %.2f GB/s: %.3f",
+			 engine_conf[engine], i, opt.pairs, er->restore.kv[i - 1],
+			 er->restore.kv_s[i - 1], er->restore.first_s[i - 1], er->restore.aux_s[i - 1],
+			 er->restore.dcpu_ms[i - 1],
+			 er->restore.bcpu_ms[i - 1], fr, er->restore.ratio[i - 1]);
+	}
+	delete_set(b, last - 1);
+	delete_set(b, last);
+	phase_end(b, er);
+	er->ran = true;
+}
+
+/*
+ * Context pairs: two contexts are stored (untimed; the second evicts the
+ * first) and then take turns as in the restore pairs.  Pair i (i = 0 is a
+ * warm-up): restore a context as kvt-engine does, fio read, check.
+ */
+static void phase_context(struct bench *b)
+{
+	const unsigned phase = 9;
+	uint64_t bytes = b->n * BLOCK_BYTES;
+	struct sample t;
+
+	C.tokens = b->n * BLOCK_TOKENS;
+	for (unsigned ctx = 0; ctx < 2; ctx++) {
+		make_context_keys(b, ctx);
+		stamp_set(b, phase, ctx, true);
+		spill(b, ctx, true, &t);
+	}
+	for (unsigned i = 0; i <= opt.pairs; i++) {
+		unsigned ctx = i % 2;
+		struct sample tr;
+		restore_engine(b, ctx, &tr);
+		double fr = fio_run(false, fio_offset(i + 1), bytes);
+		verify_set(b, phase, ctx, true);
+		if (i == 0) {
+			progress("  warm-up pair: context restored in %.3f s (%.2f GB/s), fio read %.2f GB/s",
+				 (double)tr.ns / 1e9, gbs(bytes, tr.ns), fr);
+			continue;
+		}
+		record(&C.r, i - 1, bytes, &tr, fr);
+		progress("  context pair %u/%u: %llu tokens in %.3f s (%.2f GB/s; all resident at %.3f s; CPU daemon %.0f ms, bench %.0f ms), fio read %.3f s (%.2f GB/s): %.3f",
+			 i, opt.pairs, (unsigned long long)C.tokens, C.r.kv_s[i - 1], C.r.kv[i - 1],
+			 C.r.aux_s[i - 1], C.r.dcpu_ms[i - 1], C.r.bcpu_ms[i - 1], C.r.fio_s[i - 1], fr,
+			 C.r.ratio[i - 1]);
+	}
+	delete_set(b, 0);
+	delete_set(b, 1);
+	phase_end(b, NULL);
+	C.ran = true;
+}
+
+static void bench_setup(struct bench *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->n = blocks_per_set();
+	b->src = alloc_populated(opt.set_bytes);
+	b->dst = alloc_populated(opt.set_bytes);
+	b->srcs = calloc(b->n, sizeof(*b->srcs));
+	b->dsts = calloc(b->n, sizeof(*b->dsts));
+	b->keys[0] = calloc(b->n, KVT_KEY_BYTES);
+	b->keys[1] = calloc(b->n, KVT_KEY_BYTES);
+	b->states = calloc(b->n, 1);
+	b->done = calloc(b->n, 1);
+	b->batch_keys = calloc(b->n, KVT_KEY_BYTES);
+	b->batch_dsts = calloc(b->n, sizeof(*b->batch_dsts));
+	b->status = calloc(b->n, sizeof(*b->status));
+	b->pages = calloc(b->n, sizeof(*b->pages));
+	if (!b->srcs || !b->dsts || !b->keys[0] || !b->keys[1] || !b->states || !b->status ||
+	    !b->pages || !b->done || !b->batch_keys || !b->batch_dsts)
+		die("out of memory");
+	for (uint64_t i = 0; i < b->n; i++) {
+		b->srcs[i] = b->src + i * BLOCK_BYTES;
+		b->dsts[i] = b->dst + i * BLOCK_BYTES;
+		b->pages[i] = (int64_t)i;
+	}
+	/* Every block different; the stamps make every set different. */
+	for (uint64_t i = 0; i < b->n; i++)
+		fill_random(b->src + i * BLOCK_BYTES, BLOCK_BYTES, mix(i + 1));
+
+	/* vLLM's per-layer (2, pages, 16, heads, head_bytes), one page per
+	 * block, laid over the same memory. */
+	uint64_t layer_bytes = 2 * PAGE_BYTES * b->n;
+	for (unsigned l = 0; l < LAYERS; l++) {
+		b->src_layers[l] = b->src + l * layer_bytes;
+		b->dst_layers[l] = b->dst + l * layer_bytes;
+	}
+	kvt_layout lay = {
+		.n_layers = LAYERS,
+		.planes = 2,
+		.heads = KV_HEADS,
+		.head_bytes = HEAD_BYTES,
+		.page_tokens = BLOCK_TOKENS,
+		.index_kind = KVT_INDEX_PAGE,
+		.stride_plane = (int64_t)(PAGE_BYTES * b->n),
+		.stride_page = (int64_t)PAGE_BYTES,
+		.stride_token = (int64_t)KV_HEADS * HEAD_BYTES,
+		.stride_head = HEAD_BYTES,
+	};
+	b->src_layout = lay;
+	b->src_layout.layer_base = b->src_layers;
+	b->dst_layout = lay;
+	b->dst_layout.layer_base = b->dst_layers;
+}
+
+/* ---- output ---------------------------------------------------------- */
+
+struct machine {
+	char kernel[160];
+	long cpus;
+	char fs[128];
+};
+
+static struct machine M;
+
+static const char *verdict(bool met)
+{
+	return met ? "met" : "NOT met";
+}
+
+#define ROW "%-36s %-22s %-24s %-22s %s\n"
+
+static void print_pairs_row(FILE *out, const char *name, const struct pairs *p, const char *limit,
+			    double target)
+{
+	unsigned n = opt.pairs;
+	char a[48], l[48], r[48], t[48];
+	double ratio = median(p->ratio, n);
+	snprintf(a, sizeof(a), "%.2f GB/s", median(p->kv, n));
+	snprintf(l, sizeof(l), "%.2f GB/s %s", median(p->fio, n), limit);
+	snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(p->ratio, n), vmax(p->ratio, n));
+	if (target > 0)
+		snprintf(t, sizeof(t), ">= %.2fx: %s", target, verdict(ratio >= target));
+	else
+		snprintf(t, sizeof(t), "-");
+	fprintf(out, ROW, name, a, l, r, t);
+}
+
+/* A line of detail under a row, medians over the pairs. */
+static void detail(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void detail(FILE *out, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(out, "%-36s ", "");
+	vfprintf(out, fmt, ap);
+	fprintf(out, "\n");
+	va_end(ap);
+}
+
+static void print_table(FILE *out)
+{
+	unsigned n = opt.pairs;
+	double set_mib = (double)opt.set_bytes / MIB;
+
+	fprintf(out, "\nkvtier NVMe tier: %u pairs, contenders alternating; ratio = median of the pairwise ratios [min..max]; absolute figures are medians\n",
+		n);
+	fprintf(out, "machine: %s, %ld CPUs; files: %s (%s); set %.0f MiB = %llu blocks of 2 MiB; queue depth %u; fio %s\n",
+		M.kernel, M.cpus, M.fs, opt.dir, set_mib, (unsigned long long)blocks_per_set(),
+		opt.queue_depth, opt.fio_plain ? "without registered buffers" : "with registered buffers and files");
+	for (int e = 0; e < N_ENGINES; e++)
+		if (E[e].ran)
+			fprintf(out, "kvtierd, engine %s: %s\n", engine_conf[e], E[e].nvme_line);
+	fprintf(out, "\n");
+	fprintf(out, ROW, "", "kvtier", "fio (same run)", "ratio", "target");
+	for (int e = 0; e < N_ENGINES; e++) {
+		char name[64];
+		const struct pairs *sp = &E[e].spill, *rs = &E[e].restore;
+		if (!E[e].ran)
+			continue;
+		snprintf(name, sizeof(name), "spill (write), %s", engine_conf[e]);
+		print_pairs_row(out, name, sp, "write", TARGET_SPILL);
+		detail(out, "%.0f ms (fio %.0f); stores returned at %.0f ms with %.0f MiB on disk; CPU: kvtierd %.0f ms, client %.0f ms",
+		       1000 * median(sp->kv_s, n), 1000 * median(sp->fio_s, n),
+		       1000 * median(sp->aux_s, n), median(sp->aux_mib, n), median(sp->dcpu_ms, n),
+		       median(sp->bcpu_ms, n));
+		snprintf(name, sizeof(name), "restore (read), %s", engine_conf[e]);
+		print_pairs_row(out, name, rs, "read", TARGET_RESTORE);
+		detail(out, "%.0f ms (fio %.0f); all resident at %.0f ms, block 0 at %.0f ms; CPU: kvtierd %.0f ms, client %.0f ms",
+		       1000 * median(rs->kv_s, n), 1000 * median(rs->fio_s, n),
+		       1000 * median(rs->aux_s, n), 1000 * median(rs->first_s, n),
+		       median(rs->dcpu_ms, n), median(rs->bcpu_ms, n));
+	}
+	if (C.ran) {
+		char name[64], a[48], l[48];
+		snprintf(name, sizeof(name), "context %llu tokens, io_uring", (unsigned long long)C.tokens);
+		print_pairs_row(out, name, &C.r, "read", 0);
+		detail(out, "%.3f s (fio %.3f s); all resident at %.3f s; CPU: kvtierd %.0f ms, client %.0f ms",
+		       median(C.r.kv_s, n), median(C.r.fio_s, n), median(C.r.aux_s, n),
+		       median(C.r.dcpu_ms, n), median(C.r.bcpu_ms, n));
+		double bytes128 = (double)(CONTEXT_128K * TOKEN_BYTES);
+		snprintf(name, sizeof(name), "context 131072 tokens (16 GiB)");
+		snprintf(a, sizeof(a), "%.1f s extrapolated", bytes128 / (median(C.r.kv, n) * 1e9));
+		snprintf(l, sizeof(l), "%.1f s extrapolated", bytes128 / (median(C.r.fio, n) * 1e9));
+		fprintf(out, ROW, name, a, l, "", "not measured");
+	}
+}
+
+static void json_string(const char *s)
+{
+	putchar('"');
+	for (; *s; s++)
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s >= 0x20)
+			putchar(*s);
+	putchar('"');
+}
+
+static void json_pairs(const char *key, const struct pairs *p, double target, const char *aux,
+		       bool first)
+{
+	unsigned n = opt.pairs;
+	printf(",\"%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,"
+	       "\"kvtier_gbs\":%.3f,\"fio_gbs\":%.3f,\"kvtier_s\":%.4f,\"fio_s\":%.4f",
+	       key, median(p->ratio, n), vmin(p->ratio, n), vmax(p->ratio, n), median(p->kv, n),
+	       median(p->fio, n), median(p->kv_s, n), median(p->fio_s, n));
+	printf(",\"%s\":%.4f,\"kvtierd_cpu_ms\":%.1f,\"client_cpu_ms\":%.1f", aux,
+	       median(p->aux_s, n), median(p->dcpu_ms, n), median(p->bcpu_ms, n));
+	if (first)
+		printf(",\"first_block_resident_s\":%.4f", median(p->first_s, n));
+	if (target > 0)
+		printf(",\"target_min_ratio\":%.2f", target);
+	printf("}");
+}
+
+static void print_json(void)
+{
+	printf("{\"bench\":\"bench-nvme\",\"kernel\":");
+	json_string(M.kernel);
+	printf(",\"cpus\":%ld,\"fs\":", M.cpus);
+	json_string(M.fs);
+	printf(",\"dir\":");
+	json_string(opt.dir);
+	printf(",\"pairs\":%u,\"set_bytes\":%llu,\"block_bytes\":%llu,\"queue_depth\":%u,"
+	       "\"fio_registered\":%s",
+	       opt.pairs, (unsigned long long)opt.set_bytes, (unsigned long long)BLOCK_BYTES,
+	       opt.queue_depth, opt.fio_plain ? "false" : "true");
+	for (int e = 0; e < N_ENGINES; e++) {
+		char key[64];
+		if (!E[e].ran)
+			continue;
+		printf(",\"engine_%s\":", engine_conf[e]);
+		json_string(E[e].nvme_line);
+		snprintf(key, sizeof(key), "spill_%s", engine_conf[e]);
+		json_pairs(key, &E[e].spill, TARGET_SPILL, "stores_done_s", false);
+		printf(",\"spill_%s_on_disk_at_stores_done_mib\":%.0f", engine_conf[e],
+		       median(E[e].spill.aux_mib, opt.pairs));
+		snprintf(key, sizeof(key), "restore_%s", engine_conf[e]);
+		json_pairs(key, &E[e].restore, TARGET_RESTORE, "resident_s", true);
+	}
+	if (C.ran) {
+		unsigned n = opt.pairs;
+		double bytes128 = (double)(CONTEXT_128K * TOKEN_BYTES);
+		printf(",\"context_tokens\":%llu", (unsigned long long)C.tokens);
+		json_pairs("context", &C.r, 0, "resident_s", false);
+		printf(",\"context_128k_s_extrapolated\":%.2f,"
+		       "\"context_128k_fio_s_extrapolated\":%.2f",
+		       bytes128 / (median(C.r.kv, n) * 1e9),
+		       bytes128 / (median(C.r.fio, n) * 1e9));
+	}
+	printf("}\n");
+}
+
+/* ---- main ------------------------------------------------------------ */
+
+static void help(void)
+{
+	printf("Usage: bench-nvme [OPTIONS] [KVTIERD]\n"
+	       "\n"
+	       "Measure kvtier's NVMe tier end to end against a kvtierd it starts\n"
+	       "itself (KVTIERD, else $KVTIERD, else kvtierd from PATH) and fio ($FIO,\n"
+	       "else fio from PATH) on the same file system: spill and restore\n"
+	       "throughput with the io_uring and the threads engine, and an engine's\n"
+	       "restore of a Llama-3-8B context.  Contenders alternate; the medians of\n"
+	       "the pairwise ratios are reported.  Progress goes to stderr.\n"
+	       "\n"
+	       "Options:\n"
+	       "  -p, --pairs N        pairs of samples per comparison (>= 5, default %u)\n"
+	       "  -m, --mib N          MiB per set, also the host pool (multiple of 64,\n"
+	       "                       128..16384, default %llu = %llu tokens)\n"
+	       "  -q, --queue-depth N  the daemon's [nvme] queue_depth and fio's iodepth\n"
+	       "                       (default %u)\n"
+	       "  -e, --engine NAME    io_uring, threads or both (default both)\n"
+	       "      --no-context     skip the context restore\n"
+	       "      --fio-plain      fio without registered buffers and files\n"
+	       "                       (--fixedbufs=0 --registerfiles=0)\n"
+	       "  -d, --dir DIR        where the spill file and fio's file go (default\n"
+	       "                       %s; must be a disk, not tmpfs)\n"
+	       "  -j, --json           print one JSON line on stdout (the table goes to\n"
+	       "                       stderr)\n"
+	       "  -h, --help           show this help\n",
+	       opt.pairs, (unsigned long long)(opt.set_bytes / MIB),
+	       (unsigned long long)(opt.set_bytes / TOKEN_BYTES), opt.queue_depth, opt.dir);
+}
+
+static unsigned parse_uint(const char *s, unsigned lo, unsigned hi, const char *what)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
+		fprintf(stderr, "bench-nvme: %s must be a whole number in %u..%u, not '%s'\n", what,
+			lo, hi, s);
+		exit(2);
+	}
+	return (unsigned)v;
+}
+
+/* fio on PATH (or as named)? */
+static bool have_program(const char *name)
+{
+	if (strchr(name, '/'))
+		return access(name, X_OK) == 0;
+	const char *path = getenv("PATH");
+	char buf[4096], full[4200];
+	snprintf(buf, sizeof(buf), "%s", path ? path : "/usr/bin:/bin");
+	for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		snprintf(full, sizeof(full), "%s/%s", d, name);
+		if (access(full, X_OK) == 0)
+			return true;
+	}
+	return false;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"pairs", required_argument, NULL, 'p'},
+		{"mib", required_argument, NULL, 'm'},
+		{"queue-depth", required_argument, NULL, 'q'},
+		{"engine", required_argument, NULL, 'e'},
+		{"no-context", no_argument, NULL, 'C'},
+		{"fio-plain", no_argument, NULL, 'P'},
+		{"dir", required_argument, NULL, 'd'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{},
+	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "p:m:q:e:d:jh", opts, NULL)) >= 0) {
+		switch (ch) {
+		case 'p': opt.pairs = parse_uint(optarg, 5, MAX_PAIRS - 1, "--pairs"); break;
+		case 'm':
+			opt.set_bytes = parse_uint(optarg, 128, 16384, "--mib") * MIB;
+			if (opt.set_bytes % (64 * MIB)) {
+				fprintf(stderr, "bench-nvme: --mib must be a multiple of 64\n");
+				return 2;
+			}
+			break;
+		case 'q': opt.queue_depth = parse_uint(optarg, 1, 4096, "--queue-depth"); break;
+		case 'e':
+			if (!strcmp(optarg, "both")) {
+				opt.engine[ENG_URING] = opt.engine[ENG_THREADS] = true;
+			} else if (!strcmp(optarg, "io_uring") || !strcmp(optarg, "threads")) {
+				opt.engine[ENG_URING] = !strcmp(optarg, "io_uring");
+				opt.engine[ENG_THREADS] = !opt.engine[ENG_URING];
+			} else {
+				fprintf(stderr, "bench-nvme: --engine must be io_uring, threads or both\n");
+				return 2;
+			}
+			break;
+		case 'C': opt.context = false; break;
+		case 'P': opt.fio_plain = true; break;
+		case 'd': opt.dir = optarg; break;
+		case 'j': opt.json = true; break;
+		case 'h': help(); return 0;
+		default:
+			fprintf(stderr, "Try 'bench-nvme --help'.\n");
+			return 2;
+		}
+	}
+	if (argc - optind > 1) {
+		fprintf(stderr, "bench-nvme: one daemon path at most; try 'bench-nvme --help'.\n");
+		return 2;
+	}
+	if (strlen(opt.dir) > 60) {
+		fprintf(stderr, "bench-nvme: --dir is too long for a socket path (at most 60 bytes)\n");
+		return 2;
+	}
+	const char *kvtierd = optind < argc ? argv[optind] : getenv("KVTIERD");
+	if (!kvtierd || !*kvtierd)
+		kvtierd = "kvtierd";
+	if (strchr(kvtierd, '/') && access(kvtierd, X_OK) < 0) {
+		printf("bench-nvme: skipped: cannot execute %s: %s\n", kvtierd, strerror(errno));
+		return 77;
+	}
+	if (getenv("FIO") && *getenv("FIO"))
+		opt.fio = getenv("FIO");
+	if (!have_program(opt.fio)) {
+		printf("bench-nvme: skipped: fio (%s) not found; install it (apt-get install fio) or set FIO\n",
+		       opt.fio);
+		return 77;
+	}
+	/* The context phase runs on the io_uring daemon. */
+	if (!opt.engine[ENG_URING])
+		opt.context = false;
+
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct utsname u;
+	uname(&u);
+	snprintf(M.kernel, sizeof(M.kernel), "%s %s", u.sysname, u.release);
+	M.cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	describe_fs(opt.dir, M.fs, sizeof(M.fs));
+
+	uint64_t cap = spill_capacity();
+	struct statvfs vfs;
+	if (statvfs(opt.dir, &vfs) < 0) {
+		fprintf(stderr, "bench-nvme: %s: %s\n", opt.dir, strerror(errno));
+		return 1;
+	}
+	if ((uint64_t)vfs.f_bavail * vfs.f_frsize < 2 * cap + 256 * MIB) {
+		printf("bench-nvme: skipped: %s has %llu MiB free; two files of %llu MiB are needed\n",
+		       opt.dir, (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize / MIB),
+		       (unsigned long long)(cap / MIB));
+		return 77;
+	}
+
+	snprintf(files.dir, sizeof(files.dir), "%.60s/kvt-bench-nvme-XXXXXX", opt.dir);
+	if (!mkdtemp(files.dir)) {
+		fprintf(stderr, "bench-nvme: mkdtemp in %s: %s\n", opt.dir, strerror(errno));
+		return 1;
+	}
+	snprintf(files.socket, sizeof(files.socket), "%.90s/kvtierd.sock", files.dir);
+	snprintf(files.config, sizeof(files.config), "%s/kvtierd.conf", files.dir);
+	snprintf(files.log, sizeof(files.log), "%s/kvtierd.log", files.dir);
+	snprintf(files.spill, sizeof(files.spill), "%s/spill.kvt", files.dir);
+	snprintf(files.fio_file, sizeof(files.fio_file), "%s/fio.dat", files.dir);
+	snprintf(files.fio_err, sizeof(files.fio_err), "%s/fio.err", files.dir);
+
+	static struct bench b;
+	bench_setup(&b);
+	uint64_t t0 = now_ns();
+
+	progress("files in %s (%s); two files of %llu MiB; sets of %llu MiB (%llu blocks), pool the same; %u pairs",
+		 files.dir, M.fs, (unsigned long long)(cap / MIB),
+		 (unsigned long long)(opt.set_bytes / MIB), (unsigned long long)b.n, opt.pairs);
+	progress("preallocating and writing fio's file once");
+	prewrite(files.fio_file, cap, false);
+
+	for (int e = 0; e < N_ENGINES; e++) {
+		if (!opt.engine[e])
+			continue;
+		/* A fresh spill file for every daemon: no recovered blocks. */
+		unlink(files.spill);
+		progress("engine %s: preallocating and writing the spill file once", engine_conf[e]);
+		prewrite(files.spill, cap, true);
+		daemon_start(kvtierd, e);
+		connect_daemon(&b);
+		struct dstats d;
+		get_stats(b.c, KVT_STATS_DAEMON, &d);
+		snprintf(E[e].engine, sizeof(E[e].engine), "%s", d.engine);
+		snprintf(E[e].reason, sizeof(E[e].reason), "%s", d.reason);
+		daemon_log_line("NVMe tier: ", E[e].nvme_line, sizeof(E[e].nvme_line));
+		daemon_log_line("Host pool: ", E[e].pool, sizeof(E[e].pool));
+		progress("kvtierd pid %d, engine %s; NVMe tier: %s", (int)daemon_pid, d.engine,
+			 E[e].nvme_line);
+		progress("host pool: %s", E[e].pool);
+		if (strcmp(d.engine, engine_conf[e]))
+			die("asked for engine %s, the daemon runs %s", engine_conf[e], d.engine);
+		progress("engine %s: spill vs fio write, %u pairs (+1 warm-up) of %llu MiB",
+			 engine_conf[e], opt.pairs, (unsigned long long)(opt.set_bytes / MIB));
+		phase_spill(&b, e);
+		progress("engine %s: restore vs fio read, %u pairs (+1 warm-up)", engine_conf[e],
+			 opt.pairs);
+		phase_restore(&b, e);
+		if (e == ENG_URING && opt.context) {
+			progress("context: %llu tokens restored as kvt-engine does vs fio read, %u pairs (+1 warm-up)",
+				 (unsigned long long)(b.n * BLOCK_TOKENS), opt.pairs);
+			phase_context(&b);
+		}
+		disconnect_daemon(&b);
+		daemon_stop();
+	}
+	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
+	files_cleanup();
+
+	if (opt.json) {
+		print_table(stderr);
+		print_json();
+	} else {
+		print_table(stdout);
+	}
+	return 0;
+}
