@@ -178,6 +178,9 @@ static int on_kick(sd_event_source *src, void *userdata)
 	struct nvme *n = userdata;
 	struct store *s = n->store;
 	unsigned limit = n->config->nvme_queue_depth / 2 ? n->config->nvme_queue_depth / 2 : 1;
+	/* A few blocks a turn: their writes go out at the end of this turn
+	 * while the next ones are hashed, and clients are answered between. */
+	unsigned budget = 4, started = 0;
 
 	/* The pool as a whole counts too: tenants share it, and one can fill
 	 * it before reaching its own watermark. */
@@ -198,9 +201,16 @@ static int on_kick(sd_event_source *src, void *userdata)
 			while (node && node != &lru->head && t->dirty > low && n->ops < limit) {
 				struct evict_node *prev = node->prev;
 				struct block *b = (struct block *)((char *)node - offsetof(struct block, lru));
-				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !b->disk &&
-				    writeback_one(n, b) < 0)
-					break;
+				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !b->disk) {
+					int r = writeback_one(n, b);
+					if (r < 0)
+						break;
+					if (r > 0 && ++started >= budget) {
+						/* More next turn. */
+						sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
+						return 0;
+					}
+				}
 				node = prev;
 			}
 		}

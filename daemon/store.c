@@ -539,8 +539,6 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 			st = KVT_STATE_DISK;
 			ns->c.hits++;
 			ns->c.disk_hits++;
-			if (!b->extent && s->nvme)
-				nvme_stage(s->nvme, b);
 		} else if (b && b->state == BLOCK_RESIDENT) {
 			st = KVT_STATE_HOST;
 			ns->c.hits++;
@@ -558,6 +556,14 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 		if (ret_states[i] != KVT_STATE_HOST && ret_states[i] != KVT_STATE_DISK)
 			break;
 		leading++;
+	}
+	/* Staging in chain order: the head of a prefix is needed first. */
+	for (uint32_t i = 0; s->nvme && i < n; i++) {
+		if (ret_states[i] != KVT_STATE_DISK)
+			continue;
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (b && !b->extent)
+			nvme_stage(s->nvme, b);
 	}
 	return leading;
 }
