@@ -12,7 +12,10 @@
 #include "spill.h"
 #include "store.h"
 
+struct op;
+
 struct nvme {
+	struct op *ops_list; /* every op in flight, freed at shutdown */
 	struct store *store;
 	const struct config *config;
 	sd_event *event;
@@ -40,7 +43,31 @@ struct op {
 	unsigned pending;
 	int error;
 	bool region_written;
+	struct op *prev, *next; /* nvme.ops_list */
 };
+
+/* A zeroed slot header: written over a dropped block's, so that a restart
+ * does not bring back what was deleted. */
+static uint8_t *zero_header;
+
+static void op_track(struct nvme *n, struct op *op)
+{
+	op->next = n->ops_list;
+	if (n->ops_list)
+		n->ops_list->prev = op;
+	n->ops_list = op;
+}
+
+static void op_untrack(struct nvme *n, struct op *op)
+{
+	if (op->prev)
+		op->prev->next = op->next;
+	else if (n->ops_list == op)
+		n->ops_list = op->next;
+	if (op->next)
+		op->next->prev = op->prev;
+	op->prev = op->next = NULL;
+}
 
 static uint8_t *slot_memory(const struct block *b)
 {
@@ -49,6 +76,8 @@ static uint8_t *slot_memory(const struct block *b)
 
 static void op_free(struct op *op)
 {
+	if (op->n)
+		op_untrack(op->n, op);
 	free(op->hbuf);
 	free(op);
 }
@@ -106,6 +135,8 @@ static int writeback_one(struct nvme *n, struct block *b)
 		/* Full: the namespace's least recently used NVMe copy makes
 		 * room (a region of this namespace gets a free slot). */
 		n->st.disk_full++;
+		/* The freed slot is reusable once its header is erased; the
+		 * erasure's completion kicks write-back again. */
 		if (store_nvme_evict(n->store, ns) == 0)
 			bound = spill_region_find(n->spill, ns->tenant->name, ns->identity,
 						  ns->identity_len, b->extent->slot_bytes, &r);
@@ -137,6 +168,7 @@ static int writeback_one(struct nvme *n, struct block *b)
 	}
 	struct spill_slot_header h;
 	op->n = n;
+	op_track(n, op);
 	op->b = b;
 	op->write = true;
 	op->region = r;
@@ -288,6 +320,7 @@ void nvme_stage(struct nvme *n, struct block *b)
 	}
 	b->io = BLOCK_IO_READ;
 	op->n = n;
+	op_track(n, op);
 	op->b = b;
 	int file = n->file_io[b->disk->file->number];
 	uint64_t off = spill_slot_offset(b->disk, b->disk_slot);
@@ -300,6 +333,43 @@ void nvme_stage(struct nvme *n, struct block *b)
 	n->ops++;
 	io_submit(n->io, &op->hdr);
 	io_submit(n->io, &op->data);
+}
+
+static void erase_done(struct io_req *req, int result, void *userdata)
+{
+	struct op *op = userdata;
+	struct nvme *n = op->n;
+
+	n->ops--;
+	if (result < 0)
+		io_failed(n, op->region, result);
+	/* Reusable only now: a new header must not race the zeros.  A
+	 * write-back may have been waiting for this room. */
+	spill_slot_free(op->region, op->slot);
+	op_free(op);
+	nvme_kick(n);
+}
+
+void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot)
+{
+	struct op *op = NULL;
+
+	if (n && !r->file->error && zero_header)
+		op = calloc(1, sizeof(*op));
+	if (!op) {
+		spill_slot_free(r, slot);
+		return;
+	}
+	op->n = n;
+	op_track(n, op);
+	op->region = r;
+	op->slot = slot;
+	op->hdr = (struct io_req){.file = n->file_io[r->file->number],
+				  .offset = spill_slot_offset(r, slot), .buf = zero_header,
+				  .len = SPILL_SLOT_HEADER_BYTES, .write = true,
+				  .done = erase_done, .userdata = op};
+	n->ops++;
+	io_submit(n->io, &op->hdr);
 }
 
 void nvme_extent_added(struct nvme *n, struct extent *e)
@@ -329,6 +399,8 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 	n->store = s;
 	n->config = c;
 	n->event = event;
+	if (!zero_header)
+		zero_header = spill_buf_alloc(SPILL_SLOT_HEADER_BYTES);
 	for (uint32_t i = 0; i < c->n_spills; i++)
 		conf[i] = (struct spill_file_conf){c->spills[i].path, c->spills[i].capacity};
 	r = spill_open(conf, c->n_spills, &n->spill);
@@ -386,8 +458,15 @@ void nvme_free(struct nvme *n)
 	if (!n)
 		return;
 	sd_event_source_disable_unref(n->kick);
-	/* Waits for I/O in flight: its buffers are pool and op memory. */
+	/* Waits for I/O in flight: its buffers are pool and op memory.  Their
+	 * callbacks do not run, so the ops are freed here. */
 	io_engine_free(n->io);
+	while (n->ops_list) {
+		struct op *op = n->ops_list;
+		if (op->b)
+			op->b->io = BLOCK_IO_NONE;
+		op_free(op);
+	}
 	spill_free(n->spill);
 	free(n->file_io);
 	free(n);

@@ -18,6 +18,7 @@ struct nvme;
 struct store;
 struct block;
 struct extent;
+struct spill_region;
 
 struct nvme_stats {
 	uint64_t capacity, used, blocks;
@@ -37,6 +38,10 @@ void nvme_free(struct nvme *n);
 void nvme_extent_added(struct nvme *n, struct extent *e);
 /* Host usage changed: write back if above the high watermark. */
 void nvme_kick(struct nvme *n);
+/* Give up an NVMe slot durably: its header is zeroed before the slot can
+ * be reused, so a restart does not recover what was dropped.  n may be
+ * NULL (no tier running: the slot is just freed). */
+void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot);
 /* Bring a block that is only on NVMe back into host memory. */
 void nvme_stage(struct nvme *n, struct block *b);
 void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret);

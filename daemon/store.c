@@ -287,7 +287,7 @@ static void block_maybe_free(struct block *b)
 	host_slot_release(b);
 	if (b->disk) {
 		evict_lru_remove(&b->ns->disk_lru, &b->disk_lru);
-		spill_slot_free(b->disk, b->disk_slot);
+		nvme_slot_drop(b->ns->tenant->store->nvme, b->disk, b->disk_slot);
 	}
 	free(b);
 }
@@ -311,7 +311,7 @@ int store_nvme_evict(struct store *s, struct ns *ns)
 		evict_lru_remove(&ns->disk_lru, &b->disk_lru);
 		if (b->extent) {
 			/* Still in host memory: only the NVMe copy goes. */
-			spill_slot_free(b->disk, b->disk_slot);
+			nvme_slot_drop(s->nvme, b->disk, b->disk_slot);
 			b->disk = NULL;
 			if (b->clean) {
 				b->clean = false;

@@ -100,6 +100,23 @@ int main(void)
 	CHECK(run(&d, "2", "1600", "100", false) == 0, "B after restart");
 	CHECK(run(&d, "2", "1600", "100", false) == 0, "another client, the same prefix");
 
+	/* 2b. Deleted blocks stay deleted across a restart: their slot
+	 * headers are erased before the slots are reused. */
+	kvt_client *c = client_connect(&d, "deleter");
+	kvt_ns *ns = engine_ns(c, "tiny", 1);
+	static uint8_t keys[100 * 32];
+	CHECK(engine_keys(2, 1600, 0, 0, keys, 100) == 100, "keys");
+	CHECK(kvt_delete(ns, keys, 100) == 100, "delete B's 100 blocks");
+	kvt_client_free(c);
+	WAIT_FOR(stat_nvme(&d, "nvme_blocks") == 200, "the erasures to land");
+	daemon_stop(&d);
+	daemon_restart(&d, config);
+	CHECK(stat_nvme(&d, "nvme_recovered") == 200, "200 blocks recovered (%llu)",
+	      (unsigned long long)stat_nvme(&d, "nvme_recovered"));
+	CHECK(run(&d, "2", "1600", "0", false) == 0, "deleted blocks do not come back");
+	CHECK(run(&d, "2", "1600", "0", true) == 0, "B stores again");
+	WAIT_FOR(stat_nvme(&d, "nvme_writes") >= 100, "B's blocks to reach NVMe again");
+
 	/* 3. Corruption while the daemon is down: a torn slot header and a
 	 * flipped payload byte are misses; every intact block still loads. */
 	daemon_stop(&d);
