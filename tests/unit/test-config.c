@@ -23,29 +23,9 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "check.h"
 
-static int failures;
 static char dir[64];
-
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
-
-#define CHECK_MSG(cond, ...)                                               \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s: ",       \
-				__FILE__, __LINE__, #cond);                \
-			fprintf(stderr, __VA_ARGS__);                      \
-			fputc('\n', stderr);                               \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
 
 /* Write content to DIR/name; the path is returned in a static buffer. */
 static const char *write_conf(const char *name, const char *content)

@@ -12,17 +12,7 @@
 #include <string.h>
 
 #include "evict.h"
-
-static int failures;
-
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
+#include "check.h"
 
 #define N_NODES 64
 

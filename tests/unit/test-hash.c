@@ -10,17 +10,7 @@
 #include <string.h>
 
 #include "kvtier.h"
-
-static int failures;
-
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
+#include "check.h"
 
 static void from_hex(const char *hex, uint8_t *ret_key)
 {

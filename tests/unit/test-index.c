@@ -16,17 +16,7 @@
 #include <string.h>
 
 #include "index.h"
-
-static int failures;
-
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
+#include "check.h"
 
 struct entry {
 	uint8_t key[32];

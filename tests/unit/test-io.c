@@ -27,17 +27,7 @@
 
 #include "io.h"
 #include "log.h"
-
-static int failures;
-
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
+#include "check.h"
 
 #define BLOCK (64u * 1024u)
 #define N_BLOCKS 64u

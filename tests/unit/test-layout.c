@@ -17,23 +17,13 @@
 #include <string.h>
 
 #include "kvtier.h"
+#include "check.h"
 
 #define N_LAYERS 3
 #define POISON 0xa5
 #define BLOCK_FILL 0x5a
 /* Bytes after each token of K_PADDED, as in caches with aligned rows. */
 #define TOKEN_PAD 32
-
-static int failures;
-
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
 
 enum kind {
 	K_FA_NHD,     /* per layer (2, NB, BS, H, D) */

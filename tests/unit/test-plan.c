@@ -13,17 +13,7 @@
 
 #include "ctl-plan.h"
 #include "kvt-proto.h"
-
-static int failures;
-
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
+#include "check.h"
 
 #define CHECK_EQ(a, b)                                                        \
 	do {                                                                  \

@@ -28,17 +28,7 @@
 #include <unistd.h>
 
 #include "spill.h"
-
-static int failures;
-
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: check failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
+#include "check.h"
 
 #define CHECK_N(cond, n)                                                   \
 	do {                                                               \

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Checks for the unit tests: a failed check prints where and what, is
+ * counted, and the test goes on, so one run shows every failure.  The test
+ * exits 1 when `failures` is not zero.
+ */
+#pragma once
+
+#include <stdio.h>
+
+static int failures;
+
+#define CHECK(cond)                                                        \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			fprintf(stderr, "%s:%d: check failed: %s\n",       \
+				__FILE__, __LINE__, #cond);                \
+			failures++;                                        \
+		}                                                          \
+	} while (0)
+
+#define CHECK_MSG(cond, ...)                                               \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			fprintf(stderr, "%s:%d: check failed: %s: ",       \
+				__FILE__, __LINE__, #cond);                \
+			fprintf(stderr, __VA_ARGS__);                      \
+			fputc('\n', stderr);                               \
+			failures++;                                        \
+		}                                                          \
+	} while (0)
