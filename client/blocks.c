@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client-internal.h"
 
@@ -447,6 +448,57 @@ KVT_EXPORT int kvt_touch(kvt_ns *ns, const uint8_t *keys, size_t n)
 KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n)
 {
 	return keys_status_op(ns, KVT_OP_DELETE, keys, n);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
+				 uint32_t timeout_ms)
+{
+	if (!ns || (n && !keys))
+		return -EINVAL;
+	if (!ns->c)
+		return -ENOTCONN;
+	uint8_t *st = malloc(n ? n : 1);
+	if (!st)
+		return -ENOMEM;
+	uint64_t deadline = mono_ms() + timeout_ms;
+	int r;
+	for (;;) {
+		/* The lookup starts staging whatever of the run is on NVMe;
+		 * each block that lands is announced, and we ask again. */
+		r = kvt_lookup(ns, keys, n, 0, st);
+		if (r < 0)
+			break;
+		bool pending = false;
+		for (int i = 0; i < r; i++)
+			pending |= st[i] == KVT_DISK;
+		if (!pending)
+			break;
+		uint64_t now = mono_ms();
+		if (now >= deadline) {
+			r = -ETIMEDOUT;
+			break;
+		}
+		kvt_client *c = ns->c;
+		pthread_mutex_lock(&c->lock);
+		uint64_t seen = c->ready_events;
+		int w = 0;
+		while (w == 0 && c->ready_events == seen && mono_ms() < deadline)
+			w = client_wait_event(c, (int)(deadline - mono_ms()));
+		pthread_mutex_unlock(&c->lock);
+		if (w == -ENOTCONN) {
+			r = 0; /* the daemon is away: all misses */
+			break;
+		}
+	}
+	free(st);
+	return r;
 }
 
 KVT_EXPORT int kvt_prefetch(kvt_ns *ns, const uint8_t *keys, size_t n)

@@ -45,6 +45,7 @@ struct kvt_client {
 	 * the copy is done); their replies are skipped as they arrive. */
 	uint64_t async_rids[64];
 	uint32_t n_async;
+	uint64_t ready_events; /* BLOCK_READY notifications seen */
 	uint64_t generation;
 
 	struct kvt_buf out;
@@ -82,6 +83,10 @@ void client_log(kvt_client *c, int level, const char *fmt, ...)
 int client_ensure(kvt_client *c);
 /* Send c->out (already encoded) and run fn on its replies. */
 int client_call(kvt_client *c, reply_fn fn, void *userdata);
+/* Read and handle one message that arrives unasked (a notification, or the
+ * reply to an asynchronous request), waiting at most timeout_ms.
+ * \return 0, -ETIMEDOUT, or -ENOTCONN */
+int client_wait_event(kvt_client *c, int timeout_ms);
 /* Send c->out and do not wait: for requests whose answer changes nothing
  * for the caller.  Falls back to client_call when too many are open. */
 int client_send_async(kvt_client *c);

@@ -355,6 +355,14 @@ static int handle_notification(kvt_client *c, const struct kvt_header *h,
 		}
 		return map_extent(c, &n, fds[0]);
 	}
+	case KVT_OP_BLOCK_READY: {
+		uint32_t ns_id;
+		const uint8_t *key;
+		r = kvt_dec_block_ready(cur, &ns_id, &key);
+		if (r == 0)
+			c->ready_events++;
+		break;
+	}
 	case KVT_OP_EXTENT_RETIRED: {
 		uint32_t id;
 		r = kvt_dec_extent_retired(cur, &id);
@@ -480,6 +488,35 @@ int client_call(kvt_client *c, reply_fn fn, void *userdata)
 		return -ENOTCONN;
 	}
 	return 0;
+}
+
+int client_wait_event(kvt_client *c, int timeout_ms)
+{
+	if (c->fd < 0)
+		return -ENOTCONN;
+	if (c->in_len < KVT_HEADER_SIZE) {
+		struct pollfd pfd = {c->fd, POLLIN, 0};
+		int r = poll(&pfd, 1, timeout_ms);
+		if (r < 0)
+			return errno == EINTR ? 0 : -errno;
+		if (r == 0)
+			return -ETIMEDOUT;
+	}
+	struct kvt_header h;
+	int r = read_message(c, &h);
+	if (r == 0) {
+		struct kvt_cursor cur = {c->in + KVT_HEADER_SIZE, h.length};
+		if (h.flags & KVT_FLAG_NOTIFY)
+			r = handle_notification(c, &h, &cur);
+		else if (!skip_async(c, &h, &cur))
+			r = -EBADMSG; /* a reply nobody asked for */
+		consume_message(c, &h);
+	}
+	if (r < 0 && r != -ETIMEDOUT) {
+		disconnect(c, r == -ECONNRESET ? "connection closed" : strerror(-r));
+		return -ENOTCONN;
+	}
+	return r;
 }
 
 int client_send_async(kvt_client *c)

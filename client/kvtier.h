@@ -372,6 +372,17 @@ KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n);
 KVT_EXPORT int kvt_prefetch(kvt_ns *ns, const uint8_t *keys, size_t n);
 
 /**
+ * Wait until the leading hits of keys are all in host memory: those on
+ * NVMe are staged, and the daemon announces each one as it lands, so the
+ * caller sleeps on the socket instead of polling.
+ * \return the number of leading hits (all KVT_HOST, ready to acquire), 0
+ *         while the daemon is away, or a negative errno (-ETIMEDOUT after
+ *         timeout_ms with some still on NVMe)
+ */
+KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
+				 uint32_t timeout_ms);
+
+/**
  * Memory of a shard named by another process: extent_id and offset as
  * returned by kvt_reserve/kvt_acquire there.
  * \return 0 or -ENOENT (no such extent mapped) / -EINVAL (out of range)

@@ -35,6 +35,24 @@ static void on_extent_added(void *userdata, struct tenant *t, struct extent *e)
 			session_announce_extent(s, e);
 }
 
+static void on_block_ready(void *userdata, struct ns *ns, const uint8_t *key)
+{
+	struct manager *m = userdata;
+	struct kvt_buf b;
+
+	/* Those of the tenant's connections that asked to be told: a client
+	 * waiting for a staged block sleeps on its socket, not in a poll loop. */
+	kvt_buf_init(&b);
+	for (struct session *s = m->sessions; s; s = s->next) {
+		if (s->dead || s->tenant != ns->tenant || !session_wants_ready(s))
+			continue;
+		kvt_enc_block_ready(&b, s->version, ns->id, key);
+		if (kvt_msg_finish(&b, 0) == 0)
+			session_send(s, &b, NULL, 0);
+	}
+	kvt_buf_free(&b);
+}
+
 int manager_new(struct config *c, struct manager **ret)
 {
 	struct manager *m = calloc(1, sizeof(*m));
@@ -59,6 +77,7 @@ int manager_new(struct config *c, struct manager **ret)
 	}
 	pool_init(&m->pool, c);
 	store_init(&m->store, &m->pool, c, on_extent_added, m);
+	m->store.block_ready = on_block_ready;
 	sd_event_now(m->event, CLOCK_MONOTONIC, &m->started_usec);
 	*ret = m;
 	return 0;

@@ -226,6 +226,27 @@ bool session_is_admin(const struct session *s)
 	return tenancy_is_admin(s->uid) && !s->via_tenant[0];
 }
 
+/* The client was told a block is on NVMe: for a while, tell it when staged
+ * blocks land (a client that stops asking stops getting them, so an idle
+ * connection's queue does not grow). */
+#define READY_INTEREST_USEC (30 * 1000000ULL)
+
+static void session_want_ready(struct session *s)
+{
+	uint64_t now = 0;
+	sd_event_now(s->m->event, CLOCK_MONOTONIC, &now);
+	s->ready_until = now + READY_INTEREST_USEC;
+}
+
+bool session_wants_ready(const struct session *s)
+{
+	uint64_t now = 0;
+	if (!(s->features & KVT_FEATURE_READY) || !s->ready_until)
+		return false;
+	sd_event_now(s->m->event, CLOCK_MONOTONIC, &now);
+	return now < s->ready_until;
+}
+
 /* ---- replies ------------------------------------------------------ */
 
 static void reply(struct session *s)
@@ -439,6 +460,11 @@ static int do_keys(struct session *s, const struct kvt_header *h,
 		if (req.arg & ~(uint32_t)KVT_LOOKUP_TOUCH)
 			return -EBADMSG;
 		rep.leading = store_lookup(&m->store, ns, req.keys, req.n, req.arg, m->states);
+		for (uint32_t i = 0; i < req.n; i++)
+			if (m->states[i] == KVT_STATE_DISK) {
+				session_want_ready(s);
+				break;
+			}
 		kvt_enc_lookup_rep(&m->reply, s->version, h->request_id, &rep);
 		break;
 	}
@@ -453,9 +479,15 @@ static int do_keys(struct session *s, const struct kvt_header *h,
 		if (h->opcode == KVT_OP_RESERVE)
 			store_reserve(&m->store, ns, req.arg, req.keys, req.n,
 				      s->process, s->numa_node, m->slots);
-		else
+		else {
 			store_acquire(&m->store, ns, req.arg, req.keys, req.n,
 				      s->process, m->slots);
+			for (uint32_t i = 0; i < req.n; i++)
+				if (m->slots[i].status == -EAGAIN) {
+					session_want_ready(s);
+					break;
+				}
+		}
 		if (s->dead)
 			return 0;
 		kvt_enc_slots_rep(&m->reply, s->version, h->opcode, h->request_id,
@@ -470,8 +502,10 @@ static int do_keys(struct session *s, const struct kvt_header *h,
 			store_touch(&m->store, ns, req.keys, req.n, m->status);
 		else if (h->opcode == KVT_OP_DELETE)
 			store_delete(&m->store, ns, req.keys, req.n, m->status);
-		else
+		else {
 			store_prefetch(&m->store, ns, req.keys, req.n, m->status);
+			session_want_ready(s);
+		}
 		kvt_enc_status_rep(&m->reply, s->version, h->opcode, h->request_id,
 				   m->status, req.n);
 		break;

@@ -57,6 +57,8 @@ struct session {
 
 	sd_event_source *io;
 	uint64_t requests;
+	uint64_t ready_until; /* BLOCK_READY wanted until then (usec): set
+			       * when it was told a block is on NVMe */
 	uint64_t connected_usec;
 	struct manager *m;
 	struct session *prev, *next;
@@ -74,3 +76,5 @@ void session_announce_extent(struct session *s, const struct extent *e);
  * may evict.  Through a tenant's own socket nobody is, root in a
  * container included. */
 bool session_is_admin(const struct session *s);
+/* Whether the client should hear of blocks staged from NVMe now. */
+bool session_wants_ready(const struct session *s);

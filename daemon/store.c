@@ -897,6 +897,8 @@ void store_block_restored(struct store *s, struct block *b)
 	ns->c.restores++;
 	evict_lru_touch(&ns->disk_lru, &b->disk_lru);
 	lru_maybe_insert(b);
+	if (s->block_ready)
+		s->block_ready(s->userdata, ns, b->key);
 }
 
 /* A write-back ended; ok: the host copy is also on NVMe now. */

@@ -131,6 +131,8 @@ struct tenant {
 typedef void (*store_extent_added_fn)(void *userdata, struct tenant *t,
 				      struct extent *e);
 
+typedef void (*store_block_ready_fn)(void *userdata, struct ns *ns, const uint8_t *key);
+
 struct store {
 	struct pool *pool;
 	const struct config *config;
@@ -140,6 +142,7 @@ struct store {
 	store_extent_added_fn extent_added;
 	void *userdata;
 	struct nvme *nvme; /* NULL without an NVMe tier */
+	store_block_ready_fn block_ready; /* a staged block is in host memory */
 };
 
 int store_init(struct store *s, struct pool *p, const struct config *c,

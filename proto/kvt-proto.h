@@ -30,8 +30,9 @@
 #define KVT_FEATURE_SHARDS (UINT64_C(1) << 0)  /* tensor-parallel shards */
 #define KVT_FEATURE_RECORDS (UINT64_C(1) << 1) /* STATS as records */
 #define KVT_FEATURE_POOL (UINT64_C(1) << 2)    /* send me the pool extents */
+#define KVT_FEATURE_READY (UINT64_C(1) << 3)   /* tell me when staged blocks land */
 #define KVT_FEATURES_ALL \
-	(KVT_FEATURE_SHARDS | KVT_FEATURE_RECORDS | KVT_FEATURE_POOL)
+	(KVT_FEATURE_SHARDS | KVT_FEATURE_RECORDS | KVT_FEATURE_POOL | KVT_FEATURE_READY)
 
 #define KVT_HEADER_SIZE 24
 #define KVT_KEY_SIZE 32
@@ -64,6 +65,7 @@ enum kvt_opcode {
 	/* Notifications, daemon to client, request id 0. */
 	KVT_OP_EXTENT_ADDED = 64,
 	KVT_OP_EXTENT_RETIRED = 65,
+	KVT_OP_BLOCK_READY = 66, /* a block staged from NVMe is in host memory */
 };
 
 /* Header flags. */
@@ -322,6 +324,11 @@ void kvt_enc_extent_note(struct kvt_buf *b, uint16_t version,
 int kvt_dec_extent_note(struct kvt_cursor *c, struct kvt_extent_note *ret);
 void kvt_enc_extent_retired(struct kvt_buf *b, uint16_t version, uint32_t id);
 int kvt_dec_extent_retired(struct kvt_cursor *c, uint32_t *ret_id);
+
+/* BLOCK_READY: u32 ns_id, the key. */
+void kvt_enc_block_ready(struct kvt_buf *b, uint16_t version, uint32_t ns_id,
+			 const uint8_t *key);
+int kvt_dec_block_ready(struct kvt_cursor *c, uint32_t *ret_ns, const uint8_t **ret_key);
 
 void kvt_enc_error(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 		   uint64_t rid, int error, const char *reason);

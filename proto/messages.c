@@ -342,6 +342,21 @@ int kvt_dec_extent_retired(struct kvt_cursor *c, uint32_t *ret_id)
 	return kvt_cursor_end(c);
 }
 
+void kvt_enc_block_ready(struct kvt_buf *b, uint16_t version, uint32_t ns_id,
+			 const uint8_t *key)
+{
+	kvt_msg_begin(b, version, KVT_OP_BLOCK_READY, KVT_FLAG_NOTIFY, 0);
+	kvt_put_u32(b, ns_id);
+	kvt_put_bytes(b, key, KVT_KEY_SIZE);
+}
+
+int kvt_dec_block_ready(struct kvt_cursor *c, uint32_t *ret_ns, const uint8_t **ret_key)
+{
+	TRY(kvt_get_u32(c, ret_ns));
+	TRY(kvt_get_bytes(c, KVT_KEY_SIZE, ret_key));
+	return kvt_cursor_end(c);
+}
+
 void kvt_enc_error(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 		   uint64_t rid, int error, const char *reason)
 {
@@ -473,6 +488,7 @@ const char *kvt_opcode_name(uint16_t opcode)
 	case KVT_OP_PREFETCH: return "PREFETCH";
 	case KVT_OP_EXTENT_ADDED: return "EXTENT_ADDED";
 	case KVT_OP_EXTENT_RETIRED: return "EXTENT_RETIRED";
+	case KVT_OP_BLOCK_READY: return "BLOCK_READY";
 	default: return "UNKNOWN";
 	}
 }

@@ -400,20 +400,15 @@ int main(int argc, char **argv)
 			fprintf(stderr, "kvt-engine %s: lookup failed: %s\n", name, strerror(-hits));
 			return 1;
 		}
-		/* Leading hits on NVMe are being staged into host memory: ask
-		 * again until they are there (what an engine's "hit, pending"
-		 * means), for a bounded time. */
-		int disk = 0, waits = 0;
+		/* Leading hits on NVMe are being staged into host memory: wait
+		 * until they are there (what an engine's "hit, pending" means),
+		 * for a bounded time. */
+		int disk = 0;
 		for (int i = 0; i < hits; i++)
 			disk += states[i] == KVT_DISK;
-		while (disk && waits++ < 2000) {
-			struct timespec ts = {0, 5 * 1000 * 1000};
-			nanosleep(&ts, NULL);
-			int again = kvt_lookup(e.ns, e.keys, (size_t)hits, 0, states);
-			disk = 0;
-			for (int i = 0; i < hits && i < again; i++)
-				disk += states[i] == KVT_DISK;
-			if (again < hits)
+		if (disk) {
+			int again = kvt_wait_resident(e.ns, e.keys, (size_t)hits, 10000);
+			if (again >= 0 && again < hits)
 				hits = again; /* a staged block failed verification: a miss */
 		}
 
