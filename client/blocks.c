@@ -329,13 +329,14 @@ static int status_reply(kvt_client *c, const struct kvt_header *h,
 	return 0;
 }
 
-/* COMMIT, ABORT, RELEASE with the client lock held. */
+/* COMMIT, ABORT, RELEASE with the client lock held; wait false sends
+ * without waiting for the answers (ret_status is then NULL). */
 static int handles_op_locked(kvt_client *c, uint16_t op, const uint64_t *handles,
-			     const uint8_t *flags, size_t n, int32_t *ret_status)
+			     const uint8_t *flags, size_t n, int32_t *ret_status, bool wait)
 {
 	int r = 0;
 	if (c->fd < 0)
-		r = client_ensure(c);
+		r = wait ? client_ensure(c) : -ENOTCONN;
 	for (size_t off = 0; r == 0 && off < n; off += c->max_keys) {
 		uint32_t k = (uint32_t)MIN(n - off, (size_t)c->max_keys);
 		for (uint32_t i = 0; i < k; i++) {
@@ -346,7 +347,7 @@ static int handles_op_locked(kvt_client *c, uint16_t op, const uint64_t *handles
 		r = kvt_msg_finish(&c->out, 0);
 		struct status_ctx ctx = {ret_status ? ret_status + off : NULL, k};
 		if (r == 0)
-			r = client_call(c, status_reply, &ctx);
+			r = wait ? client_call(c, status_reply, &ctx) : client_send_async(c);
 		if (r < 0 && ret_status)
 			for (size_t i = off; i < n; i++)
 				ret_status[i] = r;
@@ -360,7 +361,7 @@ static int handles_op(kvt_client *c, uint16_t op, const uint64_t *handles,
 	if (!c || (n && !handles))
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	int r = handles_op_locked(c, op, handles, flags, n, ret_status);
+	int r = handles_op_locked(c, op, handles, flags, n, ret_status, true);
 	pthread_mutex_unlock(&c->lock);
 	return r;
 }
@@ -385,22 +386,12 @@ KVT_EXPORT int kvt_release(kvt_client *c, const uint64_t *handles, size_t n,
 	return handles_op(c, KVT_OP_RELEASE, handles, NULL, n, ret_status);
 }
 
+/* The lease ends only after the bytes are copied out; nothing the caller
+ * needs depends on the answer, so do not wait for it. */
 static int release_async(kvt_client *c, const uint64_t *handles, size_t n)
 {
-	int r = 0;
 	pthread_mutex_lock(&c->lock);
-	for (size_t off = 0; r == 0 && off < n; off += c->max_keys) {
-		uint32_t k = (uint32_t)MIN(n - off, (size_t)c->max_keys);
-		for (uint32_t i = 0; i < k; i++) {
-			c->hargs[i].handle = handles[off + i];
-			c->hargs[i].flag = 0;
-		}
-		kvt_enc_handles_req(&c->out, c->version, KVT_OP_RELEASE, client_next_rid(c),
-				    c->hargs, k);
-		r = kvt_msg_finish(&c->out, 0);
-		if (r == 0)
-			r = client_send_async(c);
-	}
+	int r = handles_op_locked(c, KVT_OP_RELEASE, handles, NULL, n, NULL, false);
 	pthread_mutex_unlock(&c->lock);
 	return r;
 }
@@ -624,8 +615,6 @@ static int load_batch(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n,
 		if (ret_status)
 			ret_status[i] = st;
 	}
-	/* The lease ends only after the bytes are copied out; nothing the
-	 * caller needs depends on the answer, so do not wait for it. */
 	r = k ? release_async(ns->c, handles, k) : 0;
 	if (r == -ENOTCONN)
 		r = 0;

@@ -164,16 +164,35 @@ int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
 		session_kill(s, "client does not read its replies ([limits] output_bytes)");
 		return -ENOBUFS;
 	}
-	struct outmsg *o = malloc(sizeof(*o) + msg->len);
+
+	/* Nothing queued: straight to the socket, and only what it does not
+	 * take is copied into the queue. */
+	size_t done = 0;
+	if (!s->out_head) {
+		ssize_t n = kvt_sendmsg(s->fd, msg->data, msg->len, fds, n_fds);
+		if (n < 0 && n != -EAGAIN) {
+			session_kill(s, NULL);
+			return (int)n;
+		}
+		if (n > 0) {
+			done = (size_t)n;
+			n_fds = 0; /* they travelled with the first byte */
+		}
+		if (done == msg->len)
+			return 0;
+	}
+
+	size_t left = msg->len - done;
+	struct outmsg *o = malloc(sizeof(*o) + left);
 	if (!o) {
 		session_kill(s, "out of memory");
 		return -ENOMEM;
 	}
 	o->next = NULL;
-	o->len = msg->len;
+	o->len = left;
 	o->sent = 0;
 	o->n_fds = 0;
-	memcpy(o->data, msg->data, msg->len);
+	memcpy(o->data, msg->data + done, left);
 	for (unsigned i = 0; i < n_fds; i++) {
 		int d = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
 		if (d < 0) {
@@ -190,7 +209,7 @@ int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
 	else
 		s->out_head = o;
 	s->out_tail = o;
-	s->out_bytes += msg->len;
+	s->out_bytes += left;
 
 	int r = flush(s);
 	if (r < 0) {

@@ -165,7 +165,6 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 {
 	struct kvt_identity id;
 	struct kvt_geometry geo;
-	struct kvt_buf canon;
 	int r;
 
 	r = kvt_identity_decode(identity, len, &id);
@@ -183,18 +182,16 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	}
 
 	/* The same identity in the same tenant is the same namespace: that is
-	 * how separate engine processes share blocks. */
-	kvt_buf_init(&canon);
+	 * how separate engine processes share blocks.  The decoder accepts
+	 * only the canonical encoding, so equal identities are equal bytes. */
 	for (uint32_t i = 0; i < t->n_ns; i++) {
-		r = kvt_identity_encode(&t->nss[i]->ident, &canon);
-		if (r == 0 && canon.len == len && !memcmp(canon.data, identity, len)) {
-			kvt_buf_free(&canon);
-			t->nss[i]->opens++;
-			*ret = t->nss[i];
+		struct ns *o = t->nss[i];
+		if (o->identity_len == len && !memcmp(o->identity, identity, len)) {
+			o->opens++;
+			*ret = o;
 			return 0;
 		}
 	}
-	kvt_buf_free(&canon);
 
 	if (t->n_ns >= s->config->max_namespaces) {
 		snprintf(reason, reason_size,

@@ -14,6 +14,7 @@
 
 #include "kvtier.h"
 #include "layout.h"
+#include "layout_cuda.h"
 
 struct copy_ctx {
 	struct kvt_geom g;
@@ -40,11 +41,24 @@ static int span_add(uint64_t *acc, uint64_t n, int64_t stride)
 	return 0;
 }
 
+/* Bytes one page spans past its start, or -EINVAL beyond int64. */
+static int geom_page_extent(const struct kvt_geom *g, uint64_t *ret)
+{
+	uint64_t extent = (uint64_t)g->head_bytes;
+
+	if (span_add(&extent, (uint64_t)g->planes - 1, g->stride_plane) < 0 ||
+	    span_add(&extent, (uint64_t)g->page_tokens - 1, g->stride_token) < 0 ||
+	    span_add(&extent, (uint64_t)g->heads - 1, g->stride_head) < 0)
+		return -EINVAL;
+	*ret = extent;
+	return 0;
+}
+
 /*
  * Validates the scalar part of a descriptor and widens it.  Beyond the
  * documented constraints this bounds the block size and the bytes one page
  * spans, so that no offset computed by layout.h can overflow int64 for a
- * page id that geom_check_page() accepted.
+ * page id that check_page() accepted.
  */
 static int geom_init(const kvt_layout *layout, uint32_t block_tokens,
 		     struct kvt_geom *ret_geom, uint64_t *ret_page_extent)
@@ -79,13 +93,6 @@ static int geom_init(const kvt_layout *layout, uint32_t block_tokens,
 	    bytes > INT64_MAX || bytes > SIZE_MAX)
 		return -EINVAL;
 
-	extent = layout->head_bytes;
-	if (span_add(&extent, layout->planes - 1, layout->stride_plane) < 0 ||
-	    span_add(&extent, layout->page_tokens - 1,
-		     layout->stride_token) < 0 ||
-	    span_add(&extent, layout->heads - 1, layout->stride_head) < 0)
-		return -EINVAL;
-
 	g = (struct kvt_geom){
 		.n_layers = layout->n_layers,
 		.planes = layout->planes,
@@ -99,6 +106,8 @@ static int geom_init(const kvt_layout *layout, uint32_t block_tokens,
 		.stride_head = layout->stride_head,
 		.index_kind = (int32_t)layout->index_kind,
 	};
+	if (geom_page_extent(&g, &extent) < 0)
+		return -EINVAL;
 	*ret_geom = g;
 	if (ret_page_extent)
 		*ret_page_extent = extent;
@@ -128,21 +137,18 @@ static int ctx_init(struct copy_ctx *c, const kvt_layout *layout,
 
 /* The engine cannot tell us how many pages it has; the most we can refuse
  * is a page whose offset would not fit in int64. */
-static int geom_check_page(const struct copy_ctx *c, int64_t page)
+static int check_page(const struct kvt_geom *g, uint64_t extent, int64_t page)
 {
-	uint64_t end = c->page_extent;
-
 	if (page < 0)
 		return -EINVAL;
-	return span_add(&end, (uint64_t)page, c->g.stride_page);
+	return span_add(&extent, (uint64_t)page, g->stride_page);
 }
 
 /* Every index is checked before the first byte moves, so a refused scatter
  * leaves the engine cache untouched. */
-static int check_indices(const struct copy_ctx *c, const int64_t *indices,
-			 size_t n_blocks)
+static int check_indices(const struct kvt_geom *g, uint64_t extent,
+			 const int64_t *indices, size_t n_blocks)
 {
-	const struct kvt_geom *g = &c->g;
 	size_t n = n_blocks;
 
 	if (g->index_kind == KVT_INDEX_SLOT &&
@@ -162,10 +168,34 @@ static int check_indices(const struct copy_ctx *c, const int64_t *indices,
 				return -EINVAL;
 			s /= g->page_tokens;
 		}
-		if (geom_check_page(c, s) < 0)
+		if (check_page(g, extent, s) < 0)
 			return -EINVAL;
 	}
 	return 0;
+}
+
+/* The CPU path's checks are the one definition of a valid descriptor and
+ * valid indices; the GPU path (layout_plan.c, client/cuda.c) uses these. */
+int kvt_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
+			 struct kvt_geom *ret)
+{
+	if (!ret)
+		return -EINVAL;
+	return geom_init(layout, block_tokens, ret, NULL);
+}
+
+int kvt_geom_check_indices(const struct kvt_geom *g, const int64_t *indices,
+			   int64_t n_blocks)
+{
+	uint64_t extent;
+
+	if (!g || n_blocks < 0 || geom_page_extent(g, &extent) < 0)
+		return -EINVAL;
+	if (n_blocks == 0)
+		return 0;
+	if (!indices)
+		return -EINVAL;
+	return check_indices(g, extent, indices, (size_t)n_blocks);
 }
 
 static inline void move_bytes(int to_block, uint8_t *eng, uint8_t *blk,
@@ -287,7 +317,7 @@ static int layout_copy(const kvt_layout *layout, uint32_t block_tokens,
 	for (size_t i = 0; i < n_blocks; i++)
 		if (to_block ? !dst[i] : !src[i])
 			return -EINVAL;
-	r = check_indices(&c, indices, n_blocks);
+	r = check_indices(&c.g, c.page_extent, indices, n_blocks);
 	if (r < 0)
 		return r;
 

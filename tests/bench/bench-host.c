@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "kvt-proto.h"
+#include "bench-util.h"
 #include "kvtier.h"
 
 #define MIB (1024ull * 1024ull)
@@ -130,9 +131,8 @@ static void stop_children(void)
 	}
 }
 
-static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-static _Noreturn void die(const char *fmt, ...)
+_Noreturn void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -168,69 +168,6 @@ static void on_signal(int sig)
 
 /* ---- small helpers --------------------------------------------------- */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(const double *v, unsigned n)
-{
-	double s[MAX_PAIRS];
-	memcpy(s, v, n * sizeof(double));
-	qsort(s, n, sizeof(double), cmp_double);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-static double vmin(const double *v, unsigned n)
-{
-	double m = v[0];
-	for (unsigned i = 1; i < n; i++)
-		m = v[i] < m ? v[i] : m;
-	return m;
-}
-
-static double vmax(const double *v, unsigned n)
-{
-	double m = v[0];
-	for (unsigned i = 1; i < n; i++)
-		m = v[i] > m ? v[i] : m;
-	return m;
-}
-
-/* Anonymous memory, every page written, so no copy pays a first touch. */
-static uint8_t *alloc_populated(uint64_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		die("cannot map %llu MiB: %s", (unsigned long long)(bytes / MIB), strerror(errno));
-	memset(p, 0x5a, bytes);
-	return p;
-}
-
-static void fill_random(uint8_t *p, uint64_t bytes, uint64_t seed)
-{
-	for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
-		uint64_t v = mix(seed ^ off);
-		memcpy(p + off, &v, 8);
-	}
-}
-
 static void make_keys(uint8_t *keys, size_t n, uint64_t *counter)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -255,18 +192,6 @@ static void progress(const char *fmt, ...)
 }
 
 /* ---- the daemon ------------------------------------------------------ */
-
-static int try_connect(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
 
 static void daemon_start(struct daemon *d, const char *kvtierd)
 {
@@ -585,11 +510,6 @@ struct copy_result {
 	double cpy_store[MAX_PAIRS], cpy_load[MAX_PAIRS];
 };
 
-static double gbs(uint64_t bytes, uint64_t ns)
-{
-	return ns ? (double)bytes / (double)ns : 0; /* bytes/ns = GB/s */
-}
-
 static void copy_run(struct copy_bench *b, struct copy_result *res)
 {
 	uint64_t bytes = (uint64_t)b->n * b->block * opt.rounds;
@@ -832,11 +752,6 @@ struct results {
 	char pool[512];
 };
 
-static const char *verdict(bool met)
-{
-	return met ? "met" : "NOT met";
-}
-
 #define ROW "%-34s %-20s %-26s %-22s %s\n"
 
 static void print_table(const struct results *R, FILE *out)
@@ -907,17 +822,6 @@ static void print_table(const struct results *R, FILE *out)
 			fprintf(out, ROW, name, a, l, r, t);
 		}
 	}
-}
-
-static void json_string(const char *s)
-{
-	putchar('"');
-	for (; *s; s++)
-		if (*s == '"' || *s == '\\')
-			printf("\\%c", *s);
-		else if ((unsigned char)*s >= 0x20)
-			putchar(*s);
-	putchar('"');
 }
 
 static void print_json(const struct results *R)

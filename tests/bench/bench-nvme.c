@@ -64,6 +64,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench-util.h"
 #include "kvtier.h"
 
 #define MIB (1024ull * 1024ull)
@@ -179,9 +180,8 @@ static void stop_children(void)
 	}
 }
 
-static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-static _Noreturn void die(const char *fmt, ...)
+_Noreturn void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -222,61 +222,11 @@ static void on_signal(int sig)
 
 /* ---- small helpers --------------------------------------------------- */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void sleep_ns(uint64_t ns)
 {
 	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(const double *v, unsigned n)
-{
-	double s[MAX_PAIRS];
-	memcpy(s, v, n * sizeof(double));
-	qsort(s, n, sizeof(double), cmp_double);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-static double vmin(const double *v, unsigned n)
-{
-	double m = v[0];
-	for (unsigned i = 1; i < n; i++)
-		m = v[i] < m ? v[i] : m;
-	return m;
-}
-
-static double vmax(const double *v, unsigned n)
-{
-	double m = v[0];
-	for (unsigned i = 1; i < n; i++)
-		m = v[i] > m ? v[i] : m;
-	return m;
-}
-
-static double gbs(uint64_t bytes, uint64_t ns)
-{
-	return ns ? (double)bytes / (double)ns : 0; /* bytes/ns = GB/s */
 }
 
 static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -289,24 +239,6 @@ static void progress(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fprintf(stderr, "\n");
 	va_end(ap);
-}
-
-/* Anonymous memory, every page written, so no copy pays a first touch. */
-static uint8_t *alloc_populated(uint64_t bytes)
-{
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		die("cannot map %llu MiB: %s", (unsigned long long)(bytes / MIB), strerror(errno));
-	memset(p, 0x5a, bytes);
-	return p;
-}
-
-static void fill_random(uint8_t *p, uint64_t bytes, uint64_t seed)
-{
-	for (uint64_t off = 0; off + 8 <= bytes; off += 8) {
-		uint64_t v = mix(seed ^ off);
-		memcpy(p + off, &v, 8);
-	}
 }
 
 /* ---- the files ------------------------------------------------------- */
@@ -402,18 +334,6 @@ static void describe_fs(const char *path, char *out, size_t size)
 }
 
 /* ---- the daemon ------------------------------------------------------ */
-
-static int try_connect(const char *path)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	int r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-	close(fd);
-	return r;
-}
 
 /*
  * The host pool is exactly one set (see the top of this file).  Write-back
@@ -1375,11 +1295,6 @@ struct machine {
 
 static struct machine M;
 
-static const char *verdict(bool met)
-{
-	return met ? "met" : "NOT met";
-}
-
 #define ROW "%-36s %-22s %-24s %-22s %s\n"
 
 static void print_pairs_row(FILE *out, const char *name, const struct pairs *p, const char *limit,
@@ -1457,17 +1372,6 @@ static void print_table(FILE *out)
 		snprintf(l, sizeof(l), "%.1f s extrapolated", bytes128 / (median(C.r.fio, n) * 1e9));
 		fprintf(out, ROW, name, a, l, "", "not measured");
 	}
-}
-
-static void json_string(const char *s)
-{
-	putchar('"');
-	for (; *s; s++)
-		if (*s == '"' || *s == '\\')
-			printf("\\%c", *s);
-		else if ((unsigned char)*s >= 0x20)
-			putchar(*s);
-	putchar('"');
 }
 
 static void json_pairs(const char *key, const struct pairs *p, double target, const char *aux,

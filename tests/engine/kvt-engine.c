@@ -22,23 +22,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine-request.h"
 #include "kvtier.h"
 
-struct model {
-	const char *name;
-	uint32_t layers, kv_heads, head_dim, elem_bytes;
-};
-
-static const struct model models[] = {
-	{"llama3-8b", 32, 8, 128, 2},
-	{"llama3-70b", 80, 8, 128, 2},
-	{"tiny", 4, 2, 64, 2},
-};
-
-#define BLOCK_TOKENS 16
+#define BLOCK_TOKENS ENGINE_BLOCK_TOKENS
 
 struct engine {
-	const struct model *m;
+	const struct engine_model *m;
 	uint32_t tp_size, tp_rank, heads; /* heads held by this rank */
 	uint32_t head_bytes;
 	uint32_t n_blocks;
@@ -57,24 +47,16 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* The bytes of one head of one token: what the model computed for it. */
 static void element(const uint8_t *key, uint32_t layer, uint32_t plane,
 		    uint32_t token, uint32_t head, uint8_t *out, uint32_t bytes)
 {
 	uint64_t k;
 	memcpy(&k, key, 8);
-	uint64_t s = mix(k ^ mix(((uint64_t)layer << 40) ^ ((uint64_t)plane << 32) ^
+	uint64_t s = engine_mix(k ^ engine_mix(((uint64_t)layer << 40) ^ ((uint64_t)plane << 32) ^
 				 ((uint64_t)token << 16) ^ head));
 	for (uint32_t i = 0; i < bytes; i += 8) {
-		s = mix(s);
+		s = engine_mix(s);
 		memcpy(out + i, &s, bytes - i < 8 ? bytes - i : 8);
 	}
 }
@@ -136,12 +118,6 @@ static uint64_t verify_shard(struct engine *e, const uint8_t *key, const uint8_t
 	return bad;
 }
 
-static void make_tokens(uint32_t *tok, uint32_t n, uint64_t seed)
-{
-	for (uint32_t i = 0; i < n; i++)
-		tok[i] = (uint32_t)(mix(seed * 1000003 + i) % 128256);
-}
-
 static int engine_setup(struct engine *e, uint32_t n_blocks)
 {
 	e->head_bytes = e->m->head_dim * e->m->elem_bytes;
@@ -189,29 +165,10 @@ static void engine_free(struct engine *e)
 
 static int open_ns(struct engine *e, const char *salt)
 {
-	kvt_layer_group g = {
-		.n_layers = e->m->layers,
-		.attn = KVT_ATTN_MHA,
-		.planes = 2,
-		.kv_heads = e->m->kv_heads,
-		.head_bytes = e->head_bytes,
-		.dtype = 1, /* fp16 */
-	};
-	static const uint8_t weights[16] = "weights-v1";
-	kvt_ns_desc d = {
-		.model = e->m->name,
-		.weights = weights,
-		.weights_len = sizeof(weights),
-		.layer_first = 0,
-		.layer_end = e->m->layers,
-		.tp_size = e->tp_size,
-		.cp_size = 1,
-		.block_tokens = BLOCK_TOKENS,
-		.n_groups = 1,
-		.groups = &g,
-		.salt = (const uint8_t *)salt,
-		.salt_len = salt ? (uint32_t)strlen(salt) : 0,
-	};
+	kvt_layer_group g;
+	kvt_ns_desc d;
+
+	engine_ns_desc(e->m, e->tp_size, salt, &g, &d);
 	return kvt_ns_open(e->c, &d, &e->ns);
 }
 
@@ -270,17 +227,14 @@ int main(int argc, char **argv)
 	uint64_t prefix_seed = 1, suffix_seed = (uint64_t)getpid();
 	long expect = -1;
 	int no_store = 0, hold = 0, c, r;
-	struct engine e = {.m = &models[0], .tp_size = 1};
+	struct engine e = {.m = &engine_models[0], .tp_size = 1};
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
 		switch (c) {
 		case 's': socket = optarg; break;
 		case 'n': name = optarg; break;
 		case 'm':
-			e.m = NULL;
-			for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
-				if (!strcmp(optarg, models[i].name))
-					e.m = &models[i];
+			e.m = engine_model_find(optarg);
 			if (!e.m) {
 				fprintf(stderr, "kvt-engine: unknown model '%s'\n", optarg);
 				return 2;
@@ -310,8 +264,7 @@ int main(int argc, char **argv)
 
 	uint32_t n_tokens = prefix + suffix;
 	uint32_t *tokens = calloc(n_tokens ? n_tokens : 1, sizeof(uint32_t));
-	make_tokens(tokens, prefix, prefix_seed);
-	make_tokens(tokens + prefix, suffix, suffix_seed ^ 0x5555);
+	engine_tokens(tokens, prefix_seed, prefix, suffix_seed, suffix);
 	uint32_t n_blocks = n_tokens / BLOCK_TOKENS;
 	e.keys = calloc(n_blocks ? n_blocks : 1, 32);
 	r = kvt_hash_chain(NULL, tokens, n_tokens, BLOCK_TOKENS, NULL, 0, e.keys, n_blocks);

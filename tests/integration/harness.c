@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine-request.h"
 #include "harness.h"
 
 static struct daemon *current;
@@ -267,49 +268,26 @@ kvt_client *client_connect(const struct daemon *d, const char *name)
 
 kvt_ns *engine_ns(kvt_client *c, const char *model, uint32_t tp_size)
 {
-	/* Must match kvt-engine's open_ns(). */
-	struct { const char *name; uint32_t layers, heads, head_bytes; } m[] = {
-		{"llama3-8b", 32, 8, 256}, {"tiny", 4, 2, 128},
-	};
-	for (size_t i = 0; i < 2; i++) {
-		if (strcmp(model, m[i].name))
-			continue;
-		kvt_layer_group g = {.n_layers = m[i].layers, .attn = KVT_ATTN_MHA, .planes = 2,
-				     .kv_heads = m[i].heads, .head_bytes = m[i].head_bytes,
-				     .dtype = 1};
-		static const uint8_t weights[16] = "weights-v1";
-		kvt_ns_desc desc = {.model = m[i].name, .weights = weights,
-				    .weights_len = sizeof(weights), .layer_end = m[i].layers,
-				    .tp_size = tp_size, .cp_size = 1, .block_tokens = 16,
-				    .n_groups = 1, .groups = &g};
-		kvt_ns *ns = NULL;
-		int r = kvt_ns_open(c, &desc, &ns);
-		CHECK(r == 0, "ns open: %s %s", strerror(-r), kvt_client_error(c));
-		return ns;
-	}
-	CHECK(0, "unknown model %s", model);
-	return NULL;
-}
+	const struct engine_model *m = engine_model_find(model);
+	kvt_layer_group g;
+	kvt_ns_desc desc;
+	kvt_ns *ns = NULL;
 
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	CHECK(m, "unknown model %s", model);
+	engine_ns_desc(m, tp_size, NULL, &g, &desc);
+	int r = kvt_ns_open(c, &desc, &ns);
+	CHECK(r == 0, "ns open: %s %s", strerror(-r), kvt_client_error(c));
+	return ns;
 }
 
 uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed,
 		     uint32_t suffix, uint8_t *ret_keys, uint32_t max)
 {
-	/* Must match kvt-engine's make_tokens(). */
 	uint32_t n = prefix + suffix;
 	uint32_t *tok = calloc(n + 1, sizeof(uint32_t));
-	for (uint32_t i = 0; i < prefix; i++)
-		tok[i] = (uint32_t)(mix(prefix_seed * 1000003 + i) % 128256);
-	for (uint32_t i = 0; i < suffix; i++)
-		tok[prefix + i] = (uint32_t)(mix((suffix_seed ^ 0x5555) * 1000003 + i) % 128256);
-	int r = kvt_hash_chain(NULL, tok, n, 16, NULL, 0, ret_keys, max);
+	CHECK(tok, "out of memory");
+	engine_tokens(tok, prefix_seed, prefix, suffix_seed, suffix);
+	int r = kvt_hash_chain(NULL, tok, n, ENGINE_BLOCK_TOKENS, NULL, 0, ret_keys, max);
 	free(tok);
 	CHECK(r >= 0, "hash chain");
 	return (uint32_t)r;
