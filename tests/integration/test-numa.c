@@ -35,13 +35,26 @@ static kvt_client *connect_gpu(const struct daemon *d, const char *bus)
 	return c;
 }
 
+#define BLOCK (32 * 1024)
+
+/* Block i of a seed's request: bytes nobody else's block has. */
+static void block_bytes(uint64_t seed, unsigned i, uint8_t *out)
+{
+	for (unsigned j = 0; j < BLOCK; j++)
+		out[j] = (uint8_t)(seed * 131 + i * 31 + j * 7 + (j >> 8));
+}
+
 static void store_some(kvt_client *c, uint64_t seed)
 {
-	static uint8_t blk[32768];
+	static uint8_t blk[4][BLOCK];
 	kvt_ns *ns = engine_ns(c, "tiny", 1);
 	uint8_t keys[4 * 32];
 	engine_keys(seed, 64, 0, 0, keys, 4);
-	const void *srcs[4] = {blk, blk, blk, blk};
+	const void *srcs[4];
+	for (unsigned i = 0; i < 4; i++) {
+		block_bytes(seed, i, blk[i]);
+		srcs[i] = blk[i];
+	}
 	CHECK(kvt_store(ns, 0, keys, 4, srcs, NULL) == 4, "store");
 }
 
@@ -104,6 +117,13 @@ int main(void)
 	uint8_t keys[4 * 32];
 	engine_keys(2, 64, 0, 0, keys, 4);
 	CHECK(kvt_lookup(ns, keys, 4, 0, NULL) == 4, "B's blocks are visible to X");
+	static uint8_t got[4][BLOCK], want[BLOCK];
+	void *dsts[4] = {got[0], got[1], got[2], got[3]};
+	CHECK(kvt_load(ns, 0, keys, 4, dsts, NULL) == 4, "X loads B's blocks");
+	for (unsigned i = 0; i < 4; i++) {
+		block_bytes(2, i, want);
+		CHECK(!memcmp(got[i], want, BLOCK), "block %u byte-exact through X", i);
+	}
 
 	kvt_client_free(a);
 	kvt_client_free(b);
