@@ -327,3 +327,17 @@ uint32_t stat_count(kvt_client *c, const char *kind)
 	CHECK(r == 0, "stats: %s", strerror(-r));
 	return q.count;
 }
+
+void block_pattern(uint8_t *buf, size_t len, uint32_t tag, const uint8_t *key)
+{
+	uint64_t s = engine_mix(0x6b76746965720000ull ^ tag);
+	for (int i = 0; i < KVT_KEY_BYTES; i += 8) {
+		uint64_t k;
+		memcpy(&k, key + i, 8);
+		s = engine_mix(s ^ k);
+	}
+	for (size_t i = 0; i < len; i += 8) {
+		s = engine_mix(s);
+		memcpy(buf + i, &s, len - i < 8 ? len - i : 8);
+	}
+}

@@ -76,3 +76,8 @@ void harness_fail(void) __attribute__((noreturn));
 /* In a forked child: a failed check must not stop the parent's daemon. */
 void harness_in_child(void);
 int count_fds(pid_t pid);
+
+/* The bytes of a block as its writer made them: a function of who wrote it
+ * (tag, e.g. the tenant) and of its key, so that a block served under the
+ * wrong key or to the wrong tenant never compares equal. */
+void block_pattern(uint8_t *buf, size_t len, uint32_t tag, const uint8_t *key);
