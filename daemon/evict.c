@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "evict.h"
 
@@ -39,4 +42,271 @@ void evict_lru_touch(struct evict_lru *l, struct evict_node *n)
 struct evict_node *evict_lru_victim(const struct evict_lru *l)
 {
 	return l->n ? l->head.prev : NULL;
+}
+
+/* ---- the ghost list ------------------------------------------------ */
+
+#define GHOST_MIN_SLOTS 64
+#define S3FIFO_FREQ_MAX 3
+
+static uint64_t ghost_hash(uint64_t fp)
+{
+	/* Fingerprints from SHA-256 keys are uniform already; a caller's
+	 * sequential ids are not. */
+	fp ^= fp >> 33;
+	fp *= UINT64_C(0xff51afd7ed558ccd);
+	fp ^= fp >> 33;
+	return fp;
+}
+
+static bool ghost_live(const struct evict_ghost *g, const struct evict_ghost_slot *s)
+{
+	return s->expire > g->seq;
+}
+
+/* The slot holding fp, or the empty slot that ends its probe sequence. */
+static struct evict_ghost_slot *ghost_find(struct evict_ghost_slot *slots, uint64_t cap,
+					   uint64_t fp, struct evict_ghost_slot **ret_reusable,
+					   const struct evict_ghost *g)
+{
+	uint64_t i = ghost_hash(fp) & (cap - 1);
+
+	if (ret_reusable)
+		*ret_reusable = NULL;
+	for (;; i = (i + 1) & (cap - 1)) {
+		struct evict_ghost_slot *s = &slots[i];
+		if (s->expire == 0 || s->fp == fp)
+			return s;
+		if (ret_reusable && !*ret_reusable && !ghost_live(g, s))
+			*ret_reusable = s;
+	}
+}
+
+/* Rebuild with room for four times what can be live: the window, or what
+ * is live now if a shrinking window left more than that. */
+static int ghost_rebuild(struct evict_ghost *g, uint64_t window)
+{
+	uint64_t live = 0, cap = GHOST_MIN_SLOTS;
+
+	for (uint64_t i = 0; i < g->cap; i++)
+		live += ghost_live(g, &g->slots[i]);
+	if (live < window)
+		live = window;
+	while (cap < 4 * live)
+		cap *= 2;
+	struct evict_ghost_slot *slots = calloc(cap, sizeof(*slots));
+	if (!slots)
+		return -ENOMEM;
+	uint64_t used = 0;
+	for (uint64_t i = 0; i < g->cap; i++) {
+		const struct evict_ghost_slot *s = &g->slots[i];
+		if (!ghost_live(g, s))
+			continue;
+		*ghost_find(slots, cap, s->fp, NULL, g) = *s;
+		used++;
+	}
+	free(g->slots);
+	g->slots = slots;
+	g->cap = cap;
+	g->used = used;
+	return 0;
+}
+
+static void ghost_put(struct evict_ghost *g, uint64_t fp, uint64_t window)
+{
+	if (window == 0)
+		window = 1;
+	if ((g->used + 1) * 4 > g->cap * 3 && ghost_rebuild(g, window) < 0 &&
+	    g->used + 1 >= g->cap)
+		return; /* no room and none to be had: forget it */
+
+	struct evict_ghost_slot *reusable;
+	struct evict_ghost_slot *s = ghost_find(g->slots, g->cap, fp, &reusable, g);
+	if (s->expire == 0) {
+		if (reusable)
+			s = reusable;
+		else
+			g->used++;
+	}
+	g->seq++;
+	s->fp = fp;
+	s->expire = g->seq + window;
+}
+
+/* Whether fp was remembered; it is forgotten either way. */
+static bool ghost_take(struct evict_ghost *g, uint64_t fp)
+{
+	if (!g->cap)
+		return false;
+	struct evict_ghost_slot *s = ghost_find(g->slots, g->cap, fp, NULL, g);
+	if (s->expire == 0 || !ghost_live(g, s))
+		return false;
+	s->expire = 1;
+	return true;
+}
+
+/* ---- policy-generic ------------------------------------------------ */
+
+#define entry_of(n) ((struct evict_entry *)((char *)(n) - offsetof(struct evict_entry, node)))
+
+static struct evict_lru *queue_of(struct evict *e, uint8_t q)
+{
+	return &e->q[q == EVICT_Q_SMALL ? 1 : 0];
+}
+
+void evict_init(struct evict *e, enum evict_policy policy)
+{
+	memset(e, 0, sizeof(*e));
+	e->policy = policy;
+	evict_lru_init(&e->q[0]);
+	evict_lru_init(&e->q[1]);
+}
+
+void evict_done(struct evict *e)
+{
+	free(e->ghost.slots);
+	e->ghost = (struct evict_ghost){0};
+}
+
+void evict_insert(struct evict *e, struct evict_entry *x)
+{
+	if (x->queue == EVICT_Q_NONE) {
+		x->freq = 0;
+		/* A block dropped from probation and stored again while it is
+		 * remembered proved itself: it skips probation. */
+		if (e->policy == EVICT_S3FIFO && !ghost_take(&e->ghost, x->fp))
+			x->queue = EVICT_Q_SMALL;
+		else
+			x->queue = EVICT_Q_MAIN;
+	}
+	evict_lru_insert(queue_of(e, x->queue), &x->node);
+}
+
+void evict_remove(struct evict *e, struct evict_entry *x)
+{
+	if (!evict_entry_linked(x))
+		return;
+	if (e->hand == &x->node)
+		e->hand = x->node.prev == &e->q[0].head ? NULL : x->node.prev;
+	evict_lru_remove(queue_of(e, x->queue), &x->node);
+}
+
+void evict_touch(struct evict *e, struct evict_entry *x)
+{
+	if (!evict_entry_linked(x))
+		return;
+	switch (e->policy) {
+	case EVICT_LRU:
+		evict_lru_touch(queue_of(e, x->queue), &x->node);
+		break;
+	case EVICT_S3FIFO:
+		if (x->freq < S3FIFO_FREQ_MAX)
+			x->freq++;
+		break;
+	case EVICT_SIEVE:
+		x->freq = 1;
+		break;
+	default:
+		break;
+	}
+}
+
+static struct evict_entry *s3fifo_victim(struct evict *e)
+{
+	struct evict_lru *main_q = &e->q[0], *small = &e->q[1];
+
+	/* Every turn either moves an entry out of small or takes a hit off
+	 * one in main: it ends. */
+	for (;;) {
+		if (small->n && (small->n * 10 >= evict_count(e) || !main_q->n)) {
+			struct evict_entry *x = entry_of(small->head.prev);
+			if (x->freq == 0)
+				return x;
+			evict_lru_remove(small, &x->node);
+			x->queue = EVICT_Q_MAIN;
+			x->freq = 0;
+			evict_lru_insert(main_q, &x->node);
+			continue;
+		}
+		if (!main_q->n)
+			return NULL;
+		struct evict_entry *x = entry_of(main_q->head.prev);
+		if (x->freq == 0)
+			return x;
+		x->freq--;
+		evict_lru_touch(main_q, &x->node);
+	}
+}
+
+static struct evict_entry *sieve_victim(struct evict *e)
+{
+	struct evict_lru *q = &e->q[0];
+	struct evict_node *p = e->hand ? e->hand : q->head.prev;
+
+	if (!q->n)
+		return NULL;
+	/* At most one lap clears every bit. */
+	for (;;) {
+		if (p == &q->head)
+			p = q->head.prev;
+		struct evict_entry *x = entry_of(p);
+		if (!x->freq) {
+			e->hand = p;
+			return x;
+		}
+		x->freq = 0;
+		p = p->prev;
+	}
+}
+
+struct evict_entry *evict_victim(struct evict *e)
+{
+	switch (e->policy) {
+	case EVICT_S3FIFO:
+		return s3fifo_victim(e);
+	case EVICT_SIEVE:
+		return sieve_victim(e);
+	default: {
+		struct evict_node *n = evict_lru_victim(&e->q[0]);
+		return n ? entry_of(n) : NULL;
+	}
+	}
+}
+
+struct evict_entry *evict_victim_next(const struct evict *e, const struct evict_entry *x)
+{
+	const struct evict_lru *q = &e->q[x->queue == EVICT_Q_SMALL ? 1 : 0];
+
+	if (!evict_entry_linked(x) || x->node.prev == &q->head)
+		return NULL;
+	return entry_of(x->node.prev);
+}
+
+void evict_evicted(struct evict *e, struct evict_entry *x)
+{
+	if (!evict_entry_linked(x))
+		return;
+	bool remember = e->policy == EVICT_S3FIFO && x->queue == EVICT_Q_SMALL;
+	evict_remove(e, x);
+	if (remember)
+		ghost_put(&e->ghost, x->fp, evict_count(e) + 1);
+}
+
+static const char *const policy_names[_EVICT_POLICY_MAX] = {
+	[EVICT_LRU] = "lru",
+	[EVICT_S3FIFO] = "s3fifo",
+	[EVICT_SIEVE] = "sieve",
+};
+
+const char *evict_policy_to_string(enum evict_policy p)
+{
+	return (unsigned)p < _EVICT_POLICY_MAX ? policy_names[p] : NULL;
+}
+
+int evict_policy_from_string(const char *s)
+{
+	for (int i = 0; s && i < _EVICT_POLICY_MAX; i++)
+		if (!strcmp(s, policy_names[i]))
+			return i;
+	return -EINVAL;
 }

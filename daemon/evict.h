@@ -4,6 +4,12 @@
  * Pure bookkeeping, no I/O and no knowledge of blocks beyond the node the
  * caller embeds; pinned blocks (leased or reserved) are never on the list,
  * so any victim it names can be dropped at once.
+ *
+ * Two layers: the plain LRU list (struct evict_lru), which the NVMe tier
+ * uses as is, and the policy-generic struct evict, which runs LRU, S3-FIFO
+ * or SIEVE behind one set of calls.  tests/workload/kvt-policy-sim links
+ * this file, so the hit rates docs/workload.md reports are those of this
+ * code.
  */
 #pragma once
 
@@ -34,3 +40,118 @@ static inline bool evict_node_linked(const struct evict_node *n)
 {
 	return n->next != 0;
 }
+
+/* ---- policy-generic ------------------------------------------------ */
+
+enum evict_policy {
+	EVICT_LRU,
+	/* Yang et al., SOSP '23: new blocks enter a small FIFO (a tenth of
+	 * the entries); those hit while there move to the main FIFO, the
+	 * others leave and are remembered in a ghost list, so that a block
+	 * stored again soon after goes straight to main.  Main is a FIFO with
+	 * reinsertion on a 2-bit hit counter. */
+	EVICT_S3FIFO,
+	/* Zhang et al., NSDI '24: one FIFO, a visited bit, and a hand that
+	 * moves from the oldest end clearing bits until it finds a block not
+	 * visited since the hand last passed. */
+	EVICT_SIEVE,
+	_EVICT_POLICY_MAX,
+};
+
+/* The queue an entry is on, or was on before it was pinned. */
+enum {
+	EVICT_Q_NONE,  /* never inserted: a new block */
+	EVICT_Q_MAIN,  /* LRU and SIEVE keep everything here */
+	EVICT_Q_SMALL, /* S3-FIFO's probation queue */
+};
+
+/*
+ * What the caller embeds in each block.  Zero it when the block is created
+ * and set fp before the first insert.  Removing an entry (a pin) keeps its
+ * queue and hit count, so a block that comes back from a lease, or from
+ * NVMe, resumes where it was rather than starting over as new.
+ */
+struct evict_entry {
+	struct evict_node node;
+	/* A fingerprint of the block's key (its first 8 bytes will do: keys
+	 * are SHA-256), which the ghost list remembers after eviction. */
+	uint64_t fp;
+	uint8_t queue; /* EVICT_Q_* */
+	uint8_t freq;  /* S3-FIFO: hits while queued, at most 3; SIEVE: visited */
+};
+
+struct evict_ghost_slot {
+	uint64_t fp;
+	uint64_t expire; /* 0: empty; 1: taken back (a tombstone) */
+};
+
+/*
+ * S3-FIFO's ghost list.  A fingerprint put when W entries are listed is
+ * remembered until W fingerprints in all have been put after it: the
+ * ghost is about as long as the cache.  An open-addressing table whose
+ * slots carry the sequence number at which they expire, so expiry needs
+ * no FIFO of its own; rebuilt when tombstones and expired slots fill it.
+ * At most about 64 bytes per listed entry; when it cannot grow, a
+ * fingerprint is not remembered, which costs hits, never correctness.
+ */
+struct evict_ghost {
+	struct evict_ghost_slot *slots;
+	uint64_t cap;  /* slots, a power of two, or 0 */
+	uint64_t used; /* slots not empty */
+	uint64_t seq;  /* fingerprints put so far */
+};
+
+struct evict {
+	enum evict_policy policy;
+	/* LRU and SIEVE: q[0] only.  S3-FIFO: q[0] main, q[1] small.  The
+	 * index is entry->queue - 1. */
+	struct evict_lru q[2];
+	struct evict_node *hand; /* SIEVE: where the next search starts */
+	struct evict_ghost ghost;
+};
+
+void evict_init(struct evict *e, enum evict_policy policy);
+/* Frees the ghost list; the entries are the caller's. */
+void evict_done(struct evict *e);
+
+/* Insert an unlinked entry: a new one where its policy admits new blocks
+ * (S3-FIFO: main if its fingerprint is in the ghost list, else small), one
+ * that was pinned at the young end of the queue it was on. */
+void evict_insert(struct evict *e, struct evict_entry *x);
+/* Unlink, keeping the entry's queue and hit count (a pin, a spill, a
+ * delete); a no-op for an unlinked entry. */
+void evict_remove(struct evict *e, struct evict_entry *x);
+/* A hit; a no-op for an unlinked entry. */
+void evict_touch(struct evict *e, struct evict_entry *x);
+/*
+ * The entry to evict, or NULL when nothing is evictable.  Not a pure
+ * query: S3-FIFO moves hit entries from small to main and reinserts hit
+ * entries in main on the way, SIEVE moves its hand.  The entry stays
+ * linked until the caller removes it (evict_evicted if it is dropped), and
+ * asking again without a change in between names the same entry.
+ */
+struct evict_entry *evict_victim(struct evict *e);
+/* The candidate after x in eviction order, without changing anything: for
+ * a caller that skips the victim (a block that is not yet clean) and looks
+ * a little further.  Approximate for S3-FIFO and SIEVE: the next entry of
+ * x's queue toward the young end, NULL at its end. */
+struct evict_entry *evict_victim_next(const struct evict *e, const struct evict_entry *x);
+/* Remove x because its block is dropped: S3-FIFO remembers its fingerprint
+ * when it leaves from the small queue.  Not for spills: a spilled block
+ * keeps its entry and comes back to the queue it left. */
+void evict_evicted(struct evict *e, struct evict_entry *x);
+
+static inline bool evict_entry_linked(const struct evict_entry *x)
+{
+	return evict_node_linked(&x->node);
+}
+
+/* Entries on the lists: the evictable blocks. */
+static inline uint64_t evict_count(const struct evict *e)
+{
+	return e->q[0].n + e->q[1].n;
+}
+
+const char *evict_policy_to_string(enum evict_policy p);
+/* \return the policy or -EINVAL */
+int evict_policy_from_string(const char *s);

@@ -3,6 +3,12 @@
  * The LRU: victim order, touch, remove, operations on unlinked nodes, and a
  * random walk against a reference array kept in use order, with the list
  * checked in both directions after every step.
+ *
+ * The policy-generic lists (LRU, S3-FIFO, SIEVE): S3-FIFO's and SIEVE's
+ * rules one by one, and for each policy a random walk (inserts of new and
+ * returning entries, hits, pins, evictions of blocks that are later stored
+ * again) against a model kept in plain arrays, with the queues, hit counts
+ * and victims compared after every step.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -243,10 +249,519 @@ static void test_random(void)
 	}
 }
 
+/* ---- policy-generic ------------------------------------------------ */
+
+struct pblock {
+	int id;
+	struct evict_entry e;
+};
+
+static struct pblock pblocks[N_NODES];
+
+static int pid_of(const struct evict_entry *x)
+{
+	if (!x)
+		return -1;
+	return ((const struct pblock *)((const char *)x - offsetof(struct pblock, e)))->id;
+}
+
+/* A new block with a given key fingerprint, as the store creates one. */
+static void pblock_fresh(int id)
+{
+	memset(&pblocks[id].e, 0, sizeof(pblocks[id].e));
+	pblocks[id].id = id;
+	pblocks[id].e.fp = UINT64_C(0xabc0000000000000) + (uint64_t)id;
+}
+
+/* The queue q (EVICT_Q_*) must hold ids from young to old. */
+static bool check_queue(int line, struct evict *e, uint8_t q, const int *ids, unsigned n)
+{
+	const struct evict_lru *l = &e->q[q == EVICT_Q_SMALL ? 1 : 0];
+	const struct evict_node *p;
+	unsigned i = 0;
+
+	if (l->n != n)
+		goto bad;
+	for (p = l->head.next; p != &l->head; p = p->next, i++) {
+		const struct evict_entry *x =
+			(const struct evict_entry *)((const char *)p - offsetof(struct evict_entry, node));
+		if (i >= n || pid_of(x) != ids[i] || p->next->prev != p || x->queue != q)
+			goto bad;
+	}
+	if (i != n)
+		goto bad;
+	return true;
+bad:
+	fprintf(stderr, "%s:%d: queue %u wrong (n %" PRIu64 ", expected", __FILE__, line, q, l->n);
+	for (i = 0; i < n; i++)
+		fprintf(stderr, " %d", ids[i]);
+	fprintf(stderr, "; have");
+	for (p = l->head.next, i = 0; p != &l->head && i < N_NODES; p = p->next, i++)
+		fprintf(stderr, " %d",
+			pid_of((const struct evict_entry *)((const char *)p -
+							    offsetof(struct evict_entry, node))));
+	fprintf(stderr, ")\n");
+	failures++;
+	return false;
+}
+
+#define CHECK_QUEUE(e, q, ...)                                               \
+	do {                                                                 \
+		static const int _ids[] = { __VA_ARGS__ };                  \
+		check_queue(__LINE__, e, q, _ids + 1,                        \
+			    sizeof(_ids) / sizeof(_ids[0]) - 1);             \
+	} while (0)
+
+#define P(i) (&pblocks[i].e)
+
+static void evict_and_forget(struct evict *e, int id)
+{
+	evict_evicted(e, P(id));
+	pblock_fresh(id); /* the store frees an evicted block */
+}
+
+static void test_s3fifo(void)
+{
+	struct evict e;
+
+	for (int i = 0; i < N_NODES; i++)
+		pblock_fresh(i);
+	evict_init(&e, EVICT_S3FIFO);
+	CHECK(evict_victim(&e) == NULL);
+
+	/* New blocks are on probation. */
+	for (int i = 0; i < 10; i++)
+		evict_insert(&e, P(i));
+	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1);
+	CHECK(evict_count(&e) == 10);
+
+	/* The oldest on probation, not hit: the victim, and the same one
+	 * when asked twice. */
+	CHECK(pid_of(evict_victim(&e)) == 0);
+	CHECK(pid_of(evict_victim(&e)) == 0);
+	evict_and_forget(&e, 0);
+	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+
+	/* Stored again while remembered: straight to main, and only once. */
+	evict_insert(&e, P(0));
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 0);
+	CHECK(P(0)->queue == EVICT_Q_MAIN && P(0)->freq == 0);
+
+	/* A hit on probation moves it to main, its count cleared, when it
+	 * reaches the end of the small queue. */
+	evict_touch(&e, P(1));
+	CHECK(P(1)->freq == 1);
+	CHECK(pid_of(evict_victim(&e)) == 2);
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 1, 0);
+	CHECK(P(1)->freq == 0);
+	evict_and_forget(&e, 2);
+
+	/* A pin keeps the queue and the count: the block returns to the
+	 * young end of small, still hit. */
+	evict_touch(&e, P(3));
+	evict_remove(&e, P(3));
+	CHECK(!evict_entry_linked(P(3)) && P(3)->queue == EVICT_Q_SMALL && P(3)->freq == 1);
+	evict_touch(&e, P(3)); /* off the list: nothing */
+	CHECK(P(3)->freq == 1);
+	evict_insert(&e, P(3));
+	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1, 3, 9, 8, 7, 6, 5, 4);
+	CHECK(P(3)->freq == 1);
+	/* The count saturates at 3. */
+	for (int i = 0; i < 5; i++)
+		evict_touch(&e, P(0));
+	CHECK(P(0)->freq == 3);
+
+	/* Small (7 of 9) is above a tenth: victims come from it. */
+	CHECK(pid_of(evict_victim(&e)) == 4);
+	evict_and_forget(&e, 4);
+	for (int want = 5; want <= 9; want++) {
+		CHECK(pid_of(evict_victim(&e)) == want);
+		evict_and_forget(&e, want);
+	}
+	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1, 3);
+	/* Small still above a tenth: its hit block 3 moves to main, which
+	 * then gives the victim: 0 was hit, so it gets another lap with one
+	 * hit less, and 1 goes. */
+	CHECK(pid_of(evict_victim(&e)) == 1);
+	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1);
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 0, 3, 1);
+	CHECK(P(0)->freq == 2);
+	evict_and_forget(&e, 1);
+	/* Evicted from main: not remembered. */
+	evict_insert(&e, P(1));
+	CHECK(P(1)->queue == EVICT_Q_SMALL);
+
+	/* victim_next walks toward the young end of the victim's queue. */
+	evict_insert(&e, P(20));
+	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1, 20, 1);
+	CHECK(pid_of(evict_victim(&e)) == 1);
+	CHECK(pid_of(evict_victim_next(&e, P(1))) == 20);
+	CHECK(evict_victim_next(&e, P(20)) == NULL);
+
+	/* The ghost remembers as many as are listed when one is put. */
+	evict_done(&e);
+	for (int i = 0; i < N_NODES; i++)
+		pblock_fresh(i);
+	evict_init(&e, EVICT_S3FIFO);
+	for (int i = 0; i < 4; i++)
+		evict_insert(&e, P(i));
+	/* 4 listed when 0 goes: forgotten after 4 more. */
+	evict_and_forget(&e, 0);
+	for (int i = 4; i < 8; i++)
+		evict_insert(&e, P(i));
+	for (int i = 1; i < 4; i++)
+		evict_and_forget(&e, i);
+	evict_insert(&e, P(0));
+	CHECK(P(0)->queue == EVICT_Q_MAIN); /* 3 put since: still there */
+	evict_remove(&e, P(0));
+	pblock_fresh(0);
+	evict_insert(&e, P(0));
+	CHECK(P(0)->queue == EVICT_Q_SMALL); /* taken: once only */
+	/* Now 5 listed when 0 goes. */
+	evict_and_forget(&e, 0);
+	for (int i = 4; i < 8; i++)
+		evict_and_forget(&e, i);
+	evict_insert(&e, P(8));
+	evict_and_forget(&e, 8);
+	evict_insert(&e, P(0));
+	CHECK(P(0)->queue == EVICT_Q_SMALL); /* 5 put since: forgotten */
+	evict_done(&e);
+	evict_done(&e); /* twice is harmless */
+}
+
+static void test_sieve(void)
+{
+	struct evict e;
+
+	for (int i = 0; i < N_NODES; i++)
+		pblock_fresh(i);
+	evict_init(&e, EVICT_SIEVE);
+	CHECK(evict_victim(&e) == NULL);
+	for (int i = 0; i < 5; i++)
+		evict_insert(&e, P(i));
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 4, 3, 2, 1, 0);
+	evict_touch(&e, P(0));
+	evict_touch(&e, P(1));
+	evict_touch(&e, P(3));
+	/* The hand clears 0 and 1 and stops at 2; hits do not move blocks. */
+	CHECK(pid_of(evict_victim(&e)) == 2);
+	CHECK(pid_of(evict_victim(&e)) == 2);
+	CHECK(P(0)->freq == 0 && P(1)->freq == 0 && P(3)->freq == 1);
+	evict_and_forget(&e, 2);
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 4, 3, 1, 0);
+	/* From where it stopped: 3 is cleared, 4 goes. */
+	CHECK(pid_of(evict_victim(&e)) == 4);
+	/* Pinning the block under the hand moves the hand on; the lap
+	 * wraps to the oldest. */
+	evict_remove(&e, P(4));
+	CHECK(pid_of(evict_victim(&e)) == 0);
+	evict_insert(&e, P(4));
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 4, 3, 1, 0);
+	evict_and_forget(&e, 0);
+	CHECK(pid_of(evict_victim(&e)) == 1);
+	evict_done(&e);
+}
+
+/* ---- the model --------------------------------------------------- */
+
+struct model {
+	enum evict_policy policy;
+	int q[2][N_NODES]; /* [0] main, [1] small; young first */
+	unsigned n[2];
+	uint8_t queue[N_NODES], freq[N_NODES];
+	bool linked[N_NODES];
+	int hand; /* SIEVE, -1: from the oldest */
+	/* Ghost: every fingerprint ever put, with when it expires. */
+	uint64_t gfp[1 << 18], gexp[1 << 18];
+	unsigned gn;
+	uint64_t gseq;
+	unsigned ghost_hits, promotions, evictions; /* that the walk covered them */
+};
+
+static int m_qi(uint8_t q)
+{
+	return q == EVICT_Q_SMALL ? 1 : 0;
+}
+
+static unsigned m_pos(const struct model *m, int id)
+{
+	int qi = m_qi(m->queue[id]);
+	for (unsigned i = 0; i < m->n[qi]; i++)
+		if (m->q[qi][i] == id)
+			return i;
+	return ~0u;
+}
+
+static void m_unlink(struct model *m, int id)
+{
+	int qi = m_qi(m->queue[id]);
+	unsigned pos = m_pos(m, id);
+	memmove(&m->q[qi][pos], &m->q[qi][pos + 1], (m->n[qi] - pos - 1) * sizeof(int));
+	m->n[qi]--;
+	m->linked[id] = false;
+}
+
+static void m_link_young(struct model *m, int id)
+{
+	int qi = m_qi(m->queue[id]);
+	memmove(&m->q[qi][1], &m->q[qi][0], m->n[qi] * sizeof(int));
+	m->q[qi][0] = id;
+	m->n[qi]++;
+	m->linked[id] = true;
+}
+
+static bool m_ghost_take(struct model *m, uint64_t fp)
+{
+	for (unsigned i = 0; i < m->gn; i++)
+		if (m->gfp[i] == fp && m->gexp[i] > m->gseq) {
+			m->gexp[i] = 0;
+			m->ghost_hits++;
+			return true;
+		}
+	return false;
+}
+
+static void m_insert(struct model *m, int id)
+{
+	if (m->queue[id] == EVICT_Q_NONE) {
+		m->freq[id] = 0;
+		if (m->policy == EVICT_S3FIFO && !m_ghost_take(m, pblocks[id].e.fp))
+			m->queue[id] = EVICT_Q_SMALL;
+		else
+			m->queue[id] = EVICT_Q_MAIN;
+	}
+	m_link_young(m, id);
+}
+
+static void m_remove(struct model *m, int id)
+{
+	if (!m->linked[id])
+		return;
+	if (m->hand == id) {
+		unsigned pos = m_pos(m, id);
+		m->hand = pos == 0 ? -1 : m->q[0][pos - 1];
+	}
+	m_unlink(m, id);
+}
+
+static void m_touch(struct model *m, int id)
+{
+	if (!m->linked[id])
+		return;
+	if (m->policy == EVICT_LRU) {
+		m_unlink(m, id);
+		m_link_young(m, id);
+	} else if (m->policy == EVICT_S3FIFO) {
+		if (m->freq[id] < 3)
+			m->freq[id]++;
+	} else {
+		m->freq[id] = 1;
+	}
+}
+
+static int m_victim(struct model *m)
+{
+	unsigned total = m->n[0] + m->n[1];
+
+	if (m->policy == EVICT_LRU)
+		return m->n[0] ? m->q[0][m->n[0] - 1] : -1;
+	if (m->policy == EVICT_SIEVE) {
+		if (!m->n[0])
+			return -1;
+		unsigned pos = m->hand < 0 ? m->n[0] - 1 : m_pos(m, m->hand);
+		for (;;) {
+			int id = m->q[0][pos];
+			if (!m->freq[id]) {
+				m->hand = id;
+				return id;
+			}
+			m->freq[id] = 0;
+			pos = pos == 0 ? m->n[0] - 1 : pos - 1;
+		}
+	}
+	for (;;) {
+		if (m->n[1] && (m->n[1] * 10 >= total || !m->n[0])) {
+			int id = m->q[1][m->n[1] - 1];
+			if (!m->freq[id])
+				return id;
+			m_unlink(m, id);
+			m->queue[id] = EVICT_Q_MAIN;
+			m->freq[id] = 0;
+			m_link_young(m, id);
+			m->promotions++;
+			continue;
+		}
+		if (!m->n[0])
+			return -1;
+		int id = m->q[0][m->n[0] - 1];
+		if (!m->freq[id])
+			return id;
+		m->freq[id]--;
+		m_unlink(m, id);
+		m_link_young(m, id);
+	}
+}
+
+static void m_evicted(struct model *m, int id)
+{
+	if (!m->linked[id])
+		return;
+	unsigned window = m->n[0] + m->n[1];
+	bool remember = m->policy == EVICT_S3FIFO && m->queue[id] == EVICT_Q_SMALL;
+	m_remove(m, id);
+	if (remember) {
+		uint64_t fp = pblocks[id].e.fp;
+		unsigned i;
+		m->gseq++;
+		for (i = 0; i < m->gn && m->gfp[i] != fp; i++)
+			;
+		if (i == m->gn) {
+			if (m->gn >= sizeof(m->gfp) / sizeof(m->gfp[0]))
+				return;
+			m->gfp[m->gn++] = fp;
+		}
+		m->gexp[i] = m->gseq + window;
+	}
+	m->queue[id] = EVICT_Q_NONE;
+	m->freq[id] = 0;
+}
+
+static bool m_compare(struct model *m, struct evict *e, unsigned op)
+{
+	bool ok = check_queue(__LINE__, e, EVICT_Q_MAIN, m->q[0], m->n[0]);
+	if (m->policy == EVICT_S3FIFO)
+		ok &= check_queue(__LINE__, e, EVICT_Q_SMALL, m->q[1], m->n[1]);
+	for (int id = 0; ok && id < N_NODES; id++) {
+		const struct evict_entry *x = P(id);
+		if (evict_entry_linked(x) != m->linked[id] || x->queue != m->queue[id] ||
+		    x->freq != m->freq[id]) {
+			fprintf(stderr, "entry %d: linked %d queue %u freq %u, model %d %u %u\n", id,
+				evict_entry_linked(x), x->queue, x->freq, m->linked[id],
+				m->queue[id], m->freq[id]);
+			failures++;
+			ok = false;
+		}
+	}
+	if (!ok)
+		fprintf(stderr, "  %s, after op %u\n", evict_policy_to_string(m->policy), op);
+	return ok;
+}
+
+static struct model model;
+
+static void test_policy_random(enum evict_policy policy, unsigned ops)
+{
+	struct model *m = &model;
+	struct evict e;
+
+	memset(m, 0, sizeof(*m));
+	m->policy = policy;
+	m->hand = -1;
+	for (int i = 0; i < N_NODES; i++)
+		pblock_fresh(i);
+	evict_init(&e, policy);
+	for (unsigned op = 0; op < ops; op++) {
+		/* A skewed choice of block, so some are hot. */
+		int id = (int)(rnd() % N_NODES);
+		if (rnd() % 2)
+			id %= 8;
+		struct evict_entry *x = P(id);
+
+		switch (rnd() % 10) {
+		case 0: case 1: case 2: /* store or unpin */
+			if (m->linked[id])
+				break;
+			evict_insert(&e, x);
+			m_insert(m, id);
+			break;
+		case 3: case 4: /* lookup hit */
+			evict_touch(&e, x);
+			m_touch(m, id);
+			break;
+		case 5: /* pin */
+			evict_remove(&e, x);
+			m_remove(m, id);
+			break;
+		case 6: case 7: { /* a full class: evict */
+			int want = m_victim(m);
+			struct evict_entry *v = evict_victim(&e);
+			if (pid_of(v) != want) {
+				fprintf(stderr, "%s op %u: victim %d, model %d\n",
+					evict_policy_to_string(policy), op, pid_of(v), want);
+				failures++;
+				goto out;
+			}
+			if (v && pid_of(evict_victim(&e)) != want) {
+				fprintf(stderr, "%s op %u: victim changed when asked again\n",
+					evict_policy_to_string(policy), op);
+				failures++;
+			}
+			if (v) {
+				evict_evicted(&e, v);
+				m_evicted(m, want);
+				m->evictions++;
+				pblock_fresh(want);
+			}
+			break;
+		}
+		case 8: { /* the candidate after the victim */
+			struct evict_entry *v = evict_victim(&e);
+			int want = m_victim(m);
+			if (pid_of(v) != want) {
+				fprintf(stderr, "%s op %u: victim %d, model %d\n",
+					evict_policy_to_string(policy), op, pid_of(v), want);
+				failures++;
+				goto out;
+			}
+			if (v) {
+				int qi = m_qi(m->queue[want]);
+				unsigned pos = m_pos(m, want);
+				int next = pos == 0 ? -1 : m->q[qi][pos - 1];
+				CHECK(pid_of(evict_victim_next(&e, v)) == next);
+			}
+			break;
+		}
+		case 9: /* deleted: dropped without eviction */
+			evict_remove(&e, x);
+			m_remove(m, id);
+			if (!m->linked[id]) {
+				pblock_fresh(id);
+				m->queue[id] = EVICT_Q_NONE;
+				m->freq[id] = 0;
+			}
+			break;
+		}
+		if (!m_compare(m, &e, op))
+			break;
+	}
+	CHECK(m->evictions > ops / 10);
+	if (policy == EVICT_S3FIFO)
+		CHECK_MSG(m->ghost_hits > ops / 100 && m->promotions > ops / 100,
+			  "%u ghost hits, %u promotions", m->ghost_hits, m->promotions);
+out:
+	evict_done(&e);
+}
+
+static void test_policy_names(void)
+{
+	for (int p = 0; p < _EVICT_POLICY_MAX; p++)
+		CHECK(evict_policy_from_string(evict_policy_to_string(p)) == p);
+	CHECK(evict_policy_from_string("LRU") < 0);
+	CHECK(evict_policy_from_string("") < 0);
+	CHECK(evict_policy_from_string(NULL) < 0);
+	CHECK(evict_policy_to_string(_EVICT_POLICY_MAX) == NULL);
+}
+
 int main(void)
 {
 	test_basic();
 	test_random();
+	test_s3fifo();
+	test_sieve();
+	test_policy_names();
+	for (int p = 0; p < _EVICT_POLICY_MAX; p++)
+		test_policy_random(p, 200000);
 
 	if (failures) {
 		fprintf(stderr, "test-evict: %d check(s) failed\n", failures);
