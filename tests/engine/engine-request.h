@@ -43,6 +43,40 @@ static inline uint64_t engine_mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+/* The bytes of one head of one token of the block with this key: what the
+ * model computed for it.  Every byte depends on the key, so a block served
+ * under another key, or a slot reused under a live reader, never compares
+ * equal. */
+static inline void engine_element(const uint8_t *key, uint32_t layer, uint32_t plane,
+				  uint32_t token, uint32_t head, uint8_t *out, uint32_t bytes)
+{
+	uint64_t k;
+	memcpy(&k, key, 8);
+	uint64_t s = engine_mix(k ^ engine_mix(((uint64_t)layer << 40) ^ ((uint64_t)plane << 32) ^
+					      ((uint64_t)token << 16) ^ head));
+	for (uint32_t i = 0; i < bytes; i += 8) {
+		s = engine_mix(s);
+		memcpy(out + i, &s, bytes - i < 8 ? bytes - i : 8);
+	}
+}
+
+/* Rank tp_rank's shard of a block of model m in kvtier's block layout
+ * [layer][plane][token][head], as kvt-engine stores it.  out: the
+ * namespace's shard_bytes. */
+static inline void engine_shard(const struct engine_model *m, uint32_t tp_size,
+				uint32_t tp_rank, const uint8_t *key, uint8_t *out)
+{
+	uint32_t heads = m->kv_heads / tp_size, head_bytes = m->head_dim * m->elem_bytes;
+	for (uint32_t l = 0; l < m->layers; l++)
+		for (uint32_t p = 0; p < 2; p++)
+			for (uint32_t t = 0; t < ENGINE_BLOCK_TOKENS; t++)
+				for (uint32_t h = 0; h < heads; h++) {
+					engine_element(key, l, p, t, tp_rank * heads + h, out,
+						       head_bytes);
+					out += head_bytes;
+				}
+}
+
 /* tok[prefix + suffix]: the shared prompt of prefix_seed, then the private
  * part of suffix_seed. */
 static inline void engine_tokens(uint32_t *tok, uint64_t prefix_seed, uint32_t prefix,

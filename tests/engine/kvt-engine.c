@@ -47,20 +47,6 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The bytes of one head of one token: what the model computed for it. */
-static void element(const uint8_t *key, uint32_t layer, uint32_t plane,
-		    uint32_t token, uint32_t head, uint8_t *out, uint32_t bytes)
-{
-	uint64_t k;
-	memcpy(&k, key, 8);
-	uint64_t s = engine_mix(k ^ engine_mix(((uint64_t)layer << 40) ^ ((uint64_t)plane << 32) ^
-				 ((uint64_t)token << 16) ^ head));
-	for (uint32_t i = 0; i < bytes; i += 8) {
-		s = engine_mix(s);
-		memcpy(out + i, &s, bytes - i < 8 ? bytes - i : 8);
-	}
-}
-
 static uint8_t *engine_elem(struct engine *e, uint32_t layer, uint32_t plane,
 			    uint32_t page, uint32_t token, uint32_t head)
 {
@@ -77,8 +63,8 @@ static void compute_page(struct engine *e, uint32_t b)
 		for (uint32_t p = 0; p < 2; p++)
 			for (uint32_t t = 0; t < BLOCK_TOKENS; t++)
 				for (uint32_t h = 0; h < e->heads; h++)
-					element(key, l, p, t, e->tp_rank * e->heads + h,
-						engine_elem(e, l, p, b, t, h), e->head_bytes);
+					engine_element(key, l, p, t, e->tp_rank * e->heads + h,
+						       engine_elem(e, l, p, b, t, h), e->head_bytes);
 }
 
 /* Count bytes of page b that differ from what its block must hold. */
@@ -91,8 +77,8 @@ static uint64_t verify_page(struct engine *e, uint32_t b)
 		for (uint32_t p = 0; p < 2; p++)
 			for (uint32_t t = 0; t < BLOCK_TOKENS; t++)
 				for (uint32_t h = 0; h < e->heads; h++) {
-					element(key, l, p, t, e->tp_rank * e->heads + h, want,
-						e->head_bytes);
+					engine_element(key, l, p, t, e->tp_rank * e->heads + h,
+						       want, e->head_bytes);
 					if (memcmp(want, engine_elem(e, l, p, b, t, h), e->head_bytes))
 						bad += e->head_bytes;
 				}
@@ -109,8 +95,8 @@ static uint64_t verify_shard(struct engine *e, const uint8_t *key, const uint8_t
 		for (uint32_t pl = 0; pl < 2; pl++)
 			for (uint32_t t = 0; t < BLOCK_TOKENS; t++)
 				for (uint32_t h = 0; h < e->heads; h++) {
-					element(key, l, pl, t, e->tp_rank * e->heads + h, want,
-						e->head_bytes);
+					engine_element(key, l, pl, t, e->tp_rank * e->heads + h,
+						       want, e->head_bytes);
 					if (memcmp(want, p, e->head_bytes))
 						bad += e->head_bytes;
 					p += e->head_bytes;

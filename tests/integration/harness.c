@@ -341,3 +341,23 @@ void block_pattern(uint8_t *buf, size_t len, uint32_t tag, const uint8_t *key)
 		memcpy(buf + i, &s, len - i < 8 ? len - i : 8);
 	}
 }
+
+int64_t daemon_rss_anon(const struct daemon *d)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+	/* Plain read(2): samplers call this from a thread while the test
+	 * forks, and stdio locks must not be held across a fork. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	const char *p = strstr(buf, "\nRssAnon:");
+	if (!p)
+		return -1;
+	return (int64_t)strtoll(p + 9, NULL, 10) * 1024;
+}

@@ -81,3 +81,8 @@ int count_fds(pid_t pid);
  * (tag, e.g. the tenant) and of its key, so that a block served under the
  * wrong key or to the wrong tenant never compares equal. */
 void block_pattern(uint8_t *buf, size_t len, uint32_t tag, const uint8_t *key);
+
+/* The daemon's anonymous resident memory in bytes (RssAnon: its heap and
+ * stacks, not the pool, whose shmem pages count in RssShmem), -1 if
+ * unreadable. */
+int64_t daemon_rss_anon(const struct daemon *d);
