@@ -78,11 +78,17 @@ static uint64_t admin_stat(const char *field)
 	return v;
 }
 
+/* With O_DIRECT, as the daemon writes: a cached page read earlier (the
+ * readahead of a region header) is never what is compared. */
 static void read_spill(uint64_t offset, void *buf, size_t len)
 {
-	int fd = open(spill_path, O_RDONLY | O_CLOEXEC);
+	void *aligned = NULL;
+	int fd = open(spill_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	CHECK(fd >= 0, "open %s", spill_path);
-	CHECK(pread(fd, buf, len, (off_t)offset) == (ssize_t)len, "read the spill file");
+	CHECK(posix_memalign(&aligned, PAGE, len) == 0, "buffer");
+	CHECK(pread(fd, aligned, len, (off_t)offset) == (ssize_t)len, "read the spill file");
+	memcpy(buf, aligned, len);
+	free(aligned);
 	close(fd);
 }
 
@@ -232,7 +238,7 @@ static void beside(void)
 	snprintf(b_sock, sizeof(b_sock), "%s/b.sock", d.dir);
 
 	b_store();
-	WAIT_FOR(admin_stat("nvme_blocks") == NB, "b's blocks on NVMe");
+	WAIT_FOR(admin_stat("nvme_writes") >= NB, "b's blocks on NVMe");
 	/* The attacker knows b's region and its generation. */
 	struct spill_region_header bh = region_header(0, "b", hdr);
 
@@ -248,7 +254,7 @@ static void beside(void)
 	}
 	CHECK(kvt_store(ns, 0, a_keys, NA, srcs, NULL) == NA, "a stores its forged blocks");
 	kvt_client_free(c);
-	WAIT_FOR(admin_stat("nvme_blocks") == NB + NA, "a's blocks on NVMe");
+	WAIT_FOR(admin_stat("nvme_writes") >= NB + NA, "a's blocks on NVMe");
 	region_header(1, "a", hdr);
 
 	restart();
@@ -299,14 +305,14 @@ static void rebound(void)
 	const void *src = blk;
 	memset(blk, 0x61, sizeof(blk));
 	CHECK(kvt_store(ns, 0, a_keys + NA * 32, 1, &src, NULL) == 1, "a's first block");
-	WAIT_FOR(admin_stat("nvme_blocks") == 1, "a's first block on NVMe");
+	WAIT_FOR(admin_stat("nvme_writes") >= 1, "a's first block on NVMe");
 	struct spill_region_header ah = region_header(0, "a", hdr);
 
 	/* One block at a time, so that block i lands in slot i + 1. */
 	for (int i = 0; i < NA; i++) {
 		forge_block(blk, sizeof(blk), (uint32_t)i + 1, 0, ah.generation);
 		CHECK(kvt_store(ns, 0, a_keys + i * 32, 1, &src, NULL) == 1, "a stores");
-		WAIT_FOR(admin_stat("nvme_blocks") == (uint64_t)i + 2, "a's block on NVMe");
+		WAIT_FOR(admin_stat("nvme_writes") >= (uint64_t)i + 2, "a's block on NVMe");
 		uint8_t page[PAGE];
 		struct spill_slot_header h;
 		read_spill(SPILL_REGION_HEADER_BYTES + (i + 1) * spill_stride_for(32768), page, PAGE);
@@ -320,7 +326,7 @@ static void rebound(void)
 	WAIT_FOR(admin_stat("nvme_blocks") == 0, "a's slots to be erased");
 
 	b_store();
-	WAIT_FOR(admin_stat("nvme_blocks") == NB, "b's blocks on NVMe");
+	WAIT_FOR(admin_stat("nvme_writes") >= NA + 1 + NB, "b's blocks on NVMe");
 	struct spill_region_header bh = region_header(0, "b", hdr);
 	CHECK(bh.slot_bytes == 16384, "the region is b's now");
 	CHECK(bh.generation != ah.generation, "with a new generation");
