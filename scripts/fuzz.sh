@@ -1,6 +1,9 @@
 #!/bin/sh
-# Run the fuzz targets under libFuzzer (clang), each for SECONDS (default 60).
-# The same targets run as deterministic replays in every `meson test`.
+# Run the fuzz targets under libFuzzer (clang) with ASan and UBSan, each for
+# SECONDS (default 60), starting from the seed corpus in tests/fuzz/corpus/
+# (written by `fuzz-TARGET --seeds DIR`); what libFuzzer finds on the way
+# goes to build-fuzz/corpus-TARGET.  The same targets run as deterministic
+# replays in every `meson test`; scripts/test.sh runs this for 20 s each.
 #   ./scripts/fuzz.sh [SECONDS]
 set -eu
 cd "$(dirname "$0")/.."
@@ -24,7 +27,7 @@ clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-spill.c "$dir/daemon/libkvt
 	"$dir/proto/libkvt-proto.a" $libs -o "$dir/fuzz-spill-libfuzzer"
 for t in wire session spill; do
 	mkdir -p "$dir/corpus-$t"
-	"$dir/tests/fuzz/fuzz-$t" --seeds "$dir/corpus-$t"
 	echo "== fuzz-$t for ${secs}s"
-	"$dir/fuzz-$t-libfuzzer" -max_total_time="$secs" -max_len=16384 "$dir/corpus-$t"
+	"$dir/fuzz-$t-libfuzzer" -max_total_time="$secs" -max_len=16384 -print_final_stats=1 -artifact_prefix="$dir/"  \
+		"$dir/corpus-$t" "tests/fuzz/corpus/$t"
 done

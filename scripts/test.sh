@@ -40,5 +40,14 @@ run_suite build
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 
+# The fuzz targets under libFuzzer for a short fixed time each (findings
+# stop it with the crashing input saved in build-fuzz/).
+if ./scripts/fuzz.sh 20; then
+	passed=$((passed + 1))
+else
+	echo "kvtier: fuzzing found a problem (see above)" >&2
+	failed=$((failed + 1))
+fi
+
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
