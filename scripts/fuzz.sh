@@ -28,6 +28,6 @@ clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-spill.c "$dir/daemon/libkvt
 for t in wire session spill; do
 	mkdir -p "$dir/corpus-$t"
 	echo "== fuzz-$t for ${secs}s"
-	"$dir/fuzz-$t-libfuzzer" -max_total_time="$secs" -max_len=16384 -print_final_stats=1 -artifact_prefix="$dir/"  \
+	"$dir/fuzz-$t-libfuzzer" -max_total_time="$secs" -max_len=16384 -print_final_stats=1 -artifact_prefix="$dir/" \
 		"$dir/corpus-$t" "tests/fuzz/corpus/$t"
 done
