@@ -176,6 +176,8 @@ int main(void)
 	kvt_ns *ns = engine_ns(c, "tiny", 1);
 	kvt_ns_info info;
 	CHECK(kvt_ns_get_info(ns, &info) == 0, "ns info");
+	/* The start-up probe's connection is gone before the count. */
+	WAIT_FOR(stat_get(c, "daemon", "clients") == 1, "only the checker connected");
 	int fds_before = daemon_fd_count(&d);
 	uint64_t extents_before = stat_get(c, "daemon", "extents");
 	uint64_t quarantined_before = stat_get(c, "daemon", "quarantined");
