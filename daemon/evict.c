@@ -158,23 +158,59 @@ void evict_init(struct evict *e, enum evict_policy policy)
 {
 	memset(e, 0, sizeof(*e));
 	e->policy = policy;
+	e->small_percent = EVICT_S3FIFO_SMALL_PERCENT;
 	evict_lru_init(&e->q[0]);
 	evict_lru_init(&e->q[1]);
 }
 
 void evict_done(struct evict *e)
 {
-	free(e->ghost.slots);
-	e->ghost = (struct evict_ghost){0};
+	for (int i = 0; i < 2; i++) {
+		free(e->ghost[i].slots);
+		e->ghost[i] = (struct evict_ghost){0};
+	}
+}
+
+/* ARC's ghost lists are nominally as long as the other queue is (T1 + B1
+ * and T2 + B2 each at most the cache); their lengths only steer how fast
+ * the target moves, so the nominal ones will do. */
+static uint64_t arc_ghost_len(const struct evict *e, int i)
+{
+	uint64_t n = e->q[i ? 0 : 1].n;
+	return n ? n : 1;
+}
+
+static void arc_admit(struct evict *e, struct evict_entry *x)
+{
+	uint64_t c = evict_count(e) + 1;
+
+	if (ghost_take(&e->ghost[1], x->fp)) {
+		/* Evicted from T1 too soon: give recency more room. */
+		uint64_t d = arc_ghost_len(e, 0) / arc_ghost_len(e, 1);
+		e->arc_p += d ? d : 1;
+		if (e->arc_p > c)
+			e->arc_p = c;
+		x->queue = EVICT_Q_MAIN;
+	} else if (ghost_take(&e->ghost[0], x->fp)) {
+		/* Evicted from T2 too soon: give frequency more room. */
+		uint64_t d = arc_ghost_len(e, 1) / arc_ghost_len(e, 0);
+		d = d ? d : 1;
+		e->arc_p = e->arc_p > d ? e->arc_p - d : 0;
+		x->queue = EVICT_Q_MAIN;
+	} else {
+		x->queue = EVICT_Q_SMALL;
+	}
 }
 
 void evict_insert(struct evict *e, struct evict_entry *x)
 {
 	if (x->queue == EVICT_Q_NONE) {
 		x->freq = 0;
+		if (e->policy == EVICT_ARC)
+			arc_admit(e, x);
 		/* A block dropped from probation and stored again while it is
 		 * remembered proved itself: it skips probation. */
-		if (e->policy == EVICT_S3FIFO && !ghost_take(&e->ghost, x->fp))
+		else if (e->policy == EVICT_S3FIFO && !ghost_take(&e->ghost[1], x->fp))
 			x->queue = EVICT_Q_SMALL;
 		else
 			x->queue = EVICT_Q_MAIN;
@@ -206,9 +242,24 @@ void evict_touch(struct evict *e, struct evict_entry *x)
 	case EVICT_SIEVE:
 		x->freq = 1;
 		break;
+	case EVICT_ARC:
+		/* Hit since it was stored: T2's young end. */
+		evict_lru_remove(queue_of(e, x->queue), &x->node);
+		x->queue = EVICT_Q_MAIN;
+		evict_lru_insert(queue_of(e, x->queue), &x->node);
+		break;
 	default:
 		break;
 	}
+}
+
+static struct evict_entry *arc_victim(struct evict *e)
+{
+	struct evict_lru *t1 = &e->q[1], *t2 = &e->q[0];
+
+	if (t1->n && (t1->n > e->arc_p || !t2->n))
+		return entry_of(t1->head.prev);
+	return t2->n ? entry_of(t2->head.prev) : NULL;
 }
 
 static struct evict_entry *s3fifo_victim(struct evict *e)
@@ -218,7 +269,7 @@ static struct evict_entry *s3fifo_victim(struct evict *e)
 	/* Every turn either moves an entry out of small or takes a hit off
 	 * one in main: it ends. */
 	for (;;) {
-		if (small->n && (small->n * 10 >= evict_count(e) || !main_q->n)) {
+		if (small->n && (small->n * 100 >= evict_count(e) * e->small_percent || !main_q->n)) {
 			struct evict_entry *x = entry_of(small->head.prev);
 			if (x->freq == 0)
 				return x;
@@ -266,6 +317,8 @@ struct evict_entry *evict_victim(struct evict *e)
 		return s3fifo_victim(e);
 	case EVICT_SIEVE:
 		return sieve_victim(e);
+	case EVICT_ARC:
+		return arc_victim(e);
 	default: {
 		struct evict_node *n = evict_lru_victim(&e->q[0]);
 		return n ? entry_of(n) : NULL;
@@ -286,16 +339,19 @@ void evict_evicted(struct evict *e, struct evict_entry *x)
 {
 	if (!evict_entry_linked(x))
 		return;
-	bool remember = e->policy == EVICT_S3FIFO && x->queue == EVICT_Q_SMALL;
+	int q = x->queue == EVICT_Q_SMALL ? 1 : 0;
 	evict_remove(e, x);
-	if (remember)
-		ghost_put(&e->ghost, x->fp, evict_count(e) + 1);
+	if (e->policy == EVICT_S3FIFO && q == 1)
+		ghost_put(&e->ghost[1], x->fp, evict_count(e) + 1);
+	else if (e->policy == EVICT_ARC)
+		ghost_put(&e->ghost[q], x->fp, arc_ghost_len(e, q));
 }
 
 static const char *const policy_names[_EVICT_POLICY_MAX] = {
 	[EVICT_LRU] = "lru",
 	[EVICT_S3FIFO] = "s3fifo",
 	[EVICT_SIEVE] = "sieve",
+	[EVICT_ARC] = "arc",
 };
 
 const char *evict_policy_to_string(enum evict_policy p)

@@ -6,8 +6,8 @@
  * so any victim it names can be dropped at once.
  *
  * Two layers: the plain LRU list (struct evict_lru), which the NVMe tier
- * uses as is, and the policy-generic struct evict, which runs LRU, S3-FIFO
- * or SIEVE behind one set of calls.  tests/workload/kvt-policy-sim links
+ * uses as is, and the policy-generic struct evict, which runs LRU, S3-FIFO,
+ * SIEVE or ARC behind one set of calls.  tests/workload/kvt-policy-sim links
  * this file, so the hit rates docs/workload.md reports are those of this
  * code.
  */
@@ -55,14 +55,26 @@ enum evict_policy {
 	 * moves from the oldest end clearing bits until it finds a block not
 	 * visited since the hand last passed. */
 	EVICT_SIEVE,
+	/* Megiddo and Modha, FAST '03: blocks seen once (T1, the small
+	 * queue) and blocks hit since they were stored (T2, main), both LRU,
+	 * with a ghost list of each one's evictions; a block stored again
+	 * while remembered moves T1's target size toward the list whose ghost
+	 * remembered it, so the split between recency and frequency follows
+	 * the traffic. */
+	EVICT_ARC,
 	_EVICT_POLICY_MAX,
 };
+
+/* The paper's share for S3-FIFO's small queue.  On the traces of
+ * docs/workload.md a larger one gains when the tier holds the live
+ * conversations and loses when it does not. */
+#define EVICT_S3FIFO_SMALL_PERCENT 10
 
 /* The queue an entry is on, or was on before it was pinned. */
 enum {
 	EVICT_Q_NONE,  /* never inserted: a new block */
 	EVICT_Q_MAIN,  /* LRU and SIEVE keep everything here */
-	EVICT_Q_SMALL, /* S3-FIFO's probation queue */
+	EVICT_Q_SMALL, /* S3-FIFO's probation queue, ARC's T1 */
 };
 
 /*
@@ -86,7 +98,7 @@ struct evict_ghost_slot {
 };
 
 /*
- * S3-FIFO's ghost list.  A fingerprint put when W entries are listed is
+ * A ghost list (S3-FIFO has one, ARC two).  A fingerprint put when W entries are listed is
  * remembered until W fingerprints in all have been put after it: the
  * ghost is about as long as the cache.  An open-addressing table whose
  * slots carry the sequence number at which they expire, so expiry needs
@@ -103,20 +115,25 @@ struct evict_ghost {
 
 struct evict {
 	enum evict_policy policy;
-	/* LRU and SIEVE: q[0] only.  S3-FIFO: q[0] main, q[1] small.  The
-	 * index is entry->queue - 1. */
+	/* LRU and SIEVE: q[0] only.  S3-FIFO and ARC: q[0] main (T2), q[1]
+	 * small (T1). */
 	struct evict_lru q[2];
 	struct evict_node *hand; /* SIEVE: where the next search starts */
-	struct evict_ghost ghost;
+	/* Evictions from q[i], remembered: S3-FIFO uses ghost[1] only. */
+	struct evict_ghost ghost[2];
+	uint64_t arc_p; /* ARC: T1's target size, in entries */
+	/* S3-FIFO: the small queue's share of the entries, in percent; set
+	 * by evict_init, may be changed at any time. */
+	uint32_t small_percent;
 };
 
 void evict_init(struct evict *e, enum evict_policy policy);
-/* Frees the ghost list; the entries are the caller's. */
+/* Frees the ghost lists; the entries are the caller's. */
 void evict_done(struct evict *e);
 
 /* Insert an unlinked entry: a new one where its policy admits new blocks
- * (S3-FIFO: main if its fingerprint is in the ghost list, else small), one
- * that was pinned at the young end of the queue it was on. */
+ * (S3-FIFO and ARC: main if its fingerprint is in a ghost list, else
+ * small), one that was pinned at the young end of the queue it was on. */
 void evict_insert(struct evict *e, struct evict_entry *x);
 /* Unlink, keeping the entry's queue and hit count (a pin, a spill, a
  * delete); a no-op for an unlinked entry. */
@@ -137,8 +154,8 @@ struct evict_entry *evict_victim(struct evict *e);
  * x's queue toward the young end, NULL at its end. */
 struct evict_entry *evict_victim_next(const struct evict *e, const struct evict_entry *x);
 /* Remove x because its block is dropped: S3-FIFO remembers its fingerprint
- * when it leaves from the small queue.  Not for spills: a spilled block
- * keeps its entry and comes back to the queue it left. */
+ * when it leaves from the small queue, ARC always.  Not for spills: a
+ * spilled block keeps its entry and comes back to the queue it left. */
 void evict_evicted(struct evict *e, struct evict_entry *x);
 
 static inline bool evict_entry_linked(const struct evict_entry *x)

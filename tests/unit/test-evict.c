@@ -4,8 +4,8 @@
  * random walk against a reference array kept in use order, with the list
  * checked in both directions after every step.
  *
- * The policy-generic lists (LRU, S3-FIFO, SIEVE): S3-FIFO's and SIEVE's
- * rules one by one, and for each policy a random walk (inserts of new and
+ * The policy-generic lists (LRU, S3-FIFO, SIEVE, ARC): the rules of the
+ * last three one by one, and for each policy a random walk (inserts of new and
  * returning entries, hits, pins, evictions of blocks that are later stored
  * again) against a model kept in plain arrays, with the queues, hit counts
  * and victims compared after every step.
@@ -472,10 +472,13 @@ struct model {
 	uint8_t queue[N_NODES], freq[N_NODES];
 	bool linked[N_NODES];
 	int hand; /* SIEVE, -1: from the oldest */
-	/* Ghost: every fingerprint ever put, with when it expires. */
-	uint64_t gfp[1 << 18], gexp[1 << 18];
-	unsigned gn;
-	uint64_t gseq;
+	/* Ghosts, per queue: every fingerprint ever put, with when it
+	 * expires. */
+	uint64_t gfp[2][1 << 17], gexp[2][1 << 17];
+	unsigned gn[2];
+	uint64_t gseq[2];
+	uint64_t arc_p;
+	uint32_t small_percent;
 	unsigned ghost_hits, promotions, evictions; /* that the walk covered them */
 };
 
@@ -511,25 +514,63 @@ static void m_link_young(struct model *m, int id)
 	m->linked[id] = true;
 }
 
-static bool m_ghost_take(struct model *m, uint64_t fp)
+static bool m_ghost_take(struct model *m, int g, uint64_t fp)
 {
-	for (unsigned i = 0; i < m->gn; i++)
-		if (m->gfp[i] == fp && m->gexp[i] > m->gseq) {
-			m->gexp[i] = 0;
+	for (unsigned i = 0; i < m->gn[g]; i++)
+		if (m->gfp[g][i] == fp && m->gexp[g][i] > m->gseq[g]) {
+			m->gexp[g][i] = 0;
 			m->ghost_hits++;
 			return true;
 		}
 	return false;
 }
 
+static void m_ghost_put(struct model *m, int g, uint64_t fp, uint64_t window)
+{
+	unsigned i;
+
+	m->gseq[g]++;
+	for (i = 0; i < m->gn[g] && m->gfp[g][i] != fp; i++)
+		;
+	if (i == m->gn[g]) {
+		if (m->gn[g] >= sizeof(m->gfp[g]) / sizeof(m->gfp[g][0]))
+			return;
+		m->gfp[g][m->gn[g]++] = fp;
+	}
+	m->gexp[g][i] = m->gseq[g] + window;
+}
+
+/* ARC's nominal ghost lengths: B1 as long as T2, B2 as T1. */
+static uint64_t m_arc_len(const struct model *m, int g)
+{
+	uint64_t n = m->n[g ? 0 : 1];
+	return n ? n : 1;
+}
+
 static void m_insert(struct model *m, int id)
 {
 	if (m->queue[id] == EVICT_Q_NONE) {
+		uint64_t fp = pblocks[id].e.fp, c = m->n[0] + m->n[1] + 1;
 		m->freq[id] = 0;
-		if (m->policy == EVICT_S3FIFO && !m_ghost_take(m, pblocks[id].e.fp))
-			m->queue[id] = EVICT_Q_SMALL;
-		else
+		if (m->policy == EVICT_ARC) {
 			m->queue[id] = EVICT_Q_MAIN;
+			if (m_ghost_take(m, 1, fp)) {
+				uint64_t d = m_arc_len(m, 0) / m_arc_len(m, 1);
+				m->arc_p += d ? d : 1;
+				if (m->arc_p > c)
+					m->arc_p = c;
+			} else if (m_ghost_take(m, 0, fp)) {
+				uint64_t d = m_arc_len(m, 1) / m_arc_len(m, 0);
+				d = d ? d : 1;
+				m->arc_p = m->arc_p > d ? m->arc_p - d : 0;
+			} else {
+				m->queue[id] = EVICT_Q_SMALL;
+			}
+		} else if (m->policy == EVICT_S3FIFO && !m_ghost_take(m, 1, fp)) {
+			m->queue[id] = EVICT_Q_SMALL;
+		} else {
+			m->queue[id] = EVICT_Q_MAIN;
+		}
 	}
 	m_link_young(m, id);
 }
@@ -552,6 +593,10 @@ static void m_touch(struct model *m, int id)
 	if (m->policy == EVICT_LRU) {
 		m_unlink(m, id);
 		m_link_young(m, id);
+	} else if (m->policy == EVICT_ARC) {
+		m_unlink(m, id);
+		m->queue[id] = EVICT_Q_MAIN;
+		m_link_young(m, id);
 	} else if (m->policy == EVICT_S3FIFO) {
 		if (m->freq[id] < 3)
 			m->freq[id]++;
@@ -566,6 +611,11 @@ static int m_victim(struct model *m)
 
 	if (m->policy == EVICT_LRU)
 		return m->n[0] ? m->q[0][m->n[0] - 1] : -1;
+	if (m->policy == EVICT_ARC) {
+		if (m->n[1] && (m->n[1] > m->arc_p || !m->n[0]))
+			return m->q[1][m->n[1] - 1];
+		return m->n[0] ? m->q[0][m->n[0] - 1] : -1;
+	}
 	if (m->policy == EVICT_SIEVE) {
 		if (!m->n[0])
 			return -1;
@@ -581,7 +631,7 @@ static int m_victim(struct model *m)
 		}
 	}
 	for (;;) {
-		if (m->n[1] && (m->n[1] * 10 >= total || !m->n[0])) {
+		if (m->n[1] && (m->n[1] * 100 >= total * m->small_percent || !m->n[0])) {
 			int id = m->q[1][m->n[1] - 1];
 			if (!m->freq[id])
 				return id;
@@ -608,21 +658,13 @@ static void m_evicted(struct model *m, int id)
 	if (!m->linked[id])
 		return;
 	unsigned window = m->n[0] + m->n[1];
-	bool remember = m->policy == EVICT_S3FIFO && m->queue[id] == EVICT_Q_SMALL;
+	int g = m_qi(m->queue[id]);
+	uint64_t fp = pblocks[id].e.fp;
 	m_remove(m, id);
-	if (remember) {
-		uint64_t fp = pblocks[id].e.fp;
-		unsigned i;
-		m->gseq++;
-		for (i = 0; i < m->gn && m->gfp[i] != fp; i++)
-			;
-		if (i == m->gn) {
-			if (m->gn >= sizeof(m->gfp) / sizeof(m->gfp[0]))
-				return;
-			m->gfp[m->gn++] = fp;
-		}
-		m->gexp[i] = m->gseq + window;
-	}
+	if (m->policy == EVICT_S3FIFO && g == 1)
+		m_ghost_put(m, 1, fp, window);
+	else if (m->policy == EVICT_ARC)
+		m_ghost_put(m, g, fp, m_arc_len(m, g));
 	m->queue[id] = EVICT_Q_NONE;
 	m->freq[id] = 0;
 }
@@ -630,8 +672,13 @@ static void m_evicted(struct model *m, int id)
 static bool m_compare(struct model *m, struct evict *e, unsigned op)
 {
 	bool ok = check_queue(__LINE__, e, EVICT_Q_MAIN, m->q[0], m->n[0]);
-	if (m->policy == EVICT_S3FIFO)
+	if (m->policy == EVICT_S3FIFO || m->policy == EVICT_ARC)
 		ok &= check_queue(__LINE__, e, EVICT_Q_SMALL, m->q[1], m->n[1]);
+	if (ok && e->arc_p != m->arc_p) {
+		fprintf(stderr, "ARC target %" PRIu64 ", model %" PRIu64 "\n", e->arc_p, m->arc_p);
+		failures++;
+		ok = false;
+	}
 	for (int id = 0; ok && id < N_NODES; id++) {
 		const struct evict_entry *x = P(id);
 		if (evict_entry_linked(x) != m->linked[id] || x->queue != m->queue[id] ||
@@ -650,7 +697,7 @@ static bool m_compare(struct model *m, struct evict *e, unsigned op)
 
 static struct model model;
 
-static void test_policy_random(enum evict_policy policy, unsigned ops)
+static void test_policy_random(enum evict_policy policy, unsigned ops, uint32_t small_percent)
 {
 	struct model *m = &model;
 	struct evict e;
@@ -661,6 +708,10 @@ static void test_policy_random(enum evict_policy policy, unsigned ops)
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
 	evict_init(&e, policy);
+	CHECK(e.small_percent == EVICT_S3FIFO_SMALL_PERCENT);
+	if (small_percent)
+		e.small_percent = small_percent;
+	m->small_percent = e.small_percent;
 	for (unsigned op = 0; op < ops; op++) {
 		/* A skewed choice of block, so some are hot. */
 		int id = (int)(rnd() % N_NODES);
@@ -736,10 +787,49 @@ static void test_policy_random(enum evict_policy policy, unsigned ops)
 			break;
 	}
 	CHECK(m->evictions > ops / 10);
+	if (policy == EVICT_S3FIFO || policy == EVICT_ARC)
+		CHECK_MSG(m->ghost_hits > ops / 100, "%u ghost hits", m->ghost_hits);
 	if (policy == EVICT_S3FIFO)
-		CHECK_MSG(m->ghost_hits > ops / 100 && m->promotions > ops / 100,
-			  "%u ghost hits, %u promotions", m->ghost_hits, m->promotions);
+		CHECK_MSG(m->promotions > ops / 100, "%u promotions", m->promotions);
 out:
+	evict_done(&e);
+}
+
+static void test_arc(void)
+{
+	struct evict e;
+
+	for (int i = 0; i < N_NODES; i++)
+		pblock_fresh(i);
+	evict_init(&e, EVICT_ARC);
+	CHECK(evict_victim(&e) == NULL);
+	for (int i = 0; i < 4; i++)
+		evict_insert(&e, P(i));
+	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1, 3, 2, 1, 0);
+	/* The target starts at 0: T1's oldest goes first. */
+	CHECK(pid_of(evict_victim(&e)) == 0);
+	/* A hit moves a block to T2, and a pin brings it back there. */
+	evict_touch(&e, P(1));
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 1);
+	evict_remove(&e, P(1));
+	evict_insert(&e, P(1));
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 1);
+	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1, 3, 2, 0);
+	CHECK(pid_of(evict_victim(&e)) == 0);
+	evict_and_forget(&e, 0);
+	/* Stored again while B1 remembers it: T1 was too small; the target
+	 * grows by |B1|/|B2| measured as |T1|/|T2| = 2, and it goes to T2. */
+	evict_insert(&e, P(0));
+	CHECK(e.arc_p == 2);
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 0, 1);
+	/* T1 (2) is not above the target: T2's oldest goes. */
+	CHECK(pid_of(evict_victim(&e)) == 1);
+	evict_and_forget(&e, 1);
+	/* Stored again while B2 remembers it: the target shrinks. */
+	evict_insert(&e, P(1));
+	CHECK(e.arc_p == 1);
+	CHECK(P(1)->queue == EVICT_Q_MAIN);
+	CHECK(pid_of(evict_victim(&e)) == 2);
 	evict_done(&e);
 }
 
@@ -759,9 +849,11 @@ int main(void)
 	test_random();
 	test_s3fifo();
 	test_sieve();
+	test_arc();
 	test_policy_names();
 	for (int p = 0; p < _EVICT_POLICY_MAX; p++)
-		test_policy_random(p, 200000);
+		test_policy_random(p, 200000, 0);
+	test_policy_random(EVICT_S3FIFO, 100000, 40);
 
 	if (failures) {
 		fprintf(stderr, "test-evict: %d check(s) failed\n", failures);

@@ -1,0 +1,755 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvt-policy-sim: replay a kvt-trace trace against one host tier of a given
+ * capacity, once per eviction policy, and count what prefix caching gets
+ * out of it: the leading run of each request's lookup that is resident.  A
+ * block resident after a missing one saves nothing (the engine recomputes
+ * from the first miss on), so it is not counted.
+ *
+ * The online policies are the daemon's own code (daemon/evict.c), driven
+ * in the order the daemon calls it for kvt-engine's requests: a lookup
+ * that touches every resident key from the tail of the chain to its head,
+ * leases on the leading hits (off the list) released in chain order, then
+ * reservations of the missing blocks (each one evicting a victim when the
+ * tier is full) committed from the tail to the head, then the same for the
+ * blocks the answer adds.
+ *
+ * Belady's rule (evict the block whose next use is farthest, keep the new
+ * block out if its own next use is farther still; ties to the deepest
+ * block of a chain) runs beside them as a reference.  It is not a proven
+ * optimum for prefix chains in general: see docs/workload.md for what it
+ * bounds in this simulator's model and where that stops.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evict.h"
+
+#define NEVER UINT32_MAX
+#define MAX_CAPS 32
+#define MAX_TENANTS 256
+
+struct req {
+	uint64_t off; /* into trace.ids */
+	uint32_t n_lookup, n_new;
+	uint32_t tenant;
+};
+
+struct trace {
+	struct req *r;
+	uint64_t n_req, cap_req;
+	uint32_t *ids; /* every request's blocks, back to back */
+	uint64_t n_pos, cap_pos;
+	uint32_t n_blocks; /* distinct: ids are 0..n_blocks-1 */
+	uint32_t block_tokens;
+	uint32_t n_tenants;
+	uint64_t lookups; /* blocks looked up, all requests */
+	uint64_t tenant_blocks[MAX_TENANTS];
+	uint32_t *next; /* [n_pos]: the request that next uses this block */
+};
+
+/* ---- reading ------------------------------------------------------- */
+
+static int trace_add_id(struct trace *t, uint32_t id)
+{
+	if (t->n_pos == t->cap_pos) {
+		uint64_t cap = t->cap_pos ? t->cap_pos * 2 : 1 << 20;
+		uint32_t *ids = realloc(t->ids, cap * sizeof(uint32_t));
+		if (!ids)
+			return -ENOMEM;
+		t->ids = ids;
+		t->cap_pos = cap;
+	}
+	t->ids[t->n_pos++] = id;
+	if (id >= t->n_blocks)
+		t->n_blocks = id + 1;
+	return 0;
+}
+
+static int parse_record(struct trace *t, char *line)
+{
+	char *p = line + 1, *end;
+	uint64_t f[8];
+
+	/* seq, time, tenant, conversation, turn, kind, lookup, new */
+	for (int i = 0; i < 8; i++) {
+		while (*p == ' ')
+			p++;
+		if (i == 5) {
+			if (*p != 'c' && *p != 'r')
+				return -EINVAL;
+			p++;
+			continue;
+		}
+		errno = 0;
+		f[i] = strtoull(p, &end, 10);
+		if (errno || end == p)
+			return -EINVAL;
+		p = end;
+	}
+	if (f[2] >= MAX_TENANTS || f[6] > UINT32_MAX || f[7] > UINT32_MAX)
+		return -EINVAL;
+	if (t->n_req == t->cap_req) {
+		uint64_t cap = t->cap_req ? t->cap_req * 2 : 1 << 14;
+		struct req *r = realloc(t->r, cap * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		t->r = r;
+		t->cap_req = cap;
+	}
+	struct req *r = &t->r[t->n_req];
+	*r = (struct req){.off = t->n_pos, .n_lookup = (uint32_t)f[6], .n_new = (uint32_t)f[7],
+			  .tenant = (uint32_t)f[2]};
+	uint64_t want = (uint64_t)r->n_lookup + r->n_new;
+	while (t->n_pos - r->off < want) {
+		while (*p == ' ')
+			p++;
+		errno = 0;
+		uint64_t first = strtoull(p, &end, 10);
+		if (errno || end == p || *end != '+')
+			return -EINVAL;
+		p = end + 1;
+		uint64_t count = strtoull(p, &end, 10);
+		if (errno || end == p || count == 0 || count > want - (t->n_pos - r->off) ||
+		    first + count > UINT32_MAX)
+			return -EINVAL;
+		p = end;
+		for (uint64_t i = 0; i < count; i++) {
+			int e = trace_add_id(t, (uint32_t)(first + i));
+			if (e < 0)
+				return e;
+		}
+	}
+	while (*p == ' ' || *p == '\n')
+		p++;
+	if (*p)
+		return -EINVAL;
+	if (r->tenant >= t->n_tenants)
+		t->n_tenants = r->tenant + 1;
+	t->lookups += r->n_lookup;
+	t->tenant_blocks[r->tenant] += want;
+	t->n_req++;
+	return 0;
+}
+
+static int trace_read(struct trace *t, const char *path)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "re") : stdin;
+	char *line = NULL;
+	size_t len = 0;
+	uint64_t lineno = 0;
+	int r = 0;
+
+	if (!f) {
+		fprintf(stderr, "kvt-policy-sim: cannot open '%s': %m\n", path);
+		return -errno;
+	}
+	t->block_tokens = 16;
+	while (getline(&line, &len, f) > 0) {
+		lineno++;
+		if (line[0] == 'R')
+			r = parse_record(t, line);
+		else if (!strncmp(line, "block_tokens ", 13))
+			t->block_tokens = (uint32_t)strtoul(line + 13, NULL, 10);
+		/* K lines (keys), comments and other headers: not needed. */
+		if (r < 0) {
+			fprintf(stderr, "kvt-policy-sim: %s:%" PRIu64 ": %s\n", path, lineno,
+				r == -ENOMEM ? "out of memory" : "malformed record");
+			break;
+		}
+	}
+	free(line);
+	if (f != stdin)
+		fclose(f);
+	if (r >= 0 && !t->n_req) {
+		fprintf(stderr, "kvt-policy-sim: %s: no requests\n", path);
+		r = -EINVAL;
+	}
+	return r;
+}
+
+/* When each position's block is used next: a request index, or NEVER. */
+static int trace_next_uses(struct trace *t)
+{
+	uint32_t *last = malloc((size_t)t->n_blocks * sizeof(uint32_t));
+	t->next = malloc(t->n_pos * sizeof(uint32_t));
+	if (!last || !t->next) {
+		free(last);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < t->n_blocks; i++)
+		last[i] = NEVER;
+	/* A block appears at most once in a request: its key names the
+	 * whole prefix before it. */
+	for (uint64_t q = t->n_req; q-- > 0;) {
+		const struct req *r = &t->r[q];
+		for (uint64_t p = r->off; p < r->off + r->n_lookup + r->n_new; p++) {
+			t->next[p] = last[t->ids[p]];
+			last[t->ids[p]] = (uint32_t)q;
+		}
+	}
+	free(last);
+	return 0;
+}
+
+/* ---- the tiers ------------------------------------------------------ */
+
+enum { ABSENT, RESERVED, RESIDENT };
+
+struct result {
+	uint64_t hits;        /* leading-run blocks */
+	uint64_t evictions;
+	uint64_t rejected;    /* blocks not stored: the tier was all pinned */
+	uint64_t stray;       /* resident blocks after a request's first miss */
+};
+
+/* One tier: the whole capacity (shared) or one tenant's part of it. */
+struct tier {
+	uint64_t cap, used;
+	struct evict ev;       /* online policies */
+	uint32_t *heap, n_heap; /* Belady: max-heap of block ids */
+};
+
+struct sim {
+	const struct trace *t;
+	struct tier tiers[MAX_TENANTS];
+	uint32_t n_tiers;
+	bool partitioned;
+	bool release_reverse;
+	uint32_t small_percent;
+	/* per block */
+	uint8_t *state;
+	struct evict_entry *ent;
+	uint32_t *heap_pos, *key_next, *key_depth;
+	struct result res;
+};
+
+static struct tier *tier_of(struct sim *s, const struct req *r)
+{
+	return &s->tiers[s->partitioned ? r->tenant : 0];
+}
+
+static void fresh_entry(struct sim *s, uint32_t id)
+{
+	memset(&s->ent[id], 0, sizeof(s->ent[id]));
+	s->ent[id].fp = id;
+}
+
+static uint32_t id_of(const struct sim *s, const struct evict_entry *x)
+{
+	return (uint32_t)(x - s->ent);
+}
+
+/* Store blocks ids[0..n) as kvt_store does: reserve in order, commit from
+ * the tail, so that the head of the chain is the most recent. */
+static void online_store(struct sim *s, struct tier *tr, const uint32_t *ids, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id = ids[i];
+		if (s->state[id] != ABSENT)
+			continue; /* -EEXIST */
+		if (tr->used >= tr->cap) {
+			struct evict_entry *v = evict_victim(&tr->ev);
+			if (!v) {
+				s->res.rejected++;
+				continue;
+			}
+			uint32_t vid = id_of(s, v);
+			evict_evicted(&tr->ev, v);
+			fresh_entry(s, vid); /* the daemon frees the block */
+			s->state[vid] = ABSENT;
+			tr->used--;
+			s->res.evictions++;
+		}
+		s->state[id] = RESERVED;
+		tr->used++;
+	}
+	for (uint32_t i = n; i-- > 0;)
+		if (s->state[ids[i]] == RESERVED) {
+			s->state[ids[i]] = RESIDENT;
+			evict_insert(&tr->ev, &s->ent[ids[i]]);
+		}
+}
+
+static void online_request(struct sim *s, const struct req *r)
+{
+	struct tier *tr = tier_of(s, r);
+	const uint32_t *ids = s->t->ids + r->off;
+	uint32_t n = r->n_lookup, lead = 0;
+
+	/* The lookup touches every resident key, tail first. */
+	for (uint32_t i = n; i-- > 0;)
+		if (s->state[ids[i]] == RESIDENT)
+			evict_touch(&tr->ev, &s->ent[ids[i]]);
+	while (lead < n && s->state[ids[lead]] == RESIDENT)
+		lead++;
+	for (uint32_t i = lead; i < n; i++)
+		s->res.stray += s->state[ids[i]] == RESIDENT;
+	s->res.hits += lead;
+
+	/* Leases on the leading run take it off the list; releases put it
+	 * back. */
+	for (uint32_t i = 0; i < lead; i++)
+		evict_remove(&tr->ev, &s->ent[ids[i]]);
+	for (uint32_t k = 0; k < lead; k++) {
+		uint32_t i = s->release_reverse ? lead - 1 - k : k;
+		evict_insert(&tr->ev, &s->ent[ids[i]]);
+	}
+
+	online_store(s, tr, ids + lead, n - lead);
+	online_store(s, tr, ids + n, r->n_new);
+}
+
+/* Belady: a max-heap on (next use, depth); NEVER is the farthest. */
+static bool farther(const struct sim *s, uint32_t a, uint32_t b)
+{
+	if (s->key_next[a] != s->key_next[b])
+		return s->key_next[a] > s->key_next[b];
+	return s->key_depth[a] > s->key_depth[b];
+}
+
+static void heap_set(struct sim *s, struct tier *tr, uint32_t i, uint32_t id)
+{
+	tr->heap[i] = id;
+	s->heap_pos[id] = i;
+}
+
+static void heap_up(struct sim *s, struct tier *tr, uint32_t i)
+{
+	uint32_t id = tr->heap[i];
+	while (i && farther(s, id, tr->heap[(i - 1) / 2])) {
+		heap_set(s, tr, i, tr->heap[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	heap_set(s, tr, i, id);
+}
+
+static void heap_down(struct sim *s, struct tier *tr, uint32_t i)
+{
+	uint32_t id = tr->heap[i];
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= tr->n_heap)
+			break;
+		if (c + 1 < tr->n_heap && farther(s, tr->heap[c + 1], tr->heap[c]))
+			c++;
+		if (!farther(s, tr->heap[c], id))
+			break;
+		heap_set(s, tr, i, tr->heap[c]);
+		i = c;
+	}
+	heap_set(s, tr, i, id);
+}
+
+static void belady_request(struct sim *s, uint64_t q)
+{
+	const struct req *r = &s->t->r[q];
+	struct tier *tr = tier_of(s, r);
+	const uint32_t *ids = s->t->ids + r->off;
+	const uint32_t *next = s->t->next + r->off;
+	uint32_t n = r->n_lookup, all = r->n_lookup + r->n_new, lead = 0;
+
+	while (lead < n && s->state[ids[lead]] == RESIDENT)
+		lead++;
+	s->res.hits += lead;
+	for (uint32_t i = 0; i < all; i++) {
+		uint32_t id = ids[i];
+		if (s->state[id] != RESIDENT)
+			continue;
+		if (i >= lead && i < n)
+			s->res.stray++;
+		/* Used now: its next use moves later, never earlier. */
+		s->key_next[id] = next[i];
+		heap_up(s, tr, s->heap_pos[id]);
+	}
+	for (uint32_t i = lead; i < all; i++) {
+		uint32_t id = ids[i];
+		if (s->state[id] == RESIDENT)
+			continue;
+		s->key_next[id] = next[i];
+		s->key_depth[id] = i;
+		if (tr->used >= tr->cap) {
+			uint32_t top = tr->heap[0]; /* used == n_heap >= cap >= 1 */
+			if (!farther(s, top, id))
+				continue; /* kept out: needed later than anything held */
+			s->state[top] = ABSENT;
+			s->heap_pos[top] = NEVER;
+			heap_set(s, tr, 0, tr->heap[--tr->n_heap]);
+			if (tr->n_heap)
+				heap_down(s, tr, 0);
+			tr->used--;
+			s->res.evictions++;
+		}
+		s->state[id] = RESIDENT;
+		tr->used++;
+		heap_set(s, tr, tr->n_heap++, id);
+		heap_up(s, tr, tr->n_heap - 1);
+	}
+}
+
+enum { POL_BELADY = _EVICT_POLICY_MAX, N_POLICIES };
+
+static const char *policy_name(int p)
+{
+	return p == POL_BELADY ? "belady" : evict_policy_to_string(p);
+}
+
+static int run(const struct trace *t, int policy, uint64_t cap, bool partitioned,
+	       bool release_reverse, uint32_t small_percent, struct result *ret)
+{
+	struct sim *s = calloc(1, sizeof(*s));
+	int r = -ENOMEM;
+
+	if (!s)
+		return -ENOMEM;
+	s->t = t;
+	s->partitioned = partitioned;
+	s->release_reverse = release_reverse;
+	s->n_tiers = partitioned ? t->n_tenants : 1;
+	s->state = calloc(t->n_blocks, 1);
+	if (!s->state)
+		goto out;
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < t->n_tenants; i++)
+		total += t->tenant_blocks[i];
+	for (uint32_t i = 0; i < s->n_tiers; i++) {
+		struct tier *tr = &s->tiers[i];
+		/* Split in proportion to each tenant's traffic: the quota an
+		 * operator who knew the traffic would set. */
+		tr->cap = partitioned ? (uint64_t)llround((double)cap * (double)t->tenant_blocks[i] /
+							  (double)total)
+				      : cap;
+		if (tr->cap < 1)
+			tr->cap = 1;
+		if (policy == POL_BELADY) {
+			tr->heap = malloc((tr->cap < t->n_blocks ? tr->cap : t->n_blocks) *
+					  sizeof(uint32_t));
+			if (!tr->heap)
+				goto out;
+		} else {
+			evict_init(&tr->ev, policy);
+			if (small_percent)
+				tr->ev.small_percent = small_percent;
+		}
+	}
+	if (policy == POL_BELADY) {
+		s->heap_pos = malloc((size_t)t->n_blocks * sizeof(uint32_t));
+		s->key_next = malloc((size_t)t->n_blocks * sizeof(uint32_t));
+		s->key_depth = malloc((size_t)t->n_blocks * sizeof(uint32_t));
+		if (!s->heap_pos || !s->key_next || !s->key_depth)
+			goto out;
+		for (uint32_t i = 0; i < t->n_blocks; i++)
+			s->heap_pos[i] = NEVER;
+		for (uint64_t q = 0; q < t->n_req; q++)
+			belady_request(s, q);
+	} else {
+		s->ent = malloc((size_t)t->n_blocks * sizeof(*s->ent));
+		if (!s->ent)
+			goto out;
+		for (uint32_t i = 0; i < t->n_blocks; i++)
+			fresh_entry(s, i);
+		for (uint64_t q = 0; q < t->n_req; q++)
+			online_request(s, &t->r[q]);
+	}
+	*ret = s->res;
+	r = 0;
+out:
+	for (uint32_t i = 0; i < s->n_tiers; i++) {
+		if (policy != POL_BELADY)
+			evict_done(&s->tiers[i].ev);
+		free(s->tiers[i].heap);
+	}
+	free(s->state);
+	free(s->ent);
+	free(s->heap_pos);
+	free(s->key_next);
+	free(s->key_depth);
+	free(s);
+	return r;
+}
+
+/* Leading hits with a tier that never evicts: only first uses miss. */
+static uint64_t unbounded_hits(const struct trace *t)
+{
+	uint8_t *seen = calloc(t->n_blocks, 1);
+	uint64_t hits = 0;
+
+	if (!seen)
+		return 0;
+	for (uint64_t q = 0; q < t->n_req; q++) {
+		const struct req *r = &t->r[q];
+		const uint32_t *ids = t->ids + r->off;
+		uint32_t lead = 0;
+		while (lead < r->n_lookup && seen[ids[lead]])
+			lead++;
+		hits += lead;
+		for (uint32_t i = 0; i < r->n_lookup + r->n_new; i++)
+			seen[ids[i]] = 1;
+	}
+	free(seen);
+	return hits;
+}
+
+/* ---- command line -------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kvt-policy-sim [OPTIONS] TRACE\n"
+		"\n"
+		"Replay a kvt-trace trace (\"-\" for standard input) against a host tier of\n"
+		"several capacities, once per eviction policy, and report for each the\n"
+		"leading-run hit rate (blocks at the head of a lookup that are resident,\n"
+		"over blocks looked up), the prefill tokens those hits save, and the hit\n"
+		"rate as a fraction of Belady's.\n"
+		"\n"
+		"The online policies are daemon/evict.c, called as kvtierd calls it; Belady\n"
+		"(farthest next use evicted, the new block kept out when it is the\n"
+		"farthest, ties to the deepest block of a chain) is a clairvoyant reference,\n"
+		"not a proven optimum for prefix chains (docs/workload.md).\n"
+		"\n"
+		"  --capacities LIST    tier sizes as fractions of the trace's distinct blocks\n"
+		"                       (its working set), comma-separated\n"
+		"                       (default 0.05,0.1,0.25,0.5)\n"
+		"  --blocks LIST        tier sizes in blocks instead\n"
+		"  --policies LIST      of lru, s3fifo, sieve, arc, belady (default: all)\n"
+		"  --partition MODE     shared: one tier for all tenants (default); tenant:\n"
+		"                       one per tenant, the capacity split by traffic\n"
+		"  --release-order O    forward: leases on a lookup's hits released head\n"
+		"                       first, as libkvtier-client does (default); reverse:\n"
+		"                       tail first, so the head ends the most recent\n"
+		"  --s3fifo-small PCT   S3-FIFO's small queue, percent of the tier (default:\n"
+		"                       the daemon's, EVICT_S3FIFO_SMALL_PERCENT)\n"
+		"  --csv                one line per capacity and policy, for programs\n"
+		"  --check              exit 1 unless: Belady >= every online policy and <=\n"
+		"                       the unbounded tier at every capacity; Belady and LRU\n"
+		"                       do not lose hits as capacity grows; with room for\n"
+		"                       the working set every policy reaches the unbounded\n"
+		"                       tier; Belady never holds a block without its prefix\n");
+}
+
+static int parse_list(const char *s, double *ret, unsigned *n)
+{
+	char *end;
+	*n = 0;
+	for (;;) {
+		errno = 0;
+		double v = strtod(s, &end);
+		if (errno || end == s || !(v > 0) || *n >= MAX_CAPS)
+			return -EINVAL;
+		ret[(*n)++] = v;
+		if (!*end)
+			return 0;
+		if (*end != ',')
+			return -EINVAL;
+		s = end + 1;
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_CAPS = 256, O_BLOCKS, O_POLICIES, O_PARTITION, O_RELEASE, O_SMALL, O_CSV, O_CHECK };
+	static const struct option opts[] = {
+		{"capacities", required_argument, NULL, O_CAPS},
+		{"blocks", required_argument, NULL, O_BLOCKS},
+		{"policies", required_argument, NULL, O_POLICIES},
+		{"partition", required_argument, NULL, O_PARTITION},
+		{"release-order", required_argument, NULL, O_RELEASE},
+		{"s3fifo-small", required_argument, NULL, O_SMALL},
+		{"csv", no_argument, NULL, O_CSV},
+		{"check", no_argument, NULL, O_CHECK},
+		{"help", no_argument, NULL, 'h'},
+		{},
+	};
+	double caps[MAX_CAPS] = {0.05, 0.1, 0.25, 0.5};
+	unsigned n_caps = 4;
+	bool in_blocks = false, partitioned = false, reverse = false, csv = false, check = false;
+	uint32_t small_percent = 0;
+	bool want[N_POLICIES];
+	int c;
+
+	for (int p = 0; p < N_POLICIES; p++)
+		want[p] = true;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
+		switch (c) {
+		case O_CAPS:
+		case O_BLOCKS:
+			in_blocks = c == O_BLOCKS;
+			if (parse_list(optarg, caps, &n_caps) < 0) {
+				fprintf(stderr, "kvt-policy-sim: bad capacity list '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case O_POLICIES: {
+			char *dup = strdup(optarg), *save = NULL;
+			memset(want, 0, sizeof(want));
+			for (char *w = strtok_r(dup, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+				int p = strcmp(w, "belady") ? evict_policy_from_string(w) : POL_BELADY;
+				if (p < 0) {
+					fprintf(stderr, "kvt-policy-sim: unknown policy '%s'\n", w);
+					free(dup);
+					return 2;
+				}
+				want[p] = true;
+			}
+			free(dup);
+			break;
+		}
+		case O_PARTITION:
+			if (!strcmp(optarg, "shared") || !strcmp(optarg, "tenant")) {
+				partitioned = !strcmp(optarg, "tenant");
+				break;
+			}
+			fprintf(stderr, "kvt-policy-sim: --partition is shared or tenant\n");
+			return 2;
+		case O_RELEASE:
+			if (!strcmp(optarg, "forward") || !strcmp(optarg, "reverse")) {
+				reverse = !strcmp(optarg, "reverse");
+				break;
+			}
+			fprintf(stderr, "kvt-policy-sim: --release-order is forward or reverse\n");
+			return 2;
+		case O_SMALL: {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (*end || v < 1 || v > 100) {
+				fprintf(stderr, "kvt-policy-sim: --s3fifo-small is a percentage, 1 to 100\n");
+				return 2;
+			}
+			small_percent = (uint32_t)v;
+			break;
+		}
+		case O_CSV: csv = true; break;
+		case O_CHECK: check = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		usage(stderr);
+		return 2;
+	}
+	qsort(caps, n_caps, sizeof(caps[0]), cmp_double);
+	if (check)
+		want[EVICT_LRU] = want[POL_BELADY] = true;
+
+	struct trace t = {0};
+	if (trace_read(&t, argv[optind]) < 0)
+		return 1;
+	if (trace_next_uses(&t) < 0) {
+		fprintf(stderr, "kvt-policy-sim: out of memory\n");
+		return 1;
+	}
+	uint64_t bound = unbounded_hits(&t);
+	double lookups = (double)t.lookups;
+
+	if (csv) {
+		printf("capacity_fraction,capacity_blocks,partition,policy,hit_rate,tokens_saved,"
+		       "of_belady,evictions,rejected,stray\n");
+	} else {
+		printf("# trace %s: %" PRIu64 " requests, %u tenants, %u distinct blocks (the working set), "
+		       "%" PRIu64 " blocks looked up, %u tokens per block\n",
+		       argv[optind], t.n_req, t.n_tenants, t.n_blocks, t.lookups, t.block_tokens);
+		printf("# hits: the leading run of each lookup only; a tier that never evicts gets %.4f\n",
+		       (double)bound / lookups);
+		printf("# tier: %s%s\n",
+		       partitioned ? "one per tenant, capacity split by traffic" : "shared by all tenants",
+		       reverse ? "; leases released tail first" : "");
+		printf("# belady: clairvoyant reference, not a proven optimum for prefix chains\n");
+		printf("%-9s %10s  %-7s %9s %15s %10s\n", "capacity", "blocks", "policy", "hit rate",
+		       "tokens saved", "of belady");
+	}
+
+	int failed = 0;
+	uint64_t prev[N_POLICIES] = {0};
+	for (unsigned k = 0; k < n_caps; k++) {
+		uint64_t cap = in_blocks ? (uint64_t)caps[k]
+					 : (uint64_t)llround(caps[k] * (double)t.n_blocks);
+		struct result res[N_POLICIES];
+		if (cap < 1)
+			cap = 1;
+		for (int p = N_POLICIES - 1; p >= 0; p--) {
+			if (!want[p])
+				continue;
+			if (run(&t, p, cap, partitioned, reverse, small_percent, &res[p]) < 0) {
+				fprintf(stderr, "kvt-policy-sim: out of memory\n");
+				return 1;
+			}
+		}
+		for (int p = 0; p < N_POLICIES; p++) {
+			int q = (p + N_POLICIES - 1) % N_POLICIES; /* belady first */
+			if (!want[q])
+				continue;
+			double rate = (double)res[q].hits / lookups;
+			double of = want[POL_BELADY] && res[POL_BELADY].hits
+					    ? (double)res[q].hits / (double)res[POL_BELADY].hits
+					    : NAN;
+			double frac = (double)cap / (double)t.n_blocks;
+			if (csv)
+				printf("%.4f,%" PRIu64 ",%s,%s,%.6f,%" PRIu64 ",%.4f,%" PRIu64 ",%" PRIu64
+				       ",%" PRIu64 "\n",
+				       frac, cap, partitioned ? "tenant" : "shared", policy_name(q), rate,
+				       res[q].hits * t.block_tokens, of, res[q].evictions, res[q].rejected,
+				       res[q].stray);
+			else
+				printf("%8.1f%% %10" PRIu64 "  %-7s %9.4f %15" PRIu64 " %10.3f\n",
+				       100 * frac, cap, policy_name(q), rate, res[q].hits * t.block_tokens,
+				       of);
+		}
+		if (!check)
+			continue;
+		for (int p = 0; p < _EVICT_POLICY_MAX; p++)
+			if (want[p] && res[p].hits > res[POL_BELADY].hits) {
+				fprintf(stderr, "check: %s beats belady at %" PRIu64 " blocks (%" PRIu64
+					" > %" PRIu64 " hits)\n", policy_name(p), cap, res[p].hits,
+					res[POL_BELADY].hits);
+				failed = 1;
+			}
+		if (res[POL_BELADY].hits > bound) {
+			fprintf(stderr, "check: belady beats an unbounded tier at %" PRIu64 " blocks\n", cap);
+			failed = 1;
+		}
+		if (res[POL_BELADY].stray) {
+			fprintf(stderr, "check: belady held %" PRIu64 " blocks without their prefix at %"
+				PRIu64 " blocks\n", res[POL_BELADY].stray, cap);
+			failed = 1;
+		}
+		int mono[] = {EVICT_LRU, POL_BELADY};
+		for (unsigned i = 0; k && i < 2; i++)
+			if (res[mono[i]].hits < prev[mono[i]]) {
+				fprintf(stderr, "check: %s loses hits as the tier grows to %" PRIu64 " blocks\n",
+					policy_name(mono[i]), cap);
+				failed = 1;
+			}
+		for (int p = 0; p < N_POLICIES; p++) {
+			prev[p] = want[p] ? res[p].hits : 0;
+			/* Per tenant, a tier's share of the traffic need not be its
+			 * share of the working set: shared only. */
+			if (want[p] && !partitioned && cap >= (uint64_t)t.n_blocks &&
+			    res[p].hits != bound) {
+				fprintf(stderr, "check: %s misses with room for the working set (%" PRIu64
+					" hits, unbounded %" PRIu64 ")\n", policy_name(p), res[p].hits,
+					bound);
+				failed = 1;
+			}
+		}
+	}
+	free(t.r);
+	free(t.ids);
+	free(t.next);
+	if (check)
+		fprintf(stderr, "kvt-policy-sim: checks %s\n", failed ? "FAILED" : "passed");
+	return failed;
+}

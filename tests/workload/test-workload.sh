@@ -1,0 +1,53 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+#
+# kvt-trace and kvt-policy-sim on a small trace: the same seed gives the
+# same file byte for byte and another seed another one; every id's key is
+# distinct (the key map never gave one key two ids); ids-only traces hold
+# the same records; and the simulator's checks hold, shared and per tenant
+# (Belady at least every online policy and at most a tier that never
+# evicts, Belady and LRU never losing hits as the tier grows, every policy
+# at the unbounded figure with room for the working set, Belady's tier
+# always prefix-closed).
+#
+# Usage: test-workload.sh KVT_TRACE KVT_POLICY_SIM
+set -eu
+
+trace=$1
+sim=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+fail() {
+	echo "test-workload: $*" >&2
+	exit 1
+}
+
+# Conversations close together, so turns of one overlap in a short trace.
+args="--requests 1500 --rate 2 --think 10 --docs 200"
+"$trace" --seed 7 $args -o "$dir/a.trace" 2>/dev/null || fail "kvt-trace failed"
+"$trace" --seed 7 $args >"$dir/b.trace" 2>/dev/null || fail "kvt-trace to stdout failed"
+cmp -s "$dir/a.trace" "$dir/b.trace" || fail "seed 7 gave two different traces"
+"$trace" --seed 8 $args -o "$dir/c.trace" 2>/dev/null || fail "kvt-trace failed"
+cmp -s "$dir/a.trace" "$dir/c.trace" && fail "seeds 7 and 8 gave the same trace"
+
+records=$(grep -c '^R ' "$dir/a.trace")
+[ "$records" -eq 1500 ] || fail "$records records, not 1500"
+keys=$(grep -c '^K ' "$dir/a.trace")
+distinct=$(grep '^K ' "$dir/a.trace" | sort -u | wc -l)
+[ "$keys" -eq "$distinct" ] || fail "$keys K lines but $distinct distinct keys"
+grep '^K ' "$dir/a.trace" | grep -qv '^K [0-9a-f]\{64\}$' && fail "a K line is not 64 hex digits"
+# Every id is defined before it is used: ids are 0..keys-1.
+maxid=$(awk '/^R /{for(i=10;i<=NF;i++){split($i,a,"+");e=a[1]+a[2]-1;if(e>m)m=e}} END{print m+0}' "$dir/a.trace")
+[ "$maxid" -eq $((keys - 1)) ] || fail "largest id $maxid with $keys keys"
+
+"$trace" --seed 7 $args --no-keys 2>/dev/null | grep '^R ' >"$dir/ids"
+grep '^R ' "$dir/a.trace" | cmp -s - "$dir/ids" || fail "--no-keys changed the records"
+
+caps=0.01,0.02,0.05,0.1,0.25,0.5,1
+"$sim" --check --capacities $caps "$dir/a.trace" || fail "checks failed (shared tier)"
+"$sim" --check --capacities $caps --partition tenant "$dir/a.trace" ||
+	fail "checks failed (a tier per tenant)"
+"$sim" --check --capacities $caps --release-order reverse --s3fifo-small 25 "$dir/c.trace" ||
+	fail "checks failed (seed 8, releases tail first, S3-FIFO small queue 25%)"
+echo "test-workload: ok"
