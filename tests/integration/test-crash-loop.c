@@ -23,6 +23,7 @@
  * choices and kill points come from a seeded generator: the seed is
  * printed, KVT_SEED replays it.
  */
+#include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -402,6 +403,24 @@ static void reap(struct client *cl, bool daemon_died)
 		n_finished++;
 }
 
+/* The spill file is 128 MiB: never leave it behind, failed run or not. */
+static void remove_dir(void)
+{
+	DIR *dir;
+	struct dirent *e;
+	char path[512];
+
+	if (!d.dir[0] || getenv("KVT_KEEP") || !(dir = opendir(d.dir)))
+		return;
+	while ((e = readdir(dir)))
+		if (e->d_name[0] != '.') {
+			snprintf(path, sizeof(path), "%s/%s", d.dir, e->d_name);
+			unlink(path);
+		}
+	closedir(dir);
+	rmdir(d.dir);
+}
+
 int main(void)
 {
 	int cycles = getenv("KVT_LONG") ? 1000 : 100;
@@ -417,6 +436,7 @@ int main(void)
 	rng = seed;
 	signal(SIGPIPE, SIG_IGN);
 	daemon_start(&d, config);
+	atexit(remove_dir);
 	kvt_client *c = take_baseline(&base);
 	CHECK(stat_get(c, "daemon", "nvme_files") == 1, "the spill file is in use");
 
@@ -489,10 +509,7 @@ int main(void)
 
 	kvt_client_free(c);
 	daemon_stop(&d);
-	char path[300];
-	snprintf(path, sizeof(path), "%s/spill0", d.dir);
-	unlink(path);
-	daemon_cleanup(&d);
+	remove_dir();
 	free(requests);
 	free(held_keys);
 	return 0;
