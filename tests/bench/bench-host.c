@@ -7,8 +7,10 @@
  * measures three things, each as pairs of contenders run one after the other
  * (A B A B ...) so that drift on a shared machine hits both alike:
  *
- *   1. kvt_store + kvt_load of 256 KiB and 2 MiB blocks against plain memcpy
- *      of the same bytes twice (caller -> middle, middle -> caller);
+ *   1. kvt_store + kvt_load of 64 KiB to 4 MiB blocks against plain memcpy
+ *      of the same bytes twice (caller -> middle, middle -> caller), and,
+ *      with --redis, against a Redis server on a Unix socket through
+ *      hiredis (SET and GET of the same blocks, pipelined);
  *   2. kvt_client_ping against a bare AF_UNIX stream ping-pong of one
  *      header (24 bytes) with a forked echo process;
  *   3. kvt_lookup of 1024-key batches, all hits and all misses, with the
@@ -42,6 +44,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef BENCH_HAVE_HIREDIS
+#include <hiredis/hiredis.h>
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define HIREDIS_VERSION STR(HIREDIS_MAJOR) "." STR(HIREDIS_MINOR) "." STR(HIREDIS_PATCH)
+#else
+#define HIREDIS_VERSION "none"
+#endif
+
 #include "kvt-proto.h"
 #include "bench-util.h"
 #include "kvtier.h"
@@ -56,6 +67,7 @@
 
 #define LOOKUP_KEYS 1024
 #define CHUNKS 20 /* alternations within one pair of timing samples */
+#define MAX_SIZES 8
 
 static struct {
 	unsigned pairs;
@@ -63,6 +75,9 @@ static struct {
 	uint64_t round_bytes;  /* bytes stored (and loaded) per round */
 	unsigned ping_iters;   /* round trips per ping sample */
 	unsigned lookup_iters; /* batches per lookup sample */
+	uint64_t sizes[MAX_SIZES]; /* block sizes of section 1, bytes */
+	unsigned n_sizes;
+	const char *redis;     /* a Redis server's Unix socket, or NULL */
 	bool json;
 } opt = {
 	.pairs = 7,
@@ -70,6 +85,8 @@ static struct {
 	.round_bytes = 64 * MIB,
 	.ping_iters = 20000,
 	.lookup_iters = 2000,
+	.sizes = {64 * 1024, 256 * 1024, MIB, 2 * MIB, 4 * MIB},
+	.n_sizes = 5,
 };
 
 /* ---- failing and cleaning up ---------------------------------------- */
@@ -204,15 +221,15 @@ static void daemon_start(struct daemon *d, const char *kvtierd)
 	snprintf(d->config, sizeof(d->config), "%s/kvtierd.conf", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/kvtierd.log", d->dir);
 
-	/* Three slot classes (256 KiB, 2 MiB, and 32 KiB for lookups), one
+	/* One slot class per block size and one of 32 KiB for lookups, one
 	 * 256 MiB extent each: nothing is ever evicted. */
 	FILE *f = fopen(d->config, "we");
 	if (!f)
 		die("cannot write %s: %s", d->config, strerror(errno));
 	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\n"
-		   "[pool]\ncapacity = 1G\nextent_size = 256M\n"
+		   "[pool]\ncapacity = %uM\nextent_size = 256M\n"
 		   "[limits]\nkeys_per_request = 4096\n",
-		d->socket, d->dir);
+		d->socket, d->dir, 256 * (opt.n_sizes + 1));
 	fclose(f);
 
 	d->pid = fork();
@@ -417,7 +434,44 @@ static kvt_ns *open_ns(kvt_client *c, const char *model, uint32_t n_layers,
 	return ns;
 }
 
-/* ---- 1. store + load against memcpy ---------------------------------- */
+/*
+ * A namespace whose block is `block` bytes: K and V of 256-byte heads
+ * (head_dim 128, 16 bit) for 16 tokens, 8 KiB per layer and head.  Up to
+ * 256 KiB the layers vary (one KV head); from there on 32 layers and the
+ * KV heads vary: 1 head is llama3-8b's shard at tensor-parallel 8, 8 heads
+ * its whole 2 MiB block.
+ */
+static kvt_ns *open_ns_for_block(kvt_client *c, uint64_t block)
+{
+	uint64_t units = block / (8 * 1024);
+	uint32_t layers = units < 32 ? (uint32_t)units : 32;
+	char model[32];
+
+	snprintf(model, sizeof(model), "bench-%lluk", (unsigned long long)(block >> 10));
+	return open_ns(c, model, layers, (uint32_t)(units / layers), 256, block);
+}
+
+/* "64 KiB", "2 MiB": a block size for people. */
+static const char *size_name(uint64_t bytes, char *buf, size_t size)
+{
+	if (bytes >= MIB && bytes % MIB == 0)
+		snprintf(buf, size, "%llu MiB", (unsigned long long)(bytes / MIB));
+	else
+		snprintf(buf, size, "%llu KiB", (unsigned long long)(bytes >> 10));
+	return buf;
+}
+
+/* "64k", "2m": a block size in JSON keys ("copy_2m"). */
+static const char *size_key(uint64_t bytes, char *buf, size_t size)
+{
+	if (bytes >= MIB && bytes % MIB == 0)
+		snprintf(buf, size, "%llum", (unsigned long long)(bytes / MIB));
+	else
+		snprintf(buf, size, "%lluk", (unsigned long long)(bytes >> 10));
+	return buf;
+}
+
+/* ---- 1. store + load against memcpy (and Redis) ----------------------- */
 
 struct copy_bench {
 	kvt_ns *ns;
@@ -504,27 +558,155 @@ static void memcpy_round(struct copy_bench *b, uint64_t *ret_ns)
 	ret_ns[1] += t2 - t1;
 }
 
+/* ---- the peer: Redis through hiredis --------------------------------- */
+
+#ifdef BENCH_HAVE_HIREDIS
+static redisContext *redis;
+
+static void redis_connect(const char *path)
+{
+	redis = redisConnectUnix(path);
+	if (!redis || redis->err)
+		die("cannot connect to Redis at %s: %s", path, redis ? redis->errstr : "out of memory");
+}
+
+static void redis_disconnect(void)
+{
+	if (redis)
+		redisFree(redis);
+	redis = NULL;
+}
+
+static redisReply *redis_reply(const char *what)
+{
+	void *reply = NULL;
+	if (redisGetReply(redis, &reply) != REDIS_OK || !reply)
+		die("Redis %s: %s", what, redis->errstr[0] ? redis->errstr : "no reply");
+	return reply;
+}
+
+static void redis_delete(struct copy_bench *b)
+{
+	const char **argv = calloc(b->n + 1, sizeof(*argv));
+	size_t *argvlen = calloc(b->n + 1, sizeof(*argvlen));
+	if (!argv || !argvlen)
+		die("out of memory");
+	argv[0] = "DEL";
+	argvlen[0] = 3;
+	for (size_t i = 0; i < b->n; i++) {
+		argv[i + 1] = (const char *)b->keys + i * KVT_KEY_BYTES;
+		argvlen[i + 1] = KVT_KEY_BYTES;
+	}
+	redisReply *reply = redisCommandArgv(redis, (int)b->n + 1, argv, argvlen);
+	if (!reply)
+		die("Redis DEL: %s", redis->errstr);
+	if (reply->type != REDIS_REPLY_INTEGER || reply->integer != (long long)b->n)
+		die("Redis DEL of %zu keys: reply type %d, %lld deleted", b->n, reply->type,
+		    reply->integer);
+	freeReplyObject(reply);
+	free(argv);
+	free(argvlen);
+}
+
+/*
+ * The same round as api_round(), through Redis: SET every block, then GET
+ * every block into the caller's buffer.  Each direction is one pipeline
+ * (every command written before the first reply is read), as kvt_store
+ * and kvt_load each make one request for the whole round; a client that
+ * waited for each reply would only be slower.  The copy out of hiredis's
+ * reply into the destination is part of a load: kvt_load delivers into
+ * caller memory too.
+ */
+static void redis_round(struct copy_bench *b, uint64_t *ret_ns)
+{
+	copy_prepare(b);
+	make_keys(b->keys, b->n, &b->key_counter);
+
+	uint64_t t0 = now_ns();
+	for (size_t i = 0; i < b->n; i++)
+		if (redisAppendCommand(redis, "SET %b %b", b->keys + i * KVT_KEY_BYTES,
+				       (size_t)KVT_KEY_BYTES, b->srcs[i], (size_t)b->block) != REDIS_OK)
+			die("Redis SET: %s", redis->errstr);
+	for (size_t i = 0; i < b->n; i++) {
+		redisReply *reply = redis_reply("SET");
+		if (reply->type != REDIS_REPLY_STATUS)
+			die("Redis SET of block %zu: reply type %d (%.*s)", i, reply->type,
+			    (int)reply->len, reply->str ? reply->str : "");
+		freeReplyObject(reply);
+	}
+	uint64_t t1 = now_ns();
+	for (size_t i = 0; i < b->n; i++)
+		if (redisAppendCommand(redis, "GET %b", b->keys + i * KVT_KEY_BYTES,
+				       (size_t)KVT_KEY_BYTES) != REDIS_OK)
+			die("Redis GET: %s", redis->errstr);
+	for (size_t i = 0; i < b->n; i++) {
+		redisReply *reply = redis_reply("GET");
+		if (reply->type != REDIS_REPLY_STRING || (uint64_t)reply->len != b->block)
+			die("Redis GET of block %zu: reply type %d, %zu bytes", i, reply->type,
+			    (size_t)reply->len);
+		memcpy(b->dsts[i], reply->str, b->block);
+		freeReplyObject(reply);
+	}
+	uint64_t t2 = now_ns();
+
+	copy_verify(b, "Redis SET/GET");
+	redis_delete(b);
+	ret_ns[0] += t1 - t0;
+	ret_ns[1] += t2 - t1;
+}
+
+/* "7.0.15": from INFO, for the report. */
+static void redis_version(char *out, size_t size)
+{
+	snprintf(out, size, "?");
+	redisReply *reply = redisCommand(redis, "INFO server");
+	if (!reply)
+		die("Redis INFO: %s", redis->errstr);
+	if (reply->type == REDIS_REPLY_STRING) {
+		const char *p = strstr(reply->str, "redis_version:");
+		if (p) {
+			p += strlen("redis_version:");
+			snprintf(out, size, "%.*s", (int)strcspn(p, "\r\n"), p);
+		}
+	}
+	freeReplyObject(reply);
+}
+#else
+static void redis_round(struct copy_bench *b, uint64_t *ret_ns)
+{
+	die("built without hiredis");
+}
+#endif
+
 struct copy_result {
 	double api_gbs[MAX_PAIRS], cpy_gbs[MAX_PAIRS], ratio[MAX_PAIRS];
 	double api_store[MAX_PAIRS], api_load[MAX_PAIRS];
 	double cpy_store[MAX_PAIRS], cpy_load[MAX_PAIRS];
+	/* With --redis: Redis against memcpy, and kvtier against Redis. */
+	double rds_gbs[MAX_PAIRS], rds_ratio[MAX_PAIRS], api_rds_ratio[MAX_PAIRS];
+	double rds_store[MAX_PAIRS], rds_load[MAX_PAIRS];
 };
 
 static void copy_run(struct copy_bench *b, struct copy_result *res)
 {
 	uint64_t bytes = (uint64_t)b->n * b->block * opt.rounds;
 	uint64_t warm[2] = {0, 0};
+	char name[24];
 
 	/* Untimed: the first store makes the daemon create the extent, and
 	 * the library maps and pre-faults it; measure after that. */
 	api_round(b, warm);
+	if (opt.redis)
+		redis_round(b, warm);
 	memcpy_round(b, warm);
 
 	for (unsigned p = 0; p < opt.pairs; p++) {
-		uint64_t a[2] = {0, 0}, m[2] = {0, 0};
-		/* Round by round, so both see the same phases of the host. */
+		uint64_t a[2] = {0, 0}, m[2] = {0, 0}, rd[2] = {0, 0};
+		/* Round by round, so all see the same phases of the host. */
 		for (unsigned k = 0; k < opt.rounds; k++) {
 			api_round(b, a);
+			if (opt.redis)
+				redis_round(b, rd);
 			memcpy_round(b, m);
 		}
 		res->api_gbs[p] = gbs(2 * bytes, a[0] + a[1]);
@@ -534,9 +716,21 @@ static void copy_run(struct copy_bench *b, struct copy_result *res)
 		res->cpy_store[p] = gbs(bytes, m[0]);
 		res->cpy_load[p] = gbs(bytes, m[1]);
 		res->ratio[p] = res->api_gbs[p] / res->cpy_gbs[p];
-		progress("  %4llu KiB pair %u/%u: kvtier %.2f GB/s, memcpy %.2f GB/s, ratio %.3f",
-			 (unsigned long long)(b->block >> 10), p + 1, opt.pairs,
-			 res->api_gbs[p], res->cpy_gbs[p], res->ratio[p]);
+		if (opt.redis) {
+			res->rds_gbs[p] = gbs(2 * bytes, rd[0] + rd[1]);
+			res->rds_store[p] = gbs(bytes, rd[0]);
+			res->rds_load[p] = gbs(bytes, rd[1]);
+			res->rds_ratio[p] = res->rds_gbs[p] / res->cpy_gbs[p];
+			res->api_rds_ratio[p] = res->api_gbs[p] / res->rds_gbs[p];
+			progress("  %7s pair %u/%u: kvtier %.2f GB/s, Redis %.2f GB/s, memcpy %.2f GB/s, ratio %.3f, Redis %.3f",
+				 size_name(b->block, name, sizeof(name)), p + 1, opt.pairs,
+				 res->api_gbs[p], res->rds_gbs[p], res->cpy_gbs[p], res->ratio[p],
+				 res->rds_ratio[p]);
+		} else {
+			progress("  %7s pair %u/%u: kvtier %.2f GB/s, memcpy %.2f GB/s, ratio %.3f",
+				 size_name(b->block, name, sizeof(name)), p + 1, opt.pairs,
+				 res->api_gbs[p], res->cpy_gbs[p], res->ratio[p]);
+		}
 	}
 }
 
@@ -745,11 +939,12 @@ static void lookup_run(kvt_ns *ns, const struct lookup_keys *keys, int echo_fd,
 /* ---- output ---------------------------------------------------------- */
 
 struct results {
-	struct copy_result copy[2]; /* 256 KiB, 2 MiB */
+	struct copy_result copy[MAX_SIZES]; /* as opt.sizes */
 	struct rtt_result rtt[N_PLACEMENTS];
 	struct lookup_result lookup[N_PLACEMENTS];
 	bool placed[N_PLACEMENTS];
 	char pool[512];
+	char redis_version[32];
 };
 
 #define ROW "%-34s %-20s %-26s %-22s %s\n"
@@ -764,27 +959,43 @@ static void print_table(const struct results *R, FILE *out)
 		n);
 	fprintf(out, "machine: %s %s, %ld CPUs; pool: %s\n\n", u.sysname, u.release,
 		sysconf(_SC_NPROCESSORS_ONLN), R->pool);
+	if (opt.redis)
+		fprintf(out, "peer: Redis %s on a Unix socket (%s), hiredis %s, pipelined SET/GET\n\n",
+			R->redis_version, opt.redis, HIREDIS_VERSION);
 	fprintf(out, ROW, "", "kvtier", "limit (same run)", "ratio", "target");
-	const char *names[2] = {"store+load, 256 KiB blocks", "store+load, 2 MiB blocks"};
-	for (int i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < opt.n_sizes; i++) {
 		const struct copy_result *cs = &R->copy[i];
-		char a[40], l[40], r[48], t[40];
+		char name[64], sz[24], a[40], l[40], r[48], t[40];
 		double ratio = median(cs->ratio, n);
+		snprintf(name, sizeof(name), "store+load, %s blocks",
+			 size_name(opt.sizes[i], sz, sizeof(sz)));
 		snprintf(a, sizeof(a), "%.2f GB/s", median(cs->api_gbs, n));
 		snprintf(l, sizeof(l), "%.2f GB/s memcpy", median(cs->cpy_gbs, n));
 		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(cs->ratio, n),
 			 vmax(cs->ratio, n));
-		if (i == 1)
+		if (opt.sizes[i] == 2 * MIB)
 			snprintf(t, sizeof(t), ">= %.2fx: %s", TARGET_COPY_2M,
 				 verdict(ratio >= TARGET_COPY_2M));
 		else
 			snprintf(t, sizeof(t), "-");
-		fprintf(out, ROW, names[i], a, l, r, t);
+		fprintf(out, ROW, name, a, l, r, t);
 		snprintf(a, sizeof(a), "st %.2f / ld %.2f", median(cs->api_store, n),
 			 median(cs->api_load, n));
 		snprintf(l, sizeof(l), "st %.2f / ld %.2f", median(cs->cpy_store, n),
 			 median(cs->cpy_load, n));
 		fprintf(out, ROW, "", a, l, "", "");
+		if (!opt.redis)
+			continue;
+		snprintf(a, sizeof(a), "%.2f GB/s", median(cs->rds_gbs, n));
+		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", median(cs->rds_ratio, n),
+			 vmin(cs->rds_ratio, n), vmax(cs->rds_ratio, n));
+		snprintf(t, sizeof(t), "kvtier %.2fx Redis", median(cs->api_rds_ratio, n));
+		fprintf(out, ROW, "  Redis SET+GET", a, "memcpy, as above", r, t);
+		snprintf(a, sizeof(a), "st %.2f / ld %.2f", median(cs->rds_store, n),
+			 median(cs->rds_load, n));
+		snprintf(r, sizeof(r), "[%.2f..%.2f]x", vmin(cs->api_rds_ratio, n),
+			 vmax(cs->api_rds_ratio, n));
+		fprintf(out, ROW, "", a, "", "", r);
 	}
 	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
 		const struct rtt_result *rt = &R->rtt[pl];
@@ -829,23 +1040,44 @@ static void print_json(const struct results *R)
 	unsigned n = opt.pairs;
 	struct utsname u;
 	uname(&u);
-	const char *keys[2] = {"copy_256k", "copy_2m"};
 
 	printf("{\"bench\":\"bench-host\",\"kernel\":");
 	json_string(u.release);
 	printf(",\"cpus\":%ld,\"pairs\":%u,\"rounds\":%u,\"round_bytes\":%llu,\"pool\":",
 	       sysconf(_SC_NPROCESSORS_ONLN), n, opt.rounds, (unsigned long long)opt.round_bytes);
 	json_string(R->pool);
-	for (int i = 0; i < 2; i++) {
+	printf(",\"block_sizes\":[");
+	for (unsigned i = 0; i < opt.n_sizes; i++)
+		printf("%s%llu", i ? "," : "", (unsigned long long)opt.sizes[i]);
+	printf("]");
+	if (opt.redis) {
+		printf(",\"redis_version\":");
+		json_string(R->redis_version);
+		printf(",\"hiredis_version\":\"%s\"", HIREDIS_VERSION);
+	}
+	for (unsigned i = 0; i < opt.n_sizes; i++) {
 		const struct copy_result *cs = &R->copy[i];
-		printf(",\"%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,"
-		       "\"kvtier_gbs\":%.3f,\"memcpy_gbs\":%.3f,\"kvtier_store_gbs\":%.3f,"
-		       "\"kvtier_load_gbs\":%.3f,\"memcpy_store_gbs\":%.3f,\"memcpy_load_gbs\":%.3f",
-		       keys[i], median(cs->ratio, n), vmin(cs->ratio, n), vmax(cs->ratio, n),
+		char key[24];
+		printf(",\"copy_%s\":{\"block_bytes\":%llu,\"ratio\":%.4f,\"ratio_min\":%.4f,"
+		       "\"ratio_max\":%.4f,\"kvtier_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
+		       "\"kvtier_store_gbs\":%.3f,\"kvtier_load_gbs\":%.3f,\"memcpy_store_gbs\":%.3f,"
+		       "\"memcpy_load_gbs\":%.3f",
+		       size_key(opt.sizes[i], key, sizeof(key)), (unsigned long long)opt.sizes[i],
+		       median(cs->ratio, n), vmin(cs->ratio, n), vmax(cs->ratio, n),
 		       median(cs->api_gbs, n), median(cs->cpy_gbs, n), median(cs->api_store, n),
 		       median(cs->api_load, n), median(cs->cpy_store, n), median(cs->cpy_load, n));
-		if (i == 1)
+		if (opt.sizes[i] == 2 * MIB)
 			printf(",\"target_min_ratio\":%.2f", TARGET_COPY_2M);
+		if (opt.redis)
+			printf(",\"redis_gbs\":%.3f,\"redis_store_gbs\":%.3f,\"redis_load_gbs\":%.3f,"
+			       "\"redis_ratio\":%.4f,\"redis_ratio_min\":%.4f,\"redis_ratio_max\":%.4f,"
+			       "\"kvtier_vs_redis\":%.4f,\"kvtier_vs_redis_min\":%.4f,"
+			       "\"kvtier_vs_redis_max\":%.4f",
+			       median(cs->rds_gbs, n), median(cs->rds_store, n),
+			       median(cs->rds_load, n), median(cs->rds_ratio, n),
+			       vmin(cs->rds_ratio, n), vmax(cs->rds_ratio, n),
+			       median(cs->api_rds_ratio, n), vmin(cs->api_rds_ratio, n),
+			       vmax(cs->api_rds_ratio, n));
 		printf("}");
 	}
 	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
@@ -878,19 +1110,33 @@ static void help(void)
 	       "\n"
 	       "Measure kvtier's host tier end to end against a kvtierd it starts\n"
 	       "itself (KVTIERD, else $KVTIERD, else kvtierd from PATH): store+load\n"
-	       "against memcpy, the control round trip against a bare Unix socket,\n"
-	       "and 1024-key lookups (the last two with the peer on the same CPU and\n"
-	       "on another).  Contenders alternate; the medians of the pairwise\n"
-	       "ratios are reported.  Progress goes to stderr.\n"
+	       "against memcpy (and Redis), the control round trip against a bare\n"
+	       "Unix socket, and 1024-key lookups (the last two with the peer on the\n"
+	       "same CPU and on another).  Contenders alternate; the medians of the\n"
+	       "pairwise ratios are reported.  Progress goes to stderr.\n"
 	       "\n"
 	       "Options:\n"
 	       "  -p, --pairs N    pairs of samples per comparison (>= 5, default %u)\n"
-	       "  -m, --mib N      MiB stored and loaded per round (even, default %llu)\n"
+	       "  -m, --mib N      MiB stored and loaded per round, a multiple of every\n"
+	       "                   block size (default %llu)\n"
 	       "  -r, --rounds N   rounds per store+load sample (default %u)\n"
+	       "  -s, --sizes LIST block sizes of store+load in KiB, comma-separated\n"
+	       "                   (default 64,256,1024,2048,4096)\n"
+	       "      --redis PATH also store and load the same blocks through the\n"
+	       "                   Redis server listening on the Unix socket PATH\n"
+	       "                   (%s)\n"
+	       "      --pings N    round trips per ping sample (default %u)\n"
+	       "      --batches N  1024-key lookups per lookup sample (default %u)\n"
 	       "  -j, --json       print one JSON line on stdout (the table goes to\n"
 	       "                   stderr)\n"
 	       "  -h, --help       show this help\n",
-	       opt.pairs, (unsigned long long)(opt.round_bytes / MIB), opt.rounds);
+	       opt.pairs, (unsigned long long)(opt.round_bytes / MIB), opt.rounds,
+#ifdef BENCH_HAVE_HIREDIS
+	       "hiredis " HIREDIS_VERSION,
+#else
+	       "not built: hiredis was not found",
+#endif
+	       opt.ping_iters, opt.lookup_iters);
 }
 
 static unsigned parse_uint(const char *s, unsigned lo, unsigned hi, const char *what)
@@ -906,23 +1152,64 @@ static unsigned parse_uint(const char *s, unsigned lo, unsigned hi, const char *
 	return (unsigned)v;
 }
 
+/* "64,256,2048" (KiB): sizes that open_ns_for_block() can give a shape. */
+static void parse_sizes(const char *list)
+{
+	char buf[256], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", list);
+	opt.n_sizes = 0;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (opt.n_sizes == MAX_SIZES) {
+			fprintf(stderr, "bench-host: --sizes: at most %d sizes\n", MAX_SIZES);
+			exit(2);
+		}
+		uint64_t kib = parse_uint(t, 8, 65536, "a block size (KiB)");
+		uint64_t units = kib / 8;
+		if (kib % 8 || (units > 32 && units % 32)) {
+			fprintf(stderr, "bench-host: --sizes: %llu KiB is not 8 KiB times 1..32, or 256 KiB times a whole number\n",
+				(unsigned long long)kib);
+			exit(2);
+		}
+		opt.sizes[opt.n_sizes++] = kib * 1024;
+	}
+	if (!opt.n_sizes) {
+		fprintf(stderr, "bench-host: --sizes: no size given\n");
+		exit(2);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{"pairs", required_argument, NULL, 'p'},
 		{"mib", required_argument, NULL, 'm'},
 		{"rounds", required_argument, NULL, 'r'},
+		{"sizes", required_argument, NULL, 's'},
+		{"redis", required_argument, NULL, 'R'},
+		{"pings", required_argument, NULL, 'P'},
+		{"batches", required_argument, NULL, 'B'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{},
 	};
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "p:m:r:jh", opts, NULL)) >= 0) {
+	while ((ch = getopt_long(argc, argv, "p:m:r:s:jh", opts, NULL)) >= 0) {
 		switch (ch) {
 		case 'p': opt.pairs = parse_uint(optarg, 5, MAX_PAIRS, "--pairs"); break;
 		case 'm': opt.round_bytes = parse_uint(optarg, 2, 256, "--mib") * MIB; break;
 		case 'r': opt.rounds = parse_uint(optarg, 1, 100, "--rounds"); break;
+		case 's': parse_sizes(optarg); break;
+		case 'R':
+#ifndef BENCH_HAVE_HIREDIS
+			fprintf(stderr, "bench-host: --redis: built without hiredis (install libhiredis-dev and reconfigure)\n");
+			return 2;
+#endif
+			opt.redis = optarg;
+			break;
+		case 'P': opt.ping_iters = parse_uint(optarg, CHUNKS, 100000000, "--pings"); break;
+		case 'B': opt.lookup_iters = parse_uint(optarg, CHUNKS, 100000000, "--batches"); break;
 		case 'j': opt.json = true; break;
 		case 'h': help(); return 0;
 		default:
@@ -934,10 +1221,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-host: one daemon path at most; try 'bench-host --help'.\n");
 		return 2;
 	}
-	if (opt.round_bytes % (2 * MIB)) {
-		fprintf(stderr, "bench-host: --mib must be even (whole 2 MiB blocks)\n");
-		return 2;
-	}
+	for (unsigned i = 0; i < opt.n_sizes; i++)
+		if (opt.round_bytes % opt.sizes[i]) {
+			fprintf(stderr, "bench-host: --mib must be a multiple of every block size\n");
+			return 2;
+		}
 	const char *kvtierd = optind < argc ? argv[optind] : getenv("KVTIERD");
 	if (!kvtierd || !*kvtierd)
 		kvtierd = "kvtierd";
@@ -966,12 +1254,17 @@ int main(int argc, char **argv)
 	int r = kvt_client_connect(daemon_state.socket, "bench-host", &c);
 	if (r < 0)
 		die("kvt_client_connect %s: %s", daemon_state.socket, strerror(-r));
-	/* 32 layers, K and V, 256-byte heads (head_dim 128, 16 bit), 16 tokens:
-	 * 8 KV heads make llama3-8b's 2 MiB block; one head is its shard at
-	 * tensor-parallel 8, 256 KiB. */
-	kvt_ns *ns2m = open_ns(c, "bench-2m", 32, 8, 256, 2 * MIB);
-	kvt_ns *ns256k = open_ns(c, "bench-256k", 32, 1, 256, 256 * 1024);
+	kvt_ns *nss[MAX_SIZES];
+	for (unsigned i = 0; i < opt.n_sizes; i++)
+		nss[i] = open_ns_for_block(c, opt.sizes[i]);
 	kvt_ns *nslk = open_ns(c, "bench-lookup", 4, 2, 128, 32 * 1024);
+#ifdef BENCH_HAVE_HIREDIS
+	if (opt.redis) {
+		redis_connect(opt.redis);
+		redis_version(R.redis_version, sizeof(R.redis_version));
+		progress("Redis %s at %s", R.redis_version, opt.redis);
+	}
+#endif
 
 	uint8_t *src = alloc_populated(opt.round_bytes);
 	uint8_t *mid = alloc_populated(opt.round_bytes);
@@ -979,15 +1272,15 @@ int main(int argc, char **argv)
 	struct copy_bench b;
 	uint64_t t0 = now_ns();
 
-	progress("1/3 store+load vs memcpy, 256 KiB blocks: %u pairs x %u rounds x %llu MiB",
-		 opt.pairs, opt.rounds, (unsigned long long)(opt.round_bytes / MIB));
-	copy_setup(&b, ns256k, 256 * 1024, src, mid, dst);
-	copy_run(&b, &R.copy[0]);
-	copy_free(&b);
-	progress("1/3 store+load vs memcpy, 2 MiB blocks");
-	copy_setup(&b, ns2m, 2 * MIB, src, mid, dst);
-	copy_run(&b, &R.copy[1]);
-	copy_free(&b);
+	for (unsigned i = 0; i < opt.n_sizes; i++) {
+		char sz[24];
+		progress("1/3 store+load vs memcpy%s, %s blocks: %u pairs x %u rounds x %llu MiB",
+			 opt.redis ? " and Redis" : "", size_name(opt.sizes[i], sz, sizeof(sz)),
+			 opt.pairs, opt.rounds, (unsigned long long)(opt.round_bytes / MIB));
+		copy_setup(&b, nss[i], opt.sizes[i], src, mid, dst);
+		copy_run(&b, &R.copy[i]);
+		copy_free(&b);
+	}
 
 	struct lookup_keys lkeys;
 	lookup_setup(nslk, &lkeys);
@@ -1011,9 +1304,12 @@ int main(int argc, char **argv)
 	free(lkeys.hit);
 	free(lkeys.miss);
 	free(lkeys.states);
-	kvt_ns_close(ns2m);
-	kvt_ns_close(ns256k);
+	for (unsigned i = 0; i < opt.n_sizes; i++)
+		kvt_ns_close(nss[i]);
 	kvt_ns_close(nslk);
+#ifdef BENCH_HAVE_HIREDIS
+	redis_disconnect();
+#endif
 	kvt_client_free(c);
 	echo_stop(echo_fd);
 	daemon_stop(&daemon_state);
