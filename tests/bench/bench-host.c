@@ -936,11 +936,78 @@ static void lookup_run(kvt_ns *ns, const struct lookup_keys *keys, int echo_fd,
 	}
 }
 
+/* ---- 2b. one key: lookup, acquire + release --------------------------- */
+
+/*
+ * What an engine pays per request when it asks about one block: a lookup
+ * of one key (one round trip), and an acquire and release of one block
+ * (two round trips, so against two bare ones), both of a stored key.
+ */
+struct op_result {
+	double lookup_us[MAX_PAIRS], lookup_ratio[MAX_PAIRS];
+	double acquire_us[MAX_PAIRS], acquire_ratio[MAX_PAIRS];
+	double bare_us[MAX_PAIRS];
+};
+
+static uint64_t lookups_one(kvt_ns *ns, const uint8_t *key, unsigned iters)
+{
+	uint8_t state;
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; i < iters; i++) {
+		int r = kvt_lookup(ns, key, 1, 0, &state);
+		if (r != 1)
+			die("kvt_lookup of one stored key: %d", r);
+	}
+	return now_ns() - t0;
+}
+
+static uint64_t acquires_one(kvt_client *c, kvt_ns *ns, const uint8_t *key, unsigned iters)
+{
+	kvt_slot_ref ref;
+	int32_t st;
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; i < iters; i++) {
+		int r = kvt_acquire(ns, 0, key, 1, &ref);
+		if (r != 1 || ref.status != 0)
+			die("kvt_acquire of one stored block: %d (status %d)", r, ref.status);
+		r = kvt_release(c, &ref.handle, 1, &st);
+		if (r < 0 || st != 0)
+			die("kvt_release: %d (status %d)", r, st);
+	}
+	return now_ns() - t0;
+}
+
+static void op_run(kvt_client *c, kvt_ns *ns, const uint8_t *key, int echo_fd, int placement,
+		   struct op_result *res)
+{
+	unsigned chunk = opt.ping_iters / CHUNKS / 2 ? opt.ping_iters / CHUNKS / 2 : 1;
+
+	lookups_one(ns, key, 500);
+	acquires_one(c, ns, key, 500);
+	for (unsigned p = 0; p < opt.pairs; p++) {
+		uint64_t l = 0, a = 0, b = 0;
+		for (unsigned k = 0; k < CHUNKS; k++) {
+			l += lookups_one(ns, key, chunk);
+			a += acquires_one(c, ns, key, chunk);
+			b += bare_rtts(echo_fd, chunk);
+		}
+		res->lookup_us[p] = (double)l / (chunk * CHUNKS) / 1000.0;
+		res->acquire_us[p] = (double)a / (chunk * CHUNKS) / 1000.0;
+		res->bare_us[p] = (double)b / (chunk * CHUNKS) / 1000.0;
+		res->lookup_ratio[p] = res->lookup_us[p] / res->bare_us[p];
+		res->acquire_ratio[p] = res->acquire_us[p] / (2 * res->bare_us[p]);
+		progress("  one key, %s, pair %u/%u: lookup %.2f us, acquire+release %.2f us, bare %.2f us",
+			 placement_name[placement], p + 1, opt.pairs, res->lookup_us[p],
+			 res->acquire_us[p], res->bare_us[p]);
+	}
+}
+
 /* ---- output ---------------------------------------------------------- */
 
 struct results {
 	struct copy_result copy[MAX_SIZES]; /* as opt.sizes */
 	struct rtt_result rtt[N_PLACEMENTS];
+	struct op_result op[N_PLACEMENTS];
 	struct lookup_result lookup[N_PLACEMENTS];
 	bool placed[N_PLACEMENTS];
 	char pool[512];
@@ -1010,6 +1077,28 @@ static void print_table(const struct results *R, FILE *out)
 		snprintf(l, sizeof(l), "%.2f us bare socket", median(rt->bare_us, n));
 		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(rt->ratio, n),
 			 vmax(rt->ratio, n));
+		snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(ratio <= TARGET_RTT));
+		fprintf(out, ROW, name, a, l, r, t);
+	}
+	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
+		const struct op_result *o = &R->op[pl];
+		char name[64], a[40], l[40], r[48], t[40];
+		if (!R->placed[pl])
+			continue;
+		double ratio = median(o->lookup_ratio, n);
+		snprintf(name, sizeof(name), "lookup 1 key, %s", placement_name[pl]);
+		snprintf(a, sizeof(a), "%.2f us", median(o->lookup_us, n));
+		snprintf(l, sizeof(l), "%.2f us bare socket", median(o->bare_us, n));
+		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(o->lookup_ratio, n),
+			 vmax(o->lookup_ratio, n));
+		snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(ratio <= TARGET_RTT));
+		fprintf(out, ROW, name, a, l, r, t);
+		ratio = median(o->acquire_ratio, n);
+		snprintf(name, sizeof(name), "acquire+release, %s", placement_name[pl]);
+		snprintf(a, sizeof(a), "%.2f us", median(o->acquire_us, n));
+		snprintf(l, sizeof(l), "2 x %.2f us bare", median(o->bare_us, n));
+		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(o->acquire_ratio, n),
+			 vmax(o->acquire_ratio, n));
 		snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(ratio <= TARGET_RTT));
 		fprintf(out, ROW, name, a, l, r, t);
 	}
@@ -1089,6 +1178,18 @@ static void print_json(const struct results *R)
 		       "\"kvtier_us\":%.3f,\"bare_us\":%.3f,\"target_max_ratio\":%.1f}",
 		       placement_key[pl], median(rt->ratio, n), vmin(rt->ratio, n),
 		       vmax(rt->ratio, n), median(rt->api_us, n), median(rt->bare_us, n),
+		       TARGET_RTT);
+		const struct op_result *o = &R->op[pl];
+		printf(",\"lookup1_%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,"
+		       "\"kvtier_us\":%.3f,\"bare_us\":%.3f,\"target_max_ratio\":%.1f}",
+		       placement_key[pl], median(o->lookup_ratio, n), vmin(o->lookup_ratio, n),
+		       vmax(o->lookup_ratio, n), median(o->lookup_us, n), median(o->bare_us, n),
+		       TARGET_RTT);
+		printf(",\"acquire_release_%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,"
+		       "\"ratio_max\":%.4f,\"kvtier_us\":%.3f,\"bare_us\":%.3f,"
+		       "\"bare_round_trips\":2,\"target_max_ratio\":%.1f}",
+		       placement_key[pl], median(o->acquire_ratio, n), vmin(o->acquire_ratio, n),
+		       vmax(o->acquire_ratio, n), median(o->acquire_us, n), median(o->bare_us, n),
 		       TARGET_RTT);
 		printf(",\"lookup_%s\":{\"keys\":%d,\"hit_keys_s\":%.0f,\"hit_us\":%.2f,"
 		       "\"miss_keys_s\":%.0f,\"miss_us\":%.2f,\"bare_us\":%.3f,"
@@ -1293,6 +1394,8 @@ int main(int argc, char **argv)
 		progress("2/3 round trip, %s: kvt_client_ping vs bare socket, %u pairs x %u round trips",
 			 placement_name[pl], opt.pairs, opt.ping_iters);
 		rtt_run(c, echo_fd, pl, &R.rtt[pl]);
+		progress("2/3 one key, %s: lookup, and acquire + release, vs bare socket", placement_name[pl]);
+		op_run(c, nslk, lkeys.hit, echo_fd, pl, &R.op[pl]);
 		progress("3/3 lookups of %d keys, %s: %u pairs x %u batches", LOOKUP_KEYS,
 			 placement_name[pl], opt.pairs, opt.lookup_iters);
 		lookup_run(nslk, &lkeys, echo_fd, pl, &R.lookup[pl]);
