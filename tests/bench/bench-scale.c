@@ -1,0 +1,1195 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench-scale: what grows with the number of blocks.
+ *
+ *   1. The index.  One namespace of 4 KiB blocks, the smallest slot the
+ *      daemon has (a shard is padded to 4 KiB), so that the pool stays
+ *      small, grown from 10^3 to --max blocks, all in host memory.  At
+ *      every power of ten:
+ *        - a one-key lookup of a random stored key, against
+ *          kvt_client_ping (the same round trip without the index);
+ *        - 1024-key lookups of random stored keys, in keys/s;
+ *        - the daemon's RssAnon per block.  The pool is shared memory
+ *          (RssShmem), so anonymous memory is the daemon's bookkeeping:
+ *          index, block entries, free-slot stacks.
+ *   2. Recovery.  A spill file holding N blocks, for N from 10^3 to
+ *      --recovery-max, and the daemon restarted on it --pairs times: the
+ *      recovery time the daemon logs, against reading the same bytes of the
+ *      file, at the same offsets and in reads of the same size, with
+ *      O_DIRECT at queue depth 1, which is what recovery does.  Blocks
+ *      reach the file through the daemon's own write-back.
+ *
+ * Sizes that do not fit this machine (memory for the pool, disk for the
+ * spill file) are reported as skipped, with the reason.
+ *
+ * A measurement, not a test: it fails only when something does not work,
+ * never because of a figure.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench-util.h"
+#include "kvtier.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024ull)
+#define GIB (1024ull * MIB)
+#define MAX_PAIRS 100
+#define MAX_POINTS 12
+
+#define BLOCK_BYTES 4096ull /* 1 layer, K and V, 1 head of 128 bytes, 16 tokens */
+#define STORE_BATCH 8192    /* keys per kvt_store: the daemon's largest request */
+#define LOOKUP_KEYS 1024
+#define RING_KEYS (1u << 20) /* random stored keys to look up, 32 MiB */
+#define CHUNKS 10            /* alternations within one pair */
+
+/* The spill file's format (docs/nvme.md §2). */
+#define REGION_BYTES (64 * MIB)
+#define REGION_HEADER_BYTES 8192ull
+#define SLOT_HEADER_BYTES 4096ull
+#define RECOVER_CHUNK (4 * MIB)
+#define RECOVER_SEQUENTIAL_STRIDE (64 * KIB)
+#define SLOT_STRIDE (SLOT_HEADER_BYTES + BLOCK_BYTES)
+#define SLOTS_PER_REGION ((REGION_BYTES - REGION_HEADER_BYTES) / SLOT_STRIDE)
+
+#define RECOVERY_POOL (256 * MIB) /* host pool of the recovery daemon */
+#define POLL_NS 2000000ull
+#define WAIT_LIMIT_NS 600000000000ull
+
+static struct {
+	uint64_t max;          /* index: largest number of blocks */
+	uint64_t recovery_max; /* recovery: largest number of blocks on disk */
+	unsigned pairs;
+	unsigned iters;   /* one-key lookups (and pings) per sample */
+	unsigned batches; /* 1024-key lookups per sample */
+	const char *dir;
+	bool index, recovery;
+	bool json;
+} opt = {
+	.max = 1000000,
+	.recovery_max = 100000,
+	.pairs = 7,
+	.iters = 4000,
+	.batches = 400,
+	.dir = "/var/tmp",
+	.index = true,
+	.recovery = true,
+};
+
+/* ---- failing and cleaning up ---------------------------------------- */
+
+static struct {
+	char dir[88]; /* --dir (60 at most) and a mkdtemp name */
+	char socket[108]; /* sun_path */
+	char config[160];
+	char log[160];
+	char spill[160];
+} files;
+
+static const char *kvtierd;
+static pid_t daemon_pid;
+
+static void files_cleanup(void)
+{
+	char path[512];
+
+	if (!files.dir[0])
+		return;
+	DIR *dir = opendir(files.dir);
+	if (dir) {
+		struct dirent *e;
+		while ((e = readdir(dir)))
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+				snprintf(path, sizeof(path), "%s/%s", files.dir, e->d_name);
+				unlink(path);
+			}
+		closedir(dir);
+	}
+	rmdir(files.dir);
+	files.dir[0] = 0;
+}
+
+static void log_tail(void)
+{
+	char line[512];
+	FILE *f = fopen(files.log, "re");
+	if (!f)
+		return;
+	fprintf(stderr, "--- kvtierd log (%s) ---\n", files.log);
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fclose(f);
+}
+
+_Noreturn void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "bench-scale: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	if (daemon_pid > 0) {
+		log_tail();
+		kill(daemon_pid, SIGKILL);
+		waitpid(daemon_pid, NULL, 0);
+		daemon_pid = 0;
+	}
+	files_cleanup();
+	exit(1);
+}
+
+static void on_signal(int sig)
+{
+	/* Only async-signal-safe calls: the daemon goes, and the private
+	 * directory's known files with it. */
+	if (daemon_pid > 0) {
+		kill(daemon_pid, SIGKILL);
+		waitpid(daemon_pid, NULL, 0);
+	}
+	if (files.dir[0]) {
+		unlink(files.socket);
+		unlink(files.config);
+		unlink(files.log);
+		unlink(files.spill);
+		rmdir(files.dir);
+	}
+	_exit(128 + sig);
+}
+
+static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void progress(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "bench-scale: ");
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- the machine ----------------------------------------------------- */
+
+/* A "Key:   N kB" line of a /proc file, in KiB; 0 when absent. */
+static uint64_t proc_kib(const char *path, const char *key)
+{
+	char line[256];
+	uint64_t v = 0;
+	size_t len = strlen(key);
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, len) && line[len] == ':') {
+			sscanf(line + len + 1, " %llu", (unsigned long long *)&v);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+static uint64_t daemon_kib(const char *key)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)daemon_pid);
+	uint64_t v = proc_kib(path, key);
+	if (!v && strcmp(key, "RssShmem"))
+		die("cannot read %s from %s", key, path);
+	return v;
+}
+
+static cpu_set_t initial_cpus;
+static int cpu_a = -1;
+
+static void cpus_probe(void)
+{
+	if (sched_getaffinity(0, sizeof(initial_cpus), &initial_cpus) < 0)
+		die("sched_getaffinity: %s", strerror(errno));
+	for (int i = 0; i < CPU_SETSIZE && cpu_a < 0; i++)
+		if (CPU_ISSET(i, &initial_cpus))
+			cpu_a = i;
+}
+
+/*
+ * A round trip across two vCPUs costs several times one on the same CPU,
+ * and an unpinned pair moves between the two while it is measured (see
+ * bench-host), so lookups are measured with the daemon and this process
+ * on one CPU.
+ */
+static void place(bool together)
+{
+	cpu_set_t one;
+	const cpu_set_t *set = &initial_cpus;
+
+	if (together) {
+		CPU_ZERO(&one);
+		CPU_SET(cpu_a, &one);
+		set = &one;
+	}
+	if (sched_setaffinity(0, sizeof(*set), set) < 0 ||
+	    sched_setaffinity(daemon_pid, sizeof(*set), set) < 0)
+		die("sched_setaffinity: %s", strerror(errno));
+}
+
+/* ---- the daemon ------------------------------------------------------ */
+
+static void write_config(const char *text)
+{
+	FILE *f = fopen(files.config, "we");
+	if (!f)
+		die("cannot write %s: %s", files.config, strerror(errno));
+	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\n%s", files.socket, files.dir, text);
+	fclose(f);
+}
+
+/* \return nanoseconds from fork to a listening socket. */
+static uint64_t daemon_start(void)
+{
+	unlink(files.log);
+	uint64_t t0 = now_ns();
+	daemon_pid = fork();
+	if (daemon_pid < 0)
+		die("fork: %s", strerror(errno));
+	if (daemon_pid == 0) {
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		int fd = open(files.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(kvtierd, "kvtierd", "--config", files.config, (char *)NULL);
+		fprintf(stderr, "cannot execute %s: %s\n", kvtierd, strerror(errno));
+		_exit(127);
+	}
+	for (;;) {
+		if (try_connect(files.socket) == 0)
+			return now_ns() - t0;
+		if (waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid) {
+			daemon_pid = 0;
+			log_tail();
+			die("kvtierd (%s) exited before listening", kvtierd);
+		}
+		if (now_ns() - t0 > WAIT_LIMIT_NS)
+			die("kvtierd did not listen on %s within %llu s", files.socket,
+			    WAIT_LIMIT_NS / 1000000000ull);
+		usleep(1000);
+	}
+}
+
+static void daemon_stop(void)
+{
+	int status;
+
+	if (daemon_pid <= 0)
+		return;
+	kill(daemon_pid, SIGTERM);
+	if (waitpid(daemon_pid, &status, 0) != daemon_pid)
+		die("waitpid kvtierd: %s", strerror(errno));
+	daemon_pid = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fprintf(stderr, "bench-scale: kvtierd exited with status %d\n", status);
+}
+
+/* The rest of the first log line that contains marker. */
+static bool log_find(const char *marker, char *out, size_t size)
+{
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(files.log, "re");
+
+	snprintf(out, size, "(not reported)");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, marker);
+		if (!p)
+			continue;
+		p += strlen(marker);
+		p[strcspn(p, "\n")] = 0;
+		snprintf(out, size, "%s", p);
+		found = true;
+	}
+	fclose(f);
+	return found;
+}
+
+struct stats_query {
+	const char *name;
+	uint64_t value;
+	bool found;
+};
+
+static int stats_record(const kvt_record *r, void *userdata)
+{
+	struct stats_query *q = userdata;
+	if (!strcmp(kvt_record_kind(r), "daemon") && kvt_record_get_u64(r, q->name, &q->value) == 0)
+		q->found = true;
+	return 0;
+}
+
+/* A field of the daemon's "daemon" stats record (kvtierctl status). */
+static uint64_t daemon_stat(kvt_client *c, const char *name)
+{
+	struct stats_query q = {.name = name};
+	int r = kvt_stats(c, KVT_STATS_DAEMON, stats_record, &q);
+	if (r < 0)
+		die("kvt_stats: %s (%s)", strerror(-r), kvt_client_error(c));
+	if (!q.found)
+		die("the daemon's stats have no field %s", name);
+	return q.value;
+}
+
+static kvt_client *client_connect(void)
+{
+	kvt_client *c = NULL;
+	int r = kvt_client_connect(files.socket, "bench-scale", &c);
+	if (r < 0)
+		die("kvt_client_connect %s: %s", files.socket, strerror(-r));
+	return c;
+}
+
+/* 1 layer, K and V, one KV head of 128 bytes, 16 tokens: 4 KiB. */
+static kvt_ns *open_ns(kvt_client *c)
+{
+	kvt_layer_group g = {
+		.n_layers = 1,
+		.attn = KVT_ATTN_MHA,
+		.planes = 2,
+		.kv_heads = 1,
+		.head_bytes = 128,
+		.dtype = 1,
+	};
+	static const uint8_t weights[16] = "bench-weights";
+	kvt_ns_desc desc = {
+		.model = "bench-scale-4k",
+		.weights = weights,
+		.weights_len = sizeof(weights),
+		.layer_end = 1,
+		.tp_size = 1,
+		.cp_size = 1,
+		.block_tokens = 16,
+		.n_groups = 1,
+		.groups = &g,
+	};
+	kvt_ns *ns = NULL;
+	kvt_ns_info info;
+	int r = kvt_ns_open(c, &desc, &ns);
+	if (r < 0)
+		die("kvt_ns_open: %s (%s)", strerror(-r), kvt_client_error(c));
+	r = kvt_ns_get_info(ns, &info);
+	if (r < 0)
+		die("kvt_ns_get_info: %s", strerror(-r));
+	if (info.shard_bytes != BLOCK_BYTES || info.shards != 1)
+		die("namespace: %llu bytes in %u shard(s), expected %llu in 1",
+		    (unsigned long long)info.shard_bytes, info.shards, BLOCK_BYTES);
+	return ns;
+}
+
+/* ---- blocks ---------------------------------------------------------- */
+
+static void make_key(uint8_t *key, uint64_t i)
+{
+	for (unsigned w = 0; w < KVT_KEY_BYTES / 8; w++) {
+		uint64_t v = mix(i * 4 + w + 0x5ca1e);
+		memcpy(key + w * 8, &v, 8);
+	}
+}
+
+struct storer {
+	uint8_t *keys;
+	const void **srcs;
+	int32_t *status;
+	uint8_t *block;
+};
+
+static void storer_init(struct storer *s)
+{
+	s->keys = calloc(STORE_BATCH, KVT_KEY_BYTES);
+	s->srcs = calloc(STORE_BATCH, sizeof(*s->srcs));
+	s->status = calloc(STORE_BATCH, sizeof(*s->status));
+	s->block = alloc_populated(BLOCK_BYTES);
+	if (!s->keys || !s->srcs || !s->status)
+		die("out of memory");
+	fill_random(s->block, BLOCK_BYTES, 4096);
+	for (unsigned i = 0; i < STORE_BATCH; i++)
+		s->srcs[i] = s->block;
+}
+
+static void storer_free(struct storer *s)
+{
+	free(s->keys);
+	free(s->srcs);
+	free(s->status);
+	munmap(s->block, BLOCK_BYTES);
+}
+
+/* Blocks [from, to); before each batch, wait(c, stored so far). */
+static void store_range(struct storer *s, kvt_client *c, kvt_ns *ns, uint64_t from, uint64_t to,
+			void (*wait)(kvt_client *, uint64_t))
+{
+	for (uint64_t i = from; i < to;) {
+		size_t n = to - i < STORE_BATCH ? (size_t)(to - i) : STORE_BATCH;
+		if (wait)
+			wait(c, i);
+		for (size_t k = 0; k < n; k++)
+			make_key(s->keys + k * KVT_KEY_BYTES, i + k);
+		int r = kvt_store(ns, 0, s->keys, n, s->srcs, s->status);
+		if (r != (int)n)
+			die("kvt_store of %zu blocks (from block %llu) stored %d (%s)", n,
+			    (unsigned long long)i, r, r < 0 ? strerror(-r) : kvt_client_error(c));
+		for (size_t k = 0; k < n; k++)
+			if (s->status[k] != 0)
+				die("kvt_store: block %llu status %d", (unsigned long long)(i + k),
+				    s->status[k]);
+		i += n;
+	}
+}
+
+/* "10^6", or the number when it is not a power of ten. */
+static const char *count_name(uint64_t n, char *buf, size_t size)
+{
+	unsigned e = 0;
+	uint64_t v = n;
+	while (v >= 10 && v % 10 == 0) {
+		v /= 10;
+		e++;
+	}
+	if (v == 1 && e > 0)
+		snprintf(buf, size, "10^%u", e);
+	else
+		snprintf(buf, size, "%llu", (unsigned long long)n);
+	return buf;
+}
+
+/* 10^3, 10^4, ... up to max, and max itself when it is no power of ten. */
+static unsigned points(uint64_t max, uint64_t *ret)
+{
+	unsigned n = 0;
+	uint64_t p = 1000;
+	for (; p <= max && n < MAX_POINTS; p *= 10)
+		ret[n++] = p;
+	if ((n == 0 || ret[n - 1] != max) && n < MAX_POINTS)
+		ret[n++] = max;
+	return n;
+}
+
+/* ---- 1. the index ---------------------------------------------------- */
+
+struct index_point {
+	uint64_t n;
+	char skipped[160]; /* why, when not measured */
+	uint64_t rss_anon_kib, rss_shmem_kib;
+	double bytes_per_block, marginal_bytes_per_block;
+	double store_blocks_s; /* growing to n from the point before */
+	double one_us[MAX_PAIRS], ping_us[MAX_PAIRS], one_ratio[MAX_PAIRS];
+	double batch_us[MAX_PAIRS], keys_s[MAX_PAIRS], ns_per_key[MAX_PAIRS];
+};
+
+static struct {
+	struct index_point p[MAX_POINTS];
+	unsigned n;
+	uint64_t base_rss_anon_kib;
+	uint64_t pool_bytes;
+	char pool[512];
+} IX;
+
+/* Whole extents of 1 GiB (the largest the daemon takes), or one smaller
+ * extent of whole 64 MiB for a small index. */
+static uint64_t pool_for(uint64_t blocks)
+{
+	uint64_t bytes = blocks * BLOCK_BYTES;
+	if (bytes < GIB)
+		return (bytes + 64 * MIB - 1) / (64 * MIB) * (64 * MIB);
+	return (bytes + GIB - 1) / GIB * GIB;
+}
+
+static uint64_t ring_pos;
+
+static uint64_t one_lookups(kvt_ns *ns, const uint8_t *ring, unsigned iters)
+{
+	uint8_t state;
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; i < iters; i++) {
+		int r = kvt_lookup(ns, ring + ring_pos * KVT_KEY_BYTES, 1, 0, &state);
+		if (r != 1)
+			die("kvt_lookup of a stored key: %d", r);
+		ring_pos = (ring_pos + 1) % RING_KEYS;
+	}
+	return now_ns() - t0;
+}
+
+static uint64_t batch_lookups(kvt_ns *ns, const uint8_t *ring, uint8_t *states, unsigned iters)
+{
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; i < iters; i++) {
+		if (ring_pos + LOOKUP_KEYS > RING_KEYS)
+			ring_pos = 0;
+		int r = kvt_lookup(ns, ring + ring_pos * KVT_KEY_BYTES, LOOKUP_KEYS, 0, states);
+		if (r != LOOKUP_KEYS)
+			die("kvt_lookup of %d stored keys: %d leading hits", LOOKUP_KEYS, r);
+		ring_pos += LOOKUP_KEYS;
+	}
+	return now_ns() - t0;
+}
+
+static uint64_t pings(kvt_client *c, unsigned iters)
+{
+	uint64_t t0 = now_ns();
+	for (unsigned i = 0; i < iters; i++) {
+		int r = kvt_client_ping(c);
+		if (r < 0)
+			die("kvt_client_ping: %s", strerror(-r));
+	}
+	return now_ns() - t0;
+}
+
+/* Random stored keys, so that a large index is looked up all over, not in
+ * a part that stays in the caches. */
+static void ring_fill(uint8_t *ring, uint64_t n, uint64_t seed)
+{
+	for (uint64_t j = 0; j < RING_KEYS; j++)
+		make_key(ring + j * KVT_KEY_BYTES, mix(seed * RING_KEYS + j) % n);
+	ring_pos = 0;
+}
+
+static void index_measure(kvt_client *c, kvt_ns *ns, uint8_t *ring, struct index_point *pt)
+{
+	static uint8_t states[LOOKUP_KEYS];
+	unsigned one = opt.iters / CHUNKS ? opt.iters / CHUNKS : 1;
+	unsigned batch = opt.batches / CHUNKS ? opt.batches / CHUNKS : 1;
+
+	ring_fill(ring, pt->n, pt->n);
+	place(true);
+	one_lookups(ns, ring, one);
+	batch_lookups(ns, ring, states, batch);
+	pings(c, one);
+	for (unsigned p = 0; p < opt.pairs; p++) {
+		uint64_t o = 0, g = 0, b = 0;
+		for (unsigned k = 0; k < CHUNKS; k++) {
+			o += one_lookups(ns, ring, one);
+			g += pings(c, one);
+			b += batch_lookups(ns, ring, states, batch);
+		}
+		pt->one_us[p] = (double)o / (one * CHUNKS) / 1000.0;
+		pt->ping_us[p] = (double)g / (one * CHUNKS) / 1000.0;
+		pt->batch_us[p] = (double)b / (batch * CHUNKS) / 1000.0;
+		pt->one_ratio[p] = pt->one_us[p] / pt->ping_us[p];
+		pt->keys_s[p] = LOOKUP_KEYS / (pt->batch_us[p] * 1e-6);
+		pt->ns_per_key[p] = (pt->batch_us[p] - pt->ping_us[p]) * 1000.0 / LOOKUP_KEYS;
+		progress("  %llu blocks, pair %u/%u: lookup %.2f us, ping %.2f us, ratio %.3f; 1024 keys %.1f us (%.2f M keys/s)",
+			 (unsigned long long)pt->n, p + 1, opt.pairs, pt->one_us[p], pt->ping_us[p],
+			 pt->one_ratio[p], pt->batch_us[p], pt->keys_s[p] / 1e6);
+	}
+	place(false);
+}
+
+static void index_run(void)
+{
+	uint64_t want[MAX_POINTS];
+	uint64_t avail = proc_kib("/proc/meminfo", "MemAvailable") * KIB;
+	uint64_t fit = 0; /* blocks this run can hold */
+
+	IX.n = points(opt.max, want);
+	for (unsigned i = 0; i < IX.n; i++) {
+		struct index_point *pt = &IX.p[i];
+		pt->n = want[i];
+		/* The pool, plus a generous 1 KiB of bookkeeping per block
+		 * and 1 GiB for everything else running here. */
+		uint64_t need = pool_for(pt->n) + pt->n * KIB + GIB;
+		if (need > avail)
+			snprintf(pt->skipped, sizeof(pt->skipped),
+				 "needs about %.1f GiB of memory (a %.1f GiB pool of 4 KiB slots), %.1f GiB available",
+				 (double)need / GIB, (double)pool_for(pt->n) / GIB, (double)avail / GIB);
+		else
+			fit = pt->n;
+	}
+	if (!fit) {
+		progress("1/2 index: no size fits this machine's memory");
+		return;
+	}
+	IX.pool_bytes = pool_for(fit);
+
+	char text[512];
+	snprintf(text, sizeof(text),
+		 "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
+		 "[limits]\nkeys_per_request = %d\n",
+		 (unsigned long long)(IX.pool_bytes / MIB),
+		 (unsigned long long)((IX.pool_bytes < GIB ? IX.pool_bytes : GIB) / MIB), STORE_BATCH);
+	write_config(text);
+	daemon_start();
+	log_find("Host pool: ", IX.pool, sizeof(IX.pool));
+	kvt_client *c = client_connect();
+	kvt_ns *ns = open_ns(c);
+	IX.base_rss_anon_kib = daemon_kib("RssAnon");
+	progress("1/2 index: kvtierd pid %d, pool %llu MiB of 4 KiB slots, RssAnon %llu KiB before any block",
+		 (int)daemon_pid, (unsigned long long)(IX.pool_bytes / MIB),
+		 (unsigned long long)IX.base_rss_anon_kib);
+
+	uint8_t *ring = alloc_populated((uint64_t)RING_KEYS * KVT_KEY_BYTES);
+	struct storer st;
+	storer_init(&st);
+	uint64_t stored = 0, prev_rss = IX.base_rss_anon_kib;
+	for (unsigned i = 0; i < IX.n; i++) {
+		struct index_point *pt = &IX.p[i];
+		char name[32];
+		if (pt->skipped[0]) {
+			progress("  %s blocks: skipped: %s", count_name(pt->n, name, sizeof(name)),
+				 pt->skipped);
+			continue;
+		}
+		uint64_t t0 = now_ns();
+		store_range(&st, c, ns, stored, pt->n, NULL);
+		pt->store_blocks_s = (double)(pt->n - stored) / ((double)(now_ns() - t0) / 1e9);
+		pt->rss_anon_kib = daemon_kib("RssAnon");
+		pt->rss_shmem_kib = daemon_kib("RssShmem");
+		pt->bytes_per_block =
+			(double)(pt->rss_anon_kib - IX.base_rss_anon_kib) * KIB / (double)pt->n;
+		pt->marginal_bytes_per_block =
+			((double)pt->rss_anon_kib - (double)prev_rss) * KIB / (double)(pt->n - stored);
+		progress("  %s blocks stored (%.0f blocks/s): RssAnon %llu KiB, %.0f bytes per block",
+			 count_name(pt->n, name, sizeof(name)), pt->store_blocks_s,
+			 (unsigned long long)pt->rss_anon_kib, pt->bytes_per_block);
+		stored = pt->n;
+		prev_rss = pt->rss_anon_kib;
+		index_measure(c, ns, ring, pt);
+	}
+	storer_free(&st);
+	munmap(ring, (uint64_t)RING_KEYS * KVT_KEY_BYTES);
+	kvt_ns_close(ns);
+	kvt_client_free(c);
+	daemon_stop();
+}
+
+/* ---- 2. recovery ----------------------------------------------------- */
+
+struct recovery_point {
+	uint64_t n;
+	char skipped[160];
+	double rec_ms[MAX_PAIRS], raw_ms[MAX_PAIRS], ratio[MAX_PAIRS], start_ms[MAX_PAIRS];
+	uint64_t stats_recovery_ms; /* nvme_recovery_ms of the last restart */
+	uint64_t rss_anon_kib;      /* after the last restart */
+	double bytes_per_block;
+	uint64_t read_bytes, regions_bound;
+	double spill_blocks_s; /* getting to n blocks on disk from the point before */
+};
+
+static struct {
+	struct recovery_point p[MAX_POINTS];
+	unsigned n;
+	uint64_t spill_bytes;
+	uint64_t base_rss_anon_kib;
+	char nvme[512];
+	char fs_line[64];
+} RC;
+
+static uint64_t spill_regions(uint64_t blocks)
+{
+	return (blocks + SLOTS_PER_REGION - 1) / SLOTS_PER_REGION + 1;
+}
+
+/*
+ * What recovery reads (daemon/spill.c, docs/nvme.md §5), without the daemon:
+ * region by region, the 8 KiB header, and for a bound region its whole slot
+ * area, in reads of as many slots as fit in 4 MiB (one 4 KiB slot header
+ * each when the stride is above 64 KiB).  O_DIRECT, one read at a time.
+ * \return nanoseconds
+ */
+static uint64_t raw_recovery_read(uint64_t *ret_bytes, uint64_t *ret_bound)
+{
+	uint8_t *buf = NULL;
+	uint64_t bytes = 0, bound = 0;
+	int fd = open(files.spill, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (fd < 0)
+		die("cannot open %s with O_DIRECT: %s", files.spill, strerror(errno));
+	if (posix_memalign((void **)&buf, 4096, RECOVER_CHUNK))
+		die("out of memory");
+
+	uint64_t t0 = now_ns();
+	for (uint64_t r = 0; r < RC.spill_bytes / REGION_BYTES; r++) {
+		uint64_t off = r * REGION_BYTES;
+		if (pread(fd, buf, REGION_HEADER_BYTES, (off_t)off) != (ssize_t)REGION_HEADER_BYTES)
+			die("reading %s: %s", files.spill, strerror(errno));
+		bytes += REGION_HEADER_BYTES;
+		if (memcmp(buf, "KVTSPRG1", 8))
+			continue;
+		uint64_t slot_bytes;
+		memcpy(&slot_bytes, buf + 24, 8); /* little-endian, as is this machine */
+		uint64_t stride = SLOT_HEADER_BYTES + (slot_bytes + 4095) / 4096 * 4096;
+		uint64_t slots = (REGION_BYTES - REGION_HEADER_BYTES) / stride;
+		uint64_t per = stride <= RECOVER_SEQUENTIAL_STRIDE ? RECOVER_CHUNK / stride : 1;
+		bound++;
+		for (uint64_t first = 0; first < slots; first += per) {
+			uint64_t cnt = slots - first < per ? slots - first : per;
+			size_t len = per > 1 ? (size_t)(cnt * stride) : SLOT_HEADER_BYTES;
+			off_t at = (off_t)(off + REGION_HEADER_BYTES + first * stride);
+			if (pread(fd, buf, len, at) != (ssize_t)len)
+				die("reading %s: %s", files.spill, strerror(errno));
+			bytes += len;
+		}
+	}
+	uint64_t ns = now_ns() - t0;
+	free(buf);
+	close(fd);
+	*ret_bytes = bytes;
+	*ret_bound = bound;
+	return ns;
+}
+
+/* "in 0.123 s" at the end of the daemon's recovery summary, in ms. */
+static double logged_recovery_ms(uint64_t *ret_blocks)
+{
+	char rest[1024];
+	double s;
+	if (!log_find("Spill recovery: ", rest, sizeof(rest)))
+		die("the daemon logged no \"Spill recovery:\" summary");
+	const char *b = strstr(rest, " blocks recovered");
+	const char *p = NULL;
+	for (const char *q = strstr(rest, " in "); q; q = strstr(q + 1, " in "))
+		p = q;
+	if (!b || !p || sscanf(p, " in %lf s", &s) != 1)
+		die("cannot read the recovery summary: %s", rest);
+	while (b > rest && b[-1] >= '0' && b[-1] <= '9')
+		b--;
+	*ret_blocks = strtoull(b, NULL, 10);
+	return s * 1000.0;
+}
+
+/*
+ * Write-back runs at once (watermarks of 0 %), but host eviction drops a
+ * block that is not yet on disk: keep what is not yet written well below
+ * the pool, so that every block stored reaches the file.
+ */
+static void wait_writeback(kvt_client *c, uint64_t stored)
+{
+	const uint64_t pool_blocks = RECOVERY_POOL / BLOCK_BYTES;
+	uint64_t t0 = now_ns();
+	for (;;) {
+		uint64_t on_disk = daemon_stat(c, "nvme_blocks");
+		if (stored <= on_disk || stored - on_disk <= pool_blocks - 2 * STORE_BATCH)
+			return;
+		if (now_ns() - t0 > WAIT_LIMIT_NS)
+			die("write-back made no progress: %llu of %llu blocks on disk",
+			    (unsigned long long)on_disk, (unsigned long long)stored);
+		sleep_ns(POLL_NS);
+	}
+}
+
+static void wait_on_disk(kvt_client *c, uint64_t n)
+{
+	uint64_t t0 = now_ns();
+	for (;;) {
+		uint64_t on_disk = daemon_stat(c, "nvme_blocks");
+		uint64_t in_flight = daemon_stat(c, "nvme_in_flight");
+		if (on_disk >= n && in_flight == 0)
+			break;
+		if (now_ns() - t0 > WAIT_LIMIT_NS)
+			die("%llu of %llu blocks on disk after %llu s", (unsigned long long)on_disk,
+			    (unsigned long long)n, WAIT_LIMIT_NS / 1000000000ull);
+		sleep_ns(POLL_NS);
+	}
+	uint64_t drops = daemon_stat(c, "nvme_dirty_drops");
+	uint64_t errors = daemon_stat(c, "nvme_io_errors");
+	if (drops || errors)
+		die("%llu blocks dropped before they reached the disk, %llu I/O errors",
+		    (unsigned long long)drops, (unsigned long long)errors);
+}
+
+static void describe_fs(void)
+{
+	struct stat st;
+	char path[128], line[128];
+	snprintf(RC.fs_line, sizeof(RC.fs_line), "?");
+	if (stat(opt.dir, &st) < 0)
+		return;
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/uevent", major(st.st_dev),
+		 minor(st.st_dev));
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "DEVNAME=", 8)) {
+			line[strcspn(line, "\n")] = 0;
+			snprintf(RC.fs_line, sizeof(RC.fs_line), "%.40s", line + 8);
+		}
+	fclose(f);
+}
+
+static void recovery_run(void)
+{
+	uint64_t want[MAX_POINTS];
+	struct statvfs sv;
+	uint64_t fit = 0;
+
+	if (statvfs(opt.dir, &sv) < 0)
+		die("statvfs %s: %s", opt.dir, strerror(errno));
+	uint64_t free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+	RC.n = points(opt.recovery_max, want);
+	for (unsigned i = 0; i < RC.n; i++) {
+		struct recovery_point *pt = &RC.p[i];
+		pt->n = want[i];
+		uint64_t need = spill_regions(pt->n) * REGION_BYTES + GIB;
+		if (need > free_bytes)
+			snprintf(pt->skipped, sizeof(pt->skipped),
+				 "needs a %.1f GiB spill file (8 KiB per block on disk), %.1f GiB free under %s",
+				 (double)(need - GIB) / GIB, (double)free_bytes / GIB, opt.dir);
+		else
+			fit = pt->n;
+	}
+	if (!fit) {
+		progress("2/2 recovery: no size fits the disk under %s", opt.dir);
+		return;
+	}
+	RC.spill_bytes = spill_regions(fit) * REGION_BYTES;
+	describe_fs();
+
+	char text[512];
+	snprintf(text, sizeof(text),
+		 "[pool]\ncapacity = %lluM\nextent_size = 64M\n"
+		 "[nvme]\nqueue_depth = 64\nwriteback_high = 0%%\nwriteback_low = 0%%\n"
+		 "[spill.bench]\npath = %s\ncapacity = %lluM\n"
+		 "[limits]\nkeys_per_request = %d\n",
+		 (unsigned long long)(RECOVERY_POOL / MIB), files.spill,
+		 (unsigned long long)(RC.spill_bytes / MIB), STORE_BATCH);
+	write_config(text);
+	daemon_start();
+	log_find("NVMe tier: ", RC.nvme, sizeof(RC.nvme));
+	RC.base_rss_anon_kib = daemon_kib("RssAnon");
+	progress("2/2 recovery: kvtierd pid %d, spill file %llu MiB under %s; %s", (int)daemon_pid,
+		 (unsigned long long)(RC.spill_bytes / MIB), opt.dir, RC.nvme);
+
+	struct storer st;
+	storer_init(&st);
+	uint64_t stored = 0;
+	for (unsigned i = 0; i < RC.n; i++) {
+		struct recovery_point *pt = &RC.p[i];
+		char name[32];
+		if (pt->skipped[0]) {
+			progress("  %s blocks on disk: skipped: %s",
+				 count_name(pt->n, name, sizeof(name)), pt->skipped);
+			continue;
+		}
+		kvt_client *c = client_connect();
+		kvt_ns *ns = open_ns(c);
+		uint64_t t0 = now_ns();
+		store_range(&st, c, ns, stored, pt->n, wait_writeback);
+		wait_on_disk(c, pt->n);
+		pt->spill_blocks_s = (double)(pt->n - stored) / ((double)(now_ns() - t0) / 1e9);
+		stored = pt->n;
+		kvt_ns_close(ns);
+		kvt_client_free(c);
+		progress("  %s blocks on disk (%.0f blocks/s through write-back)",
+			 count_name(pt->n, name, sizeof(name)), pt->spill_blocks_s);
+
+		for (unsigned p = 0; p < opt.pairs; p++) {
+			uint64_t recovered;
+			daemon_stop();
+			pt->raw_ms[p] = (double)raw_recovery_read(&pt->read_bytes, &pt->regions_bound) / 1e6;
+			pt->start_ms[p] = (double)daemon_start() / 1e6;
+			pt->rec_ms[p] = logged_recovery_ms(&recovered);
+			pt->ratio[p] = pt->rec_ms[p] / pt->raw_ms[p];
+			if (recovered != pt->n)
+				die("recovery found %llu blocks, %llu were written",
+				    (unsigned long long)recovered, (unsigned long long)pt->n);
+			pt->rss_anon_kib = daemon_kib("RssAnon");
+			c = client_connect();
+			pt->stats_recovery_ms = daemon_stat(c, "nvme_recovery_ms");
+			if (daemon_stat(c, "nvme_recovered") != pt->n)
+				die("nvme_recovered is not %llu", (unsigned long long)pt->n);
+			kvt_client_free(c);
+			progress("  %llu blocks, pair %u/%u: bare reads %.1f ms, recovery %.1f ms (ratio %.3f), listening after %.1f ms",
+				 (unsigned long long)pt->n, p + 1, opt.pairs, pt->raw_ms[p], pt->rec_ms[p],
+				 pt->ratio[p], pt->start_ms[p]);
+		}
+		pt->bytes_per_block = ((double)pt->rss_anon_kib - (double)RC.base_rss_anon_kib) * KIB /
+				      (double)pt->n;
+	}
+	storer_free(&st);
+	daemon_stop();
+}
+
+/* ---- output ---------------------------------------------------------- */
+
+#define ROW "%-24s %-22s %-22s %-24s %s\n"
+
+static void print_table(FILE *out)
+{
+	unsigned n = opt.pairs;
+	struct utsname u;
+	char name[32], a[64], l[64], r[64], x[96];
+	uname(&u);
+
+	fprintf(out, "\nkvtier at scale: %u pairs, contenders alternating; ratio = median of the pairwise ratios [min..max]; absolute figures are medians\n",
+		n);
+	fprintf(out, "machine: %s %s, %ld CPUs; 4 KiB blocks (the smallest slot)\n", u.sysname,
+		u.release, sysconf(_SC_NPROCESSORS_ONLN));
+	if (IX.pool_bytes) {
+		fprintf(out, "\nindex: pool %s; lookups with the daemon and the client on one CPU; RssAnon before any block %llu KiB\n\n",
+			IX.pool, (unsigned long long)IX.base_rss_anon_kib);
+		fprintf(out, ROW, "blocks", "lookup, 1 key", "limit: ping", "ratio",
+			"1024 keys; RssAnon per block");
+		for (unsigned i = 0; i < IX.n; i++) {
+			const struct index_point *pt = &IX.p[i];
+			count_name(pt->n, name, sizeof(name));
+			if (pt->skipped[0]) {
+				fprintf(out, "%-24s skipped: %s\n", name, pt->skipped);
+				continue;
+			}
+			snprintf(a, sizeof(a), "%.2f us", median(pt->one_us, n));
+			snprintf(l, sizeof(l), "%.2f us", median(pt->ping_us, n));
+			snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", median(pt->one_ratio, n),
+				 vmin(pt->one_ratio, n), vmax(pt->one_ratio, n));
+			snprintf(x, sizeof(x), "%.2f M keys/s, %.1f ns/key; %.0f B (marginal %.0f B)",
+				 median(pt->keys_s, n) / 1e6, median(pt->ns_per_key, n),
+				 pt->bytes_per_block, pt->marginal_bytes_per_block);
+			fprintf(out, ROW, name, a, l, r, x);
+		}
+	}
+	if (RC.spill_bytes) {
+		fprintf(out, "\nrecovery: spill file %llu MiB under %s (%s); %s\n\n",
+			(unsigned long long)(RC.spill_bytes / MIB), opt.dir, RC.fs_line, RC.nvme);
+		fprintf(out, ROW, "blocks on disk", "recovery (logged)", "limit: bare reads", "ratio",
+			"read; daemon listening after; RssAnon per block");
+		for (unsigned i = 0; i < RC.n; i++) {
+			const struct recovery_point *pt = &RC.p[i];
+			count_name(pt->n, name, sizeof(name));
+			if (pt->skipped[0]) {
+				fprintf(out, "%-24s skipped: %s\n", name, pt->skipped);
+				continue;
+			}
+			snprintf(a, sizeof(a), "%.1f ms", median(pt->rec_ms, n));
+			snprintf(l, sizeof(l), "%.1f ms", median(pt->raw_ms, n));
+			snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", median(pt->ratio, n),
+				 vmin(pt->ratio, n), vmax(pt->ratio, n));
+			snprintf(x, sizeof(x), "%.0f MiB in %llu regions; %.1f ms; %.0f B",
+				 (double)pt->read_bytes / MIB, (unsigned long long)pt->regions_bound,
+				 median(pt->start_ms, n), pt->bytes_per_block);
+			fprintf(out, ROW, name, a, l, r, x);
+		}
+	}
+}
+
+static void json_stat(const char *key, const double *v, bool last)
+{
+	unsigned n = opt.pairs;
+	printf("\"%s\":%.4f,\"%s_min\":%.4f,\"%s_max\":%.4f%s", key, median(v, n), key, vmin(v, n),
+	       key, vmax(v, n), last ? "" : ",");
+}
+
+static void print_json(void)
+{
+	struct utsname u;
+	uname(&u);
+
+	printf("{\"bench\":\"bench-scale\",\"kernel\":");
+	json_string(u.release);
+	printf(",\"cpus\":%ld,\"pairs\":%u,\"block_bytes\":%llu,\"index\":{\"pool_bytes\":%llu,"
+	       "\"pool\":",
+	       sysconf(_SC_NPROCESSORS_ONLN), opt.pairs, BLOCK_BYTES,
+	       (unsigned long long)IX.pool_bytes);
+	json_string(IX.pool);
+	printf(",\"base_rss_anon_kib\":%llu,\"points\":[", (unsigned long long)IX.base_rss_anon_kib);
+	for (unsigned i = 0; i < IX.n; i++) {
+		const struct index_point *pt = &IX.p[i];
+		printf("%s{\"blocks\":%llu,", i ? "," : "", (unsigned long long)pt->n);
+		if (pt->skipped[0]) {
+			printf("\"skipped\":");
+			json_string(pt->skipped);
+			printf("}");
+			continue;
+		}
+		printf("\"rss_anon_kib\":%llu,\"rss_shmem_kib\":%llu,\"bytes_per_block\":%.1f,"
+		       "\"marginal_bytes_per_block\":%.1f,\"store_blocks_s\":%.0f,",
+		       (unsigned long long)pt->rss_anon_kib, (unsigned long long)pt->rss_shmem_kib,
+		       pt->bytes_per_block, pt->marginal_bytes_per_block, pt->store_blocks_s);
+		json_stat("lookup1_us", pt->one_us, false);
+		json_stat("ping_us", pt->ping_us, false);
+		json_stat("lookup1_ratio", pt->one_ratio, false);
+		json_stat("batch_us", pt->batch_us, false);
+		json_stat("batch_keys_s", pt->keys_s, false);
+		json_stat("ns_per_key_beyond_rtt", pt->ns_per_key, true);
+		printf("}");
+	}
+	printf("]},\"recovery\":{\"spill_bytes\":%llu,\"dir\":", (unsigned long long)RC.spill_bytes);
+	json_string(opt.dir);
+	printf(",\"device\":");
+	json_string(RC.fs_line);
+	printf(",\"nvme\":");
+	json_string(RC.nvme);
+	printf(",\"base_rss_anon_kib\":%llu,\"points\":[", (unsigned long long)RC.base_rss_anon_kib);
+	for (unsigned i = 0; i < RC.n; i++) {
+		const struct recovery_point *pt = &RC.p[i];
+		printf("%s{\"blocks\":%llu,", i ? "," : "", (unsigned long long)pt->n);
+		if (pt->skipped[0]) {
+			printf("\"skipped\":");
+			json_string(pt->skipped);
+			printf("}");
+			continue;
+		}
+		printf("\"read_bytes\":%llu,\"regions_bound\":%llu,\"stats_recovery_ms\":%llu,"
+		       "\"rss_anon_kib\":%llu,\"bytes_per_block\":%.1f,\"spill_blocks_s\":%.0f,",
+		       (unsigned long long)pt->read_bytes, (unsigned long long)pt->regions_bound,
+		       (unsigned long long)pt->stats_recovery_ms, (unsigned long long)pt->rss_anon_kib,
+		       pt->bytes_per_block, pt->spill_blocks_s);
+		json_stat("recovery_ms", pt->rec_ms, false);
+		json_stat("bare_read_ms", pt->raw_ms, false);
+		json_stat("ratio", pt->ratio, false);
+		json_stat("listening_ms", pt->start_ms, true);
+		printf("}");
+	}
+	printf("]}}\n");
+}
+
+/* ---- main ------------------------------------------------------------ */
+
+static void help(void)
+{
+	printf("Usage: bench-scale [OPTIONS] [KVTIERD]\n"
+	       "\n"
+	       "Measure what grows with the number of blocks, against a kvtierd it\n"
+	       "starts itself (KVTIERD, else $KVTIERD, else kvtierd from PATH): lookup\n"
+	       "latency and the daemon's memory per block as the index grows, and the\n"
+	       "recovery time of a spill file holding N blocks.  4 KiB blocks, the\n"
+	       "smallest slot.  Progress goes to stderr.\n"
+	       "\n"
+	       "Options:\n"
+	       "  -n, --max N           largest index, blocks (default %llu); points at\n"
+	       "                        10^3, 10^4, ... up to N\n"
+	       "  -R, --recovery-max N  most blocks on disk (default %llu)\n"
+	       "  -p, --pairs N         samples per point (1..%d, default %u)\n"
+	       "      --iters N         one-key lookups per sample (default %u)\n"
+	       "      --batches N       1024-key lookups per sample (default %u)\n"
+	       "  -d, --dir DIR         where the spill file goes (default %s)\n"
+	       "      --no-index        skip the index part\n"
+	       "      --no-recovery     skip the recovery part\n"
+	       "  -j, --json            print one JSON line on stdout (the table goes to\n"
+	       "                        stderr)\n"
+	       "  -h, --help            show this help\n",
+	       (unsigned long long)opt.max, (unsigned long long)opt.recovery_max, MAX_PAIRS,
+	       opt.pairs, opt.iters, opt.batches, opt.dir);
+}
+
+static uint64_t parse_u64(const char *s, uint64_t lo, uint64_t hi, const char *what)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
+		fprintf(stderr, "bench-scale: %s must be a whole number in %llu..%llu, not '%s'\n",
+			what, (unsigned long long)lo, (unsigned long long)hi, s);
+		exit(2);
+	}
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"max", required_argument, NULL, 'n'},
+		{"recovery-max", required_argument, NULL, 'R'},
+		{"pairs", required_argument, NULL, 'p'},
+		{"iters", required_argument, NULL, 'I'},
+		{"batches", required_argument, NULL, 'B'},
+		{"dir", required_argument, NULL, 'd'},
+		{"no-index", no_argument, NULL, 'X'},
+		{"no-recovery", no_argument, NULL, 'Y'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{},
+	};
+	int ch;
+
+	while ((ch = getopt_long(argc, argv, "n:R:p:d:jh", opts, NULL)) >= 0) {
+		switch (ch) {
+		case 'n': opt.max = parse_u64(optarg, 1000, 1000000000, "--max"); break;
+		case 'R': opt.recovery_max = parse_u64(optarg, 1000, 1000000000, "--recovery-max"); break;
+		case 'p': opt.pairs = (unsigned)parse_u64(optarg, 1, MAX_PAIRS, "--pairs"); break;
+		case 'I': opt.iters = (unsigned)parse_u64(optarg, CHUNKS, 100000000, "--iters"); break;
+		case 'B': opt.batches = (unsigned)parse_u64(optarg, CHUNKS, 100000000, "--batches"); break;
+		case 'd': opt.dir = optarg; break;
+		case 'X': opt.index = false; break;
+		case 'Y': opt.recovery = false; break;
+		case 'j': opt.json = true; break;
+		case 'h': help(); return 0;
+		default:
+			fprintf(stderr, "Try 'bench-scale --help'.\n");
+			return 2;
+		}
+	}
+	if (argc - optind > 1) {
+		fprintf(stderr, "bench-scale: one daemon path at most; try 'bench-scale --help'.\n");
+		return 2;
+	}
+	if (strlen(opt.dir) > 60) {
+		fprintf(stderr, "bench-scale: --dir: at most 60 characters (the socket goes there)\n");
+		return 2;
+	}
+	kvtierd = optind < argc ? argv[optind] : getenv("KVTIERD");
+	if (!kvtierd || !*kvtierd)
+		kvtierd = "kvtierd";
+	if (strchr(kvtierd, '/') && access(kvtierd, X_OK) < 0) {
+		printf("bench-scale: skipped: cannot execute %s: %s\n", kvtierd, strerror(errno));
+		return 77;
+	}
+
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	cpus_probe();
+
+	snprintf(files.dir, sizeof(files.dir), "%s/kvt-bench-scale-XXXXXX", opt.dir);
+	if (!mkdtemp(files.dir)) {
+		int e = errno;
+		files.dir[0] = 0;
+		die("mkdtemp under %s: %s", opt.dir, strerror(e));
+	}
+	snprintf(files.socket, sizeof(files.socket), "%s/kvtierd.sock", files.dir);
+	snprintf(files.config, sizeof(files.config), "%s/kvtierd.conf", files.dir);
+	snprintf(files.log, sizeof(files.log), "%s/kvtierd.log", files.dir);
+	snprintf(files.spill, sizeof(files.spill), "%s/spill", files.dir);
+
+	uint64_t t0 = now_ns();
+	if (opt.index)
+		index_run();
+	if (opt.recovery)
+		recovery_run();
+	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
+	files_cleanup();
+
+	if (opt.json) {
+		print_table(stderr);
+		print_json();
+	} else {
+		print_table(stdout);
+	}
+	return 0;
+}
