@@ -1,0 +1,414 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Tables and plots from one run of scripts/bench.sh.
+
+Usage: scripts/bench-report.py RESULTS_DIR
+
+Reads host.json, nvme.json and scale.json (each optional: a part that was
+skipped or failed is said to be so), machine.txt and timing.txt, and writes
+into the same directory:
+
+  benchmarks-section.md   markdown to paste into docs/benchmarks.md: the
+                          tables, with links to the plots beside them
+  *.dat, *.gp, *.png      gnuplot data, scripts and plots (PNG only when
+                          gnuplot is installed)
+
+Every ratio is the median of the pairwise ratios of a run, with the lowest
+and highest pair; absolute figures are medians and are there for context.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+
+def load(d, name):
+    path = os.path.join(d, name + ".json")
+    if not os.path.exists(path):
+        for why in ("skipped", "failed"):
+            if os.path.exists(os.path.join(d, name + "." + why)):
+                return None, why
+        return None, "not run"
+    with open(path) as f:
+        text = f.read().strip()
+    if not text:
+        return None, "no output"
+    return json.loads(text.splitlines()[-1]), None
+
+
+def kv_file(path):
+    out = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                out[k.strip()] = v.strip()
+    return out
+
+
+def rng(o, key, fmt="{:.3f}"):
+    """median [min..max] of a ratio (or any figure with _min and _max)."""
+    return (fmt + " [" + fmt + ".." + fmt + "]").format(o[key], o[key + "_min"], o[key + "_max"])
+
+
+def size_name(b):
+    return "%d MiB" % (b >> 20) if b >= 1 << 20 and b % (1 << 20) == 0 else "%d KiB" % (b >> 10)
+
+
+def size_key(b):
+    return "%dm" % (b >> 20) if b >= 1 << 20 and b % (1 << 20) == 0 else "%dk" % (b >> 10)
+
+
+def count_name(n):
+    e = 0
+    v = n
+    while v >= 10 and v % 10 == 0:
+        v //= 10
+        e += 1
+    return "10^%d" % e if v == 1 and e else str(n)
+
+
+def count_md(n):
+    e = 0
+    v = n
+    while v >= 10 and v % 10 == 0:
+        v //= 10
+        e += 1
+    return "10<sup>%d</sup>" % e if v == 1 and e else "{:,}".format(n)
+
+
+class Plots:
+    """gnuplot scripts written next to their data; PNGs when gnuplot runs."""
+
+    def __init__(self, d):
+        self.d = d
+        self.gnuplot = shutil.which("gnuplot")
+        self.made = []
+
+    def write(self, name, data, script):
+        with open(os.path.join(self.d, name + ".dat"), "w") as f:
+            f.write(data)
+        head = (
+            "set terminal pngcairo size 900,540 font 'sans,11'\n"
+            "set output '%s.png'\n"
+            "set grid\n"
+            "set key top left\n" % name
+        )
+        with open(os.path.join(self.d, name + ".gp"), "w") as f:
+            f.write(head + script)
+        if not self.gnuplot:
+            return False
+        r = subprocess.run([self.gnuplot, name + ".gp"], cwd=self.d, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.stderr.write("bench-report: gnuplot %s.gp: %s\n" % (name, r.stderr.strip()))
+            return False
+        self.made.append(name + ".png")
+        return True
+
+    def link(self, name, alt):
+        return "![%s](%s.png)\n" % (alt, name) if name + ".png" in self.made else ""
+
+
+def host_section(h, why, P):
+    out = ["### Host tier: kvtier and Redis against memcpy\n"]
+    if not h:
+        return out + ["Not measured (%s).\n" % why]
+    sizes = h.get("block_sizes", [])
+    redis = "redis_version" in h
+    out.append(
+        "`kvt_store` then `kvt_load` of %d MiB per round, %d rounds per pair, %d pairs; the limit "
+        "is `memcpy` of the same bytes twice (caller to middle, middle to caller). GB/s counts "
+        "both directions.%s\n"
+        % (
+            h["round_bytes"] >> 20,
+            h["rounds"],
+            h["pairs"],
+            " The peer is Redis %s on a Unix socket, no persistence, through hiredis %s: "
+            "pipelined `SET` of every block, then pipelined `GET` into the caller's buffer, in "
+            "the same rounds." % (h["redis_version"], h["hiredis_version"])
+            if redis
+            else " No Redis peer in this run.",
+        )
+    )
+    if redis:
+        out.append("| block | kvtier GB/s | Redis GB/s | memcpy GB/s | kvtier / memcpy | Redis / memcpy | kvtier / Redis |")
+        out.append("|---|---|---|---|---|---|---|")
+    else:
+        out.append("| block | kvtier GB/s | memcpy GB/s | kvtier / memcpy |")
+        out.append("|---|---|---|---|")
+    data = "# block_kib kvtier memcpy redis ratio ratio_min ratio_max redis_ratio redis_min redis_max\n"
+    for b in sizes:
+        o = h["copy_" + size_key(b)]
+        if redis:
+            out.append(
+                "| %s | %.2f | %.2f | %.2f | %s | %s | %s |"
+                % (size_name(b), o["kvtier_gbs"], o["redis_gbs"], o["memcpy_gbs"], rng(o, "ratio"),
+                   rng(o, "redis_ratio"), rng(o, "kvtier_vs_redis", "{:.2f}"))
+            )
+        else:
+            out.append("| %s | %.2f | %.2f | %s |" % (size_name(b), o["kvtier_gbs"], o["memcpy_gbs"], rng(o, "ratio")))
+        data += "%d %.3f %.3f %.3f %.4f %.4f %.4f %.4f %.4f %.4f\n" % (
+            b >> 10, o["kvtier_gbs"], o["memcpy_gbs"], o.get("redis_gbs", 0), o["ratio"], o["ratio_min"],
+            o["ratio_max"], o.get("redis_ratio", 0), o.get("redis_ratio_min", 0), o.get("redis_ratio_max", 0))
+    out.append("")
+    rplot = (
+        ", 'host-tier.dat' using 1:8:9:10 with yerrorlines lw 2 pt 9 title 'Redis (hiredis) / memcpy'"
+        if redis else ""
+    )
+    P.write(
+        "host-tier",
+        data,
+        "set title 'Host tier: store+load against memcpy (median, min..max over pairs)'\n"
+        "set logscale x 2\nset xlabel 'block (KiB)'\nset ylabel 'ratio to memcpy'\n"
+        "set xtics (64, 256, 1024, 2048, 4096)\nset xrange [48:5600]\nset yrange [0:*]\n"
+        "set key outside bottom center horizontal\n"
+        "plot 'host-tier.dat' using 1:5:6:7 with yerrorlines lw 2 pt 7 title 'kvtier / memcpy'%s, "
+        "1 with lines dt 2 lc 'gray' title 'memcpy'\n" % rplot,
+    )
+    out.append(P.link("host-tier", "store+load against memcpy and Redis, by block size"))
+    return out
+
+
+def control_section(h, why, P):
+    out = ["### Control plane: round trips against a bare AF_UNIX ping-pong\n"]
+    if not h:
+        return out + ["Not measured (%s).\n" % why]
+    out.append(
+        "The limit is a 24-byte write/read ping-pong with a forked echo process over a "
+        "`socketpair`, in the same pair. Processes are pinned: everything on one CPU, then the "
+        "peers on another CPU than the benchmark. An acquire + release is two round trips, so it "
+        "is compared with two bare ones.\n"
+    )
+    out.append("| operation | placement | kvtier µs | bare µs | ratio |")
+    out.append("|---|---|---|---|---|")
+    data = "# index label kvtier_us bare_us ratio min max\n"
+    i = 0
+    for key, label in (("rtt", "ping"), ("lookup1", "lookup, 1 key"), ("acquire_release", "acquire + release, 1 block")):
+        for pl, pname in (("same_cpu", "same CPU"), ("across_cpus", "across CPUs")):
+            o = h.get("%s_%s" % (key, pl))
+            if not o:
+                continue
+            bare = o["bare_us"] * (2 if key == "acquire_release" else 1)
+            out.append("| %s | %s | %.2f | %.2f | %s |" % (label, pname, o["kvtier_us"], bare, rng(o, "ratio")))
+            data += '%d "%s, %s" %.3f %.3f %.4f %.4f %.4f\n' % (i, label, pname, o["kvtier_us"], bare, o["ratio"],
+                                                                o["ratio_min"], o["ratio_max"])
+            i += 1
+    out.append("")
+    out.append("Batched lookups, 1024 keys per request:\n")
+    out.append("| placement | hits, M keys/s | misses, M keys/s | µs per batch (hits) | bare round trip's share |")
+    out.append("|---|---|---|---|---|")
+    for pl, pname in (("same_cpu", "same CPU"), ("across_cpus", "across CPUs")):
+        o = h.get("lookup_" + pl)
+        if not o:
+            continue
+        out.append("| %s | %.2f | %.2f | %.1f | %.0f %% |" % (pname, o["hit_keys_s"] / 1e6, o["miss_keys_s"] / 1e6,
+                                                           o["hit_us"], 100 * o["hit_bare_fraction"]))
+    out.append("")
+    P.write(
+        "control-plane",
+        data,
+        "set title 'Control plane: kvtier round trip / bare socket round trip (median, min..max)'\n"
+        "set style data histogram\nset style fill solid 0.6\nset boxwidth 0.6\n"
+        "set ylabel 'ratio to the bare round trip'\nset yrange [0:*]\nset xtics rotate by -25 left\n"
+        "set key off\nset bmargin 7\n"
+        "plot 'control-plane.dat' using 1:5 with boxes lc 'steelblue', "
+        "'' using 1:5:6:7:xtic(2) with yerrorbars lc 'black' pt 0, 1 with lines dt 2 lc 'gray'\n",
+    )
+    out.append(P.link("control-plane", "control round trips against the bare socket"))
+    return out
+
+
+def nvme_section(n, why, P):
+    out = ["### NVMe tier: spill and restore against fio\n"]
+    if not n:
+        return out + ["Not measured (%s).\n" % why]
+    out.append(
+        "Sets of %d MiB (%d blocks of %d MiB), %d pairs, queue depth %d, on %s (`%s`); fio with "
+        "the same engine settings (io_uring, O_DIRECT, 2 MiB, registered buffers and files: %s) "
+        "on a file of its own beside the spill file.\n"
+        % (n["set_bytes"] >> 20, n["set_bytes"] // n["block_bytes"], n["block_bytes"] >> 20, n["pairs"],
+           n["queue_depth"], n["fs"], n["dir"], "yes" if n.get("fio_registered") else "no")
+    )
+    out.append("| operation | kvtier GB/s | fio GB/s | kvtier / fio |")
+    out.append("|---|---|---|---|")
+    data = "# index label kvtier fio ratio min max\n"
+    i = 0
+    rows = []
+    for eng in ("io_uring", "threads"):
+        rows += [("spill_" + eng, "spill (write), " + eng), ("restore_" + eng, "restore (read), " + eng)]
+    rows.append(("context", "context of %d tokens, io_uring" % n.get("context_tokens", 0)))
+    for key, label in rows:
+        o = n.get(key)
+        if not o:
+            continue
+        out.append("| %s | %.2f | %.2f | %s |" % (label, o["kvtier_gbs"], o["fio_gbs"], rng(o, "ratio")))
+        data += '%d "%s" %.3f %.3f %.4f %.4f %.4f\n' % (i, label, o["kvtier_gbs"], o["fio_gbs"], o["ratio"],
+                                                         o["ratio_min"], o["ratio_max"])
+        i += 1
+    out.append("")
+    P.write(
+        "nvme-tier",
+        data,
+        "set title 'NVMe tier: kvtier / fio with the same engine settings (median, min..max)'\n"
+        "set style fill solid 0.6\nset boxwidth 0.6\nset ylabel 'ratio to fio'\nset yrange [0:*]\n"
+        "set xtics rotate by -25 left\nset key off\nset bmargin 7\n"
+        "plot 'nvme-tier.dat' using 1:5 with boxes lc 'seagreen', "
+        "'' using 1:5:6:7:xtic(2) with yerrorbars lc 'black' pt 0, 1 with lines dt 2 lc 'gray'\n",
+    )
+    out.append(P.link("nvme-tier", "spill and restore against fio"))
+    return out
+
+
+def scale_section(s, why, P):
+    out = ["### Scale: the index and recovery\n"]
+    if not s:
+        return out + ["Not measured (%s).\n" % why]
+    ix = s["index"]
+    pts = ix["points"]
+    if pts:
+        out.append(
+            "One namespace of 4 KiB blocks, the smallest slot the daemon has (a shard is padded to "
+            "4 KiB), so that the pool stays small; all blocks in host memory (pool %s). At each "
+            "size: a one-key lookup of a random stored key against `kvt_client_ping` (the same "
+            "round trip without the index), 1024-key lookups of random stored keys, and the "
+            "daemon's RssAnon from `/proc/PID/status`. The pool is shared memory (RssShmem), so "
+            "RssAnon is the daemon's bookkeeping; per block is its growth since before the first "
+            "block (%d KiB), marginal is the growth since the size before. The daemon and the "
+            "benchmark run on one CPU while lookups are timed; %d pairs.\n"
+            % (size_name(ix["pool_bytes"]), ix["base_rss_anon_kib"], s["pairs"])
+        )
+        out.append("| blocks | lookup, 1 key, µs | ping, µs | lookup / ping | 1024 keys, M keys/s | ns per key beyond the round trip | RssAnon, MiB | bytes per block | marginal |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        data = "# blocks lookup1_us min max ping_us keys_s bytes_per_block marginal ratio\n"
+        for p in pts:
+            if "skipped" in p:
+                out.append("| %s | skipped: %s | | | | | | | |" % (count_md(p["blocks"]), p["skipped"]))
+                continue
+            out.append(
+                "| %s | %.2f | %.2f | %s | %.2f | %.1f | %.1f | %.0f | %.0f |"
+                % (count_md(p["blocks"]), p["lookup1_us"], p["ping_us"], rng(p, "lookup1_ratio"),
+                   p["batch_keys_s"] / 1e6, p["ns_per_key_beyond_rtt"], p["rss_anon_kib"] / 1024,
+                   p["bytes_per_block"], p["marginal_bytes_per_block"])
+            )
+            data += "%d %.3f %.3f %.3f %.3f %.0f %.1f %.1f %.4f\n" % (
+                p["blocks"], p["lookup1_us"], p["lookup1_us_min"], p["lookup1_us_max"], p["ping_us"],
+                p["batch_keys_s"], p["bytes_per_block"], p["marginal_bytes_per_block"], p["lookup1_ratio"])
+        out.append("")
+        P.write(
+            "scale-lookup",
+            data,
+            "set title 'Lookup latency as the index grows (4 KiB blocks, one CPU)'\n"
+            "set logscale x\nset format x '10^{%L}'\nset autoscale xfix\nset offsets graph 0.05, graph 0.05, 0, 0\nset xlabel 'blocks in the index'\n"
+            "set ylabel 'µs per round trip'\nset y2label 'M keys/s, 1024-key lookups'\n"
+            "set yrange [0:*]\nset y2range [0:*]\nset ytics nomirror\nset y2tics\n"
+            "plot 'scale-lookup.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 title 'lookup, 1 key', "
+            "'' using 1:5 with linespoints lw 2 pt 5 title 'ping (limit)', "
+            "'' using 1:($6/1e6) axes x1y2 with linespoints lw 2 pt 9 title '1024-key lookups (right)'\n",
+        )
+        P.write(
+            "scale-memory",
+            data,
+            "set title 'Daemon memory per block (RssAnon, 4 KiB blocks)'\n"
+            "set logscale x\nset format x '10^{%L}'\nset autoscale xfix\nset offsets graph 0.05, graph 0.05, 0, 0\nset xlabel 'blocks in the index'\n"
+            "set ylabel 'bytes per block'\nset yrange [0:*]\nset key top right\n"
+            "plot 'scale-memory.dat' using 1:7 with linespoints lw 2 pt 7 title 'growth since empty / blocks', "
+            "'' using 1:8 with linespoints lw 2 pt 5 title 'marginal, since the size before'\n",
+        )
+        out.append(P.link("scale-lookup", "lookup latency against index size"))
+        out.append(P.link("scale-memory", "daemon memory per block against index size"))
+    rc = s["recovery"]
+    pts = rc["points"]
+    if pts:
+        out.append(
+            "Recovery: a spill file of %d MiB under `%s` (%s) holding N blocks of 4 KiB (8 KiB each "
+            "on disk with the slot header), written by the daemon's own write-back; kvtierd "
+            "restarted on it once per pair. The recovery time is the daemon's own (its log's "
+            "\"Spill recovery\" summary, 1 ms resolution; `kvtierctl status --json` reports the "
+            "same as `nvme_recovery_ms`). The limit is reading the same bytes of the file, at the "
+            "same offsets and in reads of the same size (4 MiB), with O_DIRECT at queue depth 1, "
+            "as recovery does, with the daemon stopped, right before each restart. Regions nobody "
+            "wrote are read as well: recovery reads every region header. \"Listening\" is from "
+            "fork to an accepting socket. Per block is RssAnon after recovery less that of a "
+            "daemon on an empty file (%d KiB).\n"
+            % (rc["spill_bytes"] >> 20, rc["dir"], rc["device"], rc["base_rss_anon_kib"])
+        )
+        out.append("| blocks on disk | recovery, ms | bare reads, ms | recovery / bare reads | read | listening after, ms | RssAnon per block |")
+        out.append("|---|---|---|---|---|---|---|")
+        data = "# blocks rec_ms min max raw_ms min max listening_ms\n"
+        for p in pts:
+            if "skipped" in p:
+                out.append("| %s | skipped: %s | | | | | |" % (count_md(p["blocks"]), p["skipped"]))
+                continue
+            out.append(
+                "| %s | %s | %s | %s | %.0f MiB, %d regions | %.1f | %.0f B |"
+                % (count_md(p["blocks"]), rng(p, "recovery_ms", "{:.0f}"), rng(p, "bare_read_ms", "{:.1f}"),
+                   rng(p, "ratio"), p["read_bytes"] / 2**20, p["regions_bound"], p["listening_ms"],
+                   p["bytes_per_block"])
+            )
+            data += "%d %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n" % (
+                p["blocks"], p["recovery_ms"], p["recovery_ms_min"], p["recovery_ms_max"], p["bare_read_ms"],
+                p["bare_read_ms_min"], p["bare_read_ms_max"], p["listening_ms"])
+        out.append("")
+        P.write(
+            "scale-recovery",
+            data,
+            "set title 'Recovery time against blocks on disk (4 KiB blocks)'\n"
+            "set logscale xy\nset format x '10^{%L}'\nset autoscale xfix\nset offsets graph 0.05, graph 0.05, 0, 0\nset xlabel 'blocks in the spill file'\n"
+            "set ylabel 'ms'\n"
+            "plot 'scale-recovery.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 title 'recovery (daemon log)', "
+            "'' using 1:5:6:7 with yerrorlines lw 2 pt 5 title 'the same reads, bare (limit)', "
+            "'' using 1:8 with linespoints lw 1 pt 1 dt 2 title 'daemon listening after start'\n",
+        )
+        out.append(P.link("scale-recovery", "recovery time against blocks on disk"))
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.stderr.write("usage: bench-report.py RESULTS_DIR\n")
+        return 2
+    d = sys.argv[1]
+    m = kv_file(os.path.join(d, "machine.txt"))
+    timing = []
+    if os.path.exists(os.path.join(d, "timing.txt")):
+        with open(os.path.join(d, "timing.txt")) as f:
+            timing = [l.strip() for l in f if l.strip()]
+    host, hwhy = load(d, "host")
+    nvme, nwhy = load(d, "nvme")
+    scale, swhy = load(d, "scale")
+    P = Plots(d)
+
+    mode = m.get("mode", "?")
+    flag = {"quick": " --quick", "long": " --long"}.get(mode, "")
+    out = ["## Comparative suite: `scripts/bench.sh%s`\n" % flag]
+    out.append(
+        "One run on one machine, %s, commit %s. Every ratio is the median of the pairwise ratios "
+        "(the contenders alternate), with the lowest and highest pair in brackets; absolute "
+        "figures are medians, for context.%s\n"
+        % (m.get("date", "?"), m.get("commit", "?"),
+           " A `--quick` run: fewer pairs and smaller sizes, a check that everything works rather "
+           "than figures to rely on." if mode == "quick" else "")
+    )
+    out.append("Machine: %s, %s of memory, %s; %s. Pages: THP %s. Disk: %s. Load average before the run: %s.\n"
+               % (m.get("cpu", "?"), m.get("memory", "?"), m.get("os", "?"), m.get("kernel", "?"),
+                  m.get("thp", "?"), m.get("disk", "?"), m.get("load before", "?")))
+    versions = ", ".join("%s %s" % (k, m[k]) for k in ("fio", "redis", "hiredis", "gnuplot") if k in m)
+    if versions:
+        out.append("Software: %s.\n" % versions)
+    if timing:
+        out.append("Run time: " + "; ".join(timing) + ".\n")
+    for part in (host_section(host, hwhy, P), control_section(host, hwhy, P), nvme_section(nvme, nwhy, P),
+                 scale_section(scale, swhy, P)):
+        out += part
+        out.append("")
+    if not P.gnuplot:
+        out.append("(No plots: gnuplot is not installed; the `.gp` scripts and `.dat` files are in the results directory.)\n")
+    text = "\n".join(out).rstrip() + "\n"
+    with open(os.path.join(d, "benchmarks-section.md"), "w") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
