@@ -406,6 +406,42 @@ static uint8_t raw_lookup(const uint8_t *key)
 	return state;
 }
 
+/*
+ * Memory: what one connection can make the daemon hold is bounded by its
+ * limits: queued replies up to twice output_bytes (past that the
+ * connection is closed) and one partial request of at most the largest
+ * message.  At most NEVER_READERS + 1 hostile connections were open at
+ * once.  The margin covers what the daemon allocates for the sessions and
+ * the good clients' work besides, and malloc's slack.  Measured here: a
+ * baseline of 0.9 MiB, 9.3 MiB with the four never-readers connected (each
+ * had a little over 2 MiB queued, where the daemon stopped reading it),
+ * against a bound of 30 MiB; a daemon that kept reading them would queue
+ * without end.
+ */
+static void check_memory(int64_t rss_before, int64_t rss_readers)
+{
+	atomic_store(&sampler.stop, 1);
+	pthread_join(sampler.thread, NULL);
+	int64_t per_conn = 2 * (int64_t)OUTPUT_BYTES + KVT_HEADER_SIZE + KVT_MAX_PAYLOAD;
+	int64_t bound = rss_before + (NEVER_READERS + 1) * per_conn + (4 << 20);
+	int64_t rss_max = atomic_load(&sampler.max), rss_after = daemon_rss_anon(&d);
+	fprintf(stderr,
+		"test-hostile: RssAnon baseline %" PRId64 " KiB, %" PRId64
+		" KiB with %d never-readers, max %" PRId64 " KiB over %ld samples, %" PRId64
+		" KiB after; bound %" PRId64 " KiB\n",
+		rss_before >> 10, rss_readers >> 10, NEVER_READERS, rss_max >> 10,
+		atomic_load(&sampler.samples), rss_after >> 10, bound >> 10);
+	CHECK(atomic_load(&sampler.samples) > 0, "RssAnon was sampled");
+#if defined(__SANITIZE_ADDRESS__)
+	/* ASan's quarantine of freed memory and its shadow pages are RssAnon
+	 * too: the figure measures the sanitizer, not the daemon. */
+	fprintf(stderr, "test-hostile: sanitizer build, RssAnon bound not applied\n");
+#else
+	CHECK(rss_max <= bound, "the daemon's RssAnon reached %" PRId64 " KiB, bound %" PRId64
+	      " KiB", rss_max >> 10, bound >> 10);
+#endif
+}
+
 int main(void)
 {
 	struct kvt_buf b;
@@ -419,9 +455,13 @@ int main(void)
 	kvt_client *c = client_connect(&d, "checker");
 	int fds_before = daemon_fd_count(&d);
 	int64_t rss_before = daemon_rss_anon(&d);
-	CHECK(rss_before > 0, "the daemon's RssAnon is readable");
 	atomic_store(&sampler.max, rss_before);
-	CHECK(pthread_create(&sampler.thread, NULL, sample_rss, NULL) == 0, "sampler thread");
+	if (rss_before > 0)
+		CHECK(pthread_create(&sampler.thread, NULL, sample_rss, NULL) == 0,
+		      "sampler thread");
+	else
+		fprintf(stderr, "test-hostile: no RssAnon in /proc (kernel before 4.5?): the "
+				"memory bound is not checked\n");
 
 	/* Garbage instead of a header. */
 	fd = raw_connect();
@@ -552,6 +592,7 @@ int main(void)
 
 	/* Vanishing mid-transfer: half a request (holding a reservation),
 	 * half-read replies. */
+	WAIT_FOR(stat_get(c, "tenant", "handles") == 0, "the hole puncher's reservation to end");
 	uint64_t quarantined_before = stat_get(c, "daemon", "quarantined");
 	for (int i = 0; i < 8; i++) {
 		pid_t pid = fork();
@@ -585,38 +626,8 @@ int main(void)
 	      fds_want);
 	CHECK(stat_get(c, "daemon", "malformed") >= 5, "malformed connections counted");
 
-	/*
-	 * Memory: what one connection can make the daemon hold is bounded by
-	 * its limits: queued replies up to twice output_bytes (past that the
-	 * connection is closed) and one partial request of at most the
-	 * largest message.  At most NEVER_READERS + 1 hostile connections were
-	 * open at once.  The margin covers what the daemon allocates for the
-	 * sessions and the good clients' work besides, and malloc's slack.
-	 * Measured here: a baseline of 0.9 MiB, 9.3 MiB with the four
-	 * never-readers connected (each had a little over 2 MiB queued, where
-	 * the daemon stopped reading it), against a bound of 30 MiB; a daemon
-	 * that kept reading them would queue without end.
-	 */
-	atomic_store(&sampler.stop, 1);
-	pthread_join(sampler.thread, NULL);
-	int64_t per_conn = 2 * (int64_t)OUTPUT_BYTES + KVT_HEADER_SIZE + KVT_MAX_PAYLOAD;
-	int64_t bound = rss_before + (NEVER_READERS + 1) * per_conn + (4 << 20);
-	int64_t rss_max = atomic_load(&sampler.max), rss_after = daemon_rss_anon(&d);
-	fprintf(stderr,
-		"test-hostile: RssAnon baseline %" PRId64 " KiB, %" PRId64
-		" KiB with %d never-readers, max %" PRId64 " KiB over %ld samples, %" PRId64
-		" KiB after; bound %" PRId64 " KiB\n",
-		rss_before >> 10, rss_readers >> 10, NEVER_READERS, rss_max >> 10,
-		atomic_load(&sampler.samples), rss_after >> 10, bound >> 10);
-	CHECK(atomic_load(&sampler.samples) > 0, "RssAnon was sampled");
-#if defined(__SANITIZE_ADDRESS__)
-	/* ASan's quarantine of freed memory and its shadow pages are RssAnon
-	 * too: the figure measures the sanitizer, not the daemon. */
-	fprintf(stderr, "test-hostile: sanitizer build, RssAnon bound not applied\n");
-#else
-	CHECK(rss_max <= bound, "the daemon's RssAnon reached %" PRId64 " KiB, bound %" PRId64
-	      " KiB", rss_max >> 10, bound >> 10);
-#endif
+	if (rss_before > 0)
+		check_memory(rss_before, rss_readers);
 
 	kvt_buf_free(&b);
 	kvt_client_free(c);

@@ -208,7 +208,13 @@ int main(void)
 	memset(sh, 0, sizeof(*sh));
 
 	daemon_start(&d, NULL);
-	CHECK(daemon_rss_anon(&d) > 0, "RssAnon of the daemon is readable");
+	if (daemon_rss_anon(&d) <= 0) {
+		fprintf(stderr, "test-soak: no RssAnon in /proc/%d/status (kernel before 4.5?)\n",
+			(int)d.pid);
+		daemon_stop(&d);
+		daemon_cleanup(&d);
+		return 77;
+	}
 	/* Fill the pool first: every extent exists before the baseline, so
 	 * the descriptors the daemon keeps for them do not change. */
 	CHECK(engine_run(&d, out, sizeof(out), "--model", "tiny", "--prefix", "9600",
