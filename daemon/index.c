@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "index.h"
 
 static inline size_t key_hash(const uint8_t *key)
@@ -77,6 +78,9 @@ int index_put(struct index *ix, void *entry)
 {
 	if (index_get(ix, entry_key(entry)))
 		return -EEXIST;
+	/* Any insert may be the one that has to grow the table (fault.h). */
+	if (fault_hit(FAULT_INDEX))
+		return -ENOMEM;
 	/* Keep the load under 70 %: probes stay short. */
 	if ((ix->n + 1) * 10 > ix->cap * 7) {
 		int r = grow(ix);

@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "io.h"
 #include "log.h"
 
@@ -58,10 +59,6 @@ struct io_engine {
 	unsigned n_active;
 
 	struct io_stats stats;
-	struct {
-		unsigned eio, enospc, cut;
-		uint64_t completions;
-	} faults;
 
 	/* io_uring */
 	struct io_uring ring;
@@ -107,64 +104,24 @@ static void arm_defer(struct io_engine *io)
 	sd_event_source_set_enabled(io->defer_source, SD_EVENT_ONESHOT);
 }
 
-/* ---- fault injection (test-only) ---------------------------------------- */
+/* ---- fault injection (test-only, fault.h) ------------------------------- */
 
-static void faults_parse(struct io_engine *io)
+static int faults_apply(struct io_engine *io, const struct io_req *req, int res)
 {
-	const char *env = getenv(IO_FAULTS_ENV);
-	char buf[128], *save = NULL;
-
-	if (!env || !*env)
-		return;
-	if (strlen(env) >= sizeof(buf)) {
-		log_warning("%s is too long, ignoring", IO_FAULTS_ENV);
-		return;
-	}
-	memcpy(buf, env, strlen(env) + 1);
-	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(tok, '='), *end;
-		unsigned long n;
-
-		if (!eq)
-			goto bad;
-		*eq = 0;
-		errno = 0;
-		n = strtoul(eq + 1, &end, 10);
-		if (errno || *end || end == eq + 1 || n == 0 || n > UINT32_MAX)
-			goto bad;
-		if (!strcmp(tok, "eio"))
-			io->faults.eio = (unsigned)n;
-		else if (!strcmp(tok, "enospc"))
-			io->faults.enospc = (unsigned)n;
-		else if (!strcmp(tok, "short"))
-			io->faults.cut = (unsigned)n;
-		else
-			goto bad;
-	}
-	log_warning("I/O fault injection is on (%s=%s): for tests only", IO_FAULTS_ENV, env);
-	return;
-bad:
-	memset(&io->faults, 0, sizeof(io->faults));
-	log_warning("%s='%s' is not of the form eio=N,enospc=N,short=N, ignoring", IO_FAULTS_ENV, env);
-}
-
-static int faults_apply(struct io_engine *io, int res)
-{
-	uint64_t n;
-
-	if (!io->faults.eio && !io->faults.enospc && !io->faults.cut)
+	if (!fault_armed)
 		return res;
-	n = ++io->faults.completions;
-	if (io->faults.eio && n % io->faults.eio == 0) {
+	if (fault_hit(req->write ? FAULT_WRITE_EIO : FAULT_READ_EIO)) {
 		io->stats.injected++;
 		return -EIO;
 	}
-	if (io->faults.enospc && n % io->faults.enospc == 0) {
+	if (req->write && fault_hit(FAULT_WRITE_ENOSPC)) {
 		io->stats.injected++;
 		return -ENOSPC;
 	}
-	/* Cut to whole blocks: an O_DIRECT remainder must stay aligned. */
-	if (io->faults.cut && n % io->faults.cut == 0 && res >= (int)(2 * IO_ALIGN)) {
+	/* Cut to whole blocks: an O_DIRECT remainder must stay aligned.  Only
+	 * what can be cut is counted, so the Nth cut is always a real one. */
+	if (res >= (int)(2 * IO_ALIGN) &&
+	    fault_hit(req->write ? FAULT_WRITE_SHORT : FAULT_READ_SHORT)) {
 		io->stats.injected++;
 		return (int)(((unsigned)res / 2) & ~(IO_ALIGN - 1));
 	}
@@ -203,7 +160,7 @@ static void completed(struct io_engine *io, struct io_req *req, int res)
 {
 	uint32_t remaining = req->len - req->progress;
 
-	res = faults_apply(io, res);
+	res = faults_apply(io, req, res);
 	if (res == -EAGAIN || res == -EINTR) {
 		requeue(io, req);
 		return;
@@ -623,7 +580,6 @@ int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_dept
 	io->ring.ring_fd = -1;
 	for (unsigned i = 0; i < IO_MAX_FILES; i++)
 		io->fds[i] = -1;
-	faults_parse(io);
 
 	io->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (io->efd < 0) {

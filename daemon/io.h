@@ -89,7 +89,6 @@ struct io_req {                 /* owned by the caller until done() runs */
  * \return 0 or a negative errno; with IO_ENGINE_URING the reason io_uring
  *         could not be set up (e.g. -EPERM when it is disabled)
  * Logs which engine it is and why, once (a warning for a fallback).
- * Reads the test-only KVTIERD_IO_FAULTS (see below).
  */
 int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_depth,
 		  struct io_engine **ret);
@@ -151,15 +150,10 @@ struct io_stats {
 void io_get_stats(const struct io_engine *io, struct io_stats *ret);
 
 /*
- * Test-only fault injection on completions, for the tests of the engine and
- * of the tier above it; not a configuration setting.  io_engine_new reads
- *
- *     KVTIERD_IO_FAULTS="eio=N,enospc=N,short=N"   (any subset, N >= 1)
- *
- * and then, counting every completion the engine receives (resubmitted
- * remainders included), every Nth gets -EIO, every Nth gets -ENOSPC, or every
- * Nth successful one of at least 2 * IO_ALIGN bytes is cut to half its
- * length, rounded down to IO_ALIGN, before the engine looks at it (-EIO wins
- * over -ENOSPC, which wins over a cut).  The I/O itself happened in full.
+ * Test-only faults on completions (fault.h: read_eio, write_eio,
+ * write_enospc, read_short, write_short): the Nth completion the engine
+ * receives in that direction (resubmitted remainders included) gets -EIO or
+ * -ENOSPC, or a successful one of at least 2 * IO_ALIGN bytes is cut to half
+ * its length, rounded down to IO_ALIGN, before the engine looks at it.  The
+ * I/O itself happened in full.  Counted in io_stats.injected.
  */
-#define IO_FAULTS_ENV "KVTIERD_IO_FAULTS"

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "fault.h"
 #include "kvt-config.h"
 #include "log.h"
 #include "manager.h"
@@ -101,6 +102,11 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
+	r = fault_init();
+	if (r < 0) {
+		log_error("Refusing to start with fault injection that does not parse (see above)");
+		goto out;
+	}
 	r = manager_new(&cfg, &m);
 	if (r < 0) {
 		log_error_errno(r, "Failed to start: %m");
@@ -125,6 +131,7 @@ int main(int argc, char **argv)
 		log_error_errno(r, "Event loop failed: %m");
 out:
 	manager_free(m);
+	fault_report();
 	config_free(&cfg);
 	return r < 0 ? 1 : 0;
 }

@@ -5,6 +5,7 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
+#include "fault.h"
 #include "io.h"
 #include "log.h"
 #include "nvme.h"
@@ -23,6 +24,8 @@ struct nvme {
 	struct io_engine *io;
 	int *file_io; /* the engine's index of each spill file */
 	sd_event_source *kick;
+	sd_event_source *retry; /* write-back again after a failure */
+	uint64_t backoff_usec, backoff_until;
 	struct nvme_stats st;
 	struct spill_recovery rec;
 	unsigned ops; /* write-backs and stagings in flight */
@@ -91,6 +94,37 @@ static void io_failed(struct nvme *n, struct spill_region *r, int error)
 		spill_file_fail(r->file, error);
 }
 
+/* After a failed write-back the next waits, twice as long after each
+ * failure in a row: a device that keeps refusing writes must not keep the
+ * loop rewriting.  The timer also stands in for the completions that would
+ * otherwise kick write-back: with nothing in flight none come, and until
+ * the next commit host eviction could only drop dirty blocks. */
+#define BACKOFF_MIN_USEC (10 * 1000)
+#define BACKOFF_MAX_USEC (1000 * 1000)
+
+static int on_retry(sd_event_source *src, uint64_t usec, void *userdata)
+{
+	nvme_kick(userdata);
+	return 0;
+}
+
+static void writeback_backoff(struct nvme *n)
+{
+	uint64_t now = 0;
+
+	n->backoff_usec = n->backoff_usec ? n->backoff_usec * 2 : BACKOFF_MIN_USEC;
+	if (n->backoff_usec > BACKOFF_MAX_USEC)
+		n->backoff_usec = BACKOFF_MAX_USEC;
+	sd_event_now(n->event, CLOCK_MONOTONIC, &now);
+	n->backoff_until = now + n->backoff_usec;
+	if (n->retry)
+		(void)sd_event_source_set_time(n->retry, n->backoff_until);
+	else if (sd_event_add_time(n->event, &n->retry, CLOCK_MONOTONIC, n->backoff_until, 0,
+				   on_retry, n) < 0)
+		return;
+	sd_event_source_set_enabled(n->retry, SD_EVENT_ONESHOT);
+}
+
 static void writeback_done(struct io_req *req, int result, void *userdata)
 {
 	struct op *op = userdata;
@@ -108,7 +142,9 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 		io_failed(n, op->region, op->error);
 		spill_slot_free(op->region, op->slot);
 		store_block_cleaned(n->store, b, false);
+		writeback_backoff(n);
 	} else {
+		n->backoff_usec = 0;
 		n->st.writes++;
 		n->st.write_bytes += op->data.len;
 		b->disk = op->region;
@@ -146,7 +182,7 @@ static int writeback_one(struct nvme *n, struct block *b)
 	r2 = spill_slot_alloc(r, &slot);
 	if (r2 < 0)
 		return r2;
-	struct op *op = calloc(1, sizeof(*op));
+	struct op *op = fault_hit(FAULT_WRITEBACK) ? NULL : calloc(1, sizeof(*op));
 	if (op)
 		op->hbuf = spill_buf_alloc(SPILL_SLOT_HEADER_BYTES);
 	if (!op || !op->hbuf) {
@@ -213,6 +249,11 @@ static int on_kick(sd_event_source *src, void *userdata)
 	/* A few blocks a turn: their writes go out at the end of this turn
 	 * while the next ones are hashed, and clients are answered between. */
 	unsigned budget = 4, started = 0;
+	uint64_t now = 0;
+
+	sd_event_now(n->event, CLOCK_MONOTONIC, &now);
+	if (now < n->backoff_until)
+		return 0; /* backing off: the retry timer kicks again */
 
 	/* The pool as a whole counts too: tenants share it, and one can fill
 	 * it before reaching its own watermark. */
@@ -235,6 +276,8 @@ static int on_kick(sd_event_source *src, void *userdata)
 				struct block *b = (struct block *)((char *)node - offsetof(struct block, lru));
 				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !b->disk) {
 					int r = writeback_one(n, b);
+					if (r == -ENOMEM)
+						writeback_backoff(n);
 					if (r < 0)
 						break;
 					if (r > 0 && ++started >= budget) {
@@ -296,27 +339,30 @@ static void stage_done(struct io_req *req, int result, void *userdata)
 	op_free(op);
 }
 
-void nvme_stage(struct nvme *n, struct block *b)
+int nvme_stage(struct nvme *n, struct block *b)
 {
+	int r;
+
 	if (b->io != BLOCK_IO_NONE || b->extent || !b->disk)
-		return;
+		return 0;
 	if (b->disk->file->error) {
 		store_block_drop(n->store, b);
-		return;
+		return -EIO;
 	}
-	struct op *op = calloc(1, sizeof(*op));
+	struct op *op = fault_hit(FAULT_RESTORE) ? NULL : calloc(1, sizeof(*op));
 	if (op)
 		op->hbuf = spill_buf_alloc(SPILL_SLOT_HEADER_BYTES);
 	if (!op || !op->hbuf) {
 		if (op)
 			op_free(op);
-		return;
+		return -ENOMEM;
 	}
-	if (store_host_slot(n->store, b->ns, b) < 0) {
+	r = store_host_slot(n->store, b->ns, b);
+	if (r < 0) {
 		/* No host memory for it right now: it stays on NVMe, and a
 		 * later lookup tries again. */
 		op_free(op);
-		return;
+		return r;
 	}
 	b->io = BLOCK_IO_READ;
 	op->n = n;
@@ -333,6 +379,7 @@ void nvme_stage(struct nvme *n, struct block *b)
 	n->ops++;
 	io_submit(n->io, &op->hdr);
 	io_submit(n->io, &op->data);
+	return 0;
 }
 
 static void erase_done(struct io_req *req, int result, void *userdata)
@@ -458,6 +505,7 @@ void nvme_free(struct nvme *n)
 	if (!n)
 		return;
 	sd_event_source_disable_unref(n->kick);
+	sd_event_source_disable_unref(n->retry);
 	/* Waits for I/O in flight: its buffers are pool and op memory.  Their
 	 * callbacks do not run, so the ops are freed here. */
 	io_engine_free(n->io);

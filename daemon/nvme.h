@@ -42,6 +42,9 @@ void nvme_kick(struct nvme *n);
  * be reused, so a restart does not recover what was dropped.  n may be
  * NULL (no tier running: the slot is just freed). */
 void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot);
-/* Bring a block that is only on NVMe back into host memory. */
-void nvme_stage(struct nvme *n, struct block *b);
+/* Bring a block that is only on NVMe back into host memory.
+ * \return 0 when staging runs (or ran already), or a negative errno when it
+ *         cannot start now (-ENOMEM; -ENOSPC: no host slot; the block stays
+ *         on NVMe) or the copy is gone (-EIO: its file failed; dropped) */
+int nvme_stage(struct nvme *n, struct block *b);
 void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "kvt-proto.h"
 #include "log.h"
 #include "pool.h"
@@ -236,7 +237,12 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node, struct extent
 	}
 	e->fd = r;
 
-	e->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
+	if (fault_hit(FAULT_EXTENT)) {
+		e->map = MAP_FAILED;
+		errno = ENOMEM;
+	} else {
+		e->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
+	}
 	if (e->map == MAP_FAILED) {
 		e->map = NULL;
 		r = log_error_errno(-errno, "Failed to map a new extent: %m");

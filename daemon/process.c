@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "log.h"
 #include "manager.h"
 #include "process.h"
@@ -106,7 +107,7 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 		if (pidfd < 0)
 			return -errno;
 	}
-	struct process *p = calloc(1, sizeof(*p));
+	struct process *p = fault_hit(FAULT_PROCESS) ? NULL : calloc(1, sizeof(*p));
 	if (!p) {
 		close(pidfd);
 		return -ENOMEM;

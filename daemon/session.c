@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "log.h"
 #include "manager.h"
 #include "process.h"
@@ -163,6 +164,13 @@ int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
 	if (s->out_bytes + msg->len > 2 * limit) {
 		session_kill(s, "client does not read its replies ([limits] output_bytes)");
 		return -ENOBUFS;
+	}
+
+	/* As if the socket took none of it and the queue's allocation below
+	 * failed (fault.h). */
+	if (fault_hit(FAULT_SESSION_OUT)) {
+		session_kill(s, "out of memory");
+		return -ENOMEM;
 	}
 
 	/* Nothing queued: straight to the socket, and only what it does not
@@ -708,7 +716,7 @@ static int ensure_room(struct session *s)
 	if (s->in_cap - s->in_len >= want && s->in_cap - s->in_len > 0)
 		return 0;
 	size_t cap = s->in_len + (want > IN_CHUNK ? want : IN_CHUNK);
-	uint8_t *p = realloc(s->in, cap);
+	uint8_t *p = fault_hit(FAULT_SESSION_IN) ? NULL : realloc(s->in, cap);
 	if (!p)
 		return -ENOMEM;
 	s->in = p;

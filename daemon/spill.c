@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "config.h"
+#include "fault.h"
 #include "log.h"
 #include "spill.h"
 
@@ -593,6 +594,10 @@ int spill_region_find(struct spill *s, const char *tenant,
 		r = link_entry(s->empty.next, struct spill_region, empty_link);
 	if (!r)
 		return usable ? -ENOSPC : -ENODEV;
+	/* Binding allocates the binding, the region header and the slot table
+	 * (fault.h). */
+	if (fault_hit(FAULT_SPILL_REGION))
+		return -ENOMEM;
 
 	bool created = !b;
 	if (!b) {

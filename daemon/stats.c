@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "kvt-config.h"
 #include "manager.h"
 #include "nvme.h"
@@ -17,6 +19,7 @@ struct emitter {
 	uint64_t rid;
 	struct kvt_buf b;
 	uint32_t records;
+	bool failed;
 };
 
 static void emit_begin(struct emitter *e)
@@ -25,8 +28,33 @@ static void emit_begin(struct emitter *e)
 	e->records = 0;
 }
 
+/* A record that could not be built (its buffer could not grow) ends the
+ * answer with an error: the client must neither take the records before it
+ * for the whole list nor wait for a last reply that never comes. */
+static void emit_fail(struct emitter *e)
+{
+	int error = e->b.error;
+
+	e->failed = true;
+	e->s->m->c.errors++;
+	kvt_enc_error(&e->b, e->s->version, KVT_OP_STATS, e->rid, error,
+		      "out of memory building the statistics");
+	if (kvt_msg_finish(&e->b, 0) == 0)
+		session_send(e->s, &e->b, NULL, 0);
+	else
+		session_kill(e->s, "out of memory");
+}
+
 static void emit_flush(struct emitter *e, bool last)
 {
+	if (e->failed)
+		return;
+	if (fault_hit(FAULT_STATS) && !e->b.error)
+		e->b.error = -ENOMEM;
+	if (e->b.error) {
+		emit_fail(e);
+		return;
+	}
 	if (!last && e->b.len < STATS_CHUNK)
 		return;
 	if (!last) {

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "log.h"
 #include "nvme.h"
 #include "process.h"
@@ -97,7 +98,7 @@ int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct ten
 		*ret = t;
 		return 0;
 	}
-	t = calloc(1, sizeof(*t));
+	t = fault_hit(FAULT_TENANT) ? NULL : calloc(1, sizeof(*t));
 	if (!t || !ARRAY_GROW(s->tenants, s->n_tenants, struct tenant *)) {
 		free(t);
 		return -ENOMEM;
@@ -209,7 +210,7 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 		return -EFBIG;
 	}
 
-	struct ns *ns = calloc(1, sizeof(*ns));
+	struct ns *ns = fault_hit(FAULT_NS) ? NULL : calloc(1, sizeof(*ns));
 	if (!ns || index_init(&ns->index, 1024) < 0 ||
 	    !ARRAY_GROW(t->nss, t->n_ns, struct ns *)) {
 		if (ns)
@@ -451,7 +452,7 @@ static int handle_new(struct store *s, struct tenant *t, uint8_t kind,
 			t->handle_free[t->n_handles_free++] = i - 1;
 		t->handles_cap = cap;
 	}
-	struct handle *h = calloc(1, sizeof(*h));
+	struct handle *h = fault_hit(FAULT_HANDLE) ? NULL : calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
 	idx = t->handle_free[--t->n_handles_free];
@@ -549,18 +550,25 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 		}
 		ret_states[i] = st;
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		if (ret_states[i] != KVT_STATE_HOST && ret_states[i] != KVT_STATE_DISK)
-			break;
-		leading++;
-	}
-	/* Staging in chain order: the head of a prefix is needed first. */
+	/* Staging in chain order: the head of a prefix is needed first.  One
+	 * that cannot start now (no memory for it) or whose copy is gone is a
+	 * miss for this lookup: the client computes it rather than wait for a
+	 * notification that would never come. */
 	for (uint32_t i = 0; s->nvme && i < n; i++) {
 		if (ret_states[i] != KVT_STATE_DISK)
 			continue;
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
-		if (b && !b->extent)
-			nvme_stage(s->nvme, b);
+		if (!b || (!b->extent && nvme_stage(s->nvme, b) < 0)) {
+			ret_states[i] = KVT_STATE_MISS;
+			ns->c.hits--;
+			ns->c.disk_hits--;
+			ns->c.misses++;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (ret_states[i] != KVT_STATE_HOST && ret_states[i] != KVT_STATE_DISK)
+			break;
+		leading++;
 	}
 	return leading;
 }
@@ -597,7 +605,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 				out->status = r;
 				continue;
 			}
-			b = calloc(1, sizeof(*b));
+			b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
 			if (!b) {
 				slots_release(&e->slots, slot);
 				ns->cls->used_slots--;
@@ -916,11 +924,20 @@ void store_block_cleaned(struct store *s, struct block *b, bool ok)
 /* A block whose bytes can no longer be trusted: a miss from now on. */
 void store_block_drop(struct store *s, struct block *b)
 {
+	struct ns *ns = b->ns;
+	bool staging = b->io == BLOCK_IO_READ;
+	uint8_t key[KVT_KEY_SIZE];
+
+	memcpy(key, b->key, KVT_KEY_SIZE);
 	block_unindex(b);
-	if (b->io == BLOCK_IO_READ)
+	if (staging)
 		host_slot_release(b); /* the staging slot, never visible */
 	b->io = BLOCK_IO_NONE;
 	block_maybe_free(b);
+	/* Clients waiting for it to be staged hear that it is settled: their
+	 * next LOOKUP says miss, now rather than at their deadline. */
+	if (staging && s->block_ready)
+		s->block_ready(s->userdata, ns, key);
 }
 
 int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
@@ -947,8 +964,10 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 	if (rr < 0)
 		return rr;
 	rr = store_ns_open(s, t, identity, identity_len, &ns, reason, sizeof(reason));
+	if (rr == -ENOMEM)
+		return rr; /* like every other allocation here: recovery stops */
 	if (rr < 0)
-		return 0;
+		return 0; /* a namespace this configuration refuses */
 	if (ns->opens)
 		ns->opens--; /* recovery is not a client */
 
@@ -964,7 +983,7 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 		old->disk_seq = seq;
 		return 1;
 	}
-	struct block *b = calloc(1, sizeof(*b));
+	struct block *b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
 	memcpy(b->key, key, KVT_KEY_SIZE);

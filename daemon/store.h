@@ -142,7 +142,8 @@ struct store {
 	store_extent_added_fn extent_added;
 	void *userdata;
 	struct nvme *nvme; /* NULL without an NVMe tier */
-	store_block_ready_fn block_ready; /* a staged block is in host memory */
+	store_block_ready_fn block_ready; /* a staged block is in host memory,
+					   * or its staging failed (a miss) */
 };
 
 int store_init(struct store *s, struct pool *p, const struct config *c,

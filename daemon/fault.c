@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault.h"
+#include "log.h"
+
+enum fault_mode {
+	FAULT_OFF,
+	FAULT_ONCE,  /* the Nth call */
+	FAULT_FROM,  /* the Nth and every later call */
+	FAULT_EVERY, /* every Nth call */
+};
+
+struct fault_rule {
+	enum fault_mode mode;
+	uint64_t n;
+	uint64_t calls;
+	uint64_t injected;
+};
+
+bool fault_armed;
+static struct fault_rule rules[_FAULT_SITE_MAX];
+
+static const char *const site_names[_FAULT_SITE_MAX] = {
+	[FAULT_SESSION_IN] = "session_in",
+	[FAULT_SESSION_OUT] = "session_out",
+	[FAULT_PROCESS] = "process",
+	[FAULT_TENANT] = "tenant",
+	[FAULT_NS] = "ns",
+	[FAULT_EXTENT] = "extent",
+	[FAULT_BLOCK] = "block",
+	[FAULT_INDEX] = "index",
+	[FAULT_HANDLE] = "handle",
+	[FAULT_STATS] = "stats",
+	[FAULT_SPILL_REGION] = "spill_region",
+	[FAULT_WRITEBACK] = "writeback",
+	[FAULT_RESTORE] = "restore",
+	[FAULT_WRITE_EIO] = "write_eio",
+	[FAULT_WRITE_ENOSPC] = "write_enospc",
+	[FAULT_WRITE_SHORT] = "write_short",
+	[FAULT_READ_EIO] = "read_eio",
+	[FAULT_READ_SHORT] = "read_short",
+};
+
+const char *fault_site_name(enum fault_site site)
+{
+	return site < _FAULT_SITE_MAX ? site_names[site] : "?";
+}
+
+bool fault_check(enum fault_site site)
+{
+	struct fault_rule *r = &rules[site];
+	uint64_t c = ++r->calls;
+	bool hit;
+
+	switch (r->mode) {
+	case FAULT_ONCE: hit = c == r->n; break;
+	case FAULT_FROM: hit = c >= r->n; break;
+	case FAULT_EVERY: hit = c % r->n == 0; break;
+	default: hit = false; break;
+	}
+	if (!hit)
+		return false;
+	r->injected++;
+	log_warning("Fault injected: %s call %llu", site_names[site], (unsigned long long)c);
+	return true;
+}
+
+uint64_t fault_injected(enum fault_site site)
+{
+	return site < _FAULT_SITE_MAX ? rules[site].injected : 0;
+}
+
+static int site_lookup(const char *name)
+{
+	for (int i = 0; i < _FAULT_SITE_MAX; i++)
+		if (!strcmp(name, site_names[i]))
+			return i;
+	return -ENOENT;
+}
+
+static void arm(enum fault_site site, enum fault_mode mode, uint64_t n)
+{
+	rules[site].mode = mode;
+	rules[site].n = n;
+	fault_armed = true;
+}
+
+/* "site=N", "site=N+", "site=%N"; with legacy, the KVTIERD_IO_FAULTS names
+ * (eio, enospc, short), each every Nth. */
+static int parse_rule(char *tok, bool legacy)
+{
+	char *eq = strchr(tok, '='), *v, *end;
+	enum fault_mode mode = legacy ? FAULT_EVERY : FAULT_ONCE;
+	unsigned long long n;
+
+	if (!eq)
+		return -EINVAL;
+	*eq = 0;
+	v = eq + 1;
+	if (!legacy && *v == '%') {
+		mode = FAULT_EVERY;
+		v++;
+	}
+	if (*v < '0' || *v > '9')
+		return -EINVAL;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (!legacy && mode == FAULT_ONCE && *end == '+') {
+		mode = FAULT_FROM;
+		end++;
+	}
+	if (errno || *end || n == 0)
+		return -EINVAL;
+
+	if (legacy) {
+		if (!strcmp(tok, "eio")) {
+			arm(FAULT_READ_EIO, mode, n);
+			arm(FAULT_WRITE_EIO, mode, n);
+		} else if (!strcmp(tok, "enospc")) {
+			arm(FAULT_WRITE_ENOSPC, mode, n);
+		} else if (!strcmp(tok, "short")) {
+			arm(FAULT_READ_SHORT, mode, n);
+			arm(FAULT_WRITE_SHORT, mode, n);
+		} else {
+			return -EINVAL;
+		}
+		return 0;
+	}
+	int site = site_lookup(tok);
+	if (site < 0)
+		return -EINVAL;
+	arm((enum fault_site)site, mode, n);
+	return 0;
+}
+
+static int parse(const char *env, const char *value, bool legacy)
+{
+	char buf[512], *save = NULL;
+
+	if (!value || !*value)
+		return 0;
+	if (strlen(value) >= sizeof(buf))
+		return log_error_errno(-EINVAL, "%s is too long", env);
+	memcpy(buf, value, strlen(value) + 1);
+	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (parse_rule(tok, legacy) < 0) {
+			char sites[400] = "";
+			for (int i = 0; i < _FAULT_SITE_MAX; i++)
+				snprintf(sites + strlen(sites), sizeof(sites) - strlen(sites), "%s%s",
+					 i ? ", " : "", site_names[i]);
+			if (legacy)
+				return log_error_errno(-EINVAL, "%s='%s': '%s' is not of the form eio=N, enospc=N or short=N",
+						       env, value, tok);
+			return log_error_errno(-EINVAL, "%s='%s': '%s' is not of the form SITE=N, SITE=N+ or SITE=%%N (N >= 1; sites: %s)",
+					       env, value, tok, sites);
+		}
+	return 0;
+}
+
+int fault_init(void)
+{
+	const char *faults = getenv(FAULT_ENV), *io = getenv(FAULT_IO_ENV);
+	int r;
+
+	memset(rules, 0, sizeof(rules));
+	fault_armed = false;
+	r = parse(FAULT_ENV, faults, false);
+	if (r == 0)
+		r = parse(FAULT_IO_ENV, io, true);
+	if (r < 0) {
+		memset(rules, 0, sizeof(rules));
+		fault_armed = false;
+		return r;
+	}
+	if (fault_armed) {
+		char what[2 * 512 + 64] = "";
+		if (faults && *faults)
+			snprintf(what, sizeof(what), "%s=%s", FAULT_ENV, faults);
+		if (io && *io)
+			snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s%s=%s",
+				 what[0] ? " " : "", FAULT_IO_ENV, io);
+		log_warning("Fault injection armed (%s): for tests only, never in production", what);
+	}
+	return 0;
+}
+
+void fault_report(void)
+{
+	char line[1024] = "";
+
+	if (!fault_armed)
+		return;
+	for (int i = 0; i < _FAULT_SITE_MAX; i++)
+		snprintf(line + strlen(line), sizeof(line) - strlen(line), "%s%s=%llu/%llu",
+			 i ? " " : "", site_names[i], (unsigned long long)rules[i].injected,
+			 (unsigned long long)rules[i].calls);
+	log_info("Fault sites (injected/reached): %s", line);
+}
