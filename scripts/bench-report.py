@@ -322,7 +322,8 @@ def scale_section(s, why, P):
     if pts:
         out.append(
             "Recovery: a spill file of %d MiB under `%s` (%s) holding N blocks of 4 KiB (8 KiB each "
-            "on disk with the slot header), written by the daemon's own write-back; kvtierd "
+            "on disk with the slot header), written by the daemon's own write-back from a host "
+            "pool of %s that holds them all; kvtierd "
             "restarted on it once per pair. The recovery time is the daemon's own (its log's "
             "\"Spill recovery\" summary, 1 ms resolution; `kvtierctl status --json` reports the "
             "same as `nvme_recovery_ms`). The limit is reading the same bytes of the file, at the "
@@ -331,7 +332,8 @@ def scale_section(s, why, P):
             "wrote are read as well: recovery reads every region header. \"Listening\" is from "
             "fork to an accepting socket. Per block is RssAnon after recovery less that of a "
             "daemon on an empty file (%d KiB).\n"
-            % (rc["spill_bytes"] >> 20, rc["dir"], rc["device"], rc["base_rss_anon_kib"])
+            % (rc["spill_bytes"] >> 20, rc["dir"], rc["device"], size_name(rc.get("pool_bytes", 0)),
+               rc["base_rss_anon_kib"])
         )
         out.append("| blocks on disk | recovery, ms | bare reads, ms | recovery / bare reads | read | listening after, ms | RssAnon per block |")
         out.append("|---|---|---|---|---|---|---|")

@@ -69,7 +69,6 @@
 #define SLOT_STRIDE (SLOT_HEADER_BYTES + BLOCK_BYTES)
 #define SLOTS_PER_REGION ((REGION_BYTES - REGION_HEADER_BYTES) / SLOT_STRIDE)
 
-#define RECOVERY_POOL (256 * MIB) /* host pool of the recovery daemon */
 #define POLL_NS 2000000ull
 #define WAIT_LIMIT_NS 600000000000ull
 
@@ -451,14 +450,11 @@ static void storer_free(struct storer *s)
 	munmap(s->block, BLOCK_BYTES);
 }
 
-/* Blocks [from, to); before each batch, wait(c, stored so far). */
-static void store_range(struct storer *s, kvt_client *c, kvt_ns *ns, uint64_t from, uint64_t to,
-			void (*wait)(kvt_client *, uint64_t))
+/* Blocks [from, to). */
+static void store_range(struct storer *s, kvt_client *c, kvt_ns *ns, uint64_t from, uint64_t to)
 {
 	for (uint64_t i = from; i < to;) {
 		size_t n = to - i < STORE_BATCH ? (size_t)(to - i) : STORE_BATCH;
-		if (wait)
-			wait(c, i);
 		for (size_t k = 0; k < n; k++)
 			make_key(s->keys + k * KVT_KEY_BYTES, i + k);
 		int r = kvt_store(ns, 0, s->keys, n, s->srcs, s->status);
@@ -666,7 +662,7 @@ static void index_run(void)
 			continue;
 		}
 		uint64_t t0 = now_ns();
-		store_range(&st, c, ns, stored, pt->n, NULL);
+		store_range(&st, c, ns, stored, pt->n);
 		pt->store_blocks_s = (double)(pt->n - stored) / ((double)(now_ns() - t0) / 1e9);
 		pt->rss_anon_kib = daemon_kib("RssAnon");
 		pt->rss_shmem_kib = daemon_kib("RssShmem");
@@ -705,6 +701,7 @@ static struct {
 	struct recovery_point p[MAX_POINTS];
 	unsigned n;
 	uint64_t spill_bytes;
+	uint64_t pool_bytes;
 	uint64_t base_rss_anon_kib;
 	char nvme[512];
 	char fs_line[64];
@@ -783,43 +780,28 @@ static double logged_recovery_ms(uint64_t *ret_blocks)
 }
 
 /*
- * Write-back runs at once (watermarks of 0 %), but host eviction drops a
- * block that is not yet on disk: keep what is not yet written well below
- * the pool, so that every block stored reaches the file.
+ * Write-back runs at once (watermarks of 0 %), and the host pool holds
+ * every block (see recovery_run()), so each block stored reaches the file;
+ * one dropped on the way would never arrive, so that is checked as well.
  */
-static void wait_writeback(kvt_client *c, uint64_t stored)
-{
-	const uint64_t pool_blocks = RECOVERY_POOL / BLOCK_BYTES;
-	uint64_t t0 = now_ns();
-	for (;;) {
-		uint64_t on_disk = daemon_stat(c, "nvme_blocks");
-		if (stored <= on_disk || stored - on_disk <= pool_blocks - 2 * STORE_BATCH)
-			return;
-		if (now_ns() - t0 > WAIT_LIMIT_NS)
-			die("write-back made no progress: %llu of %llu blocks on disk",
-			    (unsigned long long)on_disk, (unsigned long long)stored);
-		sleep_ns(POLL_NS);
-	}
-}
-
 static void wait_on_disk(kvt_client *c, uint64_t n)
 {
 	uint64_t t0 = now_ns();
 	for (;;) {
 		uint64_t on_disk = daemon_stat(c, "nvme_blocks");
 		uint64_t in_flight = daemon_stat(c, "nvme_in_flight");
+		uint64_t drops = daemon_stat(c, "nvme_dirty_drops");
+		uint64_t errors = daemon_stat(c, "nvme_io_errors");
+		if (drops || errors)
+			die("%llu blocks dropped before they reached the disk, %llu I/O errors",
+			    (unsigned long long)drops, (unsigned long long)errors);
 		if (on_disk >= n && in_flight == 0)
-			break;
+			return;
 		if (now_ns() - t0 > WAIT_LIMIT_NS)
 			die("%llu of %llu blocks on disk after %llu s", (unsigned long long)on_disk,
 			    (unsigned long long)n, WAIT_LIMIT_NS / 1000000000ull);
 		sleep_ns(POLL_NS);
 	}
-	uint64_t drops = daemon_stat(c, "nvme_dirty_drops");
-	uint64_t errors = daemon_stat(c, "nvme_io_errors");
-	if (drops || errors)
-		die("%llu blocks dropped before they reached the disk, %llu I/O errors",
-		    (unsigned long long)drops, (unsigned long long)errors);
 }
 
 static void describe_fs(void)
@@ -851,15 +833,21 @@ static void recovery_run(void)
 	if (statvfs(opt.dir, &sv) < 0)
 		die("statvfs %s: %s", opt.dir, strerror(errno));
 	uint64_t free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+	uint64_t avail = proc_kib("/proc/meminfo", "MemAvailable") * KIB;
 	RC.n = points(opt.recovery_max, want);
 	for (unsigned i = 0; i < RC.n; i++) {
 		struct recovery_point *pt = &RC.p[i];
 		pt->n = want[i];
 		uint64_t need = spill_regions(pt->n) * REGION_BYTES + GIB;
+		uint64_t mem = pool_for(pt->n) + pt->n * KIB + GIB;
 		if (need > free_bytes)
 			snprintf(pt->skipped, sizeof(pt->skipped),
 				 "needs a %.1f GiB spill file (8 KiB per block on disk), %.1f GiB free under %s",
 				 (double)(need - GIB) / GIB, (double)free_bytes / GIB, opt.dir);
+		else if (mem > avail)
+			snprintf(pt->skipped, sizeof(pt->skipped),
+				 "needs about %.1f GiB of memory (a %.1f GiB pool to write them from), %.1f GiB available",
+				 (double)mem / GIB, (double)pool_for(pt->n) / GIB, (double)avail / GIB);
 		else
 			fit = pt->n;
 	}
@@ -870,14 +858,23 @@ static void recovery_run(void)
 	RC.spill_bytes = spill_regions(fit) * REGION_BYTES;
 	describe_fs();
 
+	/*
+	 * A host pool that holds every block: when the pool is full, host
+	 * eviction takes a clean block only within a short distance of the
+	 * least recently used end, and a block that write-back has finished
+	 * goes back to the other end, so a stream of stores larger than the
+	 * pool loses blocks that were never written (dirty drops) however
+	 * far ahead write-back is.
+	 */
+	uint64_t pool = RC.pool_bytes = pool_for(fit);
 	char text[512];
 	snprintf(text, sizeof(text),
-		 "[pool]\ncapacity = %lluM\nextent_size = 64M\n"
+		 "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
 		 "[nvme]\nqueue_depth = 64\nwriteback_high = 0%%\nwriteback_low = 0%%\n"
 		 "[spill.bench]\npath = %s\ncapacity = %lluM\n"
 		 "[limits]\nkeys_per_request = %d\n",
-		 (unsigned long long)(RECOVERY_POOL / MIB), files.spill,
-		 (unsigned long long)(RC.spill_bytes / MIB), STORE_BATCH);
+		 (unsigned long long)(pool / MIB), (unsigned long long)((pool < GIB ? pool : GIB) / MIB),
+		 files.spill, (unsigned long long)(RC.spill_bytes / MIB), STORE_BATCH);
 	write_config(text);
 	daemon_start();
 	log_find("NVMe tier: ", RC.nvme, sizeof(RC.nvme));
@@ -899,7 +896,7 @@ static void recovery_run(void)
 		kvt_client *c = client_connect();
 		kvt_ns *ns = open_ns(c);
 		uint64_t t0 = now_ns();
-		store_range(&st, c, ns, stored, pt->n, wait_writeback);
+		store_range(&st, c, ns, stored, pt->n);
 		wait_on_disk(c, pt->n);
 		pt->spill_blocks_s = (double)(pt->n - stored) / ((double)(now_ns() - t0) / 1e9);
 		stored = pt->n;
@@ -973,8 +970,9 @@ static void print_table(FILE *out)
 		}
 	}
 	if (RC.spill_bytes) {
-		fprintf(out, "\nrecovery: spill file %llu MiB under %s (%s); %s\n\n",
-			(unsigned long long)(RC.spill_bytes / MIB), opt.dir, RC.fs_line, RC.nvme);
+		fprintf(out, "\nrecovery: spill file %llu MiB under %s (%s), written from a %llu MiB pool; %s\n\n",
+			(unsigned long long)(RC.spill_bytes / MIB), opt.dir, RC.fs_line,
+			(unsigned long long)(RC.pool_bytes / MIB), RC.nvme);
 		fprintf(out, ROW, "blocks on disk", "recovery (logged)", "limit: bare reads", "ratio",
 			"read; daemon listening after; RssAnon per block");
 		for (unsigned i = 0; i < RC.n; i++) {
@@ -1037,7 +1035,8 @@ static void print_json(void)
 		json_stat("ns_per_key_beyond_rtt", pt->ns_per_key, true);
 		printf("}");
 	}
-	printf("]},\"recovery\":{\"spill_bytes\":%llu,\"dir\":", (unsigned long long)RC.spill_bytes);
+	printf("]},\"recovery\":{\"spill_bytes\":%llu,\"pool_bytes\":%llu,\"dir\":",
+	       (unsigned long long)RC.spill_bytes, (unsigned long long)RC.pool_bytes);
 	json_string(opt.dir);
 	printf(",\"device\":");
 	json_string(RC.fs_line);
