@@ -257,9 +257,10 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 		       " in flight\n", "  I/O:", rec_u64(d, "nvme_writes"),
 		       (double)rec_u64(d, "nvme_write_bytes") / (1 << 20), rec_u64(d, "nvme_reads"),
 		       (double)rec_u64(d, "nvme_read_bytes") / (1 << 20), rec_u64(d, "nvme_in_flight"));
-		printf("%-13s%" PRIu64 " I/O, %" PRIu64 " checksum; %" PRIu64 " times full\n",
+		printf("%-13s%" PRIu64 " I/O, %" PRIu64 " checksum; %" PRIu64 " times full, %" PRIu64
+		       " at a tenant's NVMe quota\n",
 		       "  errors:", rec_u64(d, "nvme_io_errors"), rec_u64(d, "nvme_checksum_errors"),
-		       rec_u64(d, "nvme_full"));
+		       rec_u64(d, "nvme_full"), rec_u64(d, "nvme_quota_full"));
 		printf("%-13s%" PRIu64 " blocks recovered, %" PRIu64 " torn or corrupt dropped, %" PRIu64
 		       " ms\n", "  recovery:", rec_u64(d, "nvme_recovered"),
 		       rec_u64(d, "nvme_recovery_dropped"), rec_u64(d, "nvme_recovery_ms"));

@@ -268,6 +268,7 @@ static const struct conf_item {
 	{"daemon", "runtime_dir", conf_path, offsetof(struct config, runtime_dir)},
 	{"daemon", "quarantine_ms", conf_u32, offsetof(struct config, quarantine_ms)},
 	{"daemon", "log_level", conf_log_level, offsetof(struct config, log_level)},
+	{"daemon", "handshake_timeout_ms", conf_u32, offsetof(struct config, handshake_timeout_ms)},
 	{"pool", "capacity", conf_size, offsetof(struct config, capacity)},
 	{"pool", "extent_size", conf_size, offsetof(struct config, extent_size)},
 	{"pool", "hugepages", conf_hugepages, offsetof(struct config, hugepages)},
@@ -275,6 +276,7 @@ static const struct conf_item {
 	{"pool", "numa", conf_numa, offsetof(struct config, numa)},
 	{"pool", "topology_root", conf_path, offsetof(struct config, sysfs_root)},
 	{"tenants", "default_quota", conf_size, offsetof(struct config, default_quota)},
+	{"tenants", "default_nvme_quota", conf_size, offsetof(struct config, default_nvme_quota)},
 	{"tenants", "unknown", conf_unknown, offsetof(struct config, refuse_unknown)},
 	{"nvme", "engine", conf_engine, offsetof(struct config, nvme_engine)},
 	{"nvme", "queue_depth", conf_u32, offsetof(struct config, nvme_queue_depth)},
@@ -316,6 +318,7 @@ int config_defaults(struct config *c)
 	if (!c->runtime_dir || !c->socket_path)
 		return -ENOMEM;
 	c->quarantine_ms = 500;
+	c->handshake_timeout_ms = 5000;
 	c->log_level = LOG_INFO;
 	c->capacity = 256ULL << 20;
 	c->extent_size = 64ULL << 20;
@@ -400,10 +403,12 @@ static int tenant_item(struct parse_ctx *ctx, const char *name, const char *key,
 		r = parse_ids(value, true, t->gids, &t->n_gids, &expect);
 	else if (!strcmp(key, "quota"))
 		r = conf_size(value, &t->quota, &expect);
+	else if (!strcmp(key, "nvme_quota"))
+		r = conf_size(value, &t->nvme_quota, &expect);
 	else if (!strcmp(key, "socket"))
 		r = conf_path(value, &t->socket, &expect);
 	else {
-		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, socket)",
+		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, nvme_quota, socket)",
 			  ctx->path, line, key, name);
 		ctx->error = -EINVAL;
 		return 1;
@@ -476,6 +481,17 @@ static int on_item(void *user, const char *section, const char *key,
 		return tenant_item(ctx, section + 7, key, value, line);
 	if (!strncmp(section, "spill.", 6))
 		return spill_item(ctx, section + 6, key, value, line);
+	if (!strcmp(section, "daemon") && !strcmp(key, "admin_groups")) {
+		const char *expect = "";
+		int r = parse_ids(value, true, ctx->c->admin_gids, &ctx->c->n_admin_gids, &expect);
+		if (r < 0) {
+			log_error("%s:%d: [daemon] admin_groups = '%s' is invalid: expected %s%s",
+				  ctx->path, line, value, expect,
+				  r == -ENOENT ? " (no such group)" : "");
+			ctx->error = -EINVAL;
+		}
+		return 1;
+	}
 
 	for (size_t i = 0; i < sizeof(conf_table) / sizeof(conf_table[0]); i++) {
 		const struct conf_item *it = &conf_table[i];
@@ -519,6 +535,10 @@ static int config_validate(const struct config *c, const char *path)
 	}
 	if (c->capacity < c->extent_size) {
 		log_error("%s: [pool] capacity must be at least extent_size", path);
+		r = -EINVAL;
+	}
+	if (c->handshake_timeout_ms < 100 || c->handshake_timeout_ms > 600000) {
+		log_error("%s: [daemon] handshake_timeout_ms must be 100..600000", path);
 		r = -EINVAL;
 	}
 	if (c->max_keys == 0 || c->max_keys > 8192) {
@@ -669,8 +689,13 @@ void config_dump(const struct config *c, FILE *f)
 	case LOG_NOTICE: level = "notice"; break;
 	case LOG_DEBUG: level = "debug"; break;
 	}
-	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = %u\nlog_level = %s\n\n",
-		c->socket_path, c->runtime_dir, c->quarantine_ms, level);
+	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = %u\nlog_level = %s\n"
+		"handshake_timeout_ms = %u\n",
+		c->socket_path, c->runtime_dir, c->quarantine_ms, level, c->handshake_timeout_ms);
+	for (uint32_t j = 0; j < c->n_admin_gids; j++)
+		fprintf(f, "%s %u%s", j % 8 ? "" : "admin_groups =", c->admin_gids[j],
+			j % 8 == 7 || j + 1 == c->n_admin_gids ? "\n" : "");
+	fputc('\n', f);
 	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\nnuma = %s\n",
 		format_size(c->capacity, a, sizeof(a)), format_size(c->extent_size, b, sizeof(b)),
 		hp[c->hugepages], lk[c->lock], c->numa == NUMA_OFF ? "off" : "auto");
@@ -678,8 +703,11 @@ void config_dump(const struct config *c, FILE *f)
 		fprintf(f, "topology_root = %s\n", c->sysfs_root);
 	fputc('\n', f);
 	fprintf(f, "[tenants]\n# 0: a quarter of [pool] capacity; root and kvtierd's own uid get all of it\n"
-		"default_quota = %s\nunknown = %s\n\n",
-		format_size(c->default_quota, q, sizeof(q)), c->refuse_unknown ? "refuse" : "allow");
+		"default_quota = %s\n"
+		"# 0: the same share of the spill files as of the pool\n"
+		"default_nvme_quota = %s\nunknown = %s\n\n",
+		format_size(c->default_quota, q, sizeof(q)),
+		format_size(c->default_nvme_quota, o, sizeof(o)), c->refuse_unknown ? "refuse" : "allow");
 	for (uint32_t i = 0; i < c->n_tenants; i++) {
 		const struct tenant_conf *t = &c->tenants[i];
 		fprintf(f, "[tenant.%s]\n", t->name);
@@ -692,6 +720,8 @@ void config_dump(const struct config *c, FILE *f)
 				j % 8 == 7 || j + 1 == t->n_gids ? "\n" : "");
 		if (t->quota)
 			fprintf(f, "quota = %s\n", format_size(t->quota, q, sizeof(q)));
+		if (t->nvme_quota)
+			fprintf(f, "nvme_quota = %s\n", format_size(t->nvme_quota, q, sizeof(q)));
 		if (t->socket)
 			fprintf(f, "socket = %s\n", t->socket);
 		fputc('\n', f);

@@ -49,6 +49,7 @@ struct tenant_conf {
 	uint32_t uids[CONFIG_MAX_IDS];
 	uint32_t gids[CONFIG_MAX_IDS]; /* primary or supplementary groups */
 	uint64_t quota;                /* 0: [tenants] default_quota */
+	uint64_t nvme_quota;           /* 0: [tenants] default_nvme_quota */
 	char *socket;                  /* its own listening socket, or NULL */
 };
 
@@ -58,6 +59,9 @@ struct config {
 	char *runtime_dir;
 	uint32_t quarantine_ms;
 	int log_level;
+	uint32_t n_admin_gids; /* groups whose members may administer */
+	uint32_t admin_gids[CONFIG_MAX_IDS];
+	uint32_t handshake_timeout_ms;
 
 	/* [pool] */
 	uint64_t capacity;
@@ -69,6 +73,7 @@ struct config {
 
 	/* [tenants] */
 	uint64_t default_quota;
+	uint64_t default_nvme_quota;
 	bool refuse_unknown;
 
 	struct tenant_conf *tenants;

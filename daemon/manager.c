@@ -455,7 +455,15 @@ int manager_reload(struct manager *m)
 	LIVE(capacity, "[pool] capacity");
 	LIVE(quarantine_ms, "[daemon] quarantine_ms");
 	LIVE(log_level, "[daemon] log_level");
+	LIVE(handshake_timeout_ms, "[daemon] handshake_timeout_ms");
+	if (cur->n_admin_gids != fresh.n_admin_gids ||
+	    memcmp(cur->admin_gids, fresh.admin_gids, sizeof(cur->admin_gids[0]) * cur->n_admin_gids)) {
+		NOTE(changed, "[daemon] admin_groups");
+		cur->n_admin_gids = fresh.n_admin_gids;
+		memcpy(cur->admin_gids, fresh.admin_gids, sizeof(cur->admin_gids));
+	}
 	LIVE(default_quota, "[tenants] default_quota");
+	LIVE(default_nvme_quota, "[tenants] default_nvme_quota");
 	LIVE(refuse_unknown, "[tenants] unknown");
 	LIVE(max_connections, "[limits] connections");
 	LIVE(max_connections_per_uid, "[limits] connections_per_uid");

@@ -19,6 +19,7 @@ struct manager_counters {
 	uint64_t accepted;
 	uint64_t refused;   /* connections over a limit or of refused uids */
 	uint64_t malformed; /* connections closed for a protocol violation */
+	uint64_t handshake_timeouts; /* closed for not saying HELLO in time */
 	uint64_t requests;
 	uint64_t errors;    /* error replies */
 	uint64_t quarantined_handles;

@@ -138,6 +138,7 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 		return;
 	n->ops--;
 	struct block *b = op->b;
+	b->ns->tenant->disk_writing -= spill_slot_stride(op->region);
 	if (op->error) {
 		io_failed(n, op->region, op->error);
 		spill_slot_free(op->region, op->slot);
@@ -165,6 +166,14 @@ static int writeback_one(struct nvme *n, struct block *b)
 	uint32_t slot;
 	int bound, r2;
 
+	/* Its NVMe quota: the tenant's own coldest copies make room, so one
+	 * tenant's spill never takes another's space. */
+	uint64_t stride = spill_stride_for(b->extent->slot_bytes);
+	while (ns->tenant->disk_bytes + ns->tenant->disk_writing + stride > ns->tenant->nvme_quota) {
+		n->st.quota_full++;
+		if (store_nvme_evict_tenant(n->store, ns) < 0)
+			return -EDQUOT;
+	}
 	bound = spill_region_find(n->spill, ns->tenant->name, ns->identity, ns->identity_len,
 				  b->extent->slot_bytes, &r);
 	if (bound == -ENOSPC) {
@@ -210,6 +219,7 @@ static int writeback_one(struct nvme *n, struct block *b)
 	op->region = r;
 	op->slot = slot;
 	op->seq = spill_next_seq(n->spill);
+	ns->tenant->disk_writing += stride;
 	spill_slot_header_init(&h, r, slot, b->key, b->extent->slot_bytes, op->seq, sum);
 	spill_slot_header_encode(&h, op->hbuf, SPILL_SLOT_HEADER_BYTES);
 
@@ -314,6 +324,7 @@ static void stage_done(struct io_req *req, int result, void *userdata)
 		io_failed(n, b->disk, op->error);
 		store_block_drop(n->store, b);
 		op_free(op);
+		nvme_kick(n);
 		return;
 	}
 	/* Verified on every restore: the header (where, whose, which key,
@@ -337,6 +348,8 @@ static void stage_done(struct io_req *req, int result, void *userdata)
 		store_block_restored(n->store, b);
 	}
 	op_free(op);
+	/* Write-back may have stopped at the queue depth these reads held. */
+	nvme_kick(n);
 }
 
 int nvme_stage(struct nvme *n, struct block *b)

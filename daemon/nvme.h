@@ -25,6 +25,7 @@ struct nvme_stats {
 	uint64_t writes, reads, write_bytes, read_bytes;
 	uint64_t in_flight;
 	uint64_t io_errors, checksum_errors, disk_full;
+	uint64_t quota_full; /* a tenant at its NVMe quota made room */
 	uint64_t recovered, recovery_dropped, recovery_ms;
 	unsigned files, files_failed;
 	const char *engine, *engine_reason;

@@ -22,6 +22,17 @@
 
 static int session_io(sd_event_source *src, int fd, uint32_t revents, void *userdata);
 
+static int on_hello_timeout(sd_event_source *src, uint64_t usec, void *userdata)
+{
+	struct session *s = userdata;
+
+	if (!s->hello && !s->dead) {
+		s->m->c.handshake_timeouts++;
+		session_kill(s, "no HELLO within [daemon] handshake_timeout_ms");
+	}
+	return 0;
+}
+
 int session_new(struct manager *m, int fd, struct session **ret)
 {
 	struct session *s = calloc(1, sizeof(*s));
@@ -47,6 +58,16 @@ int session_new(struct manager *m, int fd, struct session **ret)
 	sd_event_now(m->event, CLOCK_MONOTONIC, &s->connected_usec);
 	r = sd_event_add_io(m->event, &s->io, fd, EPOLLIN, session_io, s);
 	if (r < 0) {
+		free(s);
+		return r;
+	}
+	/* A connection that never says HELLO holds a slot of the connection
+	 * limits for nothing: it gets a deadline. */
+	r = sd_event_add_time_relative(m->event, &s->hello_timer, CLOCK_MONOTONIC,
+				       (uint64_t)m->config->handshake_timeout_ms * 1000, 0,
+				       on_hello_timeout, s);
+	if (r < 0) {
+		sd_event_source_disable_unref(s->io);
 		free(s);
 		return r;
 	}
@@ -85,6 +106,7 @@ void session_free(struct session *s)
 		s->next->prev = s->prev;
 	m->n_sessions--;
 	sd_event_source_disable_unref(s->io);
+	sd_event_source_disable_unref(s->hello_timer);
 	out_free_all(s);
 	if (s->tenant)
 		s->tenant->n_sessions--;
@@ -250,7 +272,7 @@ void session_announce_extent(struct session *s, const struct extent *e)
 
 bool session_is_admin(const struct session *s)
 {
-	return tenancy_is_admin(s->uid) && !s->via_tenant[0];
+	return s->admin;
 }
 
 /* The client was told a block is on NVMe: for a while, tell it when staged
@@ -376,6 +398,7 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 			    s->id);
 	}
 	r = tenancy_resolve(m->config, &peer, &s->choice);
+	s->admin = tenancy_peer_is_admin(m->config, &peer);
 	if (groups != small)
 		free(groups);
 	if (r == -EACCES) {
@@ -387,6 +410,7 @@ static int do_hello(struct session *s, const struct kvt_header *h,
 	}
 	struct tenant *t = store_tenant_find(&m->store, s->choice.name);
 	s->hello = true;
+	s->hello_timer = sd_event_source_disable_unref(s->hello_timer);
 	s->version = (uint16_t)hi;
 	s->features = req.features & KVT_FEATURES_ALL;
 	s->pool = (s->features & KVT_FEATURE_POOL) != 0;

@@ -45,6 +45,7 @@ struct session {
 	uint16_t version;
 	uint64_t features;
 	bool hello;  /* HELLO done */
+	bool admin;  /* from HELLO on: sees every tenant, may evict */
 	bool pool;   /* wants the pool extents (not an observer) */
 	bool dead;
 	bool paused; /* not reading: too many reply bytes queued */
@@ -56,6 +57,7 @@ struct session {
 	uint64_t out_bytes;
 
 	sd_event_source *io;
+	sd_event_source *hello_timer; /* until HELLO */
 	uint64_t requests;
 	uint64_t ready_until; /* BLOCK_READY wanted until then (usec): set
 			       * when it was told a block is on NVMe */
@@ -72,9 +74,9 @@ void session_kill(struct session *s, const char *why);
 int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
 		 unsigned n_fds);
 void session_announce_extent(struct session *s, const struct extent *e);
-/* Root or the daemon's own uid on the main socket: sees every tenant and
- * may evict.  Through a tenant's own socket nobody is, root in a
- * container included. */
+/* Root, the daemon's own uid or a member of [daemon] admin_groups, on the
+ * main socket: sees every tenant and may evict.  Through a tenant's own
+ * socket nobody is, root in a container included. */
 bool session_is_admin(const struct session *s);
 /* Whether the client should hear of blocks staged from NVMe now. */
 bool session_wants_ready(const struct session *s);

@@ -99,7 +99,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	bool nvme = m->store.nvme != NULL;
 	if (nvme)
 		nvme_get_stats(m->store.nvme, &ns);
-	kvt_rec_begin(&e->b, "daemon", nvme ? 27 + 19 : 27);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 28 + 20 : 28);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->s->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -126,6 +126,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "connections", m->c.accepted);
 	kvt_rec_u64(&e->b, "refused", m->c.refused);
 	kvt_rec_u64(&e->b, "malformed", m->c.malformed);
+	kvt_rec_u64(&e->b, "handshake_timeouts", m->c.handshake_timeouts);
 	kvt_rec_u64(&e->b, "quarantined", m->c.quarantined_handles);
 	if (!nvme)
 		return;
@@ -144,6 +145,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "nvme_io_errors", ns.io_errors);
 	kvt_rec_u64(&e->b, "nvme_checksum_errors", ns.checksum_errors);
 	kvt_rec_u64(&e->b, "nvme_full", ns.disk_full);
+	kvt_rec_u64(&e->b, "nvme_quota_full", ns.quota_full);
 	kvt_rec_u64(&e->b, "nvme_recovered", ns.recovered);
 	kvt_rec_u64(&e->b, "nvme_recovery_dropped", ns.recovery_dropped);
 	kvt_rec_u64(&e->b, "nvme_recovery_ms", ns.recovery_ms);
@@ -193,7 +195,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 		sum.loads += c->loads;
 		sum.evictions += c->evictions;
 	}
-	kvt_rec_begin(&e->b, "tenant", 14);
+	kvt_rec_begin(&e->b, "tenant", t->store->nvme ? 16 : 14);
 	kvt_rec_u64(&e->b, "id", t->id);
 	kvt_rec_str(&e->b, "name", t->name);
 	kvt_rec_u64(&e->b, "uid", t->uid);
@@ -208,6 +210,10 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 	kvt_rec_u64(&e->b, "misses", sum.misses);
 	kvt_rec_u64(&e->b, "stores", sum.stores);
 	kvt_rec_u64(&e->b, "evictions", sum.evictions);
+	if (t->store->nvme) {
+		kvt_rec_u64(&e->b, "nvme_quota", t->nvme_quota);
+		kvt_rec_u64(&e->b, "nvme_used", t->disk_bytes);
+	}
 }
 
 static void emit_ns(struct emitter *e, const struct ns *ns)

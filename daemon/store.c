@@ -109,8 +109,13 @@ int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct ten
 	t->uid = ch->configured ? (uid_t)-1 : ch->uid;
 	snprintf(t->name, sizeof(t->name), "%s", ch->name);
 	t->quota = tenancy_quota(s->config, ch);
+	t->nvme_quota = tenancy_nvme_quota(s->config, ch);
 	s->tenants[s->n_tenants++] = t;
-	log_info("Tenant %s: quota %llu MiB", t->name, (unsigned long long)(t->quota >> 20));
+	if (s->config->n_spills)
+		log_info("Tenant %s: quota %llu MiB, NVMe quota %llu MiB", t->name,
+			 (unsigned long long)(t->quota >> 20), (unsigned long long)(t->nvme_quota >> 20));
+	else
+		log_info("Tenant %s: quota %llu MiB", t->name, (unsigned long long)(t->quota >> 20));
 	*ret = t;
 	return 0;
 }
@@ -125,6 +130,12 @@ void store_reload(struct store *s)
 				 (unsigned long long)(t->quota >> 20), (unsigned long long)(q >> 20),
 				 q < t->allocated ? " (below what it holds: it shrinks by eviction as it stores)" : "");
 		t->quota = q;
+		q = tenancy_nvme_quota(s->config, &t->choice);
+		if (q != t->nvme_quota)
+			log_info("Tenant %s: NVMe quota %llu -> %llu MiB%s", t->name,
+				 (unsigned long long)(t->nvme_quota >> 20), (unsigned long long)(q >> 20),
+				 q < t->disk_bytes ? " (below what it holds: it shrinks as it spills)" : "");
+		t->nvme_quota = q;
 	}
 }
 
@@ -276,6 +287,24 @@ static void host_slot_release(struct block *b)
 	b->extent = NULL;
 }
 
+/* The NVMe copies of a namespace, coldest first, and what they cost its
+ * tenant against its NVMe quota. */
+void store_disk_linked(struct block *b)
+{
+	if (!evict_node_linked(&b->disk_lru)) {
+		evict_lru_insert(&b->ns->disk_lru, &b->disk_lru);
+		b->ns->tenant->disk_bytes += spill_slot_stride(b->disk);
+	}
+}
+
+static void disk_unlink(struct block *b)
+{
+	if (evict_node_linked(&b->disk_lru)) {
+		evict_lru_remove(&b->ns->disk_lru, &b->disk_lru);
+		b->ns->tenant->disk_bytes -= spill_slot_stride(b->disk);
+	}
+}
+
 /* The slots go back only when nothing can still write to or read them:
  * no handle, and no NVMe I/O in flight. */
 static void block_maybe_free(struct block *b)
@@ -284,29 +313,23 @@ static void block_maybe_free(struct block *b)
 		return;
 	host_slot_release(b);
 	if (b->disk) {
-		evict_lru_remove(&b->ns->disk_lru, &b->disk_lru);
+		disk_unlink(b);
 		nvme_slot_drop(b->ns->tenant->store->nvme, b->disk, b->disk_slot);
 	}
 	free(b);
 }
 
-void store_disk_linked(struct block *b)
-{
-	if (!evict_node_linked(&b->disk_lru))
-		evict_lru_insert(&b->ns->disk_lru, &b->disk_lru);
-}
-
-int store_nvme_evict(struct store *s, struct ns *ns)
+static int nvme_evict(struct store *s, struct ns *ns, bool disk_only)
 {
 	struct evict_node *v = evict_lru_victim(&ns->disk_lru);
 	while (v) {
 		struct block *b = (struct block *)((char *)v - offsetof(struct block, disk_lru));
 		struct evict_node *prev = v->prev == &ns->disk_lru.head ? NULL : v->prev;
-		if (b->io != BLOCK_IO_NONE) {
-			v = prev; /* its copy is being read: not this one */
+		if (b->io != BLOCK_IO_NONE || (disk_only && b->extent)) {
+			v = prev; /* its copy is being read, or it is wanted */
 			continue;
 		}
-		evict_lru_remove(&ns->disk_lru, &b->disk_lru);
+		disk_unlink(b);
 		if (b->extent) {
 			/* Still in host memory: only the NVMe copy goes. */
 			nvme_slot_drop(s->nvme, b->disk, b->disk_slot);
@@ -325,6 +348,24 @@ int store_nvme_evict(struct store *s, struct ns *ns)
 	return -ENOSPC;
 }
 
+int store_nvme_evict(struct store *s, struct ns *ns)
+{
+	return nvme_evict(s, ns, false);
+}
+
+int store_nvme_evict_tenant(struct store *s, struct ns *ns)
+{
+	/* Only copies whose block has left host memory: dropping the copy of
+	 * a resident block would only make it dirty again, and writing it
+	 * back would take the next one's. */
+	if (nvme_evict(s, ns, true) == 0)
+		return 0;
+	for (uint32_t i = 0; i < ns->tenant->n_ns; i++)
+		if (ns->tenant->nss[i] != ns && nvme_evict(s, ns->tenant->nss[i], true) == 0)
+			return 0;
+	return -EDQUOT;
+}
+
 void store_block_maybe_free(struct block *b)
 {
 	block_maybe_free(b);
@@ -334,8 +375,13 @@ void store_block_maybe_free(struct block *b)
 static void lru_maybe_insert(struct block *b)
 {
 	if (b->indexed && b->state == BLOCK_RESIDENT && b->extent && !b->handles &&
-	    b->io == BLOCK_IO_NONE && !evict_node_linked(&b->lru))
+	    b->io == BLOCK_IO_NONE && !evict_node_linked(&b->lru)) {
 		evict_lru_insert(&b->ns->cls->lru, &b->lru);
+		/* Write-back only finds dirty blocks on this list: one that
+		 * comes back to it (committed, released) may be waited for. */
+		if (!b->clean && b->ns->tenant->store && b->ns->tenant->store->nvme)
+			nvme_kick(b->ns->tenant->store->nvme);
+	}
 }
 
 /* A free slot in an extent on node (-1: on any node). */
@@ -713,8 +759,6 @@ static int reservation_end(struct handle *h, bool success)
 			ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
 			ns->tenant->dirty += b->extent->slot_bytes;
 			lru_maybe_insert(b);
-			if (ns->tenant->store && ns->tenant->store->nvme)
-				nvme_kick(ns->tenant->store->nvme);
 		}
 	}
 	block_maybe_free(b);

@@ -114,6 +114,9 @@ struct tenant {
 	uint64_t quota;
 	uint64_t allocated; /* bytes of extents */
 	uint64_t dirty;     /* host bytes not yet on NVMe */
+	uint64_t nvme_quota;
+	uint64_t disk_bytes;   /* of spill slots holding its blocks */
+	uint64_t disk_writing; /* of spill slots being written */
 	struct slot_class **classes;
 	uint32_t n_classes;
 	struct ns **nss;
@@ -209,6 +212,10 @@ void store_block_maybe_free(struct block *b);
 /* The NVMe tier is full for ns: give up its least recently used NVMe copy
  * (a block only on NVMe is dropped).  \return 0, or -ENOSPC if it has none. */
 int store_nvme_evict(struct store *s, struct ns *ns);
+/* For a tenant at its NVMe quota: the least recently used copy of a block
+ * no longer in host memory, from the namespace first, then from its
+ * tenant's others; -EDQUOT when there is none. */
+int store_nvme_evict_tenant(struct store *s, struct ns *ns);
 /* A block got an NVMe copy. */
 void store_disk_linked(struct block *b);
 

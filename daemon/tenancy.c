@@ -35,6 +35,38 @@ uint64_t tenancy_quota(const struct config *c, const struct tenant_choice *t)
 	return q < c->capacity ? q : c->capacity;
 }
 
+uint64_t tenancy_nvme_quota(const struct config *c, const struct tenant_choice *t)
+{
+	const struct tenant_conf *tc = t->configured ? config_tenant(c, t->name) : NULL;
+	uint64_t spill = 0, q;
+
+	for (uint32_t i = 0; i < c->n_spills; i++)
+		spill += c->spills[i].capacity;
+	if (tc && tc->nvme_quota)
+		q = tc->nvme_quota;
+	else if (!t->configured && tenancy_is_admin(t->uid))
+		q = spill;
+	else if (c->default_nvme_quota)
+		q = c->default_nvme_quota;
+	else if (c->capacity)
+		q = (uint64_t)((unsigned __int128)spill * tenancy_quota(c, t) / c->capacity);
+	else
+		q = spill;
+	return q < spill ? q : spill;
+}
+
+bool tenancy_peer_is_admin(const struct config *c, const struct peer *p)
+{
+	if (p->via_tenant)
+		return false;
+	if (tenancy_is_admin(p->uid) || has_id(c->admin_gids, c->n_admin_gids, p->gid))
+		return true;
+	for (uint32_t g = 0; g < p->n_groups; g++)
+		if (has_id(c->admin_gids, c->n_admin_gids, p->groups[g]))
+			return true;
+	return false;
+}
+
 int tenancy_resolve(const struct config *c, const struct peer *p, struct tenant_choice *ret)
 {
 	const struct tenant_conf *found = NULL;
@@ -65,5 +97,6 @@ int tenancy_resolve(const struct config *c, const struct peer *p, struct tenant_
 		ret->uid = p->uid;
 	}
 	ret->quota = tenancy_quota(c, ret);
+	ret->nvme_quota = tenancy_nvme_quota(c, ret);
 	return 0;
 }

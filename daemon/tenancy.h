@@ -25,6 +25,7 @@ struct peer {
 struct tenant_choice {
 	char name[CONFIG_MAX_TENANT_NAME + 1];
 	uint64_t quota;
+	uint64_t nvme_quota; /* bytes of spill slots */
 	bool configured;
 	uid_t uid; /* for uid tenants */
 };
@@ -34,4 +35,11 @@ int tenancy_resolve(const struct config *c, const struct peer *p,
 		    struct tenant_choice *ret);
 /* Quota of a tenant under configuration c (after a reload, too). */
 uint64_t tenancy_quota(const struct config *c, const struct tenant_choice *t);
+/* Its share of the spill files: configured, else the same fraction of them
+ * as its host quota is of the pool. */
+uint64_t tenancy_nvme_quota(const struct config *c, const struct tenant_choice *t);
+/* The operator's own uids: root and the daemon's. */
 bool tenancy_is_admin(uid_t uid);
+/* Who may see every tenant and evict: the operator's uids and members of
+ * [daemon] admin_groups, never through a tenant's own socket. */
+bool tenancy_peer_is_admin(const struct config *c, const struct peer *p);

@@ -4,7 +4,10 @@
  * which limit refused it.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -13,11 +16,26 @@ int main(void)
 {
 	struct daemon d;
 
-	daemon_start(&d, "[limits]\nkeys_per_request = 8\nnamespaces_per_tenant = 1\n"
+	daemon_start(&d, "[daemon]\nhandshake_timeout_ms = 300\n"
+			 "[limits]\nkeys_per_request = 8\nnamespaces_per_tenant = 1\n"
 			 "connections_per_uid = 3\nhandles_per_tenant = 4\n");
 	kvt_client *c = client_connect(&d, "one");
 	kvt_ns *ns = engine_ns(c, "tiny", 1);
 	WAIT_FOR(stat_get(c, "daemon", "clients") == 1, "the start-up probe to close");
+
+	/* A connection that never says HELLO is closed at the deadline; one
+	 * that did (c) lives on past it. */
+	int silent = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	CHECK(strlen(d.socket) < sizeof(sa.sun_path), "socket path too long");
+	memcpy(sa.sun_path, d.socket, strlen(d.socket) + 1);
+	CHECK(silent >= 0 && connect(silent, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+	      "silent connection");
+	char byte;
+	WAIT_FOR(recv(silent, &byte, 1, MSG_DONTWAIT) == 0, "the daemon to close a silent connection");
+	close(silent);
+	CHECK(stat_get(c, "daemon", "handshake_timeouts") == 1, "one handshake timeout counted");
+	CHECK(daemon_log_contains(&d, "no HELLO within"), "the log says why");
 
 	/* The library splits batches larger than the daemon's limit. */
 	uint8_t keys[20 * 32];

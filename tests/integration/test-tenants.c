@@ -29,6 +29,15 @@ static int client_cb(const kvt_record *r, void *userdata)
 	return 0;
 }
 
+static int id_cb(const kvt_record *r, void *userdata)
+{
+	uint64_t *id = userdata;
+	const char *name = kvt_record_get_str(r, "name");
+	if (!strcmp(kvt_record_kind(r), "tenant") && name && !strcmp(name, "alpha"))
+		kvt_record_get_u64(r, "id", id);
+	return 0;
+}
+
 static int tenant_cb(const kvt_record *r, void *userdata)
 {
 	struct seen *s = userdata;
@@ -71,13 +80,38 @@ static void expect_tenant(const char *socket, uid_t uid, gid_t gid, const char *
 	CHECK(wait_exit(pid) == 0, "tenant check for uid %u", (unsigned)uid);
 }
 
+/* How many tenants a uid sees, with an extra supplementary group or none;
+ * whether an admin-only call succeeds. */
+static void expect_view(uid_t uid, gid_t extra, uint32_t tenants, uint32_t victim,
+			bool may_evict)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		harness_in_child();
+		gid_t groups[1] = {extra};
+		if (setgroups(extra ? 1 : 0, groups) < 0 || setgid(uid) < 0 || setuid(uid) < 0)
+			_exit(3);
+		kvt_client *c = client_connect(&d, "viewer");
+		uint32_t n = stat_count(c, "tenant");
+		CHECK(n == tenants, "uid %u (group %u) sees %u tenants, want %u", (unsigned)uid,
+		      (unsigned)extra, n, tenants);
+		int64_t r = kvt_admin_evict(c, victim, 1, 0);
+		CHECK(may_evict ? r >= 0 : r == -EPERM, "uid %u (group %u) evicting: %lld",
+		      (unsigned)uid, (unsigned)extra, (long long)r);
+		kvt_client_free(c);
+		_exit(0);
+	}
+	CHECK(wait_exit(pid) == 0, "view check for uid %u", (unsigned)uid);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
 		printf("skipped: switching uids needs root\n");
 		return 77;
 	}
-	daemon_start(&d, "[tenants]\nunknown = refuse\n"
+	daemon_start(&d, "[daemon]\nadmin_groups = 65530\n"
+			 "[tenants]\nunknown = refuse\n"
 			 "[tenant.alpha]\nuids = 65534\nquota = 4M\n"
 			 "[tenant.beta]\ngids = 65533\n"
 			 "[tenant.gamma]\nsocket = @DIR@/gamma.sock\nquota = 2M\n");
@@ -95,7 +129,14 @@ int main(void)
 	kvt_client *c = client_connect(&d, "admin");
 	CHECK(stat_count(c, "tenant") == 4, "alpha, beta, gamma and uid:0");
 	CHECK(stat_get(c, "daemon", "refused") >= 1, "the refusal is counted");
+	uint64_t alpha = 0;
+	CHECK(kvt_stats(c, KVT_STATS_TENANTS, id_cb, &alpha) == 0 && alpha, "alpha's id");
 	kvt_client_free(c);
+
+	/* A member of admin_groups (here by a supplementary group) sees every
+	 * tenant and may evict; the same uid without it sees its own. */
+	expect_view(65534, 65530, 4, (uint32_t)alpha, true);
+	expect_view(65534, 0, 1, (uint32_t)alpha, false);
 	daemon_stop(&d);
 	daemon_cleanup(&d);
 	return 0;

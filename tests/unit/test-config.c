@@ -415,6 +415,12 @@ static void test_errors(void)
 		  "[pool]\ncapacity = 1G\n[limits]\nconnections = 5\nfds = 3\n", 5,
 		  "fds" },
 		{ "size 12Q", "[daemon]\n\n[pool]\ncapacity = 12Q\n", 4, "capacity" },
+		{ "admin group unknown", "[daemon]\nlog_level = info\nadmin_groups = kvt-no-such-group\n",
+		  3, "no such group" },
+		{ "admin groups empty", "[daemon]\nadmin_groups = ,\n", 2, "admin_groups" },
+		{ "nvme_quota 1X", "[tenant.a]\nuids = 5\nnvme_quota = 1X\n", 3, "nvme_quota" },
+		{ "default_nvme_quota -3", "[tenants]\ndefault_nvme_quota = -3\n", 2,
+		  "default_nvme_quota" },
 		{ "size -1", "[pool]\n\n\ncapacity = -1\n", 4, "capacity" },
 		{ "size 99999999999999999999G", "[pool]\ncapacity = 99999999999999999999G\n",
 		  2, "capacity" },
@@ -561,6 +567,10 @@ static void test_validation(void)
 		{ "keys_per_request 8193", "[limits]\nkeys_per_request = 8193\n", 0,
 		  "keys_per_request" },
 		{ "connections 0", "[limits]\nconnections = 0\n", 0, "limits" },
+		{ "handshake_timeout_ms 99", "[daemon]\nhandshake_timeout_ms = 99\n", 0,
+		  "handshake_timeout_ms" },
+		{ "handshake_timeout_ms 600001", "[daemon]\nhandshake_timeout_ms = 600001\n", 0,
+		  "handshake_timeout_ms" },
 		{ "connections_per_uid 0", "[limits]\nconnections_per_uid = 0\n", 0, "limits" },
 		{ "namespaces 0", "[limits]\nnamespaces_per_tenant = 0\n", 0, "limits" },
 		{ "handles 0", "[limits]\nhandles_per_tenant = 0\n", 0, "limits" },
@@ -1115,6 +1125,7 @@ static bool same_tenants(const struct config *a, const struct config *b)
 	for (uint32_t i = 0; i < a->n_tenants; i++) {
 		const struct tenant_conf *x = &a->tenants[i], *y = &b->tenants[i];
 		if (strcmp(x->name, y->name) || x->quota != y->quota ||
+		    x->nvme_quota != y->nvme_quota ||
 		    !has_ids(x->uids, x->n_uids, y->uids, y->n_uids) ||
 		    !has_ids(x->gids, x->n_gids, y->gids, y->n_gids) ||
 		    !x->socket != !y->socket ||
@@ -1164,6 +1175,10 @@ static void check_dump(int line, struct config *ap)
 	    a.capacity != b.capacity || a.extent_size != b.extent_size ||
 	    a.hugepages != b.hugepages || a.lock != b.lock ||
 	    a.default_quota != b.default_quota ||
+	    a.default_nvme_quota != b.default_nvme_quota ||
+	    a.handshake_timeout_ms != b.handshake_timeout_ms ||
+	    a.n_admin_gids != b.n_admin_gids ||
+	    !has_ids(a.admin_gids, a.n_admin_gids, b.admin_gids, b.n_admin_gids) ||
 	    a.refuse_unknown != b.refuse_unknown ||
 	    a.max_connections != b.max_connections ||
 	    a.max_connections_per_uid != b.max_connections_per_uid ||
@@ -1218,6 +1233,11 @@ static void test_dump(void)
 	check_dump_reload(__LINE__, "");
 	/* A log level other than the default. */
 	check_dump_reload(__LINE__, "[daemon]\nlog_level = debug\n");
+	/* Administrators, the handshake deadline and NVMe quotas. */
+	check_dump_reload(__LINE__,
+			  "[daemon]\nadmin_groups = root, 4711 4712\nhandshake_timeout_ms = 250\n"
+			  "[tenants]\ndefault_nvme_quota = 3G\n"
+			  "[tenant.a]\nuids = 1000\nnvme_quota = 300000000\n");
 	/* Sizes that are not whole MiB: a quota of 512K is not "0M" (which
 	 * means the whole capacity). */
 	check_dump_reload(__LINE__, "[tenants]\ndefault_quota = 512K\n");

@@ -422,6 +422,73 @@ static void test_by_hand(void)
 	config_free(&c);
 }
 
+/* Administrators: the operator's uids and members of admin_groups by
+ * primary or supplementary group, never through a tenant's socket. */
+static void test_admin_groups(void)
+{
+	struct config c;
+	uid_t u = stranger(4400);
+	gid_t sup[] = {7, 4711};
+
+	load(&c, "[daemon]\nadmin_groups = 4711, 4712\n[tenant.a]\nuids = 4401\nsocket = /tmp/kvt-a.sock\n");
+	CHECK(c.n_admin_gids == 2 && c.admin_gids[0] == 4711 && c.admin_gids[1] == 4712);
+	CHECK(tenancy_peer_is_admin(&c, &((struct peer){ .uid = 0, .gid = 0 })));
+	CHECK(tenancy_peer_is_admin(&c, &((struct peer){ .uid = geteuid(), .gid = 1 })));
+	CHECK(!tenancy_peer_is_admin(&c, &((struct peer){ .uid = u, .gid = u })));
+	CHECK(tenancy_peer_is_admin(&c, &((struct peer){ .uid = u, .gid = 4712 })));
+	CHECK(tenancy_peer_is_admin(&c, &((struct peer){ .uid = u, .gid = u, .groups = sup,
+							 .n_groups = 2 })));
+	CHECK(!tenancy_peer_is_admin(&c, &((struct peer){ .uid = u, .gid = u, .groups = sup,
+							  .n_groups = 1 })));
+	/* Through a tenant's own socket nobody administers, root included. */
+	CHECK(!tenancy_peer_is_admin(&c, &((struct peer){ .uid = 0, .gid = 4711,
+							  .via_tenant = "a" })));
+	config_free(&c);
+
+	load(&c, "[tenant.a]\nuids = 4401\n");
+	CHECK(c.n_admin_gids == 0);
+	CHECK(!tenancy_peer_is_admin(&c, &((struct peer){ .uid = u, .gid = 4711 })));
+	config_free(&c);
+}
+
+/* NVMe quotas: own, default, the host share of the spill files, the
+ * operator's all of them, never above them. */
+static void test_nvme_quota(void)
+{
+	struct config c;
+	struct tenant_choice ch;
+	uid_t u = stranger(4500);
+
+	load(&c, "[pool]\ncapacity = 1G\n[spill.a]\npath = /tmp/kvt-a.spill\ncapacity = 6G\n"
+		 "[spill.b]\npath = /tmp/kvt-b.spill\ncapacity = 2G\n"
+		 "[tenant.own]\nuids = 4501\nnvme_quota = 3G\n"
+		 "[tenant.big]\nuids = 4502\nnvme_quota = 20G\n"
+		 "[tenant.half]\nuids = 4503\nquota = 512M\n");
+	CHECK(tenancy_resolve(&c, &((struct peer){ .uid = 4501, .gid = 1 }), &ch) == 0 &&
+	      ch.nvme_quota == 3 * GiB);
+	CHECK(tenancy_resolve(&c, &((struct peer){ .uid = 4502, .gid = 1 }), &ch) == 0 &&
+	      ch.nvme_quota == 8 * GiB);
+	CHECK(tenancy_resolve(&c, &((struct peer){ .uid = 4503, .gid = 1 }), &ch) == 0 &&
+	      ch.nvme_quota == 4 * GiB);
+	CHECK(tenancy_resolve(&c, &((struct peer){ .uid = u, .gid = u }), &ch) == 0 &&
+	      ch.nvme_quota == 2 * GiB);
+	CHECK(tenancy_resolve(&c, &((struct peer){ .uid = 0, .gid = 0 }), &ch) == 0 &&
+	      ch.nvme_quota == 8 * GiB);
+	config_free(&c);
+
+	load(&c, "[tenants]\ndefault_nvme_quota = 1G\n[spill.a]\npath = /tmp/kvt-a.spill\n"
+		 "capacity = 6G\n");
+	CHECK(tenancy_resolve(&c, &((struct peer){ .uid = u, .gid = u }), &ch) == 0 &&
+	      ch.nvme_quota == GiB);
+	config_free(&c);
+
+	/* Without spill files there is nothing to share. */
+	load(&c, "[tenant.own]\nuids = 4501\nnvme_quota = 3G\n");
+	CHECK(tenancy_resolve(&c, &((struct peer){ .uid = 4501, .gid = 1 }), &ch) == 0 &&
+	      ch.nvme_quota == 0);
+	config_free(&c);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -439,6 +506,8 @@ int main(void)
 	test_other_euid();
 	test_quota();
 	test_by_hand();
+	test_admin_groups();
+	test_nvme_quota();
 
 	if (rmdir(dir) < 0)
 		fprintf(stderr, "cannot remove %s: %m\n", dir);
