@@ -53,6 +53,8 @@ def rng(o, key, fmt="{:.3f}"):
 
 
 def size_name(b):
+    if b >= 1 << 30 and b % (1 << 30) == 0:
+        return "%d GiB" % (b >> 30)
     return "%d MiB" % (b >> 20) if b >= 1 << 20 and b % (1 << 20) == 0 else "%d KiB" % (b >> 10)
 
 
@@ -343,9 +345,10 @@ def scale_section(s, why, P):
                 out.append("| %s | skipped: %s | | | | | |" % (count_md(p["blocks"]), p["skipped"]))
                 continue
             out.append(
-                "| %s | %s | %s | %s | %.0f MiB, %d regions | %.1f | %.0f B |"
+                "| %s | %s | %s | %s | %.0f MiB, %d region%s | %.1f | %.0f B |"
                 % (count_md(p["blocks"]), rng(p, "recovery_ms", "{:.0f}"), rng(p, "bare_read_ms", "{:.1f}"),
-                   rng(p, "ratio"), p["read_bytes"] / 2**20, p["regions_bound"], p["listening_ms"],
+                   rng(p, "ratio"), p["read_bytes"] / 2**20, p["regions_bound"],
+                   "" if p["regions_bound"] == 1 else "s", p["listening_ms"],
                    p["bytes_per_block"])
             )
             data += "%d %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n" % (
@@ -395,7 +398,9 @@ def main():
     out.append("Machine: %s, %s of memory, %s; %s. Pages: THP %s. Disk: %s. Load average before the run: %s.\n"
                % (m.get("cpu", "?"), m.get("memory", "?"), m.get("os", "?"), m.get("kernel", "?"),
                   m.get("thp", "?"), m.get("disk", "?"), m.get("load before", "?")))
-    versions = ", ".join("%s %s" % (k, m[k]) for k in ("fio", "redis", "hiredis", "gnuplot") if k in m)
+    versions = ", ".join("%s %s" % (name, m[k]) for k, name in
+                         (("fio", "fio"), ("redis", "Redis"), ("hiredis", "hiredis"), ("gnuplot", "gnuplot"))
+                         if k in m)
     if versions:
         out.append("Software: %s.\n" % versions)
     if timing:

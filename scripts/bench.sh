@@ -171,10 +171,10 @@ redis_start() {
 	echo "thp: anon $(sed 's/.*\[\(.*\)\].*/\1/' $thp/enabled 2>/dev/null), shmem $(sed 's/.*\[\(.*\)\].*/\1/' $thp/shmem_enabled 2>/dev/null); nr_hugepages $(cat /proc/sys/vm/nr_hugepages)"
 	echo "disk: $(df -P /var/tmp | awk 'NR == 2 { print $1 }') under /var/tmp"
 	echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-	command -v fio >/dev/null && echo "fio: $(fio --version)"
+	command -v fio >/dev/null && echo "fio: $(fio --version | sed 's/^fio-//')"
 	command -v redis-server >/dev/null && echo "redis: $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')"
 	pkg-config --exists hiredis 2>/dev/null && echo "hiredis: $(pkg-config --modversion hiredis)"
-	command -v gnuplot >/dev/null && echo "gnuplot: $(gnuplot --version)"
+	command -v gnuplot >/dev/null && echo "gnuplot: $(gnuplot --version | sed 's/^gnuplot //')"
 } >"$out/machine.txt"
 
 # ---- the runs --------------------------------------------------------------
