@@ -317,8 +317,9 @@ static void daemon_stop(void)
 		fprintf(stderr, "bench-scale: kvtierd exited with status %d\n", status);
 }
 
-/* The rest of the first log line that contains marker. */
-static bool log_find(const char *marker, char *out, size_t size)
+/* The rest of the first log line that contains marker (and also, when
+ * not NULL: progress lines can share a summary's marker). */
+static bool log_find(const char *marker, const char *also, char *out, size_t size)
 {
 	char line[1024];
 	bool found = false;
@@ -329,7 +330,7 @@ static bool log_find(const char *marker, char *out, size_t size)
 		return false;
 	while (!found && fgets(line, sizeof(line), f)) {
 		char *p = strstr(line, marker);
-		if (!p)
+		if (!p || (also && !strstr(p, also)))
 			continue;
 		p += strlen(marker);
 		p[strcspn(p, "\n")] = 0;
@@ -641,7 +642,7 @@ static void index_run(void)
 		 (unsigned long long)((IX.pool_bytes < GIB ? IX.pool_bytes : GIB) / MIB), STORE_BATCH);
 	write_config(text);
 	daemon_start();
-	log_find("Host pool: ", IX.pool, sizeof(IX.pool));
+	log_find("Host pool: ", NULL, IX.pool, sizeof(IX.pool));
 	kvt_client *c = client_connect();
 	kvt_ns *ns = open_ns(c);
 	IX.base_rss_anon_kib = daemon_kib("RssAnon");
@@ -765,7 +766,7 @@ static double logged_recovery_ms(uint64_t *ret_blocks)
 {
 	char rest[1024];
 	double s;
-	if (!log_find("Spill recovery: ", rest, sizeof(rest)))
+	if (!log_find("Spill recovery: ", " blocks recovered (", rest, sizeof(rest)))
 		die("the daemon logged no \"Spill recovery:\" summary");
 	const char *b = strstr(rest, " blocks recovered");
 	const char *p = NULL;
@@ -877,7 +878,7 @@ static void recovery_run(void)
 		 files.spill, (unsigned long long)(RC.spill_bytes / MIB), STORE_BATCH);
 	write_config(text);
 	daemon_start();
-	log_find("NVMe tier: ", RC.nvme, sizeof(RC.nvme));
+	log_find("NVMe tier: ", NULL, RC.nvme, sizeof(RC.nvme));
 	RC.base_rss_anon_kib = daemon_kib("RssAnon");
 	progress("2/2 recovery: kvtierd pid %d, spill file %llu MiB under %s; %s", (int)daemon_pid,
 		 (unsigned long long)(RC.spill_bytes / MIB), opt.dir, RC.nvme);
