@@ -238,8 +238,9 @@ static int writeback_one(struct nvme *n, struct block *b)
 						 .done = writeback_done, .userdata = op};
 		op->pending++;
 	}
-	/* Off the eviction list while the write reads the slot. */
-	evict_lru_remove(&ns->cls->lru, &b->lru);
+	/* It keeps its place on the eviction list (a write-back says nothing
+	 * of how recently it was used); eviction passes it by while the
+	 * write reads the slot. */
 	b->io = BLOCK_IO_WRITE;
 	n->ops++;
 	if (bound == 1)

@@ -68,7 +68,6 @@ void pool_init(struct pool *p, const struct config *c)
 	memset(p, 0, sizeof(*p));
 	p->config = c;
 	p->capacity = c->capacity;
-	p->next_id = 1;
 }
 
 void pool_probe(struct pool *p)
@@ -213,7 +212,8 @@ static int actual_node(uint8_t *map)
 	return node;
 }
 
-int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node, struct extent **ret)
+int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
+		    struct extent **ret)
 {
 	uint64_t size = pool_extent_bytes(p, slot_bytes);
 	uint32_t flags = 0;
@@ -301,7 +301,7 @@ int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node, struct extent
 	r = slots_init(&e->slots, (uint32_t)(size / slot_bytes));
 	if (r < 0)
 		goto fail;
-	e->id = p->next_id++;
+	e->id = id;
 	e->size = size;
 	e->slot_bytes = slot_bytes;
 	e->flags = flags;

@@ -47,7 +47,6 @@ struct pool {
 	const struct config *config;
 	uint64_t capacity;
 	uint64_t allocated;
-	uint32_t next_id;
 	uint32_t n_extents;
 	uint32_t n_hugetlb, n_thp; /* extents by backing, the rest 4 KiB */
 	uint32_t n_locked;
@@ -65,8 +64,10 @@ void pool_probe(struct pool *p);
 /* Bytes an extent for this slot size takes (a whole number of slots). */
 uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes);
 /* An extent whose memory is on NUMA node `node` if it can be (-1: any);
- * -ENOSPC when the node-wide capacity is spent. */
-int pool_extent_new(struct pool *p, uint64_t slot_bytes, int node,
+ * -ENOSPC when the node-wide capacity is spent.  Its id is the caller's:
+ * unique within the tenant it is for, so that one tenant's ids say nothing
+ * of how many extents the others have. */
+int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
 		    struct extent **ret);
 void pool_extent_free(struct pool *p, struct extent *e);
 const char *pool_page_mode(const struct extent *e);

@@ -104,6 +104,7 @@ int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct ten
 		return -ENOMEM;
 	}
 	t->id = s->next_tenant_id++;
+	t->next_extent_id = 1;
 	t->store = s;
 	t->choice = *ch;
 	t->uid = ch->configured ? (uid_t)-1 : ch->uid;
@@ -401,8 +402,15 @@ static struct extent *class_free_slot(struct slot_class *c, int node, uint32_t *
  * any extent, and only then an eviction.  A client with no known node
  * takes any free slot before a new extent.
  */
+/*
+ * A slot of class c: a free one, a new extent's, or an evicted block's.
+ * Staging (restore) does not take the slot of a block staged for a lookup
+ * that has not leased it yet: restores for one request would evict each
+ * other in turn.  -EAGAIN when only such blocks are left: the block stays
+ * on NVMe for now.
+ */
 static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
-		       struct extent **ret_e, uint32_t *ret_slot)
+		       bool stage, struct extent **ret_e, uint32_t *ret_slot)
 {
 	if (node >= 0 && (*ret_e = class_free_slot(c, node, ret_slot)))
 		goto got;
@@ -413,7 +421,8 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 	if (t->allocated + bytes <= t->quota &&
 	    ARRAY_GROW(c->extents, c->n_extents, struct extent *)) {
 		struct extent *e;
-		if (pool_extent_new(s->pool, c->slot_bytes, node, &e) == 0) {
+		if (pool_extent_new(s->pool, t->next_extent_id, c->slot_bytes, node, &e) == 0) {
+			t->next_extent_id++;
 			e->cls = c;
 			c->extents[c->n_extents++] = e;
 			t->allocated += e->size;
@@ -428,22 +437,27 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 	if (node >= 0 && (*ret_e = class_free_slot(c, -1, ret_slot)))
 		goto got;
 
-	struct evict_node *v = evict_lru_victim(&c->lru);
-	if (!v)
-		return -ENOSPC;
-	struct block *b = (struct block *)((char *)v - offsetof(struct block, lru));
-	if (s->nvme) {
-		/* Only clean blocks leave host memory for NVMe; write-back keeps
-		 * enough of them ahead of this.  Look a little way up the list. */
-		struct evict_node *n = v;
-		for (int i = 0; i < 256 && n && n != &c->lru.head; i++, n = n->prev) {
-			struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
-			if (cb->clean && cb->disk && !spill_region_failed(cb->disk)) {
-				b = cb;
-				break;
-			}
-		}
+	/* The least recently used block that can go now: not being written
+	 * back, and for staging not a staged one.  With an NVMe tier a clean
+	 * block (its copy is on NVMe) is worth looking a little way up the
+	 * list for: write-back keeps enough of them ahead of this. */
+	struct block *b = NULL, *clean = NULL;
+	struct evict_node *n = evict_lru_victim(&c->lru);
+	for (int i = 0; i < 256 && n && n != &c->lru.head && !clean; i++, n = n->prev) {
+		struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
+		if (cb->io != BLOCK_IO_NONE || (stage && cb->staged))
+			continue;
+		if (!b)
+			b = cb;
+		if (!s->nvme)
+			break;
+		if (cb->clean && cb->disk && !spill_region_failed(cb->disk))
+			clean = cb;
 	}
+	if (clean)
+		b = clean;
+	if (!b)
+		return stage ? -EAGAIN : -ENOSPC;
 	struct extent *e = b->extent;
 	uint32_t slot = b->slot;
 	if (s->nvme && b->clean && b->disk && !spill_region_failed(b->disk)) {
@@ -506,6 +520,7 @@ static int handle_new(struct store *s, struct tenant *t, uint8_t kind,
 	h->kind = kind;
 	h->shard = shard;
 	h->block = b;
+	b->staged = false;
 	h->tenant = t;
 	h->owner = owner;
 	t->handles[idx] = h;
@@ -645,7 +660,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		if (!b) {
 			struct extent *e;
 			uint32_t slot;
-			r = class_alloc(s, t, ns->cls, node, &e, &slot);
+			r = class_alloc(s, t, ns->cls, node, false, &e, &slot);
 			if (r < 0) {
 				ns->c.rejected++;
 				out->status = r;
@@ -909,7 +924,7 @@ int store_host_slot(struct store *s, struct ns *ns, struct block *b)
 {
 	struct extent *e;
 	uint32_t slot;
-	int r = class_alloc(s, ns->tenant, ns->cls, -1, &e, &slot);
+	int r = class_alloc(s, ns->tenant, ns->cls, -1, true, &e, &slot);
 	if (r < 0)
 		return r;
 	b->extent = e;
@@ -937,6 +952,7 @@ void store_block_restored(struct store *s, struct block *b)
 
 	b->io = BLOCK_IO_NONE;
 	b->clean = true;
+	b->staged = true;
 	if (!b->indexed) {
 		block_maybe_free(b);
 		return;

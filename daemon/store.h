@@ -49,6 +49,7 @@ struct block {
 	uint64_t disk_seq;
 	uint8_t io;               /* enum block_io */
 	bool clean;               /* the host copy is also on NVMe */
+	bool staged;              /* restored for a lookup, not leased since */
 	uint8_t state;
 	bool indexed;             /* false once deleted or aborted */
 	uint64_t shards_reserved; /* shards with an open reservation */
@@ -113,6 +114,7 @@ struct tenant {
 	struct tenant_choice choice;
 	uint64_t quota;
 	uint64_t allocated; /* bytes of extents */
+	uint32_t next_extent_id; /* from 1 */
 	uint64_t dirty;     /* host bytes not yet on NVMe */
 	uint64_t nvme_quota;
 	uint64_t disk_bytes;   /* of spill slots holding its blocks */
