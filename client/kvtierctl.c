@@ -242,6 +242,8 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 		printf("%-13s%s\n", "Pages:", rec_str(d, "pages"));
 	if (rec_has(d, "lock"))
 		printf("%-13s%s\n", "Lock:", rec_str(d, "lock"));
+	if (rec_has(d, "eviction"))
+		printf("%-13s%s\n", "Eviction:", rec_str(d, "eviction"));
 	print_numa_line(stdout, d);
 	if (rec_has(d, "nvme_engine")) {
 		char cap[32], used[32];

@@ -126,6 +126,16 @@ static int conf_numa(const char *v, void *field, const char **expect)
 	return 0;
 }
 
+static int conf_eviction(const char *v, void *field, const char **expect)
+{
+	int p = evict_policy_from_string(v);
+	*expect = "arc, lru, s3fifo or sieve";
+	if (p < 0)
+		return p;
+	*(enum evict_policy *)field = (enum evict_policy)p;
+	return 0;
+}
+
 static int conf_engine(const char *v, void *field, const char **expect)
 {
 	static const char *names[] = {"auto", "io_uring", "threads"};
@@ -275,6 +285,7 @@ static const struct conf_item {
 	{"pool", "lock", conf_lock, offsetof(struct config, lock)},
 	{"pool", "numa", conf_numa, offsetof(struct config, numa)},
 	{"pool", "topology_root", conf_path, offsetof(struct config, sysfs_root)},
+	{"pool", "eviction", conf_eviction, offsetof(struct config, eviction)},
 	{"tenants", "default_quota", conf_size, offsetof(struct config, default_quota)},
 	{"tenants", "default_nvme_quota", conf_size, offsetof(struct config, default_nvme_quota)},
 	{"tenants", "unknown", conf_unknown, offsetof(struct config, refuse_unknown)},
@@ -323,6 +334,7 @@ int config_defaults(struct config *c)
 	c->capacity = 256ULL << 20;
 	c->extent_size = 64ULL << 20;
 	c->hugepages = HUGEPAGES_AUTO;
+	c->eviction = EVICT_ARC; /* chosen on the traces of docs/workload.md */
 	c->lock = LOCK_AUTO;
 	c->default_quota = 0; /* a quarter of the capacity */
 	c->refuse_unknown = false;
@@ -696,9 +708,11 @@ void config_dump(const struct config *c, FILE *f)
 		fprintf(f, "%s %u%s", j % 8 ? "" : "admin_groups =", c->admin_gids[j],
 			j % 8 == 7 || j + 1 == c->n_admin_gids ? "\n" : "");
 	fputc('\n', f);
-	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\nnuma = %s\n",
+	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\nnuma = %s\n"
+		"eviction = %s\n",
 		format_size(c->capacity, a, sizeof(a)), format_size(c->extent_size, b, sizeof(b)),
-		hp[c->hugepages], lk[c->lock], c->numa == NUMA_OFF ? "off" : "auto");
+		hp[c->hugepages], lk[c->lock], c->numa == NUMA_OFF ? "off" : "auto",
+		evict_policy_to_string(c->eviction));
 	if (c->sysfs_root)
 		fprintf(f, "topology_root = %s\n", c->sysfs_root);
 	fputc('\n', f);

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "evict.h"
+
 enum hugepage_mode {
 	HUGEPAGES_AUTO,    /* hugetlb if reserved, else shmem THP, else 4 KiB */
 	HUGEPAGES_HUGETLB, /* reserved hugetlb pages only */
@@ -69,6 +71,7 @@ struct config {
 	enum hugepage_mode hugepages;
 	enum lock_mode lock;
 	enum numa_mode numa;
+	enum evict_policy eviction;
 	char *sysfs_root; /* topology source; NULL for the real /sys */
 
 	/* [tenants] */

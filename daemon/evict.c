@@ -335,6 +335,25 @@ struct evict_entry *evict_victim_next(const struct evict *e, const struct evict_
 	return entry_of(x->node.prev);
 }
 
+struct evict_entry *evict_oldest(const struct evict *e)
+{
+	for (int q = 1; q >= 0; q--)
+		if (e->q[q].n)
+			return entry_of(e->q[q].head.prev);
+	return NULL;
+}
+
+struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_entry *x)
+{
+	int q = x->queue == EVICT_Q_SMALL ? 1 : 0;
+
+	if (!evict_entry_linked(x))
+		return NULL;
+	if (x->node.prev != &e->q[q].head)
+		return entry_of(x->node.prev);
+	return q == 1 && e->q[0].n ? entry_of(e->q[0].head.prev) : NULL;
+}
+
 void evict_evicted(struct evict *e, struct evict_entry *x)
 {
 	if (!evict_entry_linked(x))

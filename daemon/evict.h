@@ -153,6 +153,12 @@ struct evict_entry *evict_victim(struct evict *e);
  * a little further.  Approximate for S3-FIFO and SIEVE: the next entry of
  * x's queue toward the young end, NULL at its end. */
 struct evict_entry *evict_victim_next(const struct evict *e, const struct evict_entry *x);
+/* Every entry, oldest first, without changing anything: the small queue
+ * (S3-FIFO's, ARC's T1) from its old end, then the main one.  For a caller
+ * that looks for the coldest entries of some kind (dirty blocks to write
+ * back, clean ones to spill) rather than for the policy's one victim. */
+struct evict_entry *evict_oldest(const struct evict *e);
+struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_entry *x);
 /* Remove x because its block is dropped: S3-FIFO remembers its fingerprint
  * when it leaves from the small queue, ARC always.  Not for spills: a
  * spilled block keeps its entry and comes back to the queue it left. */

@@ -477,6 +477,7 @@ int manager_reload(struct manager *m)
 	RESTART(cur->hugepages == fresh.hugepages, "[pool] hugepages");
 	RESTART(cur->lock == fresh.lock, "[pool] lock");
 	RESTART(cur->numa == fresh.numa, "[pool] numa");
+	RESTART(cur->eviction == fresh.eviction, "[pool] eviction");
 	RESTART(str_eq(cur->sysfs_root, fresh.sysfs_root), "[pool] topology_root");
 	RESTART(tenant_sockets_equal(cur, &fresh), "[tenant.*] socket");
 	RESTART(cur->nvme_engine == fresh.nvme_engine, "[nvme] engine");

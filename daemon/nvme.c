@@ -280,10 +280,10 @@ static int on_kick(sd_event_source *src, void *userdata)
 		if (store_tenant_used(t) <= high && !(pool_high && t->dirty))
 			continue;
 		for (uint32_t c = 0; c < t->n_classes; c++) {
-			struct evict_lru *lru = &t->classes[c]->lru;
-			struct evict_node *node = evict_lru_victim(lru);
-			while (node && node != &lru->head && t->dirty > low && n->ops < limit) {
-				struct evict_node *prev = node->prev;
+			struct evict *lru = &t->classes[c]->lru;
+			struct evict_entry *node = evict_oldest(lru);
+			while (node && t->dirty > low && n->ops < limit) {
+				struct evict_entry *prev = evict_walk_next(lru, node);
 				struct block *b = (struct block *)((char *)node - offsetof(struct block, lru));
 				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !b->disk) {
 					int r = writeback_one(n, b);

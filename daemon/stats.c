@@ -99,13 +99,14 @@ static void emit_daemon(struct emitter *e, bool admin)
 	bool nvme = m->store.nvme != NULL;
 	if (nvme)
 		nvme_get_stats(m->store.nvme, &ns);
-	kvt_rec_begin(&e->b, "daemon", nvme ? 28 + 20 : 28);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 29 + 20 : 29);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->s->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
 	kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
 	kvt_rec_str(&e->b, "socket", m->config->socket_path);
 	kvt_rec_u64(&e->b, "capacity", m->pool.capacity);
+	kvt_rec_str(&e->b, "eviction", evict_policy_to_string(m->config->eviction));
 	kvt_rec_u64(&e->b, "allocated", m->pool.allocated);
 	kvt_rec_u64(&e->b, "used", used);
 	kvt_rec_u64(&e->b, "free", m->pool.capacity > used ? m->pool.capacity - used : 0);

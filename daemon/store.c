@@ -64,6 +64,7 @@ static void tenant_free(struct store *s, struct tenant *t)
 		for (uint32_t j = 0; j < c->n_extents; j++)
 			pool_extent_free(s->pool, c->extents[j]);
 		free(c->extents);
+		evict_done(&c->lru);
 		free(c);
 	}
 	free(t->classes);
@@ -157,7 +158,7 @@ struct ns *store_ns_get(struct tenant *t, uint32_t ns_id)
 	return t->nss[ns_id - 1];
 }
 
-static struct slot_class *class_get(struct tenant *t, uint64_t slot_bytes)
+static struct slot_class *class_get(struct store *s, struct tenant *t, uint64_t slot_bytes)
 {
 	for (uint32_t i = 0; i < t->n_classes; i++)
 		if (t->classes[i]->slot_bytes == slot_bytes)
@@ -168,7 +169,7 @@ static struct slot_class *class_get(struct tenant *t, uint64_t slot_bytes)
 		return NULL;
 	}
 	c->slot_bytes = slot_bytes;
-	evict_lru_init(&c->lru);
+	evict_init(&c->lru, s->config->eviction);
 	t->classes[t->n_classes++] = c;
 	return c;
 }
@@ -231,7 +232,7 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 		return -ENOMEM;
 	}
 	evict_lru_init(&ns->disk_lru);
-	ns->cls = class_get(t, geo.slot_bytes);
+	ns->cls = class_get(s, t, geo.slot_bytes);
 	if (!ns->cls) {
 		index_free(&ns->index);
 		free(ns);
@@ -268,7 +269,7 @@ static void block_unindex(struct block *b)
 		return;
 	index_remove(&ns->index, b);
 	b->indexed = false;
-	evict_lru_remove(&ns->cls->lru, &b->lru);
+	evict_remove(&ns->cls->lru, &b->lru);
 	if (b->state != BLOCK_RESIDENT)
 		ns->blocks_reserved--;
 	else if (b->extent && b->io != BLOCK_IO_READ)
@@ -376,8 +377,8 @@ void store_block_maybe_free(struct block *b)
 static void lru_maybe_insert(struct block *b)
 {
 	if (b->indexed && b->state == BLOCK_RESIDENT && b->extent && !b->handles &&
-	    b->io == BLOCK_IO_NONE && !evict_node_linked(&b->lru)) {
-		evict_lru_insert(&b->ns->cls->lru, &b->lru);
+	    b->io == BLOCK_IO_NONE && !evict_entry_linked(&b->lru)) {
+		evict_insert(&b->ns->cls->lru, &b->lru);
 		/* Write-back only finds dirty blocks on this list: one that
 		 * comes back to it (committed, released) may be waited for. */
 		if (!b->clean && b->ns->tenant->store && b->ns->tenant->store->nvme)
@@ -442,8 +443,8 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 	 * block (its copy is on NVMe) is worth looking a little way up the
 	 * list for: write-back keeps enough of them ahead of this. */
 	struct block *b = NULL, *clean = NULL;
-	struct evict_node *n = evict_lru_victim(&c->lru);
-	for (int i = 0; i < 256 && n && n != &c->lru.head && !clean; i++, n = n->prev) {
+	struct evict_entry *n = evict_victim(&c->lru);
+	for (int i = 0; i < 256 && n && !clean; i++, n = evict_walk_next(&c->lru, n)) {
 		struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
 		if (cb->io != BLOCK_IO_NONE || (stage && cb->staged))
 			continue;
@@ -466,6 +467,7 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 		b->ns->c.evictions++;
 		if (s->nvme)
 			b->ns->c.dirty_drops++;
+		evict_evicted(&c->lru, &b->lru); /* a policy may remember it */
 		block_unindex(b);
 		block_maybe_free(b);
 	}
@@ -602,7 +604,7 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 			st = KVT_STATE_HOST;
 			ns->c.hits++;
 			if (flags & KVT_LOOKUP_TOUCH)
-				evict_lru_touch(&ns->cls->lru, &b->lru);
+				evict_touch(&ns->cls->lru, &b->lru);
 		} else if (b) {
 			st = KVT_STATE_PENDING;
 			ns->c.pending++;
@@ -674,6 +676,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 				continue;
 			}
 			memcpy(b->key, key, KVT_KEY_SIZE);
+			memcpy(&b->lru.fp, key, sizeof(b->lru.fp)); /* keys are SHA-256 */
 			b->ns = ns;
 			b->extent = e;
 			b->slot = slot;
@@ -737,7 +740,7 @@ void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
 			continue;
 		}
 		/* Pinned: off the eviction list until the last lease goes. */
-		evict_lru_remove(&ns->cls->lru, &b->lru);
+		evict_remove(&ns->cls->lru, &b->lru);
 		ns->c.loads++;
 		ns->c.load_bytes += ns->geo.shard_bytes;
 		out->handle = h->id;
@@ -849,7 +852,7 @@ void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
 	for (uint32_t i = 0; i < n; i++) {
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
 		if (b && b->state == BLOCK_RESIDENT) {
-			evict_lru_touch(&ns->cls->lru, &b->lru); /* a no-op off the list */
+			evict_touch(&ns->cls->lru, &b->lru); /* a no-op off the list */
 			ret[i] = 0;
 		} else {
 			ret[i] = -ENOENT;
@@ -937,7 +940,7 @@ void store_block_spilled(struct store *s, struct block *b)
 {
 	struct ns *ns = b->ns;
 
-	evict_lru_remove(&ns->cls->lru, &b->lru);
+	evict_remove(&ns->cls->lru, &b->lru);
 	host_slot_release(b);
 	b->clean = false;
 	ns->blocks_resident--;
@@ -1047,6 +1050,7 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 	if (!b)
 		return -ENOMEM;
 	memcpy(b->key, key, KVT_KEY_SIZE);
+	memcpy(&b->lru.fp, key, sizeof(b->lru.fp));
 	b->ns = ns;
 	b->state = BLOCK_RESIDENT;
 	b->shards_committed = all_shards(ns);

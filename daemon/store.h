@@ -55,7 +55,7 @@ struct block {
 	uint64_t shards_reserved; /* shards with an open reservation */
 	uint64_t shards_committed;
 	uint32_t handles;         /* leases + reservations on this block */
-	struct evict_node lru;    /* linked while resident and unpinned */
+	struct evict_entry lru;   /* linked while resident and unpinned */
 	struct evict_node disk_lru; /* linked while it has an NVMe copy */
 };
 
@@ -85,7 +85,7 @@ struct slot_class {
 	uint64_t slot_bytes;
 	struct extent **extents;
 	uint32_t n_extents;
-	struct evict_lru lru;
+	struct evict lru; /* the configured policy, over its resident blocks */
 	uint64_t used_slots;
 };
 

@@ -418,6 +418,7 @@ static void test_errors(void)
 		{ "admin group unknown", "[daemon]\nlog_level = info\nadmin_groups = kvt-no-such-group\n",
 		  3, "no such group" },
 		{ "admin groups empty", "[daemon]\nadmin_groups = ,\n", 2, "admin_groups" },
+		{ "eviction clock", "[pool]\ncapacity = 1G\neviction = clock\n", 3, "s3fifo" },
 		{ "nvme_quota 1X", "[tenant.a]\nuids = 5\nnvme_quota = 1X\n", 3, "nvme_quota" },
 		{ "default_nvme_quota -3", "[tenants]\ndefault_nvme_quota = -3\n", 2,
 		  "default_nvme_quota" },
@@ -1175,7 +1176,7 @@ static void check_dump(int line, struct config *ap)
 	    a.capacity != b.capacity || a.extent_size != b.extent_size ||
 	    a.hugepages != b.hugepages || a.lock != b.lock ||
 	    a.default_quota != b.default_quota ||
-	    a.default_nvme_quota != b.default_nvme_quota ||
+	    a.default_nvme_quota != b.default_nvme_quota || a.eviction != b.eviction ||
 	    a.handshake_timeout_ms != b.handshake_timeout_ms ||
 	    a.n_admin_gids != b.n_admin_gids ||
 	    !has_ids(a.admin_gids, a.n_admin_gids, b.admin_gids, b.n_admin_gids) ||
@@ -1244,6 +1245,8 @@ static void test_dump(void)
 	check_dump_reload(__LINE__, "[pool]\ncapacity = 300000000\n");
 	/* The NUMA keys. */
 	check_dump_reload(__LINE__, "[pool]\nnuma = off\n");
+	check_dump_reload(__LINE__, "[pool]\neviction = s3fifo\n");
+	check_dump_reload(__LINE__, "[pool]\neviction = lru\n");
 	check_dump_reload(__LINE__, "[pool]\nnuma = auto\ntopology_root = /srv/topo\n");
 	/* Tenants: members by name come back as numbers; quotas that are not
 	 * whole MiB; a tenant with only a socket; every kind of key. */
