@@ -774,6 +774,29 @@ static void test_policy_random(enum evict_policy policy, unsigned ops, uint32_t 
 			break;
 		}
 		case 9: /* deleted: dropped without eviction */
+			if (rnd() % 4 == 0) {
+				/* The walk, oldest first: every linked entry once,
+				 * the small queue's before the main one's. */
+				unsigned seen = 0, linked = 0;
+				for (int i = 0; i < N_NODES; i++)
+					linked += m->linked[i];
+				for (struct evict_entry *w = evict_oldest(&e); w && seen <= linked;
+				     w = evict_walk_next(&e, w)) {
+					int want;
+					if (seen < m->n[1])
+						want = m->q[1][m->n[1] - 1 - seen];
+					else
+						want = m->q[0][m->n[0] - 1 - (seen - m->n[1])];
+					if (pid_of(w) != want) {
+						fprintf(stderr, "%s op %u: walk step %u is %d, model %d\n",
+							evict_policy_to_string(policy), op, seen, pid_of(w), want);
+						failures++;
+						goto out;
+					}
+					seen++;
+				}
+				CHECK(seen == linked);
+			}
 			evict_remove(&e, x);
 			m_remove(m, id);
 			if (!m->linked[id]) {
