@@ -264,12 +264,14 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		fprintf(stderr, "kvt-engine %s: cannot connect to kvtierd at %s: %s\n", name,
 			socket ? socket : kvt_default_socket(), strerror(-r));
+		engine_free(&e);
 		return 1;
 	}
 	r = open_ns(&e, salt);
 	if (r < 0) {
 		fprintf(stderr, "kvt-engine %s: cannot open namespace: %s (%s)\n", name,
 			strerror(-r), kvt_client_error(e.c));
+		engine_free(&e);
 		return 1;
 	}
 	kvt_ns_info info;
@@ -295,6 +297,7 @@ int main(int argc, char **argv)
 		uint64_t bad = 0, n = 0;
 		if (!f) {
 			perror("kvt-engine: --copy");
+			engine_free(&e);
 			return 1;
 		}
 		while (fscanf(f, "%u %" SCNu64 " %" SCNu64 " %" SCNu64 " %64s", &ext, &off,
@@ -307,6 +310,8 @@ int main(int argc, char **argv)
 			if (r < 0) {
 				fprintf(stderr, "kvt-engine %s: cannot map extent %u: %s\n", name, ext,
 					strerror(-r));
+				fclose(f);
+				engine_free(&e);
 				return 1;
 			}
 			bad += verify_shard(&e, key, p);
@@ -315,6 +320,8 @@ int main(int argc, char **argv)
 			if (r < 0 || st != 0) {
 				fprintf(stderr, "kvt-engine %s: release of handle %" PRIu64 " failed: %d/%d\n",
 					name, handle, r, st);
+				fclose(f);
+				engine_free(&e);
 				return 1;
 			}
 			n++;
@@ -337,6 +344,10 @@ int main(int argc, char **argv)
 		int hits = kvt_lookup(e.ns, e.keys, n_blocks, KVT_LOOKUP_TOUCH, states);
 		if (hits < 0) {
 			fprintf(stderr, "kvt-engine %s: lookup failed: %s\n", name, strerror(-hits));
+			free(states);
+			free(st);
+			free(pages);
+			engine_free(&e);
 			return 1;
 		}
 		/* Leading hits on NVMe are being staged into host memory: wait
