@@ -405,10 +405,9 @@ static struct extent *class_free_slot(struct slot_class *c, int node, uint32_t *
  */
 /*
  * A slot of class c: a free one, a new extent's, or an evicted block's.
- * Staging (restore) does not take the slot of a block staged for a lookup
- * that has not leased it yet: restores for one request would evict each
- * other in turn.  -EAGAIN when only such blocks are left: the block stays
- * on NVMe for now.
+ * Staging (restore) takes the slot of a block staged for a lookup that has
+ * not leased it yet only when nothing else can go: restores for one
+ * request would otherwise evict each other in turn.
  */
 static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
 		       bool stage, struct extent **ret_e, uint32_t *ret_slot)
@@ -439,15 +438,21 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 		goto got;
 
 	/* The least recently used block that can go now: not being written
-	 * back, and for staging not a staged one.  With an NVMe tier a clean
-	 * block (its copy is on NVMe) is worth looking a little way up the
-	 * list for: write-back keeps enough of them ahead of this. */
-	struct block *b = NULL, *clean = NULL;
+	 * back, and for staging not a staged one if another will do.  With an
+	 * NVMe tier a clean block (its copy is on NVMe) is worth looking a
+	 * little way up the list for: write-back keeps enough of them ahead
+	 * of this. */
+	struct block *b = NULL, *clean = NULL, *staged = NULL;
 	struct evict_entry *n = evict_victim(&c->lru);
 	for (int i = 0; i < 256 && n && !clean; i++, n = evict_walk_next(&c->lru, n)) {
 		struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
-		if (cb->io != BLOCK_IO_NONE || (stage && cb->staged))
+		if (cb->io != BLOCK_IO_NONE)
 			continue;
+		if (stage && cb->staged) {
+			if (!staged)
+				staged = cb;
+			continue;
+		}
 		if (!b)
 			b = cb;
 		if (!s->nvme)
@@ -458,7 +463,9 @@ static int class_alloc(struct store *s, struct tenant *t, struct slot_class *c, 
 	if (clean)
 		b = clean;
 	if (!b)
-		return stage ? -EAGAIN : -ENOSPC;
+		b = staged;
+	if (!b)
+		return -ENOSPC;
 	struct extent *e = b->extent;
 	uint32_t slot = b->slot;
 	if (s->nvme && b->clean && b->disk && !spill_region_failed(b->disk)) {
