@@ -62,15 +62,6 @@ def size_key(b):
     return "%dm" % (b >> 20) if b >= 1 << 20 and b % (1 << 20) == 0 else "%dk" % (b >> 10)
 
 
-def count_name(n):
-    e = 0
-    v = n
-    while v >= 10 and v % 10 == 0:
-        v //= 10
-        e += 1
-    return "10^%d" % e if v == 1 and e else str(n)
-
-
 def count_md(n):
     e = 0
     v = n
@@ -111,11 +102,24 @@ class Plots:
     def link(self, name, alt):
         return "![%s](%s.png)\n" % (alt, name) if name + ".png" in self.made else ""
 
+    def ratio_bars(self, name, data, title, style, ylabel, colour, alt):
+        """A bar a row of data (index, label, ..., ratio, min, max in columns 1, 2, 5, 6, 7)
+        against a dashed line at 1; the markdown link to the plot."""
+        self.write(
+            name,
+            data,
+            "set title '%s'\n%s"
+            "set style fill solid 0.6\nset boxwidth 0.6\nset ylabel '%s'\nset yrange [0:*]\n"
+            "set xtics rotate by -25 left\nset key off\nset bmargin 7\n"
+            "plot '%s.dat' using 1:5 with boxes lc '%s', "
+            "'' using 1:5:6:7:xtic(2) with yerrorbars lc 'black' pt 0, 1 with lines dt 2 lc 'gray'\n"
+            % (title, style, ylabel, name, colour),
+        )
+        return self.link(name, alt)
 
-def host_section(h, why, P):
-    out = ["### Host tier: kvtier and Redis against memcpy\n"]
-    if not h:
-        return out + ["Not measured (%s).\n" % why]
+
+def host_section(h, P):
+    out = []
     sizes = h.get("block_sizes", [])
     redis = "redis_version" in h
     out.append(
@@ -172,10 +176,8 @@ def host_section(h, why, P):
     return out
 
 
-def control_section(h, why, P):
-    out = ["### Control plane: round trips against a bare AF_UNIX ping-pong\n"]
-    if not h:
-        return out + ["Not measured (%s).\n" % why]
+def control_section(h, P):
+    out = []
     out.append(
         "The limit is a 24-byte write/read ping-pong with a forked echo process over a "
         "`socketpair`, in the same pair. Processes are pinned: everything on one CPU, then the "
@@ -207,24 +209,15 @@ def control_section(h, why, P):
         out.append("| %s | %.2f | %.2f | %.1f | %.0f %% |" % (pname, o["hit_keys_s"] / 1e6, o["miss_keys_s"] / 1e6,
                                                            o["hit_us"], 100 * o["hit_bare_fraction"]))
     out.append("")
-    P.write(
-        "control-plane",
-        data,
-        "set title 'Control plane: kvtier round trip / bare socket round trip (median, min..max)'\n"
-        "set style data histogram\nset style fill solid 0.6\nset boxwidth 0.6\n"
-        "set ylabel 'ratio to the bare round trip'\nset yrange [0:*]\nset xtics rotate by -25 left\n"
-        "set key off\nset bmargin 7\n"
-        "plot 'control-plane.dat' using 1:5 with boxes lc 'steelblue', "
-        "'' using 1:5:6:7:xtic(2) with yerrorbars lc 'black' pt 0, 1 with lines dt 2 lc 'gray'\n",
-    )
-    out.append(P.link("control-plane", "control round trips against the bare socket"))
+    out.append(P.ratio_bars("control-plane", data,
+                            "Control plane: kvtier round trip / bare socket round trip (median, min..max)",
+                            "set style data histogram\n", "ratio to the bare round trip", "steelblue",
+                            "control round trips against the bare socket"))
     return out
 
 
-def nvme_section(n, why, P):
-    out = ["### NVMe tier: spill and restore against fio\n"]
-    if not n:
-        return out + ["Not measured (%s).\n" % why]
+def nvme_section(n, P):
+    out = []
     out.append(
         "Sets of %d MiB (%d blocks of %d MiB), %d pairs, queue depth %d, on %s (`%s`); fio with "
         "the same engine settings (io_uring, O_DIRECT, 2 MiB, registered buffers and files: %s) "
@@ -249,23 +242,14 @@ def nvme_section(n, why, P):
                                                          o["ratio_min"], o["ratio_max"])
         i += 1
     out.append("")
-    P.write(
-        "nvme-tier",
-        data,
-        "set title 'NVMe tier: kvtier / fio with the same engine settings (median, min..max)'\n"
-        "set style fill solid 0.6\nset boxwidth 0.6\nset ylabel 'ratio to fio'\nset yrange [0:*]\n"
-        "set xtics rotate by -25 left\nset key off\nset bmargin 7\n"
-        "plot 'nvme-tier.dat' using 1:5 with boxes lc 'seagreen', "
-        "'' using 1:5:6:7:xtic(2) with yerrorbars lc 'black' pt 0, 1 with lines dt 2 lc 'gray'\n",
-    )
-    out.append(P.link("nvme-tier", "spill and restore against fio"))
+    out.append(P.ratio_bars("nvme-tier", data,
+                            "NVMe tier: kvtier / fio with the same engine settings (median, min..max)",
+                            "", "ratio to fio", "seagreen", "spill and restore against fio"))
     return out
 
 
-def scale_section(s, why, P):
-    out = ["### Scale: the index and recovery\n"]
-    if not s:
-        return out + ["Not measured (%s).\n" % why]
+def scale_section(s, P):
+    out = []
     ix = s["index"]
     pts = ix["points"]
     if pts:
@@ -405,9 +389,15 @@ def main():
         out.append("Software: %s.\n" % versions)
     if timing:
         out.append("Run time: " + "; ".join(timing) + ".\n")
-    for part in (host_section(host, hwhy, P), control_section(host, hwhy, P), nvme_section(nvme, nwhy, P),
-                 scale_section(scale, swhy, P)):
-        out += part
+    parts = (
+        ("Host tier: kvtier and Redis against memcpy", host_section, host, hwhy),
+        ("Control plane: round trips against a bare AF_UNIX ping-pong", control_section, host, hwhy),
+        ("NVMe tier: spill and restore against fio", nvme_section, nvme, nwhy),
+        ("Scale: the index and recovery", scale_section, scale, swhy),
+    )
+    for title, section, results, why in parts:
+        out.append("### %s\n" % title)
+        out += section(results, P) if results else ["Not measured (%s).\n" % why]
         out.append("")
     if not P.gnuplot:
         out.append("(No plots: gnuplot is not installed; the `.gp` scripts and `.dat` files are in the results directory.)\n")

@@ -24,9 +24,7 @@
  * fails only when something does not work (or moves wrong bytes), never
  * because a figure misses its target.
  */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <sched.h>
 #include <signal.h>
@@ -37,11 +35,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifdef BENCH_HAVE_HIREDIS
@@ -68,6 +63,7 @@
 #define LOOKUP_KEYS 1024
 #define CHUNKS 20 /* alternations within one pair of timing samples */
 #define MAX_SIZES 8
+#define START_LIMIT_NS 10000000000ull /* kvtierd listening */
 
 static struct {
 	unsigned pairs;
@@ -91,76 +87,23 @@ static struct {
 
 /* ---- failing and cleaning up ---------------------------------------- */
 
-struct daemon {
-	pid_t pid;
-	char dir[64];
-	char socket[108]; /* sun_path */
-	char config[128];
-	char log[128];
-};
+const char bench_name[] = "bench-host";
 
-static struct daemon daemon_state;
+static struct bench_daemon daemon_state;
 static pid_t echo_pid = -1;
-
-static void daemon_cleanup(struct daemon *d)
-{
-	char path[512];
-
-	if (!d->dir[0])
-		return;
-	DIR *dir = opendir(d->dir);
-	if (dir) {
-		struct dirent *e;
-		while ((e = readdir(dir)))
-			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-				snprintf(path, sizeof(path), "%s/%s", d->dir, e->d_name);
-				unlink(path);
-			}
-		closedir(dir);
-	}
-	rmdir(d->dir);
-	d->dir[0] = 0;
-}
-
-static void log_tail(const struct daemon *d)
-{
-	char line[512];
-	FILE *f = fopen(d->log, "re");
-	if (!f)
-		return;
-	fprintf(stderr, "--- kvtierd log (%s) ---\n", d->log);
-	while (fgets(line, sizeof(line), f))
-		fputs(line, stderr);
-	fclose(f);
-}
-
-static void stop_children(void)
-{
-	if (echo_pid > 0) {
-		kill(echo_pid, SIGKILL);
-		waitpid(echo_pid, NULL, 0);
-		echo_pid = -1;
-	}
-	if (daemon_state.pid > 0) {
-		kill(daemon_state.pid, SIGKILL);
-		waitpid(daemon_state.pid, NULL, 0);
-		daemon_state.pid = 0;
-	}
-}
-
 
 _Noreturn void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "bench-host: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
+	bench_vsay(fmt, ap);
 	va_end(ap);
-	if (daemon_state.pid > 0)
-		log_tail(&daemon_state);
-	stop_children();
-	daemon_cleanup(&daemon_state);
+	if (echo_pid > 0) {
+		kill(echo_pid, SIGKILL);
+		waitpid(echo_pid, NULL, 0);
+		echo_pid = -1;
+	}
+	bench_daemon_abort(&daemon_state);
 	exit(1);
 }
 
@@ -170,16 +113,8 @@ static void on_signal(int sig)
 	 * the private directory's known files go with them. */
 	if (echo_pid > 0)
 		kill(echo_pid, SIGKILL);
-	if (daemon_state.pid > 0) {
-		kill(daemon_state.pid, SIGKILL);
-		waitpid(daemon_state.pid, NULL, 0);
-	}
-	if (daemon_state.dir[0]) {
-		unlink(daemon_state.socket);
-		unlink(daemon_state.config);
-		unlink(daemon_state.log);
-		rmdir(daemon_state.dir);
-	}
+	bench_daemon_kill(&daemon_state);
+	bench_daemon_unlink(&daemon_state);
 	_exit(128 + sig);
 }
 
@@ -196,103 +131,20 @@ static void make_keys(uint8_t *keys, size_t n, uint64_t *counter)
 	}
 }
 
-static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void progress(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "bench-host: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-}
-
 /* ---- the daemon ------------------------------------------------------ */
 
-static void daemon_start(struct daemon *d, const char *kvtierd)
+static void daemon_start(void)
 {
-	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-bench-XXXXXX");
-	if (!mkdtemp(d->dir)) {
-		d->dir[0] = 0;
-		die("mkdtemp: %s", strerror(errno));
-	}
-	snprintf(d->socket, sizeof(d->socket), "%s/kvtierd.sock", d->dir);
-	snprintf(d->config, sizeof(d->config), "%s/kvtierd.conf", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/kvtierd.log", d->dir);
-
+	int r = bench_daemon_mkdir(&daemon_state, "/tmp", "kvt-bench");
+	if (r < 0)
+		die("mkdtemp: %s", strerror(-r));
 	/* One slot class per block size and one of 32 KiB for lookups, one
 	 * 256 MiB extent each: nothing is ever evicted. */
-	FILE *f = fopen(d->config, "we");
-	if (!f)
-		die("cannot write %s: %s", d->config, strerror(errno));
-	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\n"
-		   "[pool]\ncapacity = %uM\nextent_size = 256M\n"
-		   "[limits]\nkeys_per_request = 4096\n",
-		d->socket, d->dir, 256 * (opt.n_sizes + 1));
-	fclose(f);
-
-	d->pid = fork();
-	if (d->pid < 0)
-		die("fork: %s", strerror(errno));
-	if (d->pid == 0) {
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGHUP, SIG_DFL);
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(kvtierd, "kvtierd", "--config", d->config, (char *)NULL);
-		fprintf(stderr, "cannot execute %s: %s\n", kvtierd, strerror(errno));
-		_exit(127);
-	}
-	for (int i = 0; i < 1000; i++) {
-		if (try_connect(d->socket) == 0)
-			return;
-		if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
-			d->pid = 0;
-			die("kvtierd (%s) exited before listening", kvtierd);
-		}
-		usleep(10000);
-	}
-	die("kvtierd did not listen on %s within 10 s", d->socket);
-}
-
-static void daemon_stop(struct daemon *d)
-{
-	int status;
-
-	if (d->pid <= 0)
-		return;
-	kill(d->pid, SIGTERM);
-	if (waitpid(d->pid, &status, 0) != d->pid)
-		die("waitpid kvtierd: %s", strerror(errno));
-	d->pid = 0;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		fprintf(stderr, "bench-host: kvtierd exited with status %d\n", status);
-}
-
-/* The pool line of the daemon's log: page size and locking as it found them. */
-static void daemon_pool_line(const struct daemon *d, char *out, size_t size)
-{
-	char line[1024];
-	FILE *f = fopen(d->log, "re");
-
-	snprintf(out, size, "(not reported)");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *p = strstr(line, "Host pool: ");
-		if (!p)
-			continue;
-		p += strlen("Host pool: ");
-		p[strcspn(p, "\n")] = 0;
-		snprintf(out, size, "%s", p);
-		break;
-	}
-	fclose(f);
+	bench_daemon_config(&daemon_state,
+			    "[pool]\ncapacity = %uM\nextent_size = 256M\n"
+			    "[limits]\nkeys_per_request = 4096\n",
+			    256 * (opt.n_sizes + 1));
+	bench_daemon_start(&daemon_state, START_LIMIT_NS);
 }
 
 /* ---- the bare socket ------------------------------------------------- */
@@ -379,60 +231,7 @@ static uint64_t bare_rtts(int fd, unsigned iters)
 	return now_ns() - t0;
 }
 
-static uint64_t api_pings(kvt_client *c, unsigned iters)
-{
-	uint64_t t0 = now_ns();
-	for (unsigned i = 0; i < iters; i++) {
-		int r = kvt_client_ping(c);
-		if (r < 0)
-			die("kvt_client_ping: %s", strerror(-r));
-	}
-	return now_ns() - t0;
-}
-
 /* ---- namespaces ------------------------------------------------------ */
-
-/*
- * shard_bytes = n_layers * planes * kv_heads * head_bytes * block_tokens
- * with one tensor-parallel rank, so one shard is the whole block.
- */
-static kvt_ns *open_ns(kvt_client *c, const char *model, uint32_t n_layers,
-		       uint32_t kv_heads, uint32_t head_bytes, uint64_t want_bytes)
-{
-	kvt_layer_group g = {
-		.n_layers = n_layers,
-		.attn = KVT_ATTN_MHA,
-		.planes = 2,
-		.kv_heads = kv_heads,
-		.head_bytes = head_bytes,
-		.dtype = 1,
-	};
-	static const uint8_t weights[16] = "bench-weights";
-	kvt_ns_desc desc = {
-		.model = model,
-		.weights = weights,
-		.weights_len = sizeof(weights),
-		.layer_end = n_layers,
-		.tp_size = 1,
-		.cp_size = 1,
-		.block_tokens = 16,
-		.n_groups = 1,
-		.groups = &g,
-	};
-	kvt_ns *ns = NULL;
-	kvt_ns_info info;
-	int r = kvt_ns_open(c, &desc, &ns);
-	if (r < 0)
-		die("kvt_ns_open %s: %s (%s)", model, strerror(-r), kvt_client_error(c));
-	r = kvt_ns_get_info(ns, &info);
-	if (r < 0)
-		die("kvt_ns_get_info: %s", strerror(-r));
-	if (info.shard_bytes != want_bytes || info.shards != 1)
-		die("namespace %s: %llu bytes in %u shard(s), expected %llu in 1", model,
-		    (unsigned long long)info.shard_bytes, info.shards,
-		    (unsigned long long)want_bytes);
-	return ns;
-}
 
 /*
  * A namespace whose block is `block` bytes: K and V of 256-byte heads
@@ -448,7 +247,7 @@ static kvt_ns *open_ns_for_block(kvt_client *c, uint64_t block)
 	char model[32];
 
 	snprintf(model, sizeof(model), "bench-%lluk", (unsigned long long)(block >> 10));
-	return open_ns(c, model, layers, (uint32_t)(units / layers), 256, block);
+	return bench_ns_open(c, model, layers, (uint32_t)(units / layers), 256, block);
 }
 
 /* "64 KiB", "2 MiB": a block size for people. */
@@ -831,12 +630,12 @@ static void rtt_run(kvt_client *c, int echo_fd, int placement, struct rtt_result
 {
 	unsigned chunk = opt.ping_iters / CHUNKS ? opt.ping_iters / CHUNKS : 1;
 
-	api_pings(c, 1000);
+	bench_pings(c, 1000);
 	bare_rtts(echo_fd, 1000);
 	for (unsigned p = 0; p < opt.pairs; p++) {
 		uint64_t a = 0, b = 0;
 		for (unsigned k = 0; k < CHUNKS; k++) {
-			a += api_pings(c, chunk);
+			a += bench_pings(c, chunk);
 			b += bare_rtts(echo_fd, chunk);
 		}
 		res->api_us[p] = (double)a / (chunk * CHUNKS) / 1000.0;
@@ -1014,9 +813,23 @@ struct results {
 	char redis_version[32];
 };
 
+static struct results R;
+
 #define ROW "%-34s %-20s %-26s %-22s %s\n"
 
-static void print_table(const struct results *R, FILE *out)
+/* A row of a round trip (or two) against the bare socket's in limit. */
+static void rtt_row(FILE *out, const char *name, const double *us, const char *limit,
+		    const double *ratio)
+{
+	unsigned n = opt.pairs;
+	char a[40], r[48], t[40];
+	snprintf(a, sizeof(a), "%.2f us", median(us, n));
+	ratio_range(ratio, n, r, sizeof(r));
+	snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(median(ratio, n) <= TARGET_RTT));
+	fprintf(out, ROW, name, a, limit, r, t);
+}
+
+static void print_table(FILE *out)
 {
 	unsigned n = opt.pairs;
 	struct utsname u;
@@ -1025,21 +838,20 @@ static void print_table(const struct results *R, FILE *out)
 	fprintf(out, "\nkvtier host tier: %u pairs, contenders alternating; ratio = median of the pairwise ratios [min..max]; absolute figures are medians\n",
 		n);
 	fprintf(out, "machine: %s %s, %ld CPUs; pool: %s\n\n", u.sysname, u.release,
-		sysconf(_SC_NPROCESSORS_ONLN), R->pool);
+		sysconf(_SC_NPROCESSORS_ONLN), R.pool);
 	if (opt.redis)
 		fprintf(out, "peer: Redis %s on a Unix socket (%s), hiredis %s, pipelined SET/GET\n\n",
-			R->redis_version, opt.redis, HIREDIS_VERSION);
+			R.redis_version, opt.redis, HIREDIS_VERSION);
 	fprintf(out, ROW, "", "kvtier", "limit (same run)", "ratio", "target");
 	for (unsigned i = 0; i < opt.n_sizes; i++) {
-		const struct copy_result *cs = &R->copy[i];
+		const struct copy_result *cs = &R.copy[i];
 		char name[64], sz[24], a[40], l[40], r[48], t[40];
 		double ratio = median(cs->ratio, n);
 		snprintf(name, sizeof(name), "store+load, %s blocks",
 			 size_name(opt.sizes[i], sz, sizeof(sz)));
 		snprintf(a, sizeof(a), "%.2f GB/s", median(cs->api_gbs, n));
 		snprintf(l, sizeof(l), "%.2f GB/s memcpy", median(cs->cpy_gbs, n));
-		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(cs->ratio, n),
-			 vmax(cs->ratio, n));
+		ratio_range(cs->ratio, n, r, sizeof(r));
 		if (opt.sizes[i] == 2 * MIB)
 			snprintf(t, sizeof(t), ">= %.2fx: %s", TARGET_COPY_2M,
 				 verdict(ratio >= TARGET_COPY_2M));
@@ -1054,8 +866,7 @@ static void print_table(const struct results *R, FILE *out)
 		if (!opt.redis)
 			continue;
 		snprintf(a, sizeof(a), "%.2f GB/s", median(cs->rds_gbs, n));
-		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", median(cs->rds_ratio, n),
-			 vmin(cs->rds_ratio, n), vmax(cs->rds_ratio, n));
+		ratio_range(cs->rds_ratio, n, r, sizeof(r));
 		snprintf(t, sizeof(t), "kvtier %.2fx Redis", median(cs->api_rds_ratio, n));
 		fprintf(out, ROW, "  Redis SET+GET", a, "memcpy, as above", r, t);
 		snprintf(a, sizeof(a), "st %.2f / ld %.2f", median(cs->rds_store, n),
@@ -1065,46 +876,31 @@ static void print_table(const struct results *R, FILE *out)
 		fprintf(out, ROW, "", a, "", "", r);
 	}
 	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
-		const struct rtt_result *rt = &R->rtt[pl];
-		char name[48], a[40], l[40], r[48], t[40];
+		const struct rtt_result *rt = &R.rtt[pl];
+		char name[48], l[40];
 		snprintf(name, sizeof(name), "round trip (ping), %s", placement_name[pl]);
-		if (!R->placed[pl]) {
+		if (!R.placed[pl]) {
 			fprintf(out, ROW, name, "n/a", "(one CPU only)", "", "");
 			continue;
 		}
-		double ratio = median(rt->ratio, n);
-		snprintf(a, sizeof(a), "%.2f us", median(rt->api_us, n));
 		snprintf(l, sizeof(l), "%.2f us bare socket", median(rt->bare_us, n));
-		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(rt->ratio, n),
-			 vmax(rt->ratio, n));
-		snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(ratio <= TARGET_RTT));
-		fprintf(out, ROW, name, a, l, r, t);
+		rtt_row(out, name, rt->api_us, l, rt->ratio);
 	}
 	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
-		const struct op_result *o = &R->op[pl];
-		char name[64], a[40], l[40], r[48], t[40];
-		if (!R->placed[pl])
+		const struct op_result *o = &R.op[pl];
+		char name[64], l[40];
+		if (!R.placed[pl])
 			continue;
-		double ratio = median(o->lookup_ratio, n);
 		snprintf(name, sizeof(name), "lookup 1 key, %s", placement_name[pl]);
-		snprintf(a, sizeof(a), "%.2f us", median(o->lookup_us, n));
 		snprintf(l, sizeof(l), "%.2f us bare socket", median(o->bare_us, n));
-		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(o->lookup_ratio, n),
-			 vmax(o->lookup_ratio, n));
-		snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(ratio <= TARGET_RTT));
-		fprintf(out, ROW, name, a, l, r, t);
-		ratio = median(o->acquire_ratio, n);
+		rtt_row(out, name, o->lookup_us, l, o->lookup_ratio);
 		snprintf(name, sizeof(name), "acquire+release, %s", placement_name[pl]);
-		snprintf(a, sizeof(a), "%.2f us", median(o->acquire_us, n));
 		snprintf(l, sizeof(l), "2 x %.2f us bare", median(o->bare_us, n));
-		snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(o->acquire_ratio, n),
-			 vmax(o->acquire_ratio, n));
-		snprintf(t, sizeof(t), "<= %.2fx: %s", TARGET_RTT, verdict(ratio <= TARGET_RTT));
-		fprintf(out, ROW, name, a, l, r, t);
+		rtt_row(out, name, o->acquire_us, l, o->acquire_ratio);
 	}
 	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
-		const struct lookup_result *lk = &R->lookup[pl];
-		if (!R->placed[pl])
+		const struct lookup_result *lk = &R.lookup[pl];
+		if (!R.placed[pl])
 			continue;
 		for (int miss = 0; miss < 2; miss++) {
 			const double *ks = miss ? lk->miss_keys_s : lk->hit_keys_s;
@@ -1124,7 +920,7 @@ static void print_table(const struct results *R, FILE *out)
 	}
 }
 
-static void print_json(const struct results *R)
+static void print_json(void)
 {
 	unsigned n = opt.pairs;
 	struct utsname u;
@@ -1134,18 +930,18 @@ static void print_json(const struct results *R)
 	json_string(u.release);
 	printf(",\"cpus\":%ld,\"pairs\":%u,\"rounds\":%u,\"round_bytes\":%llu,\"pool\":",
 	       sysconf(_SC_NPROCESSORS_ONLN), n, opt.rounds, (unsigned long long)opt.round_bytes);
-	json_string(R->pool);
+	json_string(R.pool);
 	printf(",\"block_sizes\":[");
 	for (unsigned i = 0; i < opt.n_sizes; i++)
 		printf("%s%llu", i ? "," : "", (unsigned long long)opt.sizes[i]);
 	printf("]");
 	if (opt.redis) {
 		printf(",\"redis_version\":");
-		json_string(R->redis_version);
+		json_string(R.redis_version);
 		printf(",\"hiredis_version\":\"%s\"", HIREDIS_VERSION);
 	}
 	for (unsigned i = 0; i < opt.n_sizes; i++) {
-		const struct copy_result *cs = &R->copy[i];
+		const struct copy_result *cs = &R.copy[i];
 		char key[24];
 		printf(",\"copy_%s\":{\"block_bytes\":%llu,\"ratio\":%.4f,\"ratio_min\":%.4f,"
 		       "\"ratio_max\":%.4f,\"kvtier_gbs\":%.3f,\"memcpy_gbs\":%.3f,"
@@ -1170,16 +966,16 @@ static void print_json(const struct results *R)
 		printf("}");
 	}
 	for (int pl = 0; pl < N_PLACEMENTS; pl++) {
-		const struct rtt_result *rt = &R->rtt[pl];
-		const struct lookup_result *lk = &R->lookup[pl];
-		if (!R->placed[pl])
+		const struct rtt_result *rt = &R.rtt[pl];
+		const struct lookup_result *lk = &R.lookup[pl];
+		if (!R.placed[pl])
 			continue;
 		printf(",\"rtt_%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,"
 		       "\"kvtier_us\":%.3f,\"bare_us\":%.3f,\"target_max_ratio\":%.1f}",
 		       placement_key[pl], median(rt->ratio, n), vmin(rt->ratio, n),
 		       vmax(rt->ratio, n), median(rt->api_us, n), median(rt->bare_us, n),
 		       TARGET_RTT);
-		const struct op_result *o = &R->op[pl];
+		const struct op_result *o = &R.op[pl];
 		printf(",\"lookup1_%s\":{\"ratio\":%.4f,\"ratio_min\":%.4f,\"ratio_max\":%.4f,"
 		       "\"kvtier_us\":%.3f,\"bare_us\":%.3f,\"target_max_ratio\":%.1f}",
 		       placement_key[pl], median(o->lookup_ratio, n), vmin(o->lookup_ratio, n),
@@ -1240,19 +1036,6 @@ static void help(void)
 	       opt.ping_iters, opt.lookup_iters);
 }
 
-static unsigned parse_uint(const char *s, unsigned lo, unsigned hi, const char *what)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
-		fprintf(stderr, "bench-host: %s must be a whole number in %u..%u, not '%s'\n", what,
-			lo, hi, s);
-		exit(2);
-	}
-	return (unsigned)v;
-}
-
 /* "64,256,2048" (KiB): sizes that open_ns_for_block() can give a shape. */
 static void parse_sizes(const char *list)
 {
@@ -1265,7 +1048,7 @@ static void parse_sizes(const char *list)
 			fprintf(stderr, "bench-host: --sizes: at most %d sizes\n", MAX_SIZES);
 			exit(2);
 		}
-		uint64_t kib = parse_uint(t, 8, 65536, "a block size (KiB)");
+		uint64_t kib = (unsigned)parse_u64(t, 8, 65536, "a block size (KiB)");
 		uint64_t units = kib / 8;
 		if (kib % 8 || (units > 32 && units % 32)) {
 			fprintf(stderr, "bench-host: --sizes: %llu KiB is not 8 KiB times 1..32, or 256 KiB times a whole number\n",
@@ -1298,9 +1081,9 @@ int main(int argc, char **argv)
 
 	while ((ch = getopt_long(argc, argv, "p:m:r:s:jh", opts, NULL)) >= 0) {
 		switch (ch) {
-		case 'p': opt.pairs = parse_uint(optarg, 5, MAX_PAIRS, "--pairs"); break;
-		case 'm': opt.round_bytes = parse_uint(optarg, 2, 256, "--mib") * MIB; break;
-		case 'r': opt.rounds = parse_uint(optarg, 1, 100, "--rounds"); break;
+		case 'p': opt.pairs = (unsigned)parse_u64(optarg, 5, MAX_PAIRS, "--pairs"); break;
+		case 'm': opt.round_bytes = (unsigned)parse_u64(optarg, 2, 256, "--mib") * MIB; break;
+		case 'r': opt.rounds = (unsigned)parse_u64(optarg, 1, 100, "--rounds"); break;
 		case 's': parse_sizes(optarg); break;
 		case 'R':
 #ifndef BENCH_HAVE_HIREDIS
@@ -1309,56 +1092,35 @@ int main(int argc, char **argv)
 #endif
 			opt.redis = optarg;
 			break;
-		case 'P': opt.ping_iters = parse_uint(optarg, CHUNKS, 100000000, "--pings"); break;
-		case 'B': opt.lookup_iters = parse_uint(optarg, CHUNKS, 100000000, "--batches"); break;
+		case 'P': opt.ping_iters = (unsigned)parse_u64(optarg, CHUNKS, 100000000, "--pings"); break;
+		case 'B': opt.lookup_iters = (unsigned)parse_u64(optarg, CHUNKS, 100000000, "--batches"); break;
 		case 'j': opt.json = true; break;
 		case 'h': help(); return 0;
-		default:
-			fprintf(stderr, "Try 'bench-host --help'.\n");
-			return 2;
+		default: return bench_try_help();
 		}
-	}
-	if (argc - optind > 1) {
-		fprintf(stderr, "bench-host: one daemon path at most; try 'bench-host --help'.\n");
-		return 2;
 	}
 	for (unsigned i = 0; i < opt.n_sizes; i++)
 		if (opt.round_bytes % opt.sizes[i]) {
 			fprintf(stderr, "bench-host: --mib must be a multiple of every block size\n");
 			return 2;
 		}
-	const char *kvtierd = optind < argc ? argv[optind] : getenv("KVTIERD");
-	if (!kvtierd || !*kvtierd)
-		kvtierd = "kvtierd";
-	if (strchr(kvtierd, '/') && access(kvtierd, X_OK) < 0) {
-		printf("bench-host: skipped: cannot execute %s: %s\n", kvtierd, strerror(errno));
-		return 77;
-	}
+	daemon_state.kvtierd = bench_kvtierd(argc, argv);
 
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	bench_catch_signals(on_signal);
 	cpus_probe();
 
-	static struct results R;
-
 	/* Both children before any large buffer (see echo_start). */
-	daemon_start(&daemon_state, kvtierd);
+	daemon_start();
 	int echo_fd = echo_start();
-	daemon_pool_line(&daemon_state, R.pool, sizeof(R.pool));
+	bench_daemon_log_find(&daemon_state, "Host pool: ", NULL, R.pool, sizeof(R.pool));
 	progress("kvtierd pid %d in %s; pool: %s", (int)daemon_state.pid, daemon_state.dir,
 		 R.pool);
 
-	kvt_client *c = NULL;
-	int r = kvt_client_connect(daemon_state.socket, "bench-host", &c);
-	if (r < 0)
-		die("kvt_client_connect %s: %s", daemon_state.socket, strerror(-r));
+	kvt_client *c = bench_daemon_connect(&daemon_state);
 	kvt_ns *nss[MAX_SIZES];
 	for (unsigned i = 0; i < opt.n_sizes; i++)
 		nss[i] = open_ns_for_block(c, opt.sizes[i]);
-	kvt_ns *nslk = open_ns(c, "bench-lookup", 4, 2, 128, 32 * 1024);
+	kvt_ns *nslk = bench_ns_open(c, "bench-lookup", 4, 2, 128, 32 * 1024);
 #ifdef BENCH_HAVE_HIREDIS
 	if (opt.redis) {
 		redis_connect(opt.redis);
@@ -1415,17 +1177,12 @@ int main(int argc, char **argv)
 #endif
 	kvt_client_free(c);
 	echo_stop(echo_fd);
-	daemon_stop(&daemon_state);
-	daemon_cleanup(&daemon_state);
+	bench_daemon_stop(&daemon_state);
+	bench_daemon_remove(&daemon_state);
 	munmap(src, opt.round_bytes);
 	munmap(mid, opt.round_bytes);
 	munmap(dst, opt.round_bytes);
 
-	if (opt.json) {
-		print_table(&R, stderr);
-		print_json(&R);
-	} else {
-		print_table(&R, stdout);
-	}
+	bench_print(opt.json, print_table, print_json);
 	return 0;
 }

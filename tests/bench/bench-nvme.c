@@ -53,11 +53,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <sys/utsname.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -93,6 +91,7 @@
 #define POLL_NS 1000000ull             /* stats and lookup polling: 1 ms */
 #define ENGINE_POLL_NS 5000000ull      /* kvt-engine's DISK retry: 5 ms */
 #define WAIT_LIMIT_NS 120000000000ull  /* a write-back or staging this slow is broken */
+#define START_LIMIT_NS 30000000000ull  /* kvtierd listening */
 #define STAMP_BYTES 16
 
 enum { ENG_URING, ENG_THREADS, N_ENGINES };
@@ -120,79 +119,29 @@ static struct {
 
 /* ---- failing and cleaning up ---------------------------------------- */
 
-struct files {
-	char dir[128];
-	char socket[108]; /* sun_path */
-	char config[160];
-	char log[160];
+const char bench_name[] = "bench-nvme";
+
+static struct bench_daemon daemon_state;
+/* Beside the daemon's files in its directory. */
+static struct {
 	char spill[160];
 	char fio_file[160];
 	char fio_err[160];
-};
-
-static struct files files;
-static pid_t daemon_pid = 0;
+} files;
 static pid_t fio_pid = 0;
-
-static void files_cleanup(void)
-{
-	char path[512];
-
-	if (!files.dir[0])
-		return;
-	DIR *dir = opendir(files.dir);
-	if (dir) {
-		struct dirent *e;
-		while ((e = readdir(dir)))
-			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-				snprintf(path, sizeof(path), "%s/%s", files.dir, e->d_name);
-				unlink(path);
-			}
-		closedir(dir);
-	}
-	rmdir(files.dir);
-	files.dir[0] = 0;
-}
-
-static void log_tail(void)
-{
-	char line[512];
-	FILE *f = fopen(files.log, "re");
-	if (!f)
-		return;
-	fprintf(stderr, "--- kvtierd log (%s) ---\n", files.log);
-	while (fgets(line, sizeof(line), f))
-		fputs(line, stderr);
-	fclose(f);
-}
-
-static void stop_children(void)
-{
-	if (fio_pid > 0) {
-		kill(fio_pid, SIGKILL);
-		waitpid(fio_pid, NULL, 0);
-		fio_pid = 0;
-	}
-	if (daemon_pid > 0) {
-		kill(daemon_pid, SIGKILL);
-		waitpid(daemon_pid, NULL, 0);
-		daemon_pid = 0;
-	}
-}
-
 
 _Noreturn void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "bench-nvme: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
+	bench_vsay(fmt, ap);
 	va_end(ap);
-	if (daemon_pid > 0)
-		log_tail();
-	stop_children();
-	files_cleanup();
+	if (fio_pid > 0) {
+		kill(fio_pid, SIGKILL);
+		waitpid(fio_pid, NULL, 0);
+		fio_pid = 0;
+	}
+	bench_daemon_abort(&daemon_state);
 	exit(1);
 }
 
@@ -204,41 +153,14 @@ static void on_signal(int sig)
 		kill(fio_pid, SIGKILL);
 		waitpid(fio_pid, NULL, 0);
 	}
-	if (daemon_pid > 0) {
-		kill(daemon_pid, SIGKILL);
-		waitpid(daemon_pid, NULL, 0);
-	}
-	if (files.dir[0]) {
-		unlink(files.socket);
-		unlink(files.config);
-		unlink(files.log);
+	bench_daemon_kill(&daemon_state);
+	if (daemon_state.dir[0]) {
 		unlink(files.spill);
 		unlink(files.fio_file);
 		unlink(files.fio_err);
-		rmdir(files.dir);
 	}
+	bench_daemon_unlink(&daemon_state);
 	_exit(128 + sig);
-}
-
-/* ---- small helpers --------------------------------------------------- */
-
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void progress(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "bench-nvme: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
 }
 
 /* ---- the files ------------------------------------------------------- */
@@ -342,86 +264,20 @@ static void describe_fs(const char *path, char *out, size_t size)
  * quota) write-back starts only above 80 % and stops at 60 %: a set the
  * size of the pool would never be entirely on disk.
  */
-static void daemon_start(const char *kvtierd, int engine)
+static void daemon_start(int engine)
 {
 	uint64_t extent = opt.set_bytes % (256 * MIB) ? 64 * MIB : 256 * MIB;
-	FILE *f = fopen(files.config, "we");
-	if (!f)
-		die("cannot write %s: %s", files.config, strerror(errno));
-	fprintf(f,
-		"[daemon]\nsocket = %s\nruntime_dir = %s\n"
-		"[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
-		"[nvme]\nengine = %s\nqueue_depth = %u\nwriteback_high = 0%%\nwriteback_low = 0%%\n"
-		"[spill.bench]\npath = %s\ncapacity = %lluM\n"
-		"[limits]\nkeys_per_request = 8192\n",
-		files.socket, files.dir, (unsigned long long)(opt.set_bytes / MIB),
-		(unsigned long long)(extent / MIB), engine_conf[engine], opt.queue_depth,
-		files.spill, (unsigned long long)(spill_capacity() / MIB));
-	fclose(f);
-	unlink(files.log);
-
-	daemon_pid = fork();
-	if (daemon_pid < 0)
-		die("fork: %s", strerror(errno));
-	if (daemon_pid == 0) {
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGHUP, SIG_DFL);
-		int fd = open(files.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(kvtierd, "kvtierd", "--config", files.config, (char *)NULL);
-		fprintf(stderr, "cannot execute %s: %s\n", kvtierd, strerror(errno));
-		_exit(127);
-	}
-	for (int i = 0; i < 3000; i++) {
-		if (try_connect(files.socket) == 0)
-			return;
-		if (waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid) {
-			daemon_pid = 0;
-			log_tail();
-			die("kvtierd (%s) exited before listening", kvtierd);
-		}
-		usleep(10000);
-	}
-	die("kvtierd did not listen on %s within 30 s", files.socket);
-}
-
-static void daemon_stop(void)
-{
-	int status;
-
-	if (daemon_pid <= 0)
-		return;
-	kill(daemon_pid, SIGTERM);
-	if (waitpid(daemon_pid, &status, 0) != daemon_pid)
-		die("waitpid kvtierd: %s", strerror(errno));
-	daemon_pid = 0;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		fprintf(stderr, "bench-nvme: kvtierd exited with status %d\n", status);
-}
-
-/* A line of the daemon's log, from after `marker`. */
-static void daemon_log_line(const char *marker, char *out, size_t size)
-{
-	char line[1024];
-	FILE *f = fopen(files.log, "re");
-
-	snprintf(out, size, "(not reported)");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *p = strstr(line, marker);
-		if (!p)
-			continue;
-		p += strlen(marker);
-		p[strcspn(p, "\n")] = 0;
-		snprintf(out, size, "%s", p);
-		break;
-	}
-	fclose(f);
+	bench_daemon_config(&daemon_state,
+			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
+			    "[nvme]\nengine = %s\nqueue_depth = %u\n"
+			    "writeback_high = 0%%\nwriteback_low = 0%%\n"
+			    "[spill.bench]\npath = %s\ncapacity = %lluM\n"
+			    "[limits]\nkeys_per_request = 8192\n",
+			    (unsigned long long)(opt.set_bytes / MIB),
+			    (unsigned long long)(extent / MIB), engine_conf[engine], opt.queue_depth,
+			    files.spill,
+			    (unsigned long long)(spill_capacity() / MIB));
+	bench_daemon_start(&daemon_state, START_LIMIT_NS);
 }
 
 struct dstats {
@@ -637,7 +493,7 @@ static uint64_t daemon_cpu_ns(void)
 	char path[96], line[128];
 	uint64_t sum = 0;
 
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)daemon_pid);
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)daemon_state.pid);
 	DIR *d = opendir(path);
 	if (!d)
 		return 0;
@@ -645,7 +501,7 @@ static uint64_t daemon_cpu_ns(void)
 	while ((e = readdir(d))) {
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/schedstat", (int)daemon_pid,
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/schedstat", (int)daemon_state.pid,
 			 e->d_name);
 		FILE *f = fopen(path, "re");
 		if (!f)
@@ -1038,48 +894,11 @@ static void record(struct pairs *p, unsigned i, uint64_t bytes, const struct sam
 	p->bcpu_ms[i] = (double)sm->bench_cpu_ns / 1e6;
 }
 
-static void open_namespace(struct bench *b)
-{
-	kvt_layer_group g = {
-		.n_layers = LAYERS,
-		.attn = KVT_ATTN_MHA,
-		.planes = 2,
-		.kv_heads = KV_HEADS,
-		.head_bytes = HEAD_BYTES,
-		.dtype = 1,
-	};
-	static const uint8_t weights[16] = "bench-weights";
-	kvt_ns_desc desc = {
-		.model = "bench-nvme-llama3-8b",
-		.weights = weights,
-		.weights_len = sizeof(weights),
-		.layer_end = LAYERS,
-		.tp_size = 1,
-		.cp_size = 1,
-		.block_tokens = BLOCK_TOKENS,
-		.n_groups = 1,
-		.groups = &g,
-	};
-	kvt_ns_info info;
-	int r = kvt_ns_open(b->c, &desc, &b->ns);
-	if (r < 0)
-		die("kvt_ns_open: %s (%s)", strerror(-r), kvt_client_error(b->c));
-	r = kvt_ns_get_info(b->ns, &info);
-	if (r < 0)
-		die("kvt_ns_get_info: %s", strerror(-r));
-	if (info.shard_bytes != BLOCK_BYTES || info.shards != 1)
-		die("namespace: %llu bytes in %u shard(s), expected %llu in 1",
-		    (unsigned long long)info.shard_bytes, info.shards,
-		    (unsigned long long)BLOCK_BYTES);
-}
-
 static void connect_daemon(struct bench *b)
 {
-	int r = kvt_client_connect(files.socket, "bench-nvme", &b->c);
-	if (r < 0)
-		die("kvt_client_connect %s: %s (%s)", files.socket, strerror(-r),
-		    kvt_connect_error());
-	open_namespace(b);
+	b->c = bench_daemon_connect(&daemon_state);
+	b->ns = bench_ns_open(b->c, "bench-nvme-llama3-8b", LAYERS, KV_HEADS, HEAD_BYTES,
+			      BLOCK_BYTES);
 }
 
 static void disconnect_daemon(struct bench *b)
@@ -1305,7 +1124,7 @@ static void print_pairs_row(FILE *out, const char *name, const struct pairs *p, 
 	double ratio = median(p->ratio, n);
 	snprintf(a, sizeof(a), "%.2f GB/s", median(p->kv, n));
 	snprintf(l, sizeof(l), "%.2f GB/s %s", median(p->fio, n), limit);
-	snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", ratio, vmin(p->ratio, n), vmax(p->ratio, n));
+	ratio_range(p->ratio, n, r, sizeof(r));
 	if (target > 0)
 		snprintf(t, sizeof(t), ">= %.2fx: %s", target, verdict(ratio >= target));
 	else
@@ -1461,19 +1280,6 @@ static void help(void)
 	       (unsigned long long)(opt.set_bytes / TOKEN_BYTES), opt.queue_depth, opt.dir);
 }
 
-static unsigned parse_uint(const char *s, unsigned lo, unsigned hi, const char *what)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
-		fprintf(stderr, "bench-nvme: %s must be a whole number in %u..%u, not '%s'\n", what,
-			lo, hi, s);
-		exit(2);
-	}
-	return (unsigned)v;
-}
-
 /* fio on PATH (or as named)? */
 static bool have_program(const char *name)
 {
@@ -1508,15 +1314,15 @@ int main(int argc, char **argv)
 
 	while ((ch = getopt_long(argc, argv, "p:m:q:e:d:jh", opts, NULL)) >= 0) {
 		switch (ch) {
-		case 'p': opt.pairs = parse_uint(optarg, 5, MAX_PAIRS - 1, "--pairs"); break;
+		case 'p': opt.pairs = (unsigned)parse_u64(optarg, 5, MAX_PAIRS - 1, "--pairs"); break;
 		case 'm':
-			opt.set_bytes = parse_uint(optarg, 128, 16384, "--mib") * MIB;
+			opt.set_bytes = parse_u64(optarg, 128, 16384, "--mib") * MIB;
 			if (opt.set_bytes % (64 * MIB)) {
 				fprintf(stderr, "bench-nvme: --mib must be a multiple of 64\n");
 				return 2;
 			}
 			break;
-		case 'q': opt.queue_depth = parse_uint(optarg, 1, 4096, "--queue-depth"); break;
+		case 'q': opt.queue_depth = (unsigned)parse_u64(optarg, 1, 4096, "--queue-depth"); break;
 		case 'e':
 			if (!strcmp(optarg, "both")) {
 				opt.engine[ENG_URING] = opt.engine[ENG_THREADS] = true;
@@ -1533,26 +1339,14 @@ int main(int argc, char **argv)
 		case 'd': opt.dir = optarg; break;
 		case 'j': opt.json = true; break;
 		case 'h': help(); return 0;
-		default:
-			fprintf(stderr, "Try 'bench-nvme --help'.\n");
-			return 2;
+		default: return bench_try_help();
 		}
-	}
-	if (argc - optind > 1) {
-		fprintf(stderr, "bench-nvme: one daemon path at most; try 'bench-nvme --help'.\n");
-		return 2;
 	}
 	if (strlen(opt.dir) > 60) {
 		fprintf(stderr, "bench-nvme: --dir is too long for a socket path (at most 60 bytes)\n");
 		return 2;
 	}
-	const char *kvtierd = optind < argc ? argv[optind] : getenv("KVTIERD");
-	if (!kvtierd || !*kvtierd)
-		kvtierd = "kvtierd";
-	if (strchr(kvtierd, '/') && access(kvtierd, X_OK) < 0) {
-		printf("bench-nvme: skipped: cannot execute %s: %s\n", kvtierd, strerror(errno));
-		return 77;
-	}
+	daemon_state.kvtierd = bench_kvtierd(argc, argv);
 	if (getenv("FIO") && *getenv("FIO"))
 		opt.fio = getenv("FIO");
 	if (!have_program(opt.fio)) {
@@ -1564,11 +1358,7 @@ int main(int argc, char **argv)
 	if (!opt.engine[ENG_URING])
 		opt.context = false;
 
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	bench_catch_signals(on_signal);
 
 	struct utsname u;
 	uname(&u);
@@ -1589,24 +1379,21 @@ int main(int argc, char **argv)
 		return 77;
 	}
 
-	snprintf(files.dir, sizeof(files.dir), "%.60s/kvt-bench-nvme-XXXXXX", opt.dir);
-	if (!mkdtemp(files.dir)) {
-		fprintf(stderr, "bench-nvme: mkdtemp in %s: %s\n", opt.dir, strerror(errno));
+	int r = bench_daemon_mkdir(&daemon_state, opt.dir, "kvt-bench-nvme");
+	if (r < 0) {
+		fprintf(stderr, "bench-nvme: mkdtemp in %s: %s\n", opt.dir, strerror(-r));
 		return 1;
 	}
-	snprintf(files.socket, sizeof(files.socket), "%.90s/kvtierd.sock", files.dir);
-	snprintf(files.config, sizeof(files.config), "%s/kvtierd.conf", files.dir);
-	snprintf(files.log, sizeof(files.log), "%s/kvtierd.log", files.dir);
-	snprintf(files.spill, sizeof(files.spill), "%s/spill.kvt", files.dir);
-	snprintf(files.fio_file, sizeof(files.fio_file), "%s/fio.dat", files.dir);
-	snprintf(files.fio_err, sizeof(files.fio_err), "%s/fio.err", files.dir);
+	bench_daemon_path(&daemon_state, "spill.kvt", files.spill, sizeof(files.spill));
+	bench_daemon_path(&daemon_state, "fio.dat", files.fio_file, sizeof(files.fio_file));
+	bench_daemon_path(&daemon_state, "fio.err", files.fio_err, sizeof(files.fio_err));
 
 	static struct bench b;
 	bench_setup(&b);
 	uint64_t t0 = now_ns();
 
 	progress("files in %s (%s); two files of %llu MiB; sets of %llu MiB (%llu blocks), pool the same; %u pairs",
-		 files.dir, M.fs, (unsigned long long)(cap / MIB),
+		 daemon_state.dir, M.fs, (unsigned long long)(cap / MIB),
 		 (unsigned long long)(opt.set_bytes / MIB), (unsigned long long)b.n, opt.pairs);
 	progress("preallocating and writing fio's file once");
 	prewrite(files.fio_file, cap, false);
@@ -1618,16 +1405,18 @@ int main(int argc, char **argv)
 		unlink(files.spill);
 		progress("engine %s: preallocating and writing the spill file once", engine_conf[e]);
 		prewrite(files.spill, cap, true);
-		daemon_start(kvtierd, e);
+		daemon_start(e);
 		connect_daemon(&b);
 		struct dstats d;
 		get_stats(b.c, KVT_STATS_DAEMON, &d);
 		snprintf(E[e].engine, sizeof(E[e].engine), "%s", d.engine);
 		snprintf(E[e].reason, sizeof(E[e].reason), "%s", d.reason);
-		daemon_log_line("NVMe tier: ", E[e].nvme_line, sizeof(E[e].nvme_line));
-		daemon_log_line("Host pool: ", E[e].pool, sizeof(E[e].pool));
-		progress("kvtierd pid %d, engine %s; NVMe tier: %s", (int)daemon_pid, d.engine,
-			 E[e].nvme_line);
+		bench_daemon_log_find(&daemon_state, "NVMe tier: ", NULL, E[e].nvme_line,
+				      sizeof(E[e].nvme_line));
+		bench_daemon_log_find(&daemon_state, "Host pool: ", NULL, E[e].pool,
+				      sizeof(E[e].pool));
+		progress("kvtierd pid %d, engine %s; NVMe tier: %s", (int)daemon_state.pid,
+			 d.engine, E[e].nvme_line);
 		progress("host pool: %s", E[e].pool);
 		if (strcmp(d.engine, engine_conf[e]))
 			die("asked for engine %s, the daemon runs %s", engine_conf[e], d.engine);
@@ -1643,16 +1432,11 @@ int main(int argc, char **argv)
 			phase_context(&b);
 		}
 		disconnect_daemon(&b);
-		daemon_stop();
+		bench_daemon_stop(&daemon_state);
 	}
 	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
-	files_cleanup();
+	bench_daemon_remove(&daemon_state);
 
-	if (opt.json) {
-		print_table(stderr);
-		print_json();
-	} else {
-		print_table(stdout);
-	}
+	bench_print(opt.json, print_table, print_json);
 	return 0;
 }

@@ -25,12 +25,10 @@
  * A measurement, not a test: it fails only when something does not work,
  * never because of a figure.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -41,8 +39,6 @@
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bench-util.h"
@@ -94,64 +90,18 @@ static struct {
 
 /* ---- failing and cleaning up ---------------------------------------- */
 
-static struct {
-	char dir[88]; /* --dir (60 at most) and a mkdtemp name */
-	char socket[108]; /* sun_path */
-	char config[160];
-	char log[160];
-	char spill[160];
-} files;
+const char bench_name[] = "bench-scale";
 
-static const char *kvtierd;
-static pid_t daemon_pid;
-
-static void files_cleanup(void)
-{
-	char path[512];
-
-	if (!files.dir[0])
-		return;
-	DIR *dir = opendir(files.dir);
-	if (dir) {
-		struct dirent *e;
-		while ((e = readdir(dir)))
-			if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-				snprintf(path, sizeof(path), "%s/%s", files.dir, e->d_name);
-				unlink(path);
-			}
-		closedir(dir);
-	}
-	rmdir(files.dir);
-	files.dir[0] = 0;
-}
-
-static void log_tail(void)
-{
-	char line[512];
-	FILE *f = fopen(files.log, "re");
-	if (!f)
-		return;
-	fprintf(stderr, "--- kvtierd log (%s) ---\n", files.log);
-	while (fgets(line, sizeof(line), f))
-		fputs(line, stderr);
-	fclose(f);
-}
+static struct bench_daemon daemon_state;
+static char spill_path[160];
 
 _Noreturn void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "bench-scale: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
+	bench_vsay(fmt, ap);
 	va_end(ap);
-	if (daemon_pid > 0) {
-		log_tail();
-		kill(daemon_pid, SIGKILL);
-		waitpid(daemon_pid, NULL, 0);
-		daemon_pid = 0;
-	}
-	files_cleanup();
+	bench_daemon_abort(&daemon_state);
 	exit(1);
 }
 
@@ -159,37 +109,11 @@ static void on_signal(int sig)
 {
 	/* Only async-signal-safe calls: the daemon goes, and the private
 	 * directory's known files with it. */
-	if (daemon_pid > 0) {
-		kill(daemon_pid, SIGKILL);
-		waitpid(daemon_pid, NULL, 0);
-	}
-	if (files.dir[0]) {
-		unlink(files.socket);
-		unlink(files.config);
-		unlink(files.log);
-		unlink(files.spill);
-		rmdir(files.dir);
-	}
+	bench_daemon_kill(&daemon_state);
+	if (daemon_state.dir[0])
+		unlink(spill_path);
+	bench_daemon_unlink(&daemon_state);
 	_exit(128 + sig);
-}
-
-static void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void progress(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "bench-scale: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-}
-
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
 }
 
 /* ---- the machine ----------------------------------------------------- */
@@ -216,7 +140,7 @@ static uint64_t proc_kib(const char *path, const char *key)
 static uint64_t daemon_kib(const char *key)
 {
 	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)daemon_pid);
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)daemon_state.pid);
 	uint64_t v = proc_kib(path, key);
 	if (!v && strcmp(key, "RssShmem"))
 		die("cannot read %s from %s", key, path);
@@ -252,94 +176,11 @@ static void place(bool together)
 		set = &one;
 	}
 	if (sched_setaffinity(0, sizeof(*set), set) < 0 ||
-	    sched_setaffinity(daemon_pid, sizeof(*set), set) < 0)
+	    sched_setaffinity(daemon_state.pid, sizeof(*set), set) < 0)
 		die("sched_setaffinity: %s", strerror(errno));
 }
 
 /* ---- the daemon ------------------------------------------------------ */
-
-static void write_config(const char *text)
-{
-	FILE *f = fopen(files.config, "we");
-	if (!f)
-		die("cannot write %s: %s", files.config, strerror(errno));
-	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\n%s", files.socket, files.dir, text);
-	fclose(f);
-}
-
-/* \return nanoseconds from fork to a listening socket. */
-static uint64_t daemon_start(void)
-{
-	unlink(files.log);
-	uint64_t t0 = now_ns();
-	daemon_pid = fork();
-	if (daemon_pid < 0)
-		die("fork: %s", strerror(errno));
-	if (daemon_pid == 0) {
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		signal(SIGHUP, SIG_DFL);
-		int fd = open(files.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(kvtierd, "kvtierd", "--config", files.config, (char *)NULL);
-		fprintf(stderr, "cannot execute %s: %s\n", kvtierd, strerror(errno));
-		_exit(127);
-	}
-	for (;;) {
-		if (try_connect(files.socket) == 0)
-			return now_ns() - t0;
-		if (waitpid(daemon_pid, NULL, WNOHANG) == daemon_pid) {
-			daemon_pid = 0;
-			log_tail();
-			die("kvtierd (%s) exited before listening", kvtierd);
-		}
-		if (now_ns() - t0 > WAIT_LIMIT_NS)
-			die("kvtierd did not listen on %s within %llu s", files.socket,
-			    WAIT_LIMIT_NS / 1000000000ull);
-		usleep(1000);
-	}
-}
-
-static void daemon_stop(void)
-{
-	int status;
-
-	if (daemon_pid <= 0)
-		return;
-	kill(daemon_pid, SIGTERM);
-	if (waitpid(daemon_pid, &status, 0) != daemon_pid)
-		die("waitpid kvtierd: %s", strerror(errno));
-	daemon_pid = 0;
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		fprintf(stderr, "bench-scale: kvtierd exited with status %d\n", status);
-}
-
-/* The rest of the first log line that contains marker (and also, when
- * not NULL: progress lines can share a summary's marker). */
-static bool log_find(const char *marker, const char *also, char *out, size_t size)
-{
-	char line[1024];
-	bool found = false;
-	FILE *f = fopen(files.log, "re");
-
-	snprintf(out, size, "(not reported)");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f)) {
-		char *p = strstr(line, marker);
-		if (!p || (also && !strstr(p, also)))
-			continue;
-		p += strlen(marker);
-		p[strcspn(p, "\n")] = 0;
-		snprintf(out, size, "%s", p);
-		found = true;
-	}
-	fclose(f);
-	return found;
-}
 
 struct stats_query {
 	const char *name;
@@ -367,50 +208,10 @@ static uint64_t daemon_stat(kvt_client *c, const char *name)
 	return q.value;
 }
 
-static kvt_client *client_connect(void)
-{
-	kvt_client *c = NULL;
-	int r = kvt_client_connect(files.socket, "bench-scale", &c);
-	if (r < 0)
-		die("kvt_client_connect %s: %s", files.socket, strerror(-r));
-	return c;
-}
-
 /* 1 layer, K and V, one KV head of 128 bytes, 16 tokens: 4 KiB. */
 static kvt_ns *open_ns(kvt_client *c)
 {
-	kvt_layer_group g = {
-		.n_layers = 1,
-		.attn = KVT_ATTN_MHA,
-		.planes = 2,
-		.kv_heads = 1,
-		.head_bytes = 128,
-		.dtype = 1,
-	};
-	static const uint8_t weights[16] = "bench-weights";
-	kvt_ns_desc desc = {
-		.model = "bench-scale-4k",
-		.weights = weights,
-		.weights_len = sizeof(weights),
-		.layer_end = 1,
-		.tp_size = 1,
-		.cp_size = 1,
-		.block_tokens = 16,
-		.n_groups = 1,
-		.groups = &g,
-	};
-	kvt_ns *ns = NULL;
-	kvt_ns_info info;
-	int r = kvt_ns_open(c, &desc, &ns);
-	if (r < 0)
-		die("kvt_ns_open: %s (%s)", strerror(-r), kvt_client_error(c));
-	r = kvt_ns_get_info(ns, &info);
-	if (r < 0)
-		die("kvt_ns_get_info: %s", strerror(-r));
-	if (info.shard_bytes != BLOCK_BYTES || info.shards != 1)
-		die("namespace: %llu bytes in %u shard(s), expected %llu in 1",
-		    (unsigned long long)info.shard_bytes, info.shards, BLOCK_BYTES);
-	return ns;
+	return bench_ns_open(c, "bench-scale-4k", 1, 1, 128, BLOCK_BYTES);
 }
 
 /* ---- blocks ---------------------------------------------------------- */
@@ -557,17 +358,6 @@ static uint64_t batch_lookups(kvt_ns *ns, const uint8_t *ring, uint8_t *states, 
 	return now_ns() - t0;
 }
 
-static uint64_t pings(kvt_client *c, unsigned iters)
-{
-	uint64_t t0 = now_ns();
-	for (unsigned i = 0; i < iters; i++) {
-		int r = kvt_client_ping(c);
-		if (r < 0)
-			die("kvt_client_ping: %s", strerror(-r));
-	}
-	return now_ns() - t0;
-}
-
 /* Random stored keys, so that a large index is looked up all over, not in
  * a part that stays in the caches. */
 static void ring_fill(uint8_t *ring, uint64_t n, uint64_t seed)
@@ -587,12 +377,12 @@ static void index_measure(kvt_client *c, kvt_ns *ns, uint8_t *ring, struct index
 	place(true);
 	one_lookups(ns, ring, one);
 	batch_lookups(ns, ring, states, batch);
-	pings(c, one);
+	bench_pings(c, one);
 	for (unsigned p = 0; p < opt.pairs; p++) {
 		uint64_t o = 0, g = 0, b = 0;
 		for (unsigned k = 0; k < CHUNKS; k++) {
 			o += one_lookups(ns, ring, one);
-			g += pings(c, one);
+			g += bench_pings(c, one);
 			b += batch_lookups(ns, ring, states, batch);
 		}
 		pt->one_us[p] = (double)o / (one * CHUNKS) / 1000.0;
@@ -634,20 +424,19 @@ static void index_run(void)
 	}
 	IX.pool_bytes = pool_for(fit);
 
-	char text[512];
-	snprintf(text, sizeof(text),
-		 "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
-		 "[limits]\nkeys_per_request = %d\n",
-		 (unsigned long long)(IX.pool_bytes / MIB),
-		 (unsigned long long)((IX.pool_bytes < GIB ? IX.pool_bytes : GIB) / MIB), STORE_BATCH);
-	write_config(text);
-	daemon_start();
-	log_find("Host pool: ", NULL, IX.pool, sizeof(IX.pool));
-	kvt_client *c = client_connect();
+	bench_daemon_config(&daemon_state,
+			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
+			    "[limits]\nkeys_per_request = %d\n",
+			    (unsigned long long)(IX.pool_bytes / MIB),
+			    (unsigned long long)((IX.pool_bytes < GIB ? IX.pool_bytes : GIB) / MIB),
+			    STORE_BATCH);
+	bench_daemon_start(&daemon_state, WAIT_LIMIT_NS);
+	bench_daemon_log_find(&daemon_state, "Host pool: ", NULL, IX.pool, sizeof(IX.pool));
+	kvt_client *c = bench_daemon_connect(&daemon_state);
 	kvt_ns *ns = open_ns(c);
 	IX.base_rss_anon_kib = daemon_kib("RssAnon");
 	progress("1/2 index: kvtierd pid %d, pool %llu MiB of 4 KiB slots, RssAnon %llu KiB before any block",
-		 (int)daemon_pid, (unsigned long long)(IX.pool_bytes / MIB),
+		 (int)daemon_state.pid, (unsigned long long)(IX.pool_bytes / MIB),
 		 (unsigned long long)IX.base_rss_anon_kib);
 
 	uint8_t *ring = alloc_populated((uint64_t)RING_KEYS * KVT_KEY_BYTES);
@@ -682,7 +471,7 @@ static void index_run(void)
 	munmap(ring, (uint64_t)RING_KEYS * KVT_KEY_BYTES);
 	kvt_ns_close(ns);
 	kvt_client_free(c);
-	daemon_stop();
+	bench_daemon_stop(&daemon_state);
 }
 
 /* ---- 2. recovery ----------------------------------------------------- */
@@ -724,9 +513,9 @@ static uint64_t raw_recovery_read(uint64_t *ret_bytes, uint64_t *ret_bound)
 {
 	uint8_t *buf = NULL;
 	uint64_t bytes = 0, bound = 0;
-	int fd = open(files.spill, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	int fd = open(spill_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	if (fd < 0)
-		die("cannot open %s with O_DIRECT: %s", files.spill, strerror(errno));
+		die("cannot open %s with O_DIRECT: %s", spill_path, strerror(errno));
 	if (posix_memalign((void **)&buf, 4096, RECOVER_CHUNK))
 		die("out of memory");
 
@@ -734,7 +523,7 @@ static uint64_t raw_recovery_read(uint64_t *ret_bytes, uint64_t *ret_bound)
 	for (uint64_t r = 0; r < RC.spill_bytes / REGION_BYTES; r++) {
 		uint64_t off = r * REGION_BYTES;
 		if (pread(fd, buf, REGION_HEADER_BYTES, (off_t)off) != (ssize_t)REGION_HEADER_BYTES)
-			die("reading %s: %s", files.spill, strerror(errno));
+			die("reading %s: %s", spill_path, strerror(errno));
 		bytes += REGION_HEADER_BYTES;
 		if (memcmp(buf, "KVTSPRG1", 8))
 			continue;
@@ -749,7 +538,7 @@ static uint64_t raw_recovery_read(uint64_t *ret_bytes, uint64_t *ret_bound)
 			size_t len = per > 1 ? (size_t)(cnt * stride) : SLOT_HEADER_BYTES;
 			off_t at = (off_t)(off + REGION_HEADER_BYTES + first * stride);
 			if (pread(fd, buf, len, at) != (ssize_t)len)
-				die("reading %s: %s", files.spill, strerror(errno));
+				die("reading %s: %s", spill_path, strerror(errno));
 			bytes += len;
 		}
 	}
@@ -766,7 +555,8 @@ static double logged_recovery_ms(uint64_t *ret_blocks)
 {
 	char rest[1024];
 	double s;
-	if (!log_find("Spill recovery: ", " blocks recovered (", rest, sizeof(rest)))
+	if (!bench_daemon_log_find(&daemon_state, "Spill recovery: ", " blocks recovered (", rest,
+				   sizeof(rest)))
 		die("the daemon logged no \"Spill recovery:\" summary");
 	const char *b = strstr(rest, " blocks recovered");
 	const char *p = NULL;
@@ -868,20 +658,20 @@ static void recovery_run(void)
 	 * far ahead write-back is.
 	 */
 	uint64_t pool = RC.pool_bytes = pool_for(fit);
-	char text[512];
-	snprintf(text, sizeof(text),
-		 "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
-		 "[nvme]\nqueue_depth = 64\nwriteback_high = 0%%\nwriteback_low = 0%%\n"
-		 "[spill.bench]\npath = %s\ncapacity = %lluM\n"
-		 "[limits]\nkeys_per_request = %d\n",
-		 (unsigned long long)(pool / MIB), (unsigned long long)((pool < GIB ? pool : GIB) / MIB),
-		 files.spill, (unsigned long long)(RC.spill_bytes / MIB), STORE_BATCH);
-	write_config(text);
-	daemon_start();
-	log_find("NVMe tier: ", NULL, RC.nvme, sizeof(RC.nvme));
+	bench_daemon_config(&daemon_state,
+			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
+			    "[nvme]\nqueue_depth = 64\n"
+			    "writeback_high = 0%%\nwriteback_low = 0%%\n"
+			    "[spill.bench]\npath = %s\ncapacity = %lluM\n"
+			    "[limits]\nkeys_per_request = %d\n",
+			    (unsigned long long)(pool / MIB),
+			    (unsigned long long)((pool < GIB ? pool : GIB) / MIB), spill_path,
+			    (unsigned long long)(RC.spill_bytes / MIB), STORE_BATCH);
+	bench_daemon_start(&daemon_state, WAIT_LIMIT_NS);
+	bench_daemon_log_find(&daemon_state, "NVMe tier: ", NULL, RC.nvme, sizeof(RC.nvme));
 	RC.base_rss_anon_kib = daemon_kib("RssAnon");
-	progress("2/2 recovery: kvtierd pid %d, spill file %llu MiB under %s; %s", (int)daemon_pid,
-		 (unsigned long long)(RC.spill_bytes / MIB), opt.dir, RC.nvme);
+	progress("2/2 recovery: kvtierd pid %d, spill file %llu MiB under %s; %s",
+		 (int)daemon_state.pid, (unsigned long long)(RC.spill_bytes / MIB), opt.dir, RC.nvme);
 
 	struct storer st;
 	storer_init(&st);
@@ -894,7 +684,7 @@ static void recovery_run(void)
 				 count_name(pt->n, name, sizeof(name)), pt->skipped);
 			continue;
 		}
-		kvt_client *c = client_connect();
+		kvt_client *c = bench_daemon_connect(&daemon_state);
 		kvt_ns *ns = open_ns(c);
 		uint64_t t0 = now_ns();
 		store_range(&st, c, ns, stored, pt->n);
@@ -908,16 +698,17 @@ static void recovery_run(void)
 
 		for (unsigned p = 0; p < opt.pairs; p++) {
 			uint64_t recovered;
-			daemon_stop();
+			bench_daemon_stop(&daemon_state);
 			pt->raw_ms[p] = (double)raw_recovery_read(&pt->read_bytes, &pt->regions_bound) / 1e6;
-			pt->start_ms[p] = (double)daemon_start() / 1e6;
+			pt->start_ms[p] =
+				(double)bench_daemon_start(&daemon_state, WAIT_LIMIT_NS) / 1e6;
 			pt->rec_ms[p] = logged_recovery_ms(&recovered);
 			pt->ratio[p] = pt->rec_ms[p] / pt->raw_ms[p];
 			if (recovered != pt->n)
 				die("recovery found %llu blocks, %llu were written",
 				    (unsigned long long)recovered, (unsigned long long)pt->n);
 			pt->rss_anon_kib = daemon_kib("RssAnon");
-			c = client_connect();
+			c = bench_daemon_connect(&daemon_state);
 			pt->stats_recovery_ms = daemon_stat(c, "nvme_recovery_ms");
 			if (daemon_stat(c, "nvme_recovered") != pt->n)
 				die("nvme_recovered is not %llu", (unsigned long long)pt->n);
@@ -930,12 +721,23 @@ static void recovery_run(void)
 				      (double)pt->n;
 	}
 	storer_free(&st);
-	daemon_stop();
+	bench_daemon_stop(&daemon_state);
 }
 
 /* ---- output ---------------------------------------------------------- */
 
 #define ROW "%-24s %-22s %-22s %-24s %s\n"
+
+/* A point's row starts with its name; false when it was skipped, and
+ * the row says why. */
+static bool row_begin(FILE *out, uint64_t blocks, const char *skipped, char *name, size_t size)
+{
+	count_name(blocks, name, size);
+	if (!skipped[0])
+		return true;
+	fprintf(out, "%-24s skipped: %s\n", name, skipped);
+	return false;
+}
 
 static void print_table(FILE *out)
 {
@@ -955,15 +757,11 @@ static void print_table(FILE *out)
 			"1024 keys; RssAnon per block");
 		for (unsigned i = 0; i < IX.n; i++) {
 			const struct index_point *pt = &IX.p[i];
-			count_name(pt->n, name, sizeof(name));
-			if (pt->skipped[0]) {
-				fprintf(out, "%-24s skipped: %s\n", name, pt->skipped);
+			if (!row_begin(out, pt->n, pt->skipped, name, sizeof(name)))
 				continue;
-			}
 			snprintf(a, sizeof(a), "%.2f us", median(pt->one_us, n));
 			snprintf(l, sizeof(l), "%.2f us", median(pt->ping_us, n));
-			snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", median(pt->one_ratio, n),
-				 vmin(pt->one_ratio, n), vmax(pt->one_ratio, n));
+			ratio_range(pt->one_ratio, n, r, sizeof(r));
 			snprintf(x, sizeof(x), "%.2f M keys/s, %.1f ns/key; %.0f B (marginal %.0f B)",
 				 median(pt->keys_s, n) / 1e6, median(pt->ns_per_key, n),
 				 pt->bytes_per_block, pt->marginal_bytes_per_block);
@@ -978,15 +776,11 @@ static void print_table(FILE *out)
 			"read; daemon listening after; RssAnon per block");
 		for (unsigned i = 0; i < RC.n; i++) {
 			const struct recovery_point *pt = &RC.p[i];
-			count_name(pt->n, name, sizeof(name));
-			if (pt->skipped[0]) {
-				fprintf(out, "%-24s skipped: %s\n", name, pt->skipped);
+			if (!row_begin(out, pt->n, pt->skipped, name, sizeof(name)))
 				continue;
-			}
 			snprintf(a, sizeof(a), "%.1f ms", median(pt->rec_ms, n));
 			snprintf(l, sizeof(l), "%.1f ms", median(pt->raw_ms, n));
-			snprintf(r, sizeof(r), "%.3fx [%.3f..%.3f]", median(pt->ratio, n),
-				 vmin(pt->ratio, n), vmax(pt->ratio, n));
+			ratio_range(pt->ratio, n, r, sizeof(r));
 			snprintf(x, sizeof(x), "%.0f MiB in %llu regions; %.1f ms; %.0f B",
 				 (double)pt->read_bytes / MIB, (unsigned long long)pt->regions_bound,
 				 median(pt->start_ms, n), pt->bytes_per_block);
@@ -1000,6 +794,18 @@ static void json_stat(const char *key, const double *v, bool last)
 	unsigned n = opt.pairs;
 	printf("\"%s\":%.4f,\"%s_min\":%.4f,\"%s_max\":%.4f%s", key, median(v, n), key, vmin(v, n),
 	       key, vmax(v, n), last ? "" : ",");
+}
+
+/* The same for a point's object in the JSON line. */
+static bool json_point_begin(unsigned i, uint64_t blocks, const char *skipped)
+{
+	printf("%s{\"blocks\":%llu,", i ? "," : "", (unsigned long long)blocks);
+	if (!skipped[0])
+		return true;
+	printf("\"skipped\":");
+	json_string(skipped);
+	printf("}");
+	return false;
 }
 
 static void print_json(void)
@@ -1017,13 +823,8 @@ static void print_json(void)
 	printf(",\"base_rss_anon_kib\":%llu,\"points\":[", (unsigned long long)IX.base_rss_anon_kib);
 	for (unsigned i = 0; i < IX.n; i++) {
 		const struct index_point *pt = &IX.p[i];
-		printf("%s{\"blocks\":%llu,", i ? "," : "", (unsigned long long)pt->n);
-		if (pt->skipped[0]) {
-			printf("\"skipped\":");
-			json_string(pt->skipped);
-			printf("}");
+		if (!json_point_begin(i, pt->n, pt->skipped))
 			continue;
-		}
 		printf("\"rss_anon_kib\":%llu,\"rss_shmem_kib\":%llu,\"bytes_per_block\":%.1f,"
 		       "\"marginal_bytes_per_block\":%.1f,\"store_blocks_s\":%.0f,",
 		       (unsigned long long)pt->rss_anon_kib, (unsigned long long)pt->rss_shmem_kib,
@@ -1046,13 +847,8 @@ static void print_json(void)
 	printf(",\"base_rss_anon_kib\":%llu,\"points\":[", (unsigned long long)RC.base_rss_anon_kib);
 	for (unsigned i = 0; i < RC.n; i++) {
 		const struct recovery_point *pt = &RC.p[i];
-		printf("%s{\"blocks\":%llu,", i ? "," : "", (unsigned long long)pt->n);
-		if (pt->skipped[0]) {
-			printf("\"skipped\":");
-			json_string(pt->skipped);
-			printf("}");
+		if (!json_point_begin(i, pt->n, pt->skipped))
 			continue;
-		}
 		printf("\"read_bytes\":%llu,\"regions_bound\":%llu,\"stats_recovery_ms\":%llu,"
 		       "\"rss_anon_kib\":%llu,\"bytes_per_block\":%.1f,\"spill_blocks_s\":%.0f,",
 		       (unsigned long long)pt->read_bytes, (unsigned long long)pt->regions_bound,
@@ -1096,19 +892,6 @@ static void help(void)
 	       opt.pairs, opt.iters, opt.batches, opt.dir);
 }
 
-static uint64_t parse_u64(const char *s, uint64_t lo, uint64_t hi, const char *what)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v < lo || v > hi) {
-		fprintf(stderr, "bench-scale: %s must be a whole number in %llu..%llu, not '%s'\n",
-			what, (unsigned long long)lo, (unsigned long long)hi, s);
-		exit(2);
-	}
-	return v;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1138,44 +921,22 @@ int main(int argc, char **argv)
 		case 'Y': opt.recovery = false; break;
 		case 'j': opt.json = true; break;
 		case 'h': help(); return 0;
-		default:
-			fprintf(stderr, "Try 'bench-scale --help'.\n");
-			return 2;
+		default: return bench_try_help();
 		}
-	}
-	if (argc - optind > 1) {
-		fprintf(stderr, "bench-scale: one daemon path at most; try 'bench-scale --help'.\n");
-		return 2;
 	}
 	if (strlen(opt.dir) > 60) {
 		fprintf(stderr, "bench-scale: --dir: at most 60 characters (the socket goes there)\n");
 		return 2;
 	}
-	kvtierd = optind < argc ? argv[optind] : getenv("KVTIERD");
-	if (!kvtierd || !*kvtierd)
-		kvtierd = "kvtierd";
-	if (strchr(kvtierd, '/') && access(kvtierd, X_OK) < 0) {
-		printf("bench-scale: skipped: cannot execute %s: %s\n", kvtierd, strerror(errno));
-		return 77;
-	}
+	daemon_state.kvtierd = bench_kvtierd(argc, argv);
 
-	struct sigaction sa = {.sa_handler = on_signal};
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	bench_catch_signals(on_signal);
 	cpus_probe();
 
-	snprintf(files.dir, sizeof(files.dir), "%s/kvt-bench-scale-XXXXXX", opt.dir);
-	if (!mkdtemp(files.dir)) {
-		int e = errno;
-		files.dir[0] = 0;
-		die("mkdtemp under %s: %s", opt.dir, strerror(e));
-	}
-	snprintf(files.socket, sizeof(files.socket), "%s/kvtierd.sock", files.dir);
-	snprintf(files.config, sizeof(files.config), "%s/kvtierd.conf", files.dir);
-	snprintf(files.log, sizeof(files.log), "%s/kvtierd.log", files.dir);
-	snprintf(files.spill, sizeof(files.spill), "%s/spill", files.dir);
+	int r = bench_daemon_mkdir(&daemon_state, opt.dir, "kvt-bench-scale");
+	if (r < 0)
+		die("mkdtemp under %s: %s", opt.dir, strerror(-r));
+	bench_daemon_path(&daemon_state, "spill", spill_path, sizeof(spill_path));
 
 	uint64_t t0 = now_ns();
 	if (opt.index)
@@ -1183,13 +944,8 @@ int main(int argc, char **argv)
 	if (opt.recovery)
 		recovery_run();
 	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
-	files_cleanup();
+	bench_daemon_remove(&daemon_state);
 
-	if (opt.json) {
-		print_table(stderr);
-		print_json();
-	} else {
-		print_table(stdout);
-	}
+	bench_print(opt.json, print_table, print_json);
 	return 0;
 }

@@ -30,172 +30,36 @@
 #include <string.h>
 
 #include "evict.h"
+#include "trace.h"
 
 #define NEVER UINT32_MAX
 #define MAX_CAPS 32
-#define MAX_TENANTS 256
 
-struct req {
-	uint64_t off; /* into trace.ids */
-	uint32_t n_lookup, n_new;
-	uint32_t tenant;
-};
-
-struct trace {
-	struct req *r;
-	uint64_t n_req, cap_req;
-	uint32_t *ids; /* every request's blocks, back to back */
-	uint64_t n_pos, cap_pos;
-	uint32_t n_blocks; /* distinct: ids are 0..n_blocks-1 */
-	uint32_t block_tokens;
-	uint32_t n_tenants;
-	uint64_t lookups; /* blocks looked up, all requests */
-	uint64_t tenant_blocks[MAX_TENANTS];
-	uint32_t *next; /* [n_pos]: the request that next uses this block */
-};
-
-/* ---- reading ------------------------------------------------------- */
-
-static int trace_add_id(struct trace *t, uint32_t id)
-{
-	if (t->n_pos == t->cap_pos) {
-		uint64_t cap = t->cap_pos ? t->cap_pos * 2 : 1 << 20;
-		uint32_t *ids = realloc(t->ids, cap * sizeof(uint32_t));
-		if (!ids)
-			return -ENOMEM;
-		t->ids = ids;
-		t->cap_pos = cap;
-	}
-	t->ids[t->n_pos++] = id;
-	if (id >= t->n_blocks)
-		t->n_blocks = id + 1;
-	return 0;
-}
-
-static int parse_record(struct trace *t, char *line)
-{
-	char *p = line + 1, *end;
-	uint64_t f[8];
-
-	/* seq, time, tenant, conversation, turn, kind, lookup, new */
-	for (int i = 0; i < 8; i++) {
-		while (*p == ' ')
-			p++;
-		if (i == 5) {
-			if (*p != 'c' && *p != 'r')
-				return -EINVAL;
-			p++;
-			continue;
-		}
-		errno = 0;
-		f[i] = strtoull(p, &end, 10);
-		if (errno || end == p)
-			return -EINVAL;
-		p = end;
-	}
-	if (f[2] >= MAX_TENANTS || f[6] > UINT32_MAX || f[7] > UINT32_MAX)
-		return -EINVAL;
-	if (t->n_req == t->cap_req) {
-		uint64_t cap = t->cap_req ? t->cap_req * 2 : 1 << 14;
-		struct req *r = realloc(t->r, cap * sizeof(*r));
-		if (!r)
-			return -ENOMEM;
-		t->r = r;
-		t->cap_req = cap;
-	}
-	struct req *r = &t->r[t->n_req];
-	*r = (struct req){.off = t->n_pos, .n_lookup = (uint32_t)f[6], .n_new = (uint32_t)f[7],
-			  .tenant = (uint32_t)f[2]};
-	uint64_t want = (uint64_t)r->n_lookup + r->n_new;
-	while (t->n_pos - r->off < want) {
-		while (*p == ' ')
-			p++;
-		errno = 0;
-		uint64_t first = strtoull(p, &end, 10);
-		if (errno || end == p || *end != '+')
-			return -EINVAL;
-		p = end + 1;
-		uint64_t count = strtoull(p, &end, 10);
-		if (errno || end == p || count == 0 || count > want - (t->n_pos - r->off) ||
-		    first + count > UINT32_MAX)
-			return -EINVAL;
-		p = end;
-		for (uint64_t i = 0; i < count; i++) {
-			int e = trace_add_id(t, (uint32_t)(first + i));
-			if (e < 0)
-				return e;
-		}
-	}
-	while (*p == ' ' || *p == '\n')
-		p++;
-	if (*p)
-		return -EINVAL;
-	if (r->tenant >= t->n_tenants)
-		t->n_tenants = r->tenant + 1;
-	t->lookups += r->n_lookup;
-	t->tenant_blocks[r->tenant] += want;
-	t->n_req++;
-	return 0;
-}
-
-static int trace_read(struct trace *t, const char *path)
-{
-	FILE *f = strcmp(path, "-") ? fopen(path, "re") : stdin;
-	char *line = NULL;
-	size_t len = 0;
-	uint64_t lineno = 0;
-	int r = 0;
-
-	if (!f) {
-		fprintf(stderr, "kvt-policy-sim: cannot open '%s': %m\n", path);
-		return -errno;
-	}
-	t->block_tokens = 16;
-	while (getline(&line, &len, f) > 0) {
-		lineno++;
-		if (line[0] == 'R')
-			r = parse_record(t, line);
-		else if (!strncmp(line, "block_tokens ", 13))
-			t->block_tokens = (uint32_t)strtoul(line + 13, NULL, 10);
-		/* K lines (keys), comments and other headers: not needed. */
-		if (r < 0) {
-			fprintf(stderr, "kvt-policy-sim: %s:%" PRIu64 ": %s\n", path, lineno,
-				r == -ENOMEM ? "out of memory" : "malformed record");
-			break;
-		}
-	}
-	free(line);
-	if (f != stdin)
-		fclose(f);
-	if (r >= 0 && !t->n_req) {
-		fprintf(stderr, "kvt-policy-sim: %s: no requests\n", path);
-		r = -EINVAL;
-	}
-	return r;
-}
+/* ---- the trace ----------------------------------------------------- */
 
 /* When each position's block is used next: a request index, or NEVER. */
-static int trace_next_uses(struct trace *t)
+static uint32_t *next_uses(const struct trace *t)
 {
 	uint32_t *last = malloc((size_t)t->n_blocks * sizeof(uint32_t));
-	t->next = malloc(t->n_pos * sizeof(uint32_t));
-	if (!last || !t->next) {
+	uint32_t *next = malloc(t->n_pos * sizeof(uint32_t));
+	if (!last || !next) {
 		free(last);
-		return -ENOMEM;
+		free(next);
+		return NULL;
 	}
 	for (uint32_t i = 0; i < t->n_blocks; i++)
 		last[i] = NEVER;
 	/* A block appears at most once in a request: its key names the
 	 * whole prefix before it. */
 	for (uint64_t q = t->n_req; q-- > 0;) {
-		const struct req *r = &t->r[q];
+		const struct trace_req *r = &t->r[q];
 		for (uint64_t p = r->off; p < r->off + r->n_lookup + r->n_new; p++) {
-			t->next[p] = last[t->ids[p]];
+			next[p] = last[t->ids[p]];
 			last[t->ids[p]] = (uint32_t)q;
 		}
 	}
 	free(last);
-	return 0;
+	return next;
 }
 
 /* ---- the tiers ------------------------------------------------------ */
@@ -218,7 +82,8 @@ struct tier {
 
 struct sim {
 	const struct trace *t;
-	struct tier tiers[MAX_TENANTS];
+	const uint32_t *next; /* [n_pos]: the request that next uses this block */
+	struct tier tiers[TRACE_MAX_TENANTS];
 	uint32_t n_tiers;
 	bool partitioned;
 	bool release_reverse;
@@ -230,7 +95,7 @@ struct sim {
 	struct result res;
 };
 
-static struct tier *tier_of(struct sim *s, const struct req *r)
+static struct tier *tier_of(struct sim *s, const struct trace_req *r)
 {
 	return &s->tiers[s->partitioned ? r->tenant : 0];
 }
@@ -277,7 +142,7 @@ static void online_store(struct sim *s, struct tier *tr, const uint32_t *ids, ui
 		}
 }
 
-static void online_request(struct sim *s, const struct req *r)
+static void online_request(struct sim *s, const struct trace_req *r)
 {
 	struct tier *tr = tier_of(s, r);
 	const uint32_t *ids = s->t->ids + r->off;
@@ -349,10 +214,10 @@ static void heap_down(struct sim *s, struct tier *tr, uint32_t i)
 
 static void belady_request(struct sim *s, uint64_t q)
 {
-	const struct req *r = &s->t->r[q];
+	const struct trace_req *r = &s->t->r[q];
 	struct tier *tr = tier_of(s, r);
 	const uint32_t *ids = s->t->ids + r->off;
-	const uint32_t *next = s->t->next + r->off;
+	const uint32_t *next = s->next + r->off;
 	uint32_t n = r->n_lookup, all = r->n_lookup + r->n_new, lead = 0;
 
 	while (lead < n && s->state[ids[lead]] == RESIDENT)
@@ -400,8 +265,8 @@ static const char *policy_name(int p)
 	return p == POL_BELADY ? "belady" : evict_policy_to_string(p);
 }
 
-static int run(const struct trace *t, int policy, uint64_t cap, bool partitioned,
-	       bool release_reverse, uint32_t small_percent, struct result *ret)
+static int run(const struct trace *t, const uint32_t *next, int policy, uint64_t cap,
+	       bool partitioned, bool release_reverse, uint32_t small_percent, struct result *ret)
 {
 	struct sim *s = calloc(1, sizeof(*s));
 	int r = -ENOMEM;
@@ -409,6 +274,7 @@ static int run(const struct trace *t, int policy, uint64_t cap, bool partitioned
 	if (!s)
 		return -ENOMEM;
 	s->t = t;
+	s->next = next;
 	s->partitioned = partitioned;
 	s->release_reverse = release_reverse;
 	s->n_tiers = partitioned ? t->n_tenants : 1;
@@ -472,28 +338,6 @@ out:
 	free(s->key_depth);
 	free(s);
 	return r;
-}
-
-/* Leading hits with a tier that never evicts: only first uses miss. */
-static uint64_t unbounded_hits(const struct trace *t)
-{
-	uint8_t *seen = calloc(t->n_blocks, 1);
-	uint64_t hits = 0;
-
-	if (!seen)
-		return 0;
-	for (uint64_t q = 0; q < t->n_req; q++) {
-		const struct req *r = &t->r[q];
-		const uint32_t *ids = t->ids + r->off;
-		uint32_t lead = 0;
-		while (lead < r->n_lookup && seen[ids[lead]])
-			lead++;
-		hits += lead;
-		for (uint32_t i = 0; i < r->n_lookup + r->n_new; i++)
-			seen[ids[i]] = 1;
-	}
-	free(seen);
-	return hits;
 }
 
 /* ---- command line -------------------------------------------------- */
@@ -645,14 +489,15 @@ int main(int argc, char **argv)
 	if (check)
 		want[EVICT_LRU] = want[POL_BELADY] = true;
 
-	struct trace t = {0};
-	if (trace_read(&t, argv[optind]) < 0)
+	struct trace t;
+	if (trace_read(&t, argv[optind], false, "kvt-policy-sim") < 0)
 		return 1;
-	if (trace_next_uses(&t) < 0) {
+	uint32_t *next = next_uses(&t);
+	if (!next) {
 		fprintf(stderr, "kvt-policy-sim: out of memory\n");
 		return 1;
 	}
-	uint64_t bound = unbounded_hits(&t);
+	uint64_t bound = trace_unbounded_hits(&t);
 	double lookups = (double)t.lookups;
 
 	if (csv) {
@@ -683,7 +528,8 @@ int main(int argc, char **argv)
 		for (int p = N_POLICIES - 1; p >= 0; p--) {
 			if (!want[p])
 				continue;
-			if (run(&t, p, cap, partitioned, reverse, small_percent, &res[p]) < 0) {
+			int r = run(&t, next, p, cap, partitioned, reverse, small_percent, &res[p]);
+			if (r < 0) {
 				fprintf(stderr, "kvt-policy-sim: out of memory\n");
 				return 1;
 			}
@@ -746,9 +592,8 @@ int main(int argc, char **argv)
 			}
 		}
 	}
-	free(t.r);
-	free(t.ids);
-	free(t.next);
+	trace_free(&t);
+	free(next);
 	if (check)
 		fprintf(stderr, "kvt-policy-sim: checks %s\n", failed ? "FAILED" : "passed");
 	return failed;

@@ -32,28 +32,10 @@
 
 #include "engine-request.h"
 #include "kvtier.h"
+#include "trace.h"
 
-#define KEY_BYTES 32
 #define MAX_ENGINES 64
-#define MAX_TENANTS 256
 #define NONE UINT32_MAX
-
-struct req {
-	uint64_t off;
-	uint32_t n_lookup, n_new;
-	uint32_t tenant;
-	uint64_t conv;
-};
-
-struct trace {
-	struct req *r;
-	uint64_t n_req, cap_req;
-	uint32_t *ids;
-	uint64_t n_pos, cap_pos;
-	uint8_t *keys; /* [n_keys] */
-	uint64_t n_keys, cap_keys;
-	uint32_t block_tokens;
-};
 
 /* What one engine saw; summed over engines by the parent. */
 struct counts {
@@ -65,134 +47,6 @@ struct counts {
 	uint64_t elapsed_ns;
 };
 
-/* ---- reading ------------------------------------------------------- */
-
-static int grow(void **p, uint64_t *cap, uint64_t need, size_t size)
-{
-	if (need <= *cap)
-		return 0;
-	uint64_t c = *cap ? *cap : 1024;
-	while (c < need)
-		c *= 2;
-	void *q = realloc(*p, c * size);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = c;
-	return 0;
-}
-
-static int hex_key(const char *s, uint8_t *ret)
-{
-	for (int i = 0; i < KEY_BYTES; i++) {
-		unsigned v;
-		if (sscanf(s + 2 * i, "%2x", &v) != 1)
-			return -EINVAL;
-		ret[i] = (uint8_t)v;
-	}
-	return strspn(s, "0123456789abcdef") == 2 * KEY_BYTES ? 0 : -EINVAL;
-}
-
-static int parse_record(struct trace *t, const char *line)
-{
-	const char *p = line + 1;
-	char *end;
-	uint64_t f[8];
-
-	for (int i = 0; i < 8; i++) {
-		while (*p == ' ')
-			p++;
-		if (i == 5) {
-			if (*p != 'c' && *p != 'r')
-				return -EINVAL;
-			p++;
-			continue;
-		}
-		errno = 0;
-		f[i] = strtoull(p, &end, 10);
-		if (errno || end == p)
-			return -EINVAL;
-		p = end;
-	}
-	if (f[2] >= MAX_TENANTS || f[6] > UINT32_MAX || f[7] > UINT32_MAX)
-		return -EINVAL;
-	if (grow((void **)&t->r, &t->cap_req, t->n_req + 1, sizeof(*t->r)) < 0)
-		return -ENOMEM;
-	struct req *r = &t->r[t->n_req];
-	*r = (struct req){.off = t->n_pos, .n_lookup = (uint32_t)f[6], .n_new = (uint32_t)f[7],
-			  .tenant = (uint32_t)f[2], .conv = f[3]};
-	uint64_t want = (uint64_t)r->n_lookup + r->n_new;
-	if (grow((void **)&t->ids, &t->cap_pos, t->n_pos + want, sizeof(uint32_t)) < 0)
-		return -ENOMEM;
-	while (t->n_pos - r->off < want) {
-		while (*p == ' ')
-			p++;
-		errno = 0;
-		uint64_t first = strtoull(p, &end, 10);
-		if (errno || end == p || *end != '+')
-			return -EINVAL;
-		p = end + 1;
-		uint64_t count = strtoull(p, &end, 10);
-		if (errno || end == p || count == 0 || count > want - (t->n_pos - r->off))
-			return -EINVAL;
-		p = end;
-		/* Keys come before the records that use them. */
-		if (first + count > t->n_keys)
-			return -ENOKEY;
-		for (uint64_t i = 0; i < count; i++)
-			t->ids[t->n_pos++] = (uint32_t)(first + i);
-	}
-	while (*p == ' ' || *p == '\n')
-		p++;
-	if (*p)
-		return -EINVAL;
-	t->n_req++;
-	return 0;
-}
-
-static int trace_read(struct trace *t, const char *path)
-{
-	FILE *f = strcmp(path, "-") ? fopen(path, "re") : stdin;
-	char *line = NULL;
-	size_t len = 0;
-	uint64_t lineno = 0;
-	int r = 0;
-
-	if (!f) {
-		r = -errno;
-		fprintf(stderr, "kvt-replay: cannot open '%s': %s\n", path, strerror(-r));
-		return r;
-	}
-	t->block_tokens = 16;
-	while (r >= 0 && getline(&line, &len, f) > 0) {
-		lineno++;
-		if (line[0] == 'K') {
-			r = grow((void **)&t->keys, &t->cap_keys, t->n_keys + 1, KEY_BYTES);
-			if (r >= 0)
-				r = hex_key(line + 2, t->keys + t->n_keys * KEY_BYTES);
-			if (r >= 0)
-				t->n_keys++;
-		} else if (line[0] == 'R') {
-			r = parse_record(t, line);
-		} else if (!strncmp(line, "block_tokens ", 13)) {
-			t->block_tokens = (uint32_t)strtoul(line + 13, NULL, 10);
-		}
-		if (r < 0)
-			fprintf(stderr, "kvt-replay: %s:%" PRIu64 ": %s\n", path, lineno,
-				r == -ENOMEM ? "out of memory"
-				: r == -ENOKEY ? "a block without a key (a --no-keys trace?)"
-					       : "malformed line");
-	}
-	free(line);
-	if (f != stdin)
-		fclose(f);
-	if (r >= 0 && !t->n_req) {
-		fprintf(stderr, "kvt-replay: %s: no requests\n", path);
-		r = -EINVAL;
-	}
-	return r;
-}
-
 /* ---- one engine ----------------------------------------------------- */
 
 struct engine {
@@ -200,7 +54,7 @@ struct engine {
 	const char *salt;
 	const struct engine_model *m;
 	kvt_client *c;
-	kvt_ns *ns[MAX_TENANTS];
+	kvt_ns *ns[TRACE_MAX_TENANTS];
 	uint64_t shard_bytes;
 	/* The GPU tier: an LRU of block ids, in arrays indexed by id. */
 	uint8_t *held_by_gpu;
@@ -315,7 +169,7 @@ static int engine_scratch(struct engine *e, uint64_t blocks)
 	free(e->buf);
 	free(e->status);
 	free(e->ptrs);
-	e->keys = malloc(blocks * KEY_BYTES);
+	e->keys = malloc(blocks * TRACE_KEY_BYTES);
 	e->states = malloc(blocks);
 	e->buf = malloc(blocks * e->shard_bytes);
 	e->status = malloc(blocks * sizeof(int32_t));
@@ -328,7 +182,7 @@ static int engine_scratch(struct engine *e, uint64_t blocks)
 	return 0;
 }
 
-static int engine_request(struct engine *e, const struct req *q, uint32_t wait_ms)
+static int engine_request(struct engine *e, const struct trace_req *q, uint32_t wait_ms)
 {
 	const uint32_t *ids = e->t->ids + q->off;
 	uint32_t n = q->n_lookup, all = q->n_lookup + q->n_new, g = 0;
@@ -342,8 +196,8 @@ static int engine_request(struct engine *e, const struct req *q, uint32_t wait_m
 	if (r < 0)
 		return r;
 	for (uint32_t i = 0; i < all; i++)
-		memcpy(e->keys + (size_t)i * KEY_BYTES, e->t->keys + (size_t)ids[i] * KEY_BYTES,
-		       KEY_BYTES);
+		memcpy(e->keys + (size_t)i * TRACE_KEY_BYTES,
+		       e->t->keys + (size_t)ids[i] * TRACE_KEY_BYTES, TRACE_KEY_BYTES);
 	e->n.requests++;
 	e->n.lookups += n;
 
@@ -351,7 +205,7 @@ static int engine_request(struct engine *e, const struct req *q, uint32_t wait_m
 		g++;
 	e->n.gpu_hits += g;
 
-	uint8_t *keys = e->keys + (size_t)g * KEY_BYTES;
+	uint8_t *keys = e->keys + (size_t)g * TRACE_KEY_BYTES;
 	if (g < n) {
 		hits = kvt_lookup(ns, keys, n - g, KVT_LOOKUP_TOUCH, e->states);
 		if (hits < 0) {
@@ -380,7 +234,7 @@ static int engine_request(struct engine *e, const struct req *q, uint32_t wait_m
 		hits = ok;
 		for (int i = 0; i < hits; i++) {
 			e->n.wrong_bytes += pattern_diff(e->ptrs[i], e->shard_bytes,
-							  keys + (size_t)i * KEY_BYTES);
+							  keys + (size_t)i * TRACE_KEY_BYTES);
 			e->n.nvme_hits += e->states[i] == KVT_DISK;
 		}
 		/* kvtierd's leading hits, those staged from NVMe included. */
@@ -393,10 +247,10 @@ static int engine_request(struct engine *e, const struct req *q, uint32_t wait_m
 	if (from < all) {
 		for (uint32_t i = from; i < all; i++) {
 			void *p = e->buf + (size_t)(i - from) * e->shard_bytes;
-			pattern(p, e->shard_bytes, e->keys + (size_t)i * KEY_BYTES);
+			pattern(p, e->shard_bytes, e->keys + (size_t)i * TRACE_KEY_BYTES);
 			e->ptrs[i - from] = p;
 		}
-		r = kvt_store(ns, 0, e->keys + (size_t)from * KEY_BYTES, all - from,
+		r = kvt_store(ns, 0, e->keys + (size_t)from * TRACE_KEY_BYTES, all - from,
 			      (const void *const *)e->ptrs, e->status);
 		for (uint32_t i = 0; i < all - from; i++) {
 			if (e->status[i] == 0) {
@@ -439,7 +293,7 @@ static int engine_run(struct engine *e, const char *socket, const char *name,
 
 	uint64_t t0 = now_ns();
 	for (uint64_t i = 0; i < e->t->n_req; i++) {
-		const struct req *q = &e->t->r[i];
+		const struct trace_req *q = &e->t->r[i];
 		/* Conversations stick to an engine, as a router with session
 		 * affinity sends them; otherwise requests go round. */
 		uint64_t who = by_conversation ? engine_mix(q->conv) % engines : i % engines;
@@ -450,7 +304,7 @@ static int engine_run(struct engine *e, const char *socket, const char *name,
 			return r;
 	}
 	e->n.elapsed_ns = now_ns() - t0;
-	for (uint32_t i = 0; i < MAX_TENANTS; i++)
+	for (uint32_t i = 0; i < TRACE_MAX_TENANTS; i++)
 		kvt_ns_close(e->ns[i]);
 	kvt_client_free(e->c);
 	return 0;
@@ -510,26 +364,12 @@ static int daemon_counts(const char *socket, const char *model, struct daemon_co
 
 /* ---- main ------------------------------------------------------------ */
 
-/* Leading hits if nothing were ever evicted: only first uses miss. */
-static uint64_t unbounded_hits(const struct trace *t)
+/* Leading hits of a tier: how many, their share of the blocks looked up,
+ * the prefill tokens they save. */
+static void tier_row(const char *tier, uint64_t hits, double lookups, uint32_t block_tokens)
 {
-	uint8_t *seen = calloc(t->n_keys ? t->n_keys : 1, 1);
-	uint64_t hits = 0;
-
-	if (!seen)
-		return 0;
-	for (uint64_t q = 0; q < t->n_req; q++) {
-		const struct req *r = &t->r[q];
-		const uint32_t *ids = t->ids + r->off;
-		uint32_t lead = 0;
-		while (lead < r->n_lookup && seen[ids[lead]])
-			lead++;
-		hits += lead;
-		for (uint32_t i = 0; i < r->n_lookup + r->n_new; i++)
-			seen[ids[i]] = 1;
-	}
-	free(seen);
-	return hits;
+	printf("%-6s %14" PRIu64 " %9.4f %16" PRIu64 "\n", tier, hits, (double)hits / lookups,
+	       hits * block_tokens);
 }
 
 static void usage(FILE *f)
@@ -635,8 +475,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	struct trace t = {0};
-	if (trace_read(&t, argv[optind]) < 0)
+	struct trace t;
+	if (trace_read(&t, argv[optind], true, "kvt-replay") < 0)
 		return 1;
 	if (t.block_tokens != ENGINE_BLOCK_TOKENS) {
 		fprintf(stderr, "kvt-replay: the trace has %u tokens per block, the engine's "
@@ -724,7 +564,7 @@ int main(int argc, char **argv)
 
 	uint64_t host_only = sum.host_hits - sum.nvme_hits;
 	uint64_t misses = sum.lookups - sum.gpu_hits - sum.host_hits;
-	uint64_t bound = unbounded_hits(&t);
+	uint64_t bound = trace_unbounded_hits(&t);
 	double L = sum.lookups ? (double)sum.lookups : 1;
 	uint32_t bt = t.block_tokens;
 
@@ -735,12 +575,9 @@ int main(int argc, char **argv)
 	printf("# hits: the leading run only; without evictions they would be %.4f\n",
 	       (double)bound / L);
 	printf("%-6s %14s %9s %16s\n", "tier", "leading hits", "hit rate", "tokens saved");
-	printf("%-6s %14" PRIu64 " %9.4f %16" PRIu64 "\n", "gpu", sum.gpu_hits,
-	       (double)sum.gpu_hits / L, sum.gpu_hits * bt);
-	printf("%-6s %14" PRIu64 " %9.4f %16" PRIu64 "\n", "host", host_only,
-	       (double)host_only / L, host_only * bt);
-	printf("%-6s %14" PRIu64 " %9.4f %16" PRIu64 "\n", "nvme", sum.nvme_hits,
-	       (double)sum.nvme_hits / L, sum.nvme_hits * bt);
+	tier_row("gpu", sum.gpu_hits, L, bt);
+	tier_row("host", host_only, L, bt);
+	tier_row("nvme", sum.nvme_hits, L, bt);
 	printf("%-6s %14" PRIu64 " %9.4f %16s\n", "miss", misses, (double)misses / L, "-");
 	printf("bytes: host to GPU %" PRIu64 ", GPU to host %" PRIu64, sum.load_bytes,
 	       sum.store_bytes);

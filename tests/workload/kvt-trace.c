@@ -26,9 +26,9 @@
 #include <string.h>
 
 #include "kvtier.h"
+#include "trace.h"
 
 #define VOCAB 128256
-#define KEY_BYTES 32
 
 struct params {
 	uint64_t seed;
@@ -206,7 +206,7 @@ static int keymap_grow(struct keymap *m)
 	for (uint64_t i = 0; i < m->tcap; i++) {
 		if (!m->table[i])
 			continue;
-		uint64_t j = key_hash(m->keys + (uint64_t)(m->table[i] - 1) * KEY_BYTES) & (tcap - 1);
+		uint64_t j = key_hash(m->keys + (uint64_t)(m->table[i] - 1) * TRACE_KEY_BYTES) & (tcap - 1);
 		while (t[j])
 			j = (j + 1) & (tcap - 1);
 		t[j] = m->table[i];
@@ -224,7 +224,7 @@ static int keymap_id(struct keymap *m, const uint8_t *key, uint32_t *ret_id, boo
 		return -ENOMEM;
 	uint64_t j = key_hash(key) & (m->tcap - 1);
 	for (; m->table[j]; j = (j + 1) & (m->tcap - 1))
-		if (!memcmp(m->keys + (uint64_t)(m->table[j] - 1) * KEY_BYTES, key, KEY_BYTES)) {
+		if (!memcmp(m->keys + (uint64_t)(m->table[j] - 1) * TRACE_KEY_BYTES, key, TRACE_KEY_BYTES)) {
 			*ret_id = m->table[j] - 1;
 			*ret_new = false;
 			return 0;
@@ -233,13 +233,13 @@ static int keymap_id(struct keymap *m, const uint8_t *key, uint32_t *ret_id, boo
 		return -E2BIG;
 	if (m->n == m->cap) {
 		uint64_t cap = m->cap ? m->cap * 2 : 1 << 16;
-		uint8_t *k = realloc(m->keys, cap * KEY_BYTES);
+		uint8_t *k = realloc(m->keys, cap * TRACE_KEY_BYTES);
 		if (!k)
 			return -ENOMEM;
 		m->keys = k;
 		m->cap = cap;
 	}
-	memcpy(m->keys + m->n * KEY_BYTES, key, KEY_BYTES);
+	memcpy(m->keys + m->n * TRACE_KEY_BYTES, key, TRACE_KEY_BYTES);
 	m->table[j] = (uint32_t)++m->n;
 	*ret_id = (uint32_t)(m->n - 1);
 	*ret_new = true;
@@ -254,7 +254,7 @@ struct conv {
 	bool rag;
 	uint32_t turn, turns;
 	uint64_t tokens;   /* context so far */
-	uint8_t last[KEY_BYTES]; /* key of the last full block */
+	uint8_t last[TRACE_KEY_BYTES]; /* key of the last full block */
 	uint32_t *pend;    /* tokens of the unfinished block */
 	uint32_t n_pend;
 	uint32_t *ids;     /* full blocks so far */
@@ -276,7 +276,7 @@ struct gen {
 	uint8_t *keybuf;
 	uint64_t cap_keys;
 	/* totals for the summary */
-	uint64_t blocks_lookup, blocks_new, convs, per_tenant[256];
+	uint64_t blocks_lookup, blocks_new, convs, per_tenant[TRACE_MAX_TENANTS];
 };
 
 static int conv_push_id(struct conv *c, uint32_t id)
@@ -321,7 +321,7 @@ static int conv_append(struct gen *g, struct conv *c, char kind, uint64_t a, uin
 		g->tok[c->n_pend + i] = token(g->p.seed, kind, a, b, i);
 	uint64_t full = total / bt;
 	if (full > g->cap_keys) {
-		uint8_t *k = realloc(g->keybuf, full * KEY_BYTES);
+		uint8_t *k = realloc(g->keybuf, full * TRACE_KEY_BYTES);
 		if (!k)
 			return -ENOMEM;
 		g->keybuf = k;
@@ -335,14 +335,14 @@ static int conv_append(struct gen *g, struct conv *c, char kind, uint64_t a, uin
 		for (uint64_t i = 0; i < full; i++) {
 			uint32_t id;
 			bool fresh;
-			r = keymap_id(&g->km, g->keybuf + i * KEY_BYTES, &id, &fresh);
+			r = keymap_id(&g->km, g->keybuf + i * TRACE_KEY_BYTES, &id, &fresh);
 			if (r < 0)
 				return r;
 			r = conv_push_id(c, id);
 			if (r < 0)
 				return r;
 		}
-		memcpy(c->last, g->keybuf + (full - 1) * KEY_BYTES, KEY_BYTES);
+		memcpy(c->last, g->keybuf + (full - 1) * TRACE_KEY_BYTES, TRACE_KEY_BYTES);
 	}
 	c->n_pend = (uint32_t)(total - full * bt);
 	memcpy(c->pend, g->tok + full * bt, c->n_pend * sizeof(uint32_t));
@@ -350,37 +350,25 @@ static int conv_append(struct gen *g, struct conv *c, char kind, uint64_t a, uin
 	return 0;
 }
 
-static void write_hex(FILE *f, const uint8_t *k)
-{
-	static const char hex[] = "0123456789abcdef";
-	char s[2 * KEY_BYTES + 1];
-	for (int i = 0; i < KEY_BYTES; i++) {
-		s[2 * i] = hex[k[i] >> 4];
-		s[2 * i + 1] = hex[k[i] & 15];
-	}
-	s[2 * KEY_BYTES] = 0;
-	fprintf(f, "K %s\n", s);
-}
-
 /* One record: its blocks as runs of consecutive ids. */
 static void emit(struct gen *g, uint64_t seq, uint64_t t_us, const struct conv *c,
 		 uint32_t n_lookup, uint32_t n_new)
 {
-	uint32_t n = n_lookup + n_new;
+	struct trace_record rec = {
+		.seq = seq,
+		.t_us = t_us,
+		.tenant = c->tenant,
+		.conv = c->id,
+		.turn = c->turn,
+		.kind = c->rag ? 'r' : 'c',
+		.n_lookup = n_lookup,
+		.n_new = n_new,
+	};
 
 	if (g->p.keys)
 		for (; g->defined < g->km.n; g->defined++)
-			write_hex(g->out, g->km.keys + g->defined * KEY_BYTES);
-	fprintf(g->out, "R %" PRIu64 " %" PRIu64 " %u %" PRIu64 " %u %c %u %u", seq, t_us,
-		c->tenant, c->id, c->turn, c->rag ? 'r' : 'c', n_lookup, n_new);
-	for (uint32_t i = 0; i < n;) {
-		uint32_t j = i + 1;
-		while (j < n && c->ids[j] == c->ids[j - 1] + 1)
-			j++;
-		fprintf(g->out, " %u+%u", c->ids[i], j - i);
-		i = j;
-	}
-	fputc('\n', g->out);
+			trace_write_key(g->out, g->km.keys + g->defined * TRACE_KEY_BYTES);
+	trace_write_record(g->out, &rec, c->ids);
 	g->blocks_lookup += n_lookup;
 	g->blocks_new += n_new;
 	g->per_tenant[c->tenant]++;
@@ -679,8 +667,7 @@ static void write_header(FILE *f, const struct params *p)
 		p->tenant_zipf, p->system_prompts, p->system_zipf, p->system_len, p->rag_fraction,
 		p->rag_docs, p->docs, p->doc_zipf, p->doc_len, p->rate, p->turns, p->think,
 		p->user_len, p->output_len, p->max_context);
-	fprintf(f, "block_tokens %u\n", p->block_tokens);
-	fprintf(f, "keys %d\n", p->keys ? 1 : 0);
+	trace_write_params(f, p->block_tokens, p->keys);
 }
 
 int main(int argc, char **argv)
@@ -727,7 +714,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case O_SEED: r = parse_u64(name, optarg, 0, UINT64_MAX, &p->seed); break;
 		case O_REQUESTS: r = parse_u64(name, optarg, 1, UINT64_C(1) << 32, &p->requests); break;
-		case O_TENANTS: r = parse_u32(name, optarg, 1, 256, &p->tenants); break;
+		case O_TENANTS: r = parse_u32(name, optarg, 1, TRACE_MAX_TENANTS, &p->tenants); break;
 		case O_TENANT_ZIPF: r = parse_double(name, optarg, 0, 10, &p->tenant_zipf); break;
 		case O_BLOCK_TOKENS: r = parse_u32(name, optarg, 1, 4096, &p->block_tokens); break;
 		case O_SYSTEM_PROMPTS: r = parse_u32(name, optarg, 1, 1 << 20, &p->system_prompts); break;

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The trace format of docs/workload.md, read and written in one place:
+ * kvt-trace writes it, kvt-policy-sim and kvt-replay read it.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TRACE_KEY_BYTES 32
+#define TRACE_MAX_TENANTS 256
+
+/* An R line, but for its block ids. */
+struct trace_record {
+	uint64_t seq, t_us;
+	uint32_t tenant;
+	uint64_t conv;
+	uint64_t turn;
+	char kind; /* 'c' a plain chat, 'r' with retrieved documents */
+	uint32_t n_lookup, n_new;
+};
+
+/* A request as read: its blocks are trace.ids[off, off + n_lookup + n_new). */
+struct trace_req {
+	uint64_t off;
+	uint32_t n_lookup, n_new;
+	uint32_t tenant;
+	uint64_t conv;
+};
+
+struct trace {
+	struct trace_req *r;
+	uint64_t n_req, cap_req;
+	uint32_t *ids; /* every request's blocks, back to back */
+	uint64_t n_pos, cap_pos;
+	uint8_t *keys; /* [n_keys]: the K lines, when they are read */
+	uint64_t n_keys, cap_keys;
+	uint32_t n_blocks; /* distinct: ids are 0..n_blocks-1 */
+	uint32_t block_tokens;
+	uint32_t n_tenants;
+	uint64_t lookups; /* blocks looked up, all requests */
+	uint64_t tenant_blocks[TRACE_MAX_TENANTS]; /* looked up and added */
+};
+
+/*
+ * Read path ("-" for standard input) into t, which is zeroed.  With keys,
+ * the K lines too, and a record may use only ids whose key came before;
+ * without, K lines are passed over.  What is wrong is said on stderr,
+ * after "<prog>: ".
+ * \return 0 or a negative errno
+ */
+int trace_read(struct trace *t, const char *path, bool keys, const char *prog);
+void trace_free(struct trace *t);
+/* Leading hits of a tier that never evicts: only first uses miss. */
+uint64_t trace_unbounded_hits(const struct trace *t);
+
+/* The block_tokens and keys lines, after the writer's comments. */
+void trace_write_params(FILE *f, uint32_t block_tokens, bool keys);
+/* A K line: the next id's key. */
+void trace_write_key(FILE *f, const uint8_t *key);
+/* An R line: rec, then its n_lookup + n_new ids as runs of consecutive
+ * ids. */
+void trace_write_record(FILE *f, const struct trace_record *rec, const uint32_t *ids);
