@@ -86,8 +86,12 @@ elif [ "${reconfigure:-0}" = 1 ]; then
 fi
 ninja -C "$build" daemon/kvtierd client/kvtierctl tests/bench/bench-host \
 	tests/bench/bench-nvme tests/bench/bench-scale >&2
-kvtierd=$PWD/$build/daemon/kvtierd
-bench=$PWD/$build/tests/bench
+case $build in
+/*) abs=$build ;;
+*) abs=$PWD/$build ;;
+esac
+kvtierd=$abs/daemon/kvtierd
+bench=$abs/tests/bench
 
 # ---- what each mode runs ---------------------------------------------------
 case $mode in
