@@ -227,9 +227,14 @@ static int engine_request(struct engine *e, const struct trace_req *q, uint32_t 
 		kvt_load(ns, 0, keys, (size_t)hits, e->ptrs, e->status);
 		/* Evicted between lookup and load: from there on it is
 		 * computed, like any miss. */
-		int ok = 0;
+		int ok = 0, moved = 0;
 		while (ok < hits && e->status[ok] == 0)
 			ok++;
+		for (int i = 0; i < hits; i++)
+			moved += e->status[i] == 0;
+		/* Blocks after a failed one were loaded all the same: bytes
+		 * moved, but no prefill saved. */
+		e->n.load_bytes += (uint64_t)moved * e->shard_bytes;
 		e->n.load_failed += (uint64_t)(hits - ok);
 		hits = ok;
 		for (int i = 0; i < hits; i++) {
@@ -239,7 +244,6 @@ static int engine_request(struct engine *e, const struct trace_req *q, uint32_t 
 		}
 		/* kvtierd's leading hits, those staged from NVMe included. */
 		e->n.host_hits += (uint64_t)hits;
-		e->n.load_bytes += (uint64_t)hits * e->shard_bytes;
 	}
 
 	/* Compute and store what was missing, then the answer's blocks. */
@@ -399,85 +403,12 @@ static void usage(FILE *f)
 		"namespaces of the model, and include anything else using them.\n");
 }
 
-int main(int argc, char **argv)
+/* Run the engines over trace t and print what each tier saved. */
+static int replay(const struct trace *tp, const char *path, const char *socket, const char *salt,
+		  const struct engine_model *model, uint32_t engines, uint64_t gpu_blocks,
+		  bool by_conversation, uint32_t wait_ms)
 {
-	enum { O_SOCKET = 256, O_ENGINES, O_GPU, O_MODEL, O_ROUTE, O_WAIT, O_SALT };
-	static const struct option opts[] = {
-		{"socket", required_argument, NULL, O_SOCKET},
-		{"engines", required_argument, NULL, O_ENGINES},
-		{"gpu-blocks", required_argument, NULL, O_GPU},
-		{"model", required_argument, NULL, O_MODEL},
-		{"route", required_argument, NULL, O_ROUTE},
-		{"wait-ms", required_argument, NULL, O_WAIT},
-		{"salt", required_argument, NULL, O_SALT},
-		{"help", no_argument, NULL, 'h'},
-		{},
-	};
-	const char *socket = NULL, *salt = "kvt-replay";
-	const struct engine_model *model = engine_model_find("tiny");
-	uint32_t engines = 1, wait_ms = 10000;
-	uint64_t gpu_blocks = 256;
-	bool by_conversation = true;
-	int c;
-
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
-		char *end = NULL;
-		switch (c) {
-		case O_SOCKET: socket = optarg; break;
-		case O_ENGINES:
-			engines = (uint32_t)strtoul(optarg, &end, 10);
-			if (*end || engines < 1 || engines > MAX_ENGINES) {
-				fprintf(stderr, "kvt-replay: --engines is 1 to %d\n", MAX_ENGINES);
-				return 2;
-			}
-			break;
-		case O_GPU:
-			gpu_blocks = strtoull(optarg, &end, 10);
-			if (*end || optarg[0] == '-') {
-				fprintf(stderr, "kvt-replay: --gpu-blocks is a block count\n");
-				return 2;
-			}
-			break;
-		case O_MODEL:
-			model = engine_model_find(optarg);
-			if (!model) {
-				fprintf(stderr, "kvt-replay: unknown model '%s'\n", optarg);
-				return 2;
-			}
-			break;
-		case O_ROUTE:
-			if (strcmp(optarg, "conversation") && strcmp(optarg, "request")) {
-				fprintf(stderr, "kvt-replay: --route is conversation or request\n");
-				return 2;
-			}
-			by_conversation = !strcmp(optarg, "conversation");
-			break;
-		case O_WAIT:
-			wait_ms = (uint32_t)strtoul(optarg, &end, 10);
-			if (*end) {
-				fprintf(stderr, "kvt-replay: --wait-ms is milliseconds\n");
-				return 2;
-			}
-			break;
-		case O_SALT:
-			if (strlen(optarg) > 100) {
-				fprintf(stderr, "kvt-replay: --salt is at most 100 bytes\n");
-				return 2;
-			}
-			salt = optarg;
-			break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (optind + 1 != argc) {
-		usage(stderr);
-		return 2;
-	}
-
-	struct trace t;
-	if (trace_read(&t, argv[optind], true, "kvt-replay") < 0)
-		return 1;
+	struct trace t = *tp;
 	if (t.block_tokens != ENGINE_BLOCK_TOKENS) {
 		fprintf(stderr, "kvt-replay: the trace has %u tokens per block, the engine's "
 				"namespace %u\n", t.block_tokens, ENGINE_BLOCK_TOKENS);
@@ -570,7 +501,7 @@ int main(int argc, char **argv)
 
 	printf("# kvt-replay %s: %" PRIu64 " requests, %" PRIu64 " blocks looked up; %u engine%s, "
 	       "GPU tier %" PRIu64 " blocks each, model %s (%" PRIu64 " bytes per block), routed by %s\n",
-	       argv[optind], sum.requests, sum.lookups, engines, engines == 1 ? "" : "s",
+	       path, sum.requests, sum.lookups, engines, engines == 1 ? "" : "s",
 	       gpu_blocks, model->name, shard_bytes, by_conversation ? "conversation" : "request");
 	printf("# hits: the leading run only; without evictions they would be %.4f\n",
 	       (double)bound / L);
@@ -611,4 +542,89 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_SOCKET = 256, O_ENGINES, O_GPU, O_MODEL, O_ROUTE, O_WAIT, O_SALT };
+	static const struct option opts[] = {
+		{"socket", required_argument, NULL, O_SOCKET},
+		{"engines", required_argument, NULL, O_ENGINES},
+		{"gpu-blocks", required_argument, NULL, O_GPU},
+		{"model", required_argument, NULL, O_MODEL},
+		{"route", required_argument, NULL, O_ROUTE},
+		{"wait-ms", required_argument, NULL, O_WAIT},
+		{"salt", required_argument, NULL, O_SALT},
+		{"help", no_argument, NULL, 'h'},
+		{},
+	};
+	const char *socket = NULL, *salt = "kvt-replay";
+	const struct engine_model *model = engine_model_find("tiny");
+	uint32_t engines = 1, wait_ms = 10000;
+	uint64_t gpu_blocks = 256;
+	bool by_conversation = true;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
+		char *end = NULL;
+		switch (c) {
+		case O_SOCKET: socket = optarg; break;
+		case O_ENGINES:
+			engines = (uint32_t)strtoul(optarg, &end, 10);
+			if (*end || engines < 1 || engines > MAX_ENGINES) {
+				fprintf(stderr, "kvt-replay: --engines is 1 to %d\n", MAX_ENGINES);
+				return 2;
+			}
+			break;
+		case O_GPU:
+			gpu_blocks = strtoull(optarg, &end, 10);
+			if (*end || optarg[0] == '-') {
+				fprintf(stderr, "kvt-replay: --gpu-blocks is a block count\n");
+				return 2;
+			}
+			break;
+		case O_MODEL:
+			model = engine_model_find(optarg);
+			if (!model) {
+				fprintf(stderr, "kvt-replay: unknown model '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case O_ROUTE:
+			if (strcmp(optarg, "conversation") && strcmp(optarg, "request")) {
+				fprintf(stderr, "kvt-replay: --route is conversation or request\n");
+				return 2;
+			}
+			by_conversation = !strcmp(optarg, "conversation");
+			break;
+		case O_WAIT:
+			wait_ms = (uint32_t)strtoul(optarg, &end, 10);
+			if (*end) {
+				fprintf(stderr, "kvt-replay: --wait-ms is milliseconds\n");
+				return 2;
+			}
+			break;
+		case O_SALT:
+			if (strlen(optarg) > 100) {
+				fprintf(stderr, "kvt-replay: --salt is at most 100 bytes\n");
+				return 2;
+			}
+			salt = optarg;
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		usage(stderr);
+		return 2;
+	}
+
+	struct trace t;
+	if (trace_read(&t, argv[optind], true, "kvt-replay") < 0)
+		return 1;
+	int ret = replay(&t, argv[optind], socket, salt, model, engines, gpu_blocks,
+			 by_conversation, wait_ms);
+	trace_free(&t);
+	return ret;
 }
