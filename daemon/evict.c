@@ -326,15 +326,6 @@ struct evict_entry *evict_victim(struct evict *e)
 	}
 }
 
-struct evict_entry *evict_victim_next(const struct evict *e, const struct evict_entry *x)
-{
-	const struct evict_lru *q = &e->q[x->queue == EVICT_Q_SMALL ? 1 : 0];
-
-	if (!evict_entry_linked(x) || x->node.prev == &q->head)
-		return NULL;
-	return entry_of(x->node.prev);
-}
-
 struct evict_entry *evict_oldest(const struct evict *e)
 {
 	for (int q = 1; q >= 0; q--)

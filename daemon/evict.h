@@ -148,15 +148,12 @@ void evict_touch(struct evict *e, struct evict_entry *x);
  * asking again without a change in between names the same entry.
  */
 struct evict_entry *evict_victim(struct evict *e);
-/* The candidate after x in eviction order, without changing anything: for
- * a caller that skips the victim (a block that is not yet clean) and looks
- * a little further.  Approximate for S3-FIFO and SIEVE: the next entry of
- * x's queue toward the young end, NULL at its end. */
-struct evict_entry *evict_victim_next(const struct evict *e, const struct evict_entry *x);
 /* Every entry, oldest first, without changing anything: the small queue
  * (S3-FIFO's, ARC's T1) from its old end, then the main one.  For a caller
  * that looks for the coldest entries of some kind (dirty blocks to write
- * back, clean ones to spill) rather than for the policy's one victim. */
+ * back, clean ones to spill) rather than for the policy's one victim; from
+ * the victim, evict_walk_next gives the candidates after it (approximate
+ * for S3-FIFO and SIEVE, whose victim is not always the oldest). */
 struct evict_entry *evict_oldest(const struct evict *e);
 struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_entry *x);
 /* Remove x because its block is dropped: S3-FIFO remembers its fingerprint

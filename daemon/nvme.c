@@ -219,7 +219,7 @@ static int writeback_one(struct nvme *n, struct block *b)
 	op->region = r;
 	op->slot = slot;
 	op->seq = spill_next_seq(n->spill);
-	ns->tenant->disk_writing += stride;
+	ns->tenant->disk_writing += spill_slot_stride(r); /* as writeback_done takes it */
 	spill_slot_header_init(&h, r, slot, b->key, b->extent->slot_bytes, op->seq, sum);
 	spill_slot_header_encode(&h, op->hbuf, SPILL_SLOT_HEADER_BYTES);
 

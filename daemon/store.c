@@ -324,7 +324,9 @@ static void block_maybe_free(struct block *b)
 static int nvme_evict(struct store *s, struct ns *ns, bool disk_only)
 {
 	struct evict_node *v = evict_lru_victim(&ns->disk_lru);
-	while (v) {
+	/* Write-back asks on every turn while a tenant is at its quota: look
+	 * a little way up the list, not through all of it. */
+	for (int i = 0; v && (!disk_only || i < 256); i++) {
 		struct block *b = (struct block *)((char *)v - offsetof(struct block, disk_lru));
 		struct evict_node *prev = v->prev == &ns->disk_lru.head ? NULL : v->prev;
 		if (b->io != BLOCK_IO_NONE || (disk_only && b->extent)) {

@@ -48,10 +48,8 @@ uint64_t tenancy_nvme_quota(const struct config *c, const struct tenant_choice *
 		q = spill;
 	else if (c->default_nvme_quota)
 		q = c->default_nvme_quota;
-	else if (c->capacity)
+	else /* capacity is validated non-zero */
 		q = (uint64_t)((unsigned __int128)spill * tenancy_quota(c, t) / c->capacity);
-	else
-		q = spill;
 	return q < spill ? q : spill;
 }
 

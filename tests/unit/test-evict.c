@@ -392,12 +392,16 @@ static void test_s3fifo(void)
 	evict_insert(&e, P(1));
 	CHECK(P(1)->queue == EVICT_Q_SMALL);
 
-	/* victim_next walks toward the young end of the victim's queue. */
+	/* The walk goes toward the young end of the small queue, then on to
+	 * the main queue's oldest. */
 	evict_insert(&e, P(20));
 	CHECK_QUEUE(&e, EVICT_Q_SMALL, -1, 20, 1);
+	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 0, 3);
 	CHECK(pid_of(evict_victim(&e)) == 1);
-	CHECK(pid_of(evict_victim_next(&e, P(1))) == 20);
-	CHECK(evict_victim_next(&e, P(20)) == NULL);
+	CHECK(pid_of(evict_walk_next(&e, P(1))) == 20);
+	CHECK(pid_of(evict_walk_next(&e, P(20))) == 3);
+	CHECK(pid_of(evict_walk_next(&e, P(3))) == 0);
+	CHECK(evict_walk_next(&e, P(0)) == NULL);
 
 	/* The ghost remembers as many as are listed when one is put. */
 	evict_done(&e);
@@ -756,7 +760,7 @@ static void test_policy_random(enum evict_policy policy, unsigned ops, uint32_t 
 			}
 			break;
 		}
-		case 8: { /* the candidate after the victim */
+		case 8: { /* the candidate after the victim, in walk order */
 			struct evict_entry *v = evict_victim(&e);
 			int want = m_victim(m);
 			if (pid_of(v) != want) {
@@ -768,8 +772,9 @@ static void test_policy_random(enum evict_policy policy, unsigned ops, uint32_t 
 			if (v) {
 				int qi = m_qi(m->queue[want]);
 				unsigned pos = m_pos(m, want);
-				int next = pos == 0 ? -1 : m->q[qi][pos - 1];
-				CHECK(pid_of(evict_victim_next(&e, v)) == next);
+				int next = pos > 0 ? m->q[qi][pos - 1]
+					 : qi == 1 && m->n[0] ? m->q[0][m->n[0] - 1] : -1;
+				CHECK(pid_of(evict_walk_next(&e, v)) == next);
 			}
 			break;
 		}

@@ -404,14 +404,13 @@ static void usage(FILE *f)
 }
 
 /* Run the engines over trace t and print what each tier saved. */
-static int replay(const struct trace *tp, const char *path, const char *socket, const char *salt,
+static int replay(const struct trace *t, const char *path, const char *socket, const char *salt,
 		  const struct engine_model *model, uint32_t engines, uint64_t gpu_blocks,
 		  bool by_conversation, uint32_t wait_ms)
 {
-	struct trace t = *tp;
-	if (t.block_tokens != ENGINE_BLOCK_TOKENS) {
+	if (t->block_tokens != ENGINE_BLOCK_TOKENS) {
 		fprintf(stderr, "kvt-replay: the trace has %u tokens per block, the engine's "
-				"namespace %u\n", t.block_tokens, ENGINE_BLOCK_TOKENS);
+				"namespace %u\n", t->block_tokens, ENGINE_BLOCK_TOKENS);
 		return 1;
 	}
 
@@ -440,11 +439,11 @@ static int replay(const struct trace *tp, const char *path, const char *socket, 
 			return 1;
 		}
 		if (pids[i] == 0) {
-			struct engine e = {.t = &t, .salt = salt, .m = model, .cap = gpu_blocks};
+			struct engine e = {.t = t, .salt = salt, .m = model, .cap = gpu_blocks};
 			char name[32];
 			close(p[0]);
 			snprintf(name, sizeof(name), "kvt-replay-%u", i);
-			r = engine_run(&e, socket, name, i, engines, by_conversation, wait_ms, t.n_keys);
+			r = engine_run(&e, socket, name, i, engines, by_conversation, wait_ms, t->n_keys);
 			if (r < 0) {
 				fprintf(stderr, "kvt-replay: engine %u: %s\n", i, strerror(-r));
 				_exit(1);
@@ -495,9 +494,9 @@ static int replay(const struct trace *tp, const char *path, const char *socket, 
 
 	uint64_t host_only = sum.host_hits - sum.nvme_hits;
 	uint64_t misses = sum.lookups - sum.gpu_hits - sum.host_hits;
-	uint64_t bound = trace_unbounded_hits(&t);
+	uint64_t bound = trace_unbounded_hits(t);
 	double L = sum.lookups ? (double)sum.lookups : 1;
-	uint32_t bt = t.block_tokens;
+	uint32_t bt = t->block_tokens;
 
 	printf("# kvt-replay %s: %" PRIu64 " requests, %" PRIu64 " blocks looked up; %u engine%s, "
 	       "GPU tier %" PRIu64 " blocks each, model %s (%" PRIu64 " bytes per block), routed by %s\n",
