@@ -399,10 +399,10 @@ static const struct rec *find_namespace(const struct snapshot *s, const char *te
 	return NULL;
 }
 
-static void say_needs_admin(void)
+static void say_needs_admin(const char *socket)
 {
-	fprintf(stderr, "kvtierctl: evicting a namespace needs root or kvtierd's own uid (you are uid %u); run it with sudo or as kvtierd's user\n",
-		(unsigned)getuid());
+	fprintf(stderr, "kvtierctl: evicting a namespace needs an admin of kvtierd at %s: root, kvtierd's own user or a member of [daemon] admin_groups, through the daemon's main socket (a tenant's socket never carries admin rights)\n",
+		socket);
 }
 
 static void list_known(const struct snapshot *s, const char *tenant)
@@ -445,8 +445,7 @@ static int evict_ids(struct ctx *x, bool drop, const struct rec *tenant, uint64_
 		fprintf(stderr, "kvtierctl: cannot %s namespace %" PRIu64 " of tenant %s: %s%s%s\n",
 			verb, ns_id, tenant_name, strerror((int)-n), why[0] ? ": " : "", why);
 		if (n == -EPERM || n == -EACCES)
-			fprintf(stderr, "kvtierctl: run it as root (sudo) or as kvtierd's own user; you are uid %u\n",
-				(unsigned)getuid());
+			say_needs_admin(x->socket);
 		else if (n == -ENOENT && ns)
 			fprintf(stderr, "kvtierctl: it went away meanwhile (the daemon restarted?)\n");
 		return EXIT_DAEMON;
@@ -508,7 +507,7 @@ static int cmd_evict_or_drop(struct ctx *x, bool drop)
 		if (!d || !rec_has(d, "capacity")) {
 			if (parse_u64(x->args[0], &tenant_id) == 0 && tenant_id <= UINT32_MAX)
 				return evict_ids(x, drop, NULL, tenant_id, NULL, ns_id);
-			say_needs_admin();
+			say_needs_admin(x->socket);
 			return EXIT_DAEMON;
 		}
 		fprintf(stderr, "kvtierctl: kvtierd at %s has no tenant '%s'; its tenants: ",

@@ -6,8 +6,11 @@
  * slow, so it is never left to a client's copy), locked where the limits
  * allow and sealed against shrink and grow before its fd can leave the
  * daemon.  Extents are never shrunk once sent: a client could be mapping
- * them.  The daemon makes no CPU access to an extent after it is sealed, so
- * a client that punches holes into its own extents harms only itself.
+ * them.  After sealing, the daemon's only CPU access to an extent is the
+ * payload checksum of the NVMe tier (write-back and every restore), made
+ * through pool_guarded_sum(): a client that punches holes into its own
+ * extents faults that read (-EFAULT instead of SIGBUS), which drops the
+ * block, so it harms only its own blocks.
  */
 #pragma once
 

@@ -615,7 +615,13 @@ static int do_evict(struct session *s, const struct kvt_header *h,
 	if (r < 0)
 		return r;
 	if (!session_is_admin(s)) {
-		reply_error(s, h, -EPERM, "evicting a namespace needs root or kvtierd's own uid");
+		if (s->via_tenant[0])
+			reply_error(s, h, -EPERM,
+				    "this connection came through tenant %s's socket, which never carries admin rights; use the daemon's main socket",
+				    s->via_tenant);
+		else
+			reply_error(s, h, -EPERM,
+				    "evicting a namespace needs an admin: root, kvtierd's own uid or a member of [daemon] admin_groups");
 		return 0;
 	}
 	struct tenant *t = store_tenant_by_id(&m->store, req.tenant_id);

@@ -133,6 +133,15 @@ int main(void)
 	CHECK(kvt_stats(c, KVT_STATS_TENANTS, id_cb, &alpha) == 0 && alpha, "alpha's id");
 	kvt_client_free(c);
 
+	/* Root through a tenant's own socket is that tenant, never an admin,
+	 * and the refusal says why rather than blaming the uid. */
+	kvt_client *g = NULL;
+	CHECK(kvt_client_connect(gamma, "root-in-gamma", &g) == 0, "root through gamma's socket");
+	CHECK(kvt_admin_evict(g, (uint32_t)alpha, 1, 0) == -EPERM, "root through gamma may not evict");
+	CHECK(strstr(kvt_client_error(g), "gamma's socket") != NULL,
+	      "the refusal names the tenant socket: '%s'", kvt_client_error(g));
+	kvt_client_free(g);
+
 	/* A member of admin_groups (here by a supplementary group) sees every
 	 * tenant and may evict; the same uid without it sees its own. */
 	expect_view(65534, 65530, 4, (uint32_t)alpha, true);
