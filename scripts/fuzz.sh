@@ -15,17 +15,21 @@ if [ ! -d "$dir" ]; then
 	CC=clang meson setup "$dir" -Db_lundef=false -Dcuda=disabled \
 		-Dc_args="$san -fsanitize=fuzzer-no-link -g" -Dc_link_args="$san" >/dev/null
 fi
-ninja -C "$dir" proto/libkvt-proto.a daemon/libkvtierd.a tests/fuzz/fuzz-wire \
-	tests/fuzz/fuzz-session tests/fuzz/fuzz-spill >/dev/null
+ninja -C "$dir" proto/libkvt-proto.a daemon/libkvtierd.a >/dev/null
 libs="$(pkg-config --libs libsystemd inih liburing libxxhash) -lnuma"
 inc="-Iproto -Idaemon -I$dir"
 clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-wire.c "$dir/proto/libkvt-proto.a" \
 	-o "$dir/fuzz-wire-libfuzzer"
-clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-session.c "$dir/daemon/libkvtierd.a" \
-	"$dir/proto/libkvt-proto.a" $libs -o "$dir/fuzz-session-libfuzzer"
-clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-spill.c "$dir/daemon/libkvtierd.a" \
-	"$dir/proto/libkvt-proto.a" $libs -o "$dir/fuzz-spill-libfuzzer"
-for t in wire session spill; do
+daemon_target() { # name, sources...
+	t=$1
+	shift
+	clang $san -fsanitize=fuzzer -g $inc "$@" "$dir/daemon/libkvtierd.a" \
+		"$dir/proto/libkvt-proto.a" $libs -o "$dir/fuzz-$t-libfuzzer"
+}
+daemon_target session tests/fuzz/fuzz-session.c tests/fuzz/fuzz-daemon.c
+daemon_target sessions tests/fuzz/fuzz-sessions.c tests/fuzz/fuzz-daemon.c
+daemon_target spill tests/fuzz/fuzz-spill.c
+for t in ${KVT_FUZZ_TARGETS:-wire session sessions spill}; do
 	mkdir -p "$dir/corpus-$t"
 	echo "== fuzz-$t for ${secs}s"
 	"$dir/fuzz-$t-libfuzzer" -max_total_time="$secs" -max_len=16384 -print_final_stats=1 -artifact_prefix="$dir/" \
