@@ -248,11 +248,15 @@ static void writeback_refused(struct nvme *n, struct ns *ns, int error, uint64_t
 	if (error == -E2BIG)
 		snprintf(why, sizeof(why), "its blocks of %llu bytes are larger than a spill region holds",
 			 (unsigned long long)slot_bytes);
+	else if (error == -EDQUOT && spill_stride_for(slot_bytes) > t->nvme_quota)
+		snprintf(why, sizeof(why), "one block's spill slot (%llu bytes) is larger than its NVMe quota (%llu bytes)",
+			 (unsigned long long)spill_stride_for(slot_bytes),
+			 (unsigned long long)t->nvme_quota);
 	else if (error == -EDQUOT)
-		snprintf(why, sizeof(why), "its NVMe quota (%llu bytes) is taken by copies of blocks still in host memory",
+		snprintf(why, sizeof(why), "its NVMe quota (%llu bytes) is full of copies of blocks still in host memory",
 			 (unsigned long long)t->nvme_quota);
 	else if (held >= quota_regions(t))
-		snprintf(why, sizeof(why), "it holds %u spill regions, all its NVMe quota covers (one per namespace at least), and namespace %u has no NVMe copy to give up",
+		snprintf(why, sizeof(why), "it holds %u spill regions (each holds one namespace's blocks), as many as its NVMe quota covers or more, and namespace %u has no NVMe copy to give up",
 			 held, ns->id);
 	else
 		snprintf(why, sizeof(why), "every spill region is held by tenants within their NVMe quotas, which add up to more than the spill files");
