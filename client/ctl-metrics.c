@@ -45,6 +45,8 @@ static const struct metric daemon_metrics[] = {
 	{"refused", "connections_refused_total", "counter", "Connections refused.", 0},
 	{"malformed", "connections_malformed_total", "counter", "Connections closed for a malformed message.", 0},
 	{"quarantined", "quarantined_handles_total", "counter", "Handles of exited processes held back until their copies could have landed.", 0},
+	{"nvme_refused", "nvme_writeback_refused_total", "counter", "Write-backs to NVMe refused for want of spill space (the tenant's blocks stay in host memory only).", 0},
+	{"nvme_reclaims", "nvme_regions_reclaimed_total", "counter", "Spill regions taken back from a tenant above its NVMe quota for one below it.", 0},
 };
 /* Identity, not measurements: pid changes with every restart, and the
  * version and protocol are labels of kvtier_info. */
@@ -69,6 +71,8 @@ static const struct metric tenant_metrics[] = {
 	{"misses", "tenant_misses_total", "counter", "Looked-up keys that were not stored, over the tenant's namespaces.", 0},
 	{"stores", "tenant_stores_total", "counter", "Blocks stored, over the tenant's namespaces.", 0},
 	{"evictions", "tenant_evictions_total", "counter", "Blocks evicted, over the tenant's namespaces.", 0},
+	{"nvme_regions", "tenant_nvme_regions", "gauge", "Spill regions the tenant holds, weighed against its NVMe quota.", 0},
+	{"nvme_refused", "tenant_nvme_writeback_refused_total", "counter", "The tenant's write-backs to NVMe refused for want of spill space.", 0},
 };
 static const char *const tenant_skip[] = {"id", "uid", NULL};
 

@@ -263,6 +263,10 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 		       " at a tenant's NVMe quota\n",
 		       "  errors:", rec_u64(d, "nvme_io_errors"), rec_u64(d, "nvme_checksum_errors"),
 		       rec_u64(d, "nvme_full"), rec_u64(d, "nvme_quota_full"));
+		if (rec_has(d, "nvme_refused"))
+			printf("%-13s%" PRIu64 " write-backs refused for want of space, %" PRIu64
+			       " regions taken back for a tenant within its quota\n",
+			       "  space:", rec_u64(d, "nvme_refused"), rec_u64(d, "nvme_reclaims"));
 		printf("%-13s%" PRIu64 " blocks recovered, %" PRIu64 " torn or corrupt dropped, %" PRIu64
 		       " ms\n", "  recovery:", rec_u64(d, "nvme_recovered"),
 		       rec_u64(d, "nvme_recovery_dropped"), rec_u64(d, "nvme_recovery_ms"));

@@ -137,11 +137,15 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 	if (--op->pending)
 		return;
 	n->ops--;
+	op->region->ios--;
 	struct block *b = op->b;
 	b->ns->tenant->disk_writing -= spill_slot_stride(op->region);
 	if (op->error) {
 		io_failed(n, op->region, op->error);
-		spill_slot_free(op->region, op->slot);
+		/* Whatever of it landed may be a whole, valid slot (an error
+		 * can come after the bytes): erased like any dropped slot, or a
+		 * restart would bring back a block the index never had. */
+		nvme_slot_drop(n, op->region, op->slot);
 		store_block_cleaned(n->store, b, false);
 		writeback_backoff(n);
 	} else {
@@ -158,6 +162,110 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 	nvme_kick(n);
 }
 
+/* Regions a tenant's NVMe quota covers, rounded up: a quota smaller than a
+ * region still entitles its tenant to one. */
+static uint32_t quota_regions(const struct tenant *t)
+{
+	uint64_t q = t->nvme_quota / SPILL_REGION_BYTES + (t->nvme_quota % SPILL_REGION_BYTES != 0);
+	return q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+}
+
+/*
+ * Every usable region is taken, and ns needs a slot.  A region holds one
+ * namespace's blocks, so a tenant with a few blocks in many namespaces can
+ * hold far more regions than its NVMe quota covers; space follows the
+ * quotas in whole regions instead.  A tenant holding fewer regions than its
+ * quota covers takes one back from the tenant furthest above its own: that
+ * tenant's copies there are given up (a block also in host memory only
+ * becomes dirty; one only on NVMe is lost, to its own tenant's quota).
+ * Taking only while below and only from above means a region never goes
+ * back and forth.  When the quotas, in regions, fit in the files, the
+ * tenant asking always finds such a tenant.  Otherwise the namespace's own
+ * least recently used copy makes room.
+ * \return 0 when a slot may be free now; -EINPROGRESS while a region is
+ *         being emptied for it; -ENOSPC when nothing can be done; -ENOMEM
+ */
+static int make_room(struct nvme *n, struct ns *ns)
+{
+	struct store *s = n->store;
+	struct tenant *t = ns->tenant, *victim = NULL;
+	uint32_t held = spill_tenant_regions(n->spill, t->name), most = 0;
+
+	for (uint32_t i = 0; held < quota_regions(t) && i < s->n_tenants; i++) {
+		struct tenant *u = s->tenants[i];
+		uint32_t h = spill_tenant_regions(n->spill, u->name), q = quota_regions(u);
+		if (u != t && h > q && h - q > most) {
+			victim = u;
+			most = h - q;
+		}
+	}
+	if (victim) {
+		struct spill_region *r;
+		int k = spill_region_victim(n->spill, victim->name, &r);
+		if (k == -EBUSY)
+			return -EINPROGRESS; /* the completions of its I/O kick again */
+		if (k == 0)
+			k = spill_region_reclaim(r, t->name);
+		if (k == -ENOMEM)
+			return k;
+		if (k == 0) {
+			uint32_t used = r->slots.n - r->slots.n_free;
+			uint64_t dropped = store_nvme_evict_region(s, r);
+			n->st.reclaims++;
+			log_info("NVMe tier: a spill region of tenant %s (%u held, its NVMe quota covers %u) taken back for tenant %s (%u held, its quota covers %u); %llu of the %u copies in it given up",
+				 victim->name, most + quota_regions(victim), quota_regions(victim),
+				 t->name, held, quota_regions(t), (unsigned long long)dropped, used);
+			/* Free once the erasures of its slot headers land; their
+			 * completions kick write-back. */
+			return -EINPROGRESS;
+		}
+	}
+	/* The freed slot is reusable once its header is erased; the erasure's
+	 * completion kicks write-back again. */
+	if (store_nvme_evict(s, ns) == 0)
+		return 0;
+	return -ENOSPC;
+}
+
+/* Refused write-backs are retried on every turn, so they are logged at most
+ * this often per tenant, with how many there were in between; the counters
+ * (STATS nvme_refused) have them all. */
+#define REFUSED_LOG_USEC (10 * 1000 * 1000)
+
+static void writeback_refused(struct nvme *n, struct ns *ns, int error, uint64_t slot_bytes)
+{
+	struct tenant *t = ns->tenant;
+	uint64_t now = 0;
+	char why[256];
+
+	n->st.refused++;
+	t->nvme_refused++;
+	t->nvme_refused_unlogged++;
+	sd_event_now(n->event, CLOCK_MONOTONIC, &now);
+	if (t->nvme_refused_logged_usec && now - t->nvme_refused_logged_usec < REFUSED_LOG_USEC)
+		return;
+	uint32_t held = spill_tenant_regions(n->spill, t->name);
+	if (error == -E2BIG)
+		snprintf(why, sizeof(why), "its blocks of %llu bytes are larger than a spill region holds",
+			 (unsigned long long)slot_bytes);
+	else if (error == -EDQUOT && spill_stride_for(slot_bytes) > t->nvme_quota)
+		snprintf(why, sizeof(why), "one block's spill slot (%llu bytes) is larger than its NVMe quota (%llu bytes)",
+			 (unsigned long long)spill_stride_for(slot_bytes),
+			 (unsigned long long)t->nvme_quota);
+	else if (error == -EDQUOT)
+		snprintf(why, sizeof(why), "its NVMe quota (%llu bytes) is full of copies of blocks still in host memory",
+			 (unsigned long long)t->nvme_quota);
+	else if (held >= quota_regions(t))
+		snprintf(why, sizeof(why), "it holds %u spill regions (each holds one namespace's blocks), as many as its NVMe quota covers or more, and namespace %u has no NVMe copy to give up",
+			 held, ns->id);
+	else
+		snprintf(why, sizeof(why), "every spill region is held by tenants within their NVMe quotas, which add up to more than the spill files");
+	log_warning("NVMe write-back refused for tenant %s: %s; its blocks stay in host memory only (%llu refused since the last message)",
+		    t->name, why, (unsigned long long)t->nvme_refused_unlogged);
+	t->nvme_refused_unlogged = 0;
+	t->nvme_refused_logged_usec = now ? now : 1;
+}
+
 static int writeback_one(struct nvme *n, struct block *b)
 {
 	struct ns *ns = b->ns;
@@ -171,21 +279,25 @@ static int writeback_one(struct nvme *n, struct block *b)
 	uint64_t stride = spill_stride_for(b->extent->slot_bytes);
 	while (ns->tenant->disk_bytes + ns->tenant->disk_writing + stride > ns->tenant->nvme_quota) {
 		n->st.quota_full++;
-		if (store_nvme_evict_tenant(n->store, ns) < 0)
+		if (store_nvme_evict_tenant(n->store, ns) < 0) {
+			writeback_refused(n, ns, -EDQUOT, b->extent->slot_bytes);
 			return -EDQUOT;
+		}
 	}
 	bound = spill_region_find(n->spill, ns->tenant->name, ns->identity, ns->identity_len,
 				  b->extent->slot_bytes, &r);
 	if (bound == -ENOSPC) {
-		/* Full: the namespace's least recently used NVMe copy makes
-		 * room (a region of this namespace gets a free slot). */
 		n->st.disk_full++;
-		/* The freed slot is reusable once its header is erased; the
-		 * erasure's completion kicks write-back again. */
-		if (store_nvme_evict(n->store, ns) == 0)
+		bound = make_room(n, ns);
+		if (bound == 0) {
 			bound = spill_region_find(n->spill, ns->tenant->name, ns->identity,
 						  ns->identity_len, b->extent->slot_bytes, &r);
+			if (bound == -ENOSPC)
+				bound = -EINPROGRESS; /* room is being made */
+		}
 	}
+	if (bound == -ENOSPC || bound == -E2BIG)
+		writeback_refused(n, ns, bound, b->extent->slot_bytes);
 	if (bound < 0)
 		return bound;
 	r2 = spill_slot_alloc(r, &slot);
@@ -197,6 +309,7 @@ static int writeback_one(struct nvme *n, struct block *b)
 	if (!op || !op->hbuf) {
 		if (op)
 			op_free(op);
+		/* Nothing was written to it. */
 		spill_slot_free(r, slot);
 		return -ENOMEM;
 	}
@@ -219,6 +332,7 @@ static int writeback_one(struct nvme *n, struct block *b)
 	op->region = r;
 	op->slot = slot;
 	op->seq = spill_next_seq(n->spill);
+	r->ios++;
 	ns->tenant->disk_writing += spill_slot_stride(r); /* as writeback_done takes it */
 	spill_slot_header_init(&h, r, slot, b->key, b->extent->slot_bytes, op->seq, sum);
 	spill_slot_header_encode(&h, op->hbuf, SPILL_SLOT_HEADER_BYTES);
@@ -321,6 +435,7 @@ static void stage_done(struct io_req *req, int result, void *userdata)
 	if (--op->pending)
 		return;
 	n->ops--;
+	op->region->ios--;
 	if (op->error) {
 		io_failed(n, b->disk, op->error);
 		store_block_drop(n->store, b);
@@ -382,6 +497,8 @@ int nvme_stage(struct nvme *n, struct block *b)
 	op->n = n;
 	op_track(n, op);
 	op->b = b;
+	op->region = b->disk;
+	op->region->ios++;
 	int file = n->file_io[b->disk->file->number];
 	uint64_t off = spill_slot_offset(b->disk, b->disk_slot);
 	op->hdr = (struct io_req){.file = file, .offset = off, .buf = op->hbuf,
@@ -558,4 +675,9 @@ void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret)
 			ret->used += used * r->stride;
 		}
 	}
+}
+
+uint32_t nvme_tenant_regions(const struct nvme *n, const char *tenant)
+{
+	return spill_tenant_regions(n->spill, tenant);
 }

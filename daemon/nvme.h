@@ -26,6 +26,8 @@ struct nvme_stats {
 	uint64_t in_flight;
 	uint64_t io_errors, checksum_errors, disk_full;
 	uint64_t quota_full; /* a tenant at its NVMe quota made room */
+	uint64_t refused;    /* write-backs refused for want of space */
+	uint64_t reclaims;   /* regions taken back for a tenant within its quota */
 	uint64_t recovered, recovery_dropped, recovery_ms;
 	unsigned files, files_failed;
 	const char *engine, *engine_reason;
@@ -49,3 +51,5 @@ void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot);
  *         on NVMe) or the copy is gone (-EIO: its file failed; dropped) */
 int nvme_stage(struct nvme *n, struct block *b);
 void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret);
+/* Spill regions the tenant holds (spill_tenant_regions()). */
+uint32_t nvme_tenant_regions(const struct nvme *n, const char *tenant);

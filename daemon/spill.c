@@ -61,6 +61,7 @@ _Static_assert(SPILL_REGION_HEADER_BYTES % SPILL_ALIGN == 0 &&
 #define RECOVER_PROGRESS_NS (UINT64_C(5) * 1000000000)
 
 #define BINDING_BUCKETS 1024u
+#define OWNER_BUCKETS 256u
 #define MAX_SLOTS_PER_REGION \
 	((SPILL_REGION_BYTES - SPILL_REGION_HEADER_BYTES) / \
 	 (SPILL_SLOT_HEADER_BYTES + SPILL_ALIGN))
@@ -396,26 +397,97 @@ static void link_add(struct spill_link *head, struct spill_link *l, bool tail)
 	prev->next = l;
 }
 
-/* Put r on exactly the lists its state calls for. */
+/* Put r on exactly the lists its state calls for, and count it for the
+ * tenant that holds it. */
 static void region_relink(struct spill_region *r)
 {
 	struct spill_file *f = r->file;
 	struct spill_binding *b = r->binding;
 	bool usable = f->error == 0;
 	bool empty = b && r->slots.n_free == r->slots.n;
+	bool kept = r->kept_for != NULL;
 
 	/* Partly used regions first, so empty ones stay free for rebinding. */
 	link_remove(&r->free_link);
-	if (usable && b && r->slots.n_free > 0)
+	if (usable && b && r->slots.n_free > 0 && !kept)
 		link_add(&b->free_regions, &r->free_link, empty);
 	/* A region whose header write is still in flight is not rebound:
 	 * two writes of one header in flight could land in either order. */
 	link_remove(&r->empty_link);
-	if (usable && empty && !r->header)
+	if (usable && empty && !r->header && !kept)
 		link_add(&f->spill->empty, &r->empty_link, true);
 	link_remove(&r->unbound_link);
-	if (usable && !b)
+	if (usable && !b && !kept)
 		link_add(&f->unbound, &r->unbound_link, true);
+
+	struct spill_owner *held = NULL;
+	if (usable && kept)
+		held = r->kept_for;
+	else if (usable && b && (!empty || r->header))
+		held = b->owner;
+	if (held != r->held_by) {
+		if (r->held_by)
+			r->held_by->regions--;
+		if (held)
+			held->regions++;
+		r->held_by = held;
+	}
+}
+
+static uint32_t owner_bucket(uint64_t tenant_hash)
+{
+	return (uint32_t)(tenant_hash ^ (tenant_hash >> 32)) & (OWNER_BUCKETS - 1);
+}
+
+/* The tenant's owner record, made with no reference when create is set. */
+static struct spill_owner *owner_get(struct spill *s, const char *tenant, uint32_t len,
+				     bool create)
+{
+	uint64_t th = spill_tenant_hash(tenant, len);
+	uint32_t bucket = owner_bucket(th);
+
+	for (struct spill_owner *o = s->owners[bucket]; o; o = o->hash_next)
+		if (o->tenant_hash == th && o->tenant_len == len && memcmp(o->tenant, tenant, len) == 0)
+			return o;
+	if (!create)
+		return NULL;
+	struct spill_owner *o = calloc(1, sizeof(*o));
+	if (!o)
+		return NULL;
+	memcpy(o->tenant, tenant, len);
+	o->tenant_len = len;
+	o->tenant_hash = th;
+	o->hash_next = s->owners[bucket];
+	s->owners[bucket] = o;
+	return o;
+}
+
+/* Drop a reference; the last one frees the record (it holds no region by
+ * then: a held region has a binding or a keeper naming it). */
+static void owner_put(struct spill *s, struct spill_owner *o)
+{
+	if (!o || --o->refs > 0)
+		return;
+	for (struct spill_owner **p = &s->owners[owner_bucket(o->tenant_hash)]; *p;
+	     p = &(*p)->hash_next)
+		if (*p == o) {
+			*p = o->hash_next;
+			break;
+		}
+	free(o);
+}
+
+/* r is no longer kept for a tenant: bound by it, or its file failed. */
+static void region_keep_end(struct spill_region *r)
+{
+	struct spill_owner *o = r->kept_for;
+
+	if (!o)
+		return;
+	r->kept_for = NULL;
+	link_remove(&r->kept_link);
+	region_relink(r);
+	owner_put(r->file->spill, o);
 }
 
 static uint32_t binding_bucket(const struct spill *s, uint64_t tenant_hash,
@@ -450,10 +522,13 @@ static struct spill_binding *binding_get(struct spill *s, const char *tenant,
 	if (!b)
 		return NULL;
 	b->identity = malloc(identity_len);
-	if (!b->identity) {
+	b->owner = b->identity ? owner_get(s, tenant, tenant_len, true) : NULL;
+	if (!b->owner) {
+		free(b->identity);
 		free(b);
 		return NULL;
 	}
+	b->owner->refs++;
 	memcpy(b->tenant, tenant, tenant_len);
 	b->tenant_len = tenant_len;
 	memcpy(b->identity, identity, identity_len);
@@ -475,6 +550,7 @@ static void binding_drop(struct spill *s, struct spill_binding *b)
 			*p = b->hash_next;
 			break;
 		}
+	owner_put(s, b->owner);
 	free(b->identity);
 	free(b);
 }
@@ -575,10 +651,22 @@ int spill_region_find(struct spill *s, const char *tenant,
 		return 0;
 	}
 
-	/* A never-bound region, from the files in turn (one device each, often);
-	 * else an empty region of another binding, which costs a header write. */
+	/* A region emptied for this tenant first: it was taken back from
+	 * another for it, and no one else may bind it.  Then a never-bound
+	 * region, from the files in turn (one device each, often); else an
+	 * empty region of another binding, which costs a header write. */
 	struct spill_region *r = NULL;
-	bool usable = false;
+	bool usable = false, emptying = false;
+	struct spill_owner *o = owner_get(s, tenant, (uint32_t)tenant_len, false);
+	for (struct spill_link *l = s->kept.next; o && l != &s->kept && !r; l = l->next) {
+		struct spill_region *k = link_entry(l, struct spill_region, kept_link);
+		if (k->kept_for != o)
+			continue;
+		if (!k->binding || (k->slots.n_free == k->slots.n && !k->header))
+			r = k;
+		else
+			emptying = true;
+	}
 	for (unsigned i = 0; i < s->n_files && !r; i++) {
 		unsigned n = (s->next_file + i) % s->n_files;
 		struct spill_file *f = &s->files[n];
@@ -593,7 +681,7 @@ int spill_region_find(struct spill *s, const char *tenant,
 	if (!r && !list_is_empty(&s->empty))
 		r = link_entry(s->empty.next, struct spill_region, empty_link);
 	if (!r)
-		return usable ? -ENOSPC : -ENODEV;
+		return emptying ? -EINPROGRESS : usable ? -ENOSPC : -ENODEV;
 	/* Binding allocates the binding, the region header and the slot table
 	 * (fault.h). */
 	if (fault_hit(FAULT_SPILL_REGION))
@@ -612,8 +700,69 @@ int spill_region_find(struct spill *s, const char *tenant,
 			binding_drop(s, b);
 		return k;
 	}
+	region_keep_end(r);
 	*ret = r;
 	return 1;
+}
+
+uint32_t spill_tenant_regions(const struct spill *s, const char *tenant)
+{
+	size_t len = strnlen(tenant, SPILL_TENANT_MAX + 1);
+	if (!tenant_valid(tenant, (uint32_t)len))
+		return 0;
+	const struct spill_owner *o = owner_get((struct spill *)s, tenant, (uint32_t)len, false);
+	return o ? o->regions : 0;
+}
+
+int spill_region_victim(const struct spill *s, const char *tenant, struct spill_region **ret)
+{
+	size_t len = strnlen(tenant, SPILL_TENANT_MAX + 1);
+	if (!tenant_valid(tenant, (uint32_t)len))
+		return -ENOENT;
+	const struct spill_owner *o = owner_get((struct spill *)s, tenant, (uint32_t)len, false);
+	struct spill_region *best = NULL;
+	bool held = false;
+
+	/* A scan of every region: this runs once per region taken back, and
+	 * a region holds many slots' worth of write-backs. */
+	for (unsigned i = 0; o && o->regions && i < s->n_files; i++) {
+		struct spill_file *f = &s->files[i];
+		for (uint32_t j = 0; j < f->n_regions; j++) {
+			struct spill_region *r = &f->regions[j];
+			if (r->held_by != o || !r->binding || r->binding->owner != o)
+				continue;
+			held = true;
+			if (r->kept_for || r->ios || r->header)
+				continue;
+			if (!best || r->slots.n_free > best->slots.n_free)
+				best = r;
+		}
+	}
+	if (!best)
+		return held ? -EBUSY : -ENOENT;
+	*ret = best;
+	return 0;
+}
+
+int spill_region_reclaim(struct spill_region *r, const char *tenant)
+{
+	struct spill *s = r->file->spill;
+	size_t len = strnlen(tenant, SPILL_TENANT_MAX + 1);
+
+	if (!r->binding || !tenant_valid(tenant, (uint32_t)len))
+		return -EINVAL;
+	if (r->file->error)
+		return -EIO;
+	if (r->kept_for || r->ios || r->header)
+		return -EBUSY;
+	struct spill_owner *o = owner_get(s, tenant, (uint32_t)len, true);
+	if (!o)
+		return -ENOMEM;
+	o->refs++;
+	r->kept_for = o;
+	link_add(&s->kept, &r->kept_link, true);
+	region_relink(r);
+	return 0;
 }
 
 void spill_region_header_written(struct spill_region *r)
@@ -682,6 +831,8 @@ void spill_file_fail(struct spill_file *f, int error)
 		struct spill_region *r = &f->regions[i];
 		if (r->binding)
 			used += r->slots.n - r->slots.n_free;
+		/* Its tenant waits for a region that will never be free. */
+		region_keep_end(r);
 		region_relink(r);
 	}
 	log_error_errno(f->error,
@@ -922,10 +1073,12 @@ int spill_open(const struct spill_file_conf *conf, unsigned n, struct spill **re
 		return -ENOMEM;
 	s->next_seq = 1;
 	list_init(&s->empty);
+	list_init(&s->kept);
 	s->n_buckets = BINDING_BUCKETS;
 	s->buckets = calloc(s->n_buckets, sizeof(*s->buckets));
+	s->owners = calloc(OWNER_BUCKETS, sizeof(*s->owners));
 	s->files = calloc(n, sizeof(*s->files));
-	if (!s->buckets || !s->files) {
+	if (!s->buckets || !s->owners || !s->files) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -974,7 +1127,14 @@ void spill_free(struct spill *s)
 			free(b->identity);
 			free(b);
 		}
+	for (uint32_t i = 0; s->owners && i < OWNER_BUCKETS; i++)
+		while (s->owners[i]) {
+			struct spill_owner *o = s->owners[i];
+			s->owners[i] = o->hash_next;
+			free(o);
+		}
 	free(s->buckets);
+	free(s->owners);
 	free(s->files);
 	free(s);
 }

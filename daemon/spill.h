@@ -78,6 +78,18 @@ struct spill_link {
 	struct spill_link *prev, *next;
 };
 
+/* A tenant's hold on the spill space, shared by its bindings: the policy
+ * weighs its regions against the tenant's NVMe quota, because a region
+ * holding one block of a namespace is closed to every other namespace. */
+struct spill_owner {
+	char tenant[SPILL_TENANT_MAX + 1];
+	uint32_t tenant_len;
+	uint64_t tenant_hash;
+	uint32_t regions; /* held, as spill_tenant_regions() counts them */
+	uint32_t refs;    /* bindings and kept regions naming it */
+	struct spill_owner *hash_next;
+};
+
 /* What a bound region holds: shared by every region of that triple. */
 struct spill_binding {
 	char tenant[SPILL_TENANT_MAX + 1];
@@ -87,6 +99,7 @@ struct spill_binding {
 	uint64_t slot_bytes;
 	uint64_t tenant_hash;  /* XXH3-64 of the tenant name */
 	uint8_t ns_digest[16]; /* XXH3-128 of the identity */
+	struct spill_owner *owner;
 	uint32_t n_regions;
 	struct spill_link free_regions; /* usable, with a free slot; empty last */
 	struct spill_binding *hash_next;
@@ -112,9 +125,20 @@ struct spill_region {
 	 * wait for it: until the header is on disk a restart just does not
 	 * find the region's slots. */
 	uint8_t *header;
+	/* The tenant this region counts for (NULL: none): its binding's while
+	 * it holds a slot or its header is being written, else kept_for's. */
+	struct spill_owner *held_by;
+	/* Set by spill_region_reclaim(): emptied for this tenant.  Its binding
+	 * takes no new slot in it, and once empty only this tenant binds it. */
+	struct spill_owner *kept_for;
+	/* I/O in flight on its slots, counted by the caller (nvme.c): a region
+	 * with I/O in flight is not reclaimed, so that no copy lands in or is
+	 * read from a region being emptied. */
+	uint32_t ios;
 	struct spill_link free_link;  /* binding->free_regions */
 	struct spill_link empty_link; /* spill's bound-but-empty regions */
 	struct spill_link unbound_link; /* its file's unbound regions */
+	struct spill_link kept_link;    /* spill's kept regions */
 };
 
 struct spill_file {
@@ -139,8 +163,10 @@ struct spill {
 	uint64_t recovery_frees; /* spill_slot_free() calls during recovery */
 	unsigned next_file; /* where the next unbound region comes from */
 	struct spill_link empty;
+	struct spill_link kept; /* regions being emptied for a tenant */
 	struct spill_binding **buckets;
 	uint32_t n_buckets;
+	struct spill_owner **owners; /* hashed by tenant name */
 };
 
 /* Recovery's account, also logged. */
@@ -255,17 +281,39 @@ void spill_free(struct spill *s);
 int spill_recover(struct spill *s, spill_found_fn fn, void *userdata,
 		  struct spill_recovery *ret_stats);
 
-/* A region of (tenant, identity, slot_bytes) with a free slot.
+/* A region of (tenant, identity, slot_bytes) with a free slot: one of that
+ * triple's, else an empty region kept for the tenant, a never-bound one or
+ * an empty one of another triple.
  * \return 0 for a region already bound; 1 when a region was bound for this
- * call (write r->header, then spill_region_header_written()); -ENOSPC when
- * every usable region is taken (free slots first); -ENODEV when every file
- * has failed; -EINVAL for bad arguments or before spill_recover(); -E2BIG
- * when slot_bytes exceeds SPILL_SLOT_BYTES_MAX; -ENOMEM */
+ * call (write r->header, then spill_region_header_written()); -EINPROGRESS
+ * when none is free but a region kept for the tenant is still being
+ * emptied; -ENOSPC when every usable region is taken (free slots first);
+ * -ENODEV when every file has failed; -EINVAL for bad arguments or before
+ * spill_recover(); -E2BIG when slot_bytes exceeds SPILL_SLOT_BYTES_MAX;
+ * -ENOMEM */
 int spill_region_find(struct spill *s, const char *tenant,
 		      const uint8_t *identity, uint32_t identity_len,
 		      uint64_t slot_bytes, struct spill_region **ret);
 /* The header write of a newly bound region has finished (or failed). */
 void spill_region_header_written(struct spill_region *r);
+
+/* Regions the tenant holds: bound to one of its namespaces and holding a
+ * slot (or having their header written), or kept for it.  An empty bound
+ * region is no one's: anyone may bind it anew. */
+uint32_t spill_tenant_regions(const struct spill *s, const char *tenant);
+/* The region of the tenant's that is cheapest to take back: the fewest
+ * slots in use, no I/O in flight (ios), not kept, in a usable file.
+ * \return 0; -EBUSY when every region it holds has I/O in flight or is
+ * kept; -ENOENT when it holds none */
+int spill_region_victim(const struct spill *s, const char *tenant,
+			struct spill_region **ret);
+/* Take r back for tenant: its binding takes no new slot in it, and once
+ * the caller has freed its slots (dropping the copies in them) only tenant
+ * binds it (spill_region_find()).  It counts for tenant from now on.
+ * \return 0; -EBUSY for a region with I/O in flight, its header being
+ * written or already kept; -EINVAL for an unbound region or bad tenant;
+ * -EIO when its file failed; -ENOMEM */
+int spill_region_reclaim(struct spill_region *r, const char *tenant);
 
 /* \return 0; -ENOSPC when full; -EIO when its file failed; -EINVAL unbound */
 int spill_slot_alloc(struct spill_region *r, uint32_t *ret);

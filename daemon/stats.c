@@ -99,7 +99,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	bool nvme = m->store.nvme != NULL;
 	if (nvme)
 		nvme_get_stats(m->store.nvme, &ns);
-	kvt_rec_begin(&e->b, "daemon", nvme ? 29 + 20 : 29);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 29 + 22 : 29);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->s->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -147,6 +147,8 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "nvme_checksum_errors", ns.checksum_errors);
 	kvt_rec_u64(&e->b, "nvme_full", ns.disk_full);
 	kvt_rec_u64(&e->b, "nvme_quota_full", ns.quota_full);
+	kvt_rec_u64(&e->b, "nvme_refused", ns.refused);
+	kvt_rec_u64(&e->b, "nvme_reclaims", ns.reclaims);
 	kvt_rec_u64(&e->b, "nvme_recovered", ns.recovered);
 	kvt_rec_u64(&e->b, "nvme_recovery_dropped", ns.recovery_dropped);
 	kvt_rec_u64(&e->b, "nvme_recovery_ms", ns.recovery_ms);
@@ -196,7 +198,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 		sum.loads += c->loads;
 		sum.evictions += c->evictions;
 	}
-	kvt_rec_begin(&e->b, "tenant", t->store->nvme ? 16 : 14);
+	kvt_rec_begin(&e->b, "tenant", t->store->nvme ? 18 : 14);
 	kvt_rec_u64(&e->b, "id", t->id);
 	kvt_rec_str(&e->b, "name", t->name);
 	kvt_rec_u64(&e->b, "uid", t->uid);
@@ -214,6 +216,8 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 	if (t->store->nvme) {
 		kvt_rec_u64(&e->b, "nvme_quota", t->nvme_quota);
 		kvt_rec_u64(&e->b, "nvme_used", t->disk_bytes);
+		kvt_rec_u64(&e->b, "nvme_regions", nvme_tenant_regions(t->store->nvme, t->name));
+		kvt_rec_u64(&e->b, "nvme_refused", t->nvme_refused);
 	}
 }
 

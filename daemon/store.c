@@ -321,6 +321,26 @@ static void block_maybe_free(struct block *b)
 	free(b);
 }
 
+/* Give up b's NVMe copy; b has no I/O in flight.  A block still in host
+ * memory keeps serving from there (and is dirty again); one only on NVMe
+ * is gone. */
+static void disk_copy_drop(struct store *s, struct ns *ns, struct block *b)
+{
+	disk_unlink(b);
+	if (b->extent) {
+		nvme_slot_drop(s->nvme, b->disk, b->disk_slot);
+		b->disk = NULL;
+		if (b->clean) {
+			b->clean = false;
+			ns->tenant->dirty += b->extent->slot_bytes;
+		}
+	} else {
+		ns->c.evictions++;
+		block_unindex(b);
+		block_maybe_free(b);
+	}
+}
+
 static int nvme_evict(struct store *s, struct ns *ns, bool disk_only)
 {
 	struct evict_node *v = evict_lru_victim(&ns->disk_lru);
@@ -333,23 +353,38 @@ static int nvme_evict(struct store *s, struct ns *ns, bool disk_only)
 			v = prev; /* its copy is being read, or it is wanted */
 			continue;
 		}
-		disk_unlink(b);
-		if (b->extent) {
-			/* Still in host memory: only the NVMe copy goes. */
-			nvme_slot_drop(s->nvme, b->disk, b->disk_slot);
-			b->disk = NULL;
-			if (b->clean) {
-				b->clean = false;
-				ns->tenant->dirty += b->extent->slot_bytes;
-			}
-		} else {
-			ns->c.evictions++;
-			block_unindex(b);
-			block_maybe_free(b);
-		}
+		disk_copy_drop(s, ns, b);
 		return 0;
 	}
 	return -ENOSPC;
+}
+
+uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r)
+{
+	const struct spill_binding *bd = r->binding;
+	struct tenant *t = bd ? store_tenant_find(s, bd->tenant) : NULL;
+	uint64_t dropped = 0;
+
+	for (uint32_t i = 0; t && i < t->n_ns; i++) {
+		struct ns *ns = t->nss[i];
+		if (ns->identity_len != bd->identity_len ||
+		    memcmp(ns->identity, bd->identity, bd->identity_len) != 0)
+			continue;
+		/* The region's copies are among its namespace's, in no useful
+		 * order: one walk over all of them, once per region taken. */
+		struct evict_node *v = ns->disk_lru.head.next;
+		while (v && v != &ns->disk_lru.head) {
+			struct evict_node *next = v->next;
+			struct block *b = (struct block *)((char *)v - offsetof(struct block, disk_lru));
+			if (b->disk == r && b->io == BLOCK_IO_NONE) {
+				disk_copy_drop(s, ns, b);
+				dropped++;
+			}
+			v = next;
+		}
+		break;
+	}
+	return dropped;
 }
 
 int store_nvme_evict(struct store *s, struct ns *ns)

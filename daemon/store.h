@@ -119,6 +119,8 @@ struct tenant {
 	uint64_t nvme_quota;
 	uint64_t disk_bytes;   /* of spill slots holding its blocks */
 	uint64_t disk_writing; /* of spill slots being written */
+	uint64_t nvme_refused; /* write-backs refused for want of space */
+	uint64_t nvme_refused_unlogged, nvme_refused_logged_usec; /* nvme.c */
 	struct slot_class **classes;
 	uint32_t n_classes;
 	struct ns **nss;
@@ -218,6 +220,11 @@ int store_nvme_evict(struct store *s, struct ns *ns);
  * no longer in host memory, from the namespace first, then from its
  * tenant's others; -EDQUOT when there is none. */
 int store_nvme_evict_tenant(struct store *s, struct ns *ns);
+/* The region is taken back from its tenant (nvme.c): give up every NVMe
+ * copy in it, as store_nvme_evict() gives up one.  Its I/O has finished
+ * (spill_region_victim()), so none is skipped.  \return the copies given
+ * up */
+uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r);
 /* A block got an NVMe copy. */
 void store_disk_linked(struct block *b);
 

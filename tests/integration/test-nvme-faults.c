@@ -4,7 +4,8 @@
  * engine's test-only hook (KVTIERD_IO_FAULTS): short transfers are
  * finished transparently, ENOSPC fails one write-back and a later one
  * succeeds, EIO takes the spill file out while the host tier keeps
- * serving.  In every case every byte served is exact.  And a file system
+ * serving.  In every case every byte served is exact.  A write-back that
+ * failed leaves no slot a restart would recover.  And a file system
  * without O_DIRECT stops the daemon at start with an actionable error.
  */
 #include <stdlib.h>
@@ -73,6 +74,33 @@ int main(void)
 	CHECK(stat_of(&d, "daemon", "nvme_files_failed") == 0, "ENOSPC does not fail the file");
 	CHECK(run(&d, "2", "1600", true, "0") == 0, "push A out");
 	CHECK(run(&d, "1", "3200", false, NULL) == 0, "every byte served is exact");
+	finish(&d);
+
+	/* A failed write-back's slot is erased like any dropped one.  Every
+	 * write completion reports ENOSPC, though its bytes landed, so each
+	 * try leaves a whole, valid slot on disk; the block is then deleted,
+	 * and after a restart it must not come back from that slot. */
+	unsetenv("KVTIERD_IO_FAULTS");
+	setenv("KVTIERD_FAULTS", "write_enospc=1+", 1);
+	daemon_start(&d, config);
+	CHECK(run(&d, "5", "16", true, "0") == 0, "store one block");
+	WAIT_FOR(stat_of(&d, "daemon", "nvme_io_errors") >= 3, "write-backs to fail");
+	CHECK(stat_of(&d, "daemon", "nvme_writes") == 0, "no write-back succeeded");
+	kvt_client *c = client_connect(&d, "deleter");
+	kvt_ns *ns = engine_ns(c, "tiny", 1);
+	uint8_t key[32];
+	CHECK(engine_keys(5, 16, 0, 0, key, 1) == 1, "key");
+	CHECK(kvt_delete(ns, key, 1) == 1, "delete the block");
+	kvt_client_free(c);
+	WAIT_FOR(stat_of(&d, "daemon", "nvme_in_flight") == 0 &&
+		 stat_of(&d, "daemon", "nvme_blocks") == 0, "the last write-back and erasure");
+	daemon_stop(&d);
+	unsetenv("KVTIERD_FAULTS");
+	daemon_restart(&d, config);
+	CHECK(stat_of(&d, "daemon", "nvme_recovered") == 0,
+	      "a failed write-back's slot is not recovered (%llu)",
+	      (unsigned long long)stat_of(&d, "daemon", "nvme_recovered"));
+	CHECK(run(&d, "5", "16", false, "0") == 0, "the deleted block stays deleted");
 	finish(&d);
 
 	/* EIO: the spill file is failed; the host tier keeps serving. */

@@ -6,8 +6,9 @@
  * spill files created, preallocated, kept, extended, locked against a second
  * holder, and refused with the right words (too small, no directory,
  * no O_DIRECT, no space, read-only, the same file twice); recovery finding
- * exactly the intact slots among torn, garbage and stale ones; and space
- * for two tenants x two namespaces filled, freed, rebound and refilled.
+ * exactly the intact slots among torn, garbage and stale ones; space for
+ * two tenants x two namespaces filled, freed, rebound and refilled; and
+ * regions counted per tenant and taken back for another.
  *
  * Files live in a fresh directory under /var/tmp (O_DIRECT; tmpfs may refuse
  * it on older kernels).  Exit 77 when that file system refuses O_DIRECT.
@@ -1023,6 +1024,97 @@ out:
 	free(p1);
 }
 
+/*
+ * Regions counted per tenant, and taken back for another.
+ */
+
+static void test_reclaim(void)
+{
+	char *p = path_of("reclaim.spill");
+	struct spill_file_conf c = { p, 4 * SPILL_REGION_BYTES };
+	static const uint8_t idents[5][8] = { "ns-0", "ns-1", "ns-2", "ns-3", "ns-4" };
+	const uint64_t bytes = 4 * MiB - 4096; /* 15 slots a region */
+	struct spill *s = NULL;
+	struct spill_region *r, *reg[4], *victim;
+	uint32_t slot, slots[4][3];
+
+	CHECK(spill_open(&c, 1, &s) == 0);
+	if (!s)
+		goto out;
+	CHECK(spill_recover(s, NULL, NULL, NULL) == 0);
+	CHECK(spill_tenant_regions(s, "a") == 0);
+	CHECK(spill_region_victim(s, "a", &r) == -ENOENT);
+
+	/* a takes every region with a few blocks, one namespace each. */
+	for (unsigned i = 0; i < 4; i++) {
+		CHECK_N(spill_region_find(s, "a", idents[i], 4, bytes, &reg[i]) == 1, i);
+		/* Its header being written already holds it. */
+		CHECK_N(spill_tenant_regions(s, "a") == i + 1, i);
+		spill_region_header_written(reg[i]);
+		CHECK_N(spill_tenant_regions(s, "a") == i, i); /* empty: no one's */
+		for (unsigned j = 0; j < (i == 2 ? 1u : 3u); j++)
+			CHECK_N(spill_slot_alloc(reg[i], &slots[i][j]) == 0, i);
+		CHECK_N(spill_tenant_regions(s, "a") == i + 1, i);
+	}
+	CHECK(spill_region_find(s, "b", idents[0], 4, bytes, &r) == -ENOSPC);
+	CHECK(spill_region_find(s, "a", idents[4], 4, bytes, &r) == -ENOSPC);
+
+	/* The emptiest without I/O in flight. */
+	CHECK(spill_region_victim(s, "a", &victim) == 0 && victim == reg[2]);
+	reg[2]->ios = 1;
+	CHECK(spill_region_victim(s, "a", &victim) == 0 && victim != reg[2]);
+	CHECK(spill_region_reclaim(reg[2], "b") == -EBUSY);
+	for (unsigned i = 0; i < 4; i++)
+		reg[i]->ios++;
+	CHECK(spill_region_victim(s, "a", &victim) == -EBUSY);
+	for (unsigned i = 0; i < 4; i++)
+		reg[i]->ios--;
+	reg[2]->ios = 0;
+	CHECK(spill_region_victim(s, "b", &victim) == -ENOENT);
+
+	/* Taken back for b: it counts for b now, a's namespace puts nothing
+	 * more in it, and b waits while the copy in it is given up. */
+	CHECK(spill_region_reclaim(reg[2], "") == -EINVAL);
+	CHECK(spill_region_reclaim(reg[2], "b") == 0);
+	CHECK(spill_region_reclaim(reg[2], "c") == -EBUSY);
+	CHECK(spill_tenant_regions(s, "a") == 3 && spill_tenant_regions(s, "b") == 1);
+	CHECK(spill_region_victim(s, "a", &victim) == 0 && victim != reg[2]);
+	CHECK(spill_region_find(s, "a", idents[2], 4, bytes, &r) == -ENOSPC);
+	CHECK(spill_region_find(s, "b", idents[0], 4, bytes, &r) == -EINPROGRESS);
+	CHECK(spill_region_find(s, "c", idents[0], 4, bytes, &r) == -ENOSPC);
+	CHECK(spill_slot_free(reg[2], slots[2][0]) == 0);
+	/* Empty: still b's alone. */
+	CHECK(spill_tenant_regions(s, "a") == 3 && spill_tenant_regions(s, "b") == 1);
+	CHECK(spill_region_find(s, "c", idents[0], 4, bytes, &r) == -ENOSPC);
+	CHECK(spill_region_find(s, "a", idents[2], 4, bytes, &r) == -ENOSPC);
+	/* b binds it anew, with a header to write. */
+	CHECK(spill_region_find(s, "b", idents[0], 4, bytes, &r) == 1 && r == reg[2]);
+	CHECK(r->header && !r->kept_for && strcmp(r->binding->tenant, "b") == 0);
+	CHECK(spill_tenant_regions(s, "a") == 3 && spill_tenant_regions(s, "b") == 1);
+	spill_region_header_written(r);
+	CHECK(spill_slot_alloc(r, &slot) == 0);
+	CHECK(spill_region_find(s, "b", idents[0], 4, bytes, &r) == 0 && r == reg[2]);
+	/* Emptied by b, it is anyone's again. */
+	CHECK(spill_slot_free(reg[2], slot) == 0);
+	CHECK(spill_tenant_regions(s, "b") == 0);
+	CHECK(spill_region_find(s, "a", idents[4], 4, bytes, &r) == 1 && r == reg[2]);
+	spill_region_header_written(r);
+	CHECK(spill_tenant_regions(s, "a") == 3); /* bound, but empty */
+
+	/* A failed file keeps nothing for anyone. */
+	CHECK(spill_region_reclaim(reg[0], "c") == 0 && spill_tenant_regions(s, "c") == 1);
+	capture_begin();
+	spill_file_fail(&s->files[0], -EIO);
+	CHECK(strstr(capture_end(), "reclaim.spill' failed"));
+	CHECK(spill_tenant_regions(s, "c") == 0 && spill_tenant_regions(s, "a") == 0);
+	CHECK(spill_region_reclaim(reg[1], "c") == -EIO);
+	CHECK(spill_region_find(s, "c", idents[0], 4, bytes, &r) == -ENODEV);
+	spill_free(s);
+out:
+	unlink(p);
+	free(p);
+}
+
 int main(void)
 {
 	int fds = count_fds();
@@ -1046,6 +1138,7 @@ int main(void)
 	test_erofs();
 	test_recover();
 	test_space();
+	test_reclaim();
 	CHECK(rmdir(dir) == 0);
 	CHECK(count_fds() == fds);
 
