@@ -399,7 +399,7 @@ static enum held_kind op_kind(uint16_t op)
 }
 
 /*
- * What becomes of handle i without the daemon: a negative errno or 0 for
+ * What becomes of a handle without the daemon: a negative errno or 0 for
  * its status, or 1 when it must be sent (*ret_own: it is held here).
  */
 static int handle_local(kvt_client *c, uint16_t op, uint64_t handle, bool *ret_own)

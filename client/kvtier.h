@@ -260,11 +260,11 @@ KVT_EXPORT int kvt_client_connected(kvt_client *c);
  * process (the scheduler/worker split) is passed to the daemon as it is:
  * this library cannot tell whether it came from the daemon it talks to.
  * Handles and (extent_id, offset) pairs are valid only on the daemon that
- * issued them; processes that pass them to each other must drop those
- * taken before a restart (the process that took them learns of it from
- * -ESTALE).  A process whose handles another process gives back keeps, after
- * a restart, the old memory those handles point into mapped until
- * kvt_client_free.
+ * issued them; processes that pass them to each other must not use those
+ * taken before a restart, and only the process that took a handle can tell
+ * (there a commit of it says -ESTALE).  A process whose handles another process gives back may keep,
+ * after a restart, old memory those handles point into mapped until
+ * kvt_client_free (the library cannot see that they were given back).
  */
 
 /** One empty request and its reply.  \return 0 or a negative errno. */
