@@ -10,6 +10,8 @@
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
+static void give_back_raw(kvt_client *c, uint16_t op, const uint64_t *handles, size_t n);
+
 /* ---- namespaces --------------------------------------------------- */
 
 static int ns_open_reply(kvt_client *c, const struct kvt_header *h,
@@ -113,6 +115,9 @@ KVT_EXPORT int kvt_ns_open(kvt_client *c, const kvt_ns_desc *d, kvt_ns **ret)
 		free(ns);
 		return r;
 	}
+	/* The namespace keeps the client's memory: it may outlive
+	 * kvt_client_free (bindings free objects in any order). */
+	client_ref(c);
 	*ret = ns;
 	return 0;
 }
@@ -122,17 +127,16 @@ KVT_EXPORT void kvt_ns_close(kvt_ns *ns)
 	if (!ns)
 		return;
 	kvt_client *c = ns->c;
-	if (c) {
-		pthread_mutex_lock(&c->lock);
-		for (uint32_t i = 0; i < c->n_nss; i++)
-			if (c->nss[i] == ns) {
-				c->nss[i] = c->nss[--c->n_nss];
-				break;
-			}
-		pthread_mutex_unlock(&c->lock);
-	}
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < c->n_nss; i++)
+		if (c->nss[i] == ns) {
+			c->nss[i] = c->nss[--c->n_nss];
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
 	free(ns->identity);
 	free(ns);
+	client_unref(c);
 }
 
 KVT_EXPORT int kvt_ns_get_info(const kvt_ns *ns, kvt_ns_info *ret)
@@ -196,8 +200,6 @@ KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
 {
 	if (!ns || (n && !keys) || (flags & ~(uint32_t)KVT_LOOKUP_TOUCH))
 		return -EINVAL;
-	if (!ns->c)
-		return -ENOTCONN;
 	kvt_client *c = ns->c;
 	size_t leading = 0;
 	bool run = true;
@@ -219,46 +221,65 @@ KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
 			leading += ctx.leading;
 		run = run && ctx.leading == k;
 	}
+	bool closed = c->closed;
 	pthread_mutex_unlock(&c->lock);
 	/* While the daemon is away every key is a miss. */
-	if (r == -ENOTCONN)
+	if (r == -ENOTCONN && !closed)
 		return 0;
 	return r < 0 ? r : (int)leading;
 }
 
 struct slots_ctx {
 	kvt_ns *ns;
+	enum held_kind kind;
 	kvt_slot_ref *out;
 	uint32_t n;
 	uint32_t ok;
+	uint32_t n_bounce; /* handles in c->bounce, to give straight back */
 };
 
 static int slots_reply(kvt_client *c, const struct kvt_header *h,
 		       struct kvt_cursor *cur, void *userdata)
 {
 	struct slots_ctx *ctx = userdata;
+	uint64_t bytes = ctx->ns->info.shard_bytes;
 	uint32_t n;
 	int r = kvt_dec_slots_rep(cur, c->slots, ctx->n, &n);
 	if (r < 0)
 		return r;
 	if (n != ctx->n)
 		return -EBADMSG;
+	/* A slot we cannot address would be a daemon bug: refuse the whole
+	 * reply, before any of its handles is recorded, rather than write
+	 * somewhere else.  So would a handle with a table index 0
+	 * (docs/protocol.md §9), which pool.c could not record. */
+	for (uint32_t i = 0; i < n; i++)
+		if (c->slots[i].status >= 0 &&
+		    (!pool_ptr(c, c->slots[i].extent_id, c->slots[i].offset, bytes, NULL) ||
+		     (uint32_t)c->slots[i].handle == 0))
+			return -EBADMSG;
 	for (uint32_t i = 0; i < n; i++) {
 		kvt_slot_ref *o = &ctx->out[i];
 		const struct kvt_slot *s = &c->slots[i];
+		struct mapped_extent *e = NULL;
 		memset(o, 0, sizeof(*o));
 		o->status = s->status;
 		if (s->status < 0)
 			continue;
+		if (pool_held_old(c, s->handle)) {
+			/* A restarted daemon numbers its handles anew: this
+			 * value still names a handle of the previous one
+			 * here, so it goes straight back (pool.c). */
+			c->bounce[ctx->n_bounce++] = s->handle;
+			o->status = -ENOBUFS;
+			continue;
+		}
 		o->handle = s->handle;
 		o->extent_id = s->extent_id;
 		o->offset = s->offset;
-		o->bytes = ctx->ns->info.shard_bytes;
-		o->ptr = client_extent_ptr(c, s->extent_id, s->offset, o->bytes);
-		/* A slot we cannot address would be a daemon bug: refuse it
-		 * rather than write somewhere else. */
-		if (!o->ptr)
-			return -EBADMSG;
+		o->bytes = bytes;
+		o->ptr = pool_ptr(c, s->extent_id, s->offset, bytes, &e);
+		pool_hold(c, s->handle, e, ctx->kind);
 		ctx->ok++;
 	}
 	return 0;
@@ -269,21 +290,27 @@ static int slots_op(kvt_ns *ns, uint16_t op, uint32_t shard, const uint8_t *keys
 {
 	if (!ns || (n && (!keys || !ret)))
 		return -EINVAL;
-	if (!ns->c)
-		return -ENOTCONN;
 	if (shard >= ns->info.shards)
 		return -EINVAL;
 	kvt_client *c = ns->c;
+	enum held_kind kind = op == KVT_OP_ACQUIRE ? HELD_LEASE : HELD_RESERVATION;
 	int r = 0, done = 0;
 
 	pthread_mutex_lock(&c->lock);
 	for (size_t off = 0; off < n; off += c->max_keys) {
 		uint32_t k = (uint32_t)MIN(n - off, (size_t)c->max_keys);
-		struct slots_ctx ctx = {ns, ret + off, k, 0};
+		struct slots_ctx ctx = {ns, kind, ret + off, k, 0, 0};
 		r = ns_ready(ns);
+		/* Room to record every handle of the reply, so that none is
+		 * taken and then lost. */
+		if (r == 0)
+			r = pool_held_reserve(c, k);
 		if (r == 0)
 			r = keys_call(ns, op, shard, keys + off * KVT_KEY_SIZE, k,
 				      slots_reply, &ctx);
+		if (ctx.n_bounce)
+			give_back_raw(c, op == KVT_OP_ACQUIRE ? KVT_OP_RELEASE : KVT_OP_ABORT,
+				      c->bounce, ctx.n_bounce);
 		if (r < 0) {
 			for (size_t i = off; i < n; i++) {
 				memset(&ret[i], 0, sizeof(ret[i]));
@@ -308,7 +335,6 @@ KVT_EXPORT int kvt_acquire(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
 {
 	return slots_op(ns, KVT_OP_ACQUIRE, shard, keys, n, ret);
 }
-
 struct status_ctx {
 	int32_t *out;
 	uint32_t n;
@@ -329,30 +355,145 @@ static int status_reply(kvt_client *c, const struct kvt_header *h,
 	return 0;
 }
 
-/* COMMIT, ABORT, RELEASE with the client lock held; wait false sends
- * without waiting for the answers (ret_status is then NULL). */
+/* Send handles as they are, without waiting for the answers: for handles
+ * this client may not keep (bounced ones), or gave back while the daemon
+ * was away (deferred). */
+static void give_back_raw(kvt_client *c, uint16_t op, const uint64_t *handles, size_t n)
+{
+	uint32_t per = c->max_keys ? c->max_keys : 1;
+
+	for (size_t off = 0; off < n && c->fd >= 0; off += per) {
+		uint32_t k = (uint32_t)MIN(n - off, (size_t)per);
+		for (uint32_t i = 0; i < k; i++)
+			c->hargs[i] = (struct kvt_handle_arg){handles[off + i], 0};
+		kvt_enc_handles_req(&c->out, c->version, op, client_next_rid(c), c->hargs, k);
+		if (kvt_msg_finish(&c->out, 0) == 0)
+			client_send_async(c);
+	}
+}
+
+void client_flush_deferred(kvt_client *c)
+{
+	static const uint16_t ops[] = {KVT_OP_RELEASE, KVT_OP_ABORT};
+	uint64_t *h = c->n_deferred ? malloc(sizeof(*h) * c->n_deferred) : NULL;
+
+	if (!h) {
+		c->n_deferred = 0;
+		return;
+	}
+	for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+		size_t k = 0;
+		for (uint32_t i = 0; i < c->n_deferred; i++)
+			if (c->deferred[i].op == ops[o])
+				h[k++] = c->deferred[i].handle;
+		give_back_raw(c, ops[o], h, k);
+	}
+	c->n_deferred = 0;
+	free(h);
+}
+
+/* The kind of handle an operation ends. */
+static enum held_kind op_kind(uint16_t op)
+{
+	return op == KVT_OP_RELEASE ? HELD_LEASE : HELD_RESERVATION;
+}
+
+/*
+ * What becomes of a handle without the daemon: a negative errno or 0 for
+ * its status, or 1 when it must be sent (*ret_own: it is held here).
+ */
+static int handle_local(kvt_client *c, uint16_t op, uint64_t handle, bool *ret_own)
+{
+	enum held_kind kind;
+	int where = pool_held_find(c, handle, &kind);
+
+	*ret_own = where == HELD_CURRENT;
+	if (where == HELD_FOREIGN)
+		return c->fd >= 0 ? 1 : -ENOTCONN;
+	if (kind != op_kind(op))
+		return -EINVAL; /* what the daemon answers too */
+	if (where == HELD_OLD) {
+		/* The daemon that issued it is gone, and the block with it:
+		 * a commit stored nothing; a release or abort is done. */
+		pool_unhold(c, handle);
+		return op == KVT_OP_COMMIT ? -ESTALE : 0;
+	}
+	if (c->fd >= 0)
+		return 1;
+	if (op == KVT_OP_COMMIT)
+		return -ENOTCONN; /* still the caller's: commit again or abort */
+	/* Given back while the daemon is away: sent if the same daemon
+	 * comes back, moot if a new one does. */
+	pool_defer(c, handle, op);
+	pool_unhold(c, handle);
+	return 0;
+}
+
+/*
+ * COMMIT, ABORT, RELEASE with the client lock held; wait false sends
+ * without waiting for the answers (ret_status is then NULL).  Handles of
+ * an earlier daemon instance are answered here and never sent (pool.c).
+ */
 static int handles_op_locked(kvt_client *c, uint16_t op, const uint64_t *handles,
 			     const uint8_t *flags, size_t n, int32_t *ret_status, bool wait)
 {
-	int r = 0;
-	if (c->fd < 0)
-		r = wait ? client_ensure(c) : -ENOTCONN;
-	for (size_t off = 0; r == 0 && off < n; off += c->max_keys) {
-		uint32_t k = (uint32_t)MIN(n - off, (size_t)c->max_keys);
-		for (uint32_t i = 0; i < k; i++) {
-			c->hargs[i].handle = handles[off + i];
-			c->hargs[i].flag = flags ? (flags[off + i] != 0) : 0;
+	uint32_t per = c->max_keys ? c->max_keys : 1;
+	int result = 0;
+
+	/* A reconnect decides which handles are old: before looking. */
+	if (c->fd < 0 && wait)
+		client_ensure(c);
+	if (c->forked || c->closed) {
+		/* Nothing of the connection is this process's any more. */
+		result = c->forked ? -ECHILD : -ENOTCONN;
+		for (size_t i = 0; ret_status && i < n; i++)
+			ret_status[i] = result;
+		return n ? result : 0;
+	}
+	for (size_t i = 0; i < n;) {
+		uint32_t k = 0;
+		for (; i < n && k < per; i++) {
+			bool own;
+			int st = handle_local(c, op, handles[i], &own);
+			if (st <= 0) {
+				if (ret_status)
+					ret_status[i] = st;
+				if (st == -ENOTCONN)
+					result = st;
+				continue;
+			}
+			c->hargs[k] = (struct kvt_handle_arg){
+				handles[i], flags ? (flags[i] != 0) : 0};
+			c->hpos[k] = i;
+			c->hown[k] = own;
+			k++;
 		}
+		if (!k)
+			continue;
+		int r;
 		kvt_enc_handles_req(&c->out, c->version, op, client_next_rid(c), c->hargs, k);
 		r = kvt_msg_finish(&c->out, 0);
-		struct status_ctx ctx = {ret_status ? ret_status + off : NULL, k};
+		struct status_ctx ctx = {NULL, k};
 		if (r == 0)
 			r = wait ? client_call(c, status_reply, &ctx) : client_send_async(c);
-		if (r < 0 && ret_status)
-			for (size_t i = off; i < n; i++)
-				ret_status[i] = r;
+		for (uint32_t j = 0; j < k; j++) {
+			size_t at = c->hpos[j];
+			uint64_t handle = c->hargs[j].handle;
+			int32_t st = r == 0 ? (wait ? c->status[j] : 0) : r;
+			if (r == -ENOTCONN && c->hown[j] && op != KVT_OP_COMMIT) {
+				/* Lost on the way: as if the daemon were away. */
+				pool_defer(c, handle, op);
+				st = 0;
+			}
+			if (c->hown[j] && (r == 0 || st == 0))
+				pool_unhold(c, handle);
+			if (st < 0 && r < 0)
+				result = r;
+			if (ret_status)
+				ret_status[at] = st;
+		}
 	}
-	return r;
+	return result;
 }
 
 static int handles_op(kvt_client *c, uint16_t op, const uint64_t *handles,
@@ -408,8 +549,6 @@ static int keys_status_op(kvt_ns *ns, uint16_t op, const uint8_t *keys, size_t n
 {
 	if (!ns || (n && !keys))
 		return -EINVAL;
-	if (!ns->c)
-		return -ENOTCONN;
 	kvt_client *c = ns->c;
 	int r = 0, found = 0;
 	int32_t *st = malloc(sizeof(int32_t) * (n ? n : 1));
@@ -453,8 +592,6 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 {
 	if (!ns || (n && !keys))
 		return -EINVAL;
-	if (!ns->c)
-		return -ENOTCONN;
 	uint8_t *st = malloc(n ? n : 1);
 	if (!st)
 		return -ENOMEM;
@@ -482,9 +619,10 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 		int w = 0;
 		while (w == 0 && c->ready_events == seen && mono_ms() < deadline)
 			w = client_wait_event(c, (int)(deadline - mono_ms()));
+		bool closed = c->closed;
 		pthread_mutex_unlock(&c->lock);
 		if (w == -ENOTCONN) {
-			r = 0; /* the daemon is away: all misses */
+			r = closed ? -ENOTCONN : 0; /* away: all misses */
 			break;
 		}
 	}
@@ -570,13 +708,22 @@ static int store_batch(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n
 	}
 	r = 0;
 	if (k) {
+		size_t unsent = 0;
 		r = kvt_commit(ns->c, handles, success, k, cst);
 		for (size_t j = 0; j < k; j++) {
-			int32_t st = r < 0 ? r : (success[j] ? cst[j] : -EIO);
+			int32_t st = cst[j];
+			/* Not committed for want of the daemon: still ours,
+			 * and given back below (unsent <= j). */
+			if (st == -ENOTCONN)
+				handles[unsent++] = handles[j];
+			if (st == 0 && !success[j])
+				st = -EIO;
 			if (ret_status)
 				ret_status[which[j]] = st;
 			stored += st == 0;
 		}
+		if (unsent)
+			kvt_abort(ns->c, handles, unsent, NULL);
 	}
 out:
 	free(refs);

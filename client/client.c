@@ -124,92 +124,22 @@ uint64_t client_next_rid(kvt_client *c)
 	return ++c->next_rid;
 }
 
-/* ---- the mapped pool ---------------------------------------------- */
-
-static void unmap_all(kvt_client *c)
-{
-	for (uint32_t i = 0; i < c->n_extents; i++)
-		munmap(c->extents[i].base, c->extents[i].size);
-	free(c->extents);
-	c->extents = NULL;
-	c->n_extents = 0;
-}
-
-static int map_extent(kvt_client *c, const struct kvt_extent_note *n, int fd)
-{
-	struct mapped_extent *e;
-	int r;
-
-	for (uint32_t i = 0; i < c->n_extents; i++)
-		if (c->extents[i].id == n->extent_id) {
-			close(fd);
-			return 0;
-		}
-	/* Only a sealed extent is safe to build on: the daemon promised
-	 * it can never shrink under us. */
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
-		close(fd);
-		client_log(c, KVT_LOG_ERR, "extent %u is not sealed against shrinking; refusing it",
-			   n->extent_id);
-		return -EBADMSG;
-	}
-	void *p = mmap(NULL, n->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	r = -errno;
-	close(fd);
-	if (p == MAP_FAILED) {
-		client_log(c, KVT_LOG_ERR, "failed to map extent %u (%llu MiB): %s",
-			   n->extent_id, (unsigned long long)(n->size >> 20), strerror(-r));
-		return r;
-	}
-	e = realloc(c->extents, sizeof(*e) * (c->n_extents + 1));
-	if (!e) {
-		munmap(p, n->size);
-		return -ENOMEM;
-	}
-	c->extents = e;
-	/* First touch of a mapping is paid per mapping, not per page: pay it
-	 * here, once, rather than in the first copy.  A read per page maps
-	 * the page without changing its bytes. */
-	size_t step = (n->flags & KVT_EXTENT_HUGETLB) ? (2u << 20) : 4096;
-	volatile const uint8_t *vp = p;
-	for (uint64_t off = 0; off < n->size; off += step)
-		(void)vp[off];
-	c->extents[c->n_extents++] = (struct mapped_extent){
-		.id = n->extent_id,
-		.base = p,
-		.size = n->size,
-		.slot_bytes = n->slot_bytes,
-		.flags = n->flags,
-	};
-	client_log(c, KVT_LOG_DEBUG, "mapped extent %u: %llu MiB", n->extent_id,
-		   (unsigned long long)(n->size >> 20));
-	return 0;
-}
-
-void *client_extent_ptr(kvt_client *c, uint32_t id, uint64_t offset, uint64_t bytes)
-{
-	for (uint32_t i = 0; i < c->n_extents; i++) {
-		struct mapped_extent *e = &c->extents[i];
-		if (e->id != id)
-			continue;
-		if (offset > e->size || bytes > e->size - offset)
-			return NULL;
-		return e->base + offset;
-	}
-	return NULL;
-}
+/* ---- the mapped pool (pool.c) -------------------------------------- */
 
 KVT_EXPORT int kvt_client_map(kvt_client *c, uint32_t extent_id, uint64_t offset,
 			      uint64_t bytes, void **ret_ptr)
 {
+	struct mapped_extent *e = NULL;
+
 	if (!c || !ret_ptr)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	void *p = client_extent_ptr(c, extent_id, offset, bytes);
-	int known = 0;
-	for (uint32_t i = 0; i < c->n_extents; i++)
-		known |= c->extents[i].id == extent_id;
+	void *p = pool_ptr(c, extent_id, offset, bytes, &e);
+	int known = pool_known(c, extent_id);
+	/* No handle accounts for this pointer: its extent is never
+	 * unmapped under it (pool.c). */
+	if (e)
+		e->handed_out = true;
 	pthread_mutex_unlock(&c->lock);
 	if (!p)
 		return known ? -EINVAL : -ENOENT;
@@ -353,7 +283,7 @@ static int handle_notification(kvt_client *c, const struct kvt_header *h,
 			close(fds[0]);
 			return r;
 		}
-		return map_extent(c, &n, fds[0]);
+		return pool_map_extent(c, &n, fds[0]);
 	}
 	case KVT_OP_BLOCK_READY: {
 		uint32_t ns_id;
@@ -519,6 +449,13 @@ int client_wait_event(kvt_client *c, int timeout_ms)
 	return r;
 }
 
+/* The answer to a request sent as asynchronous but waited for. */
+static int ignore_reply(kvt_client *c, const struct kvt_header *h,
+			struct kvt_cursor *cur, void *userdata)
+{
+	return 0;
+}
+
 int client_send_async(kvt_client *c)
 {
 	struct kvt_header h;
@@ -529,7 +466,7 @@ int client_send_async(kvt_client *c)
 	if (c->fd < 0)
 		return -ENOTCONN;
 	if (c->n_async >= sizeof(c->async_rids) / sizeof(c->async_rids[0]))
-		return client_call(c, NULL, NULL);
+		return client_call(c, ignore_reply, NULL);
 	r = kvt_header_parse(c->out.data, &h);
 	if (r < 0)
 		return r;
@@ -584,7 +521,9 @@ static int connect_locked(kvt_client *c)
 	c->fd = fd;
 	c->in_len = 0;
 	c->n_async = 0;
-	unmap_all(c);
+	/* The extents come again before the HELLO reply; whether they are
+	 * the ones mapped now tells the same daemon from a restarted one. */
+	pool_reconnect_begin(c);
 
 	struct kvt_hello_req req = {
 		.min_version = KVT_PROTO_VERSION_MIN,
@@ -597,29 +536,36 @@ static int connect_locked(kvt_client *c)
 	memcpy(req.pci_bus_id, c->pci_bus_id, sizeof(req.pci_bus_id));
 	kvt_enc_hello_req(&c->out, client_next_rid(c), &req);
 	r = kvt_msg_finish(&c->out, 0);
-	if (r < 0)
-		return r;
-	r = client_call(c, hello_reply, NULL);
+	if (r == 0)
+		r = client_call(c, hello_reply, NULL);
 	if (r < 0) {
 		if (c->fd >= 0) {
 			close(c->fd);
 			c->fd = -1;
 		}
+		pool_reconnect_fail(c);
 		return r;
 	}
+	bool same = pool_reconnect_end(c);
 	c->generation++;
 	c->backoff_ms = 0;
+	if (c->generation > 1)
+		client_log(c, KVT_LOG_INFO, "reconnected to %s kvtierd", same ? "the same" : "a restarted");
 	for (uint32_t i = 0; i < c->n_nss; i++) {
 		r = client_ns_reopen(c, c->nss[i]);
 		if (r < 0)
 			client_log(c, KVT_LOG_WARNING, "failed to reopen a namespace after reconnecting: %s",
 				   c->error[0] ? c->error : strerror(-r));
 	}
+	if (same)
+		client_flush_deferred(c);
 	return 0;
 }
 
 int client_ensure(kvt_client *c)
 {
+	if (c->closed)
+		return -ENOTCONN;
 	if (c->forked)
 		return -ECHILD;
 	if (c->fd >= 0)
@@ -637,6 +583,38 @@ int client_ensure(kvt_client *c)
 	}
 	client_log(c, KVT_LOG_INFO, "connected to kvtierd at %s", c->path);
 	return 0;
+}
+
+static void client_free_buffers(kvt_client *c)
+{
+	kvt_buf_free(&c->out);
+	free(c->in);
+	free(c->slots);
+	free(c->status);
+	free(c->hargs);
+	free(c->hpos);
+	free(c->hown);
+	free(c->bounce);
+	c->in = NULL;
+	c->in_len = c->in_cap = 0;
+	c->slots = NULL;
+	c->status = NULL;
+	c->hargs = NULL;
+	c->hpos = NULL;
+	c->hown = NULL;
+	c->bounce = NULL;
+}
+
+/* The memory of a client nobody refers to any more. */
+static void client_destroy(kvt_client *c)
+{
+	for (unsigned i = 0; i < c->n_in_fds; i++)
+		close(c->in_fds[i]);
+	free(c->nss);
+	pool_free(c);
+	client_free_buffers(c);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
 }
 
 KVT_EXPORT int kvt_client_connect(const char *socket_path, const char *name,
@@ -678,6 +656,7 @@ KVT_EXPORT int kvt_client_connect_opts(const kvt_connect_opts *opts, kvt_client 
 	if (!c)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
+	atomic_init(&c->refs, 1);
 	strcpy(c->path, socket_path);
 	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
 	c->fd = -1;
@@ -689,7 +668,10 @@ KVT_EXPORT int kvt_client_connect_opts(const kvt_connect_opts *opts, kvt_client 
 	c->slots = calloc(KVT_MAX_KEYS, sizeof(*c->slots));
 	c->status = calloc(KVT_MAX_KEYS, sizeof(*c->status));
 	c->hargs = calloc(KVT_MAX_KEYS, sizeof(*c->hargs));
-	if (!c->slots || !c->status || !c->hargs) {
+	c->hpos = calloc(KVT_MAX_KEYS, sizeof(*c->hpos));
+	c->hown = calloc(KVT_MAX_KEYS, sizeof(*c->hown));
+	c->bounce = calloc(KVT_MAX_KEYS, sizeof(*c->bounce));
+	if (!c->slots || !c->status || !c->hargs || !c->hpos || !c->hown || !c->bounce) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -716,16 +698,28 @@ KVT_EXPORT int kvt_client_connect_opts(const kvt_connect_opts *opts, kvt_client 
 fail:
 	if (c->fd >= 0)
 		close(c->fd);
-	unmap_all(c);
-	kvt_buf_free(&c->out);
-	free(c->in);
-	free(c->slots);
-	free(c->status);
-	free(c->hargs);
-	free(c);
+	client_destroy(c);
 	return r;
 }
 
+kvt_client *client_ref(kvt_client *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+	return c;
+}
+
+void client_unref(kvt_client *c)
+{
+	if (c && atomic_fetch_sub(&c->refs, 1) == 1)
+		client_destroy(c);
+}
+
+/*
+ * The application is done with the client: the connection closes and the
+ * pool is unmapped now, whatever still refers to the client.  Namespaces
+ * still open keep its memory (a reference each) and answer -ENOTCONN, so a
+ * binding may free its objects in any order.
+ */
 KVT_EXPORT void kvt_client_free(kvt_client *c)
 {
 	if (!c)
@@ -737,24 +731,24 @@ KVT_EXPORT void kvt_client_free(kvt_client *c)
 			break;
 		}
 	pthread_mutex_unlock(&registry_lock);
+	pthread_mutex_lock(&c->lock);
+	c->closed = true;
 	if (c->fd >= 0)
 		close(c->fd);
+	c->fd = -1;
 	for (unsigned i = 0; i < c->n_in_fds; i++)
 		close(c->in_fds[i]);
-	for (uint32_t i = 0; i < c->n_nss; i++) {
-		c->nss[i]->c = NULL;
-		free(c->nss[i]->identity);
-		free(c->nss[i]);
-	}
+	c->n_in_fds = 0;
+	/* The namespaces stay the application's to close; what they keep
+	 * alive until then is small: no call on them gets past the check of
+	 * c->closed to these buffers. */
 	free(c->nss);
-	unmap_all(c);
-	kvt_buf_free(&c->out);
-	free(c->in);
-	free(c->slots);
-	free(c->status);
-	free(c->hargs);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
+	c->nss = NULL;
+	c->n_nss = 0;
+	pool_free(c);
+	client_free_buffers(c);
+	pthread_mutex_unlock(&c->lock);
+	client_unref(c);
 }
 
 KVT_EXPORT const char *kvt_connect_error(void)

@@ -61,7 +61,7 @@ struct kvt_cuda_ctx {
 	cudaStream_t load;
 	cudaStream_t store;
 	struct reg *regs;
-	uint64_t generation; /* the client connection regs belong to */
+	uint64_t instance; /* the daemon instance regs belong to */
 	struct meta *free_meta;
 	cudaEvent_t *free_ev;
 	size_t n_free_ev, cap_free_ev;
@@ -199,23 +199,24 @@ struct ext_snap {
 	uint64_t size;
 };
 
-/* The client's extents as they are now, and the connection they belong
- * to; the lock is not held while the driver pins, which can take long. */
+/* The client's extents as they are now, and the daemon instance they
+ * belong to; the lock is not held while the driver pins, which can take
+ * long. */
 static int snapshot_extents(kvt_client *c, struct ext_snap **ret,
-			    uint32_t *ret_n, uint64_t *ret_generation)
+			    uint32_t *ret_n, uint64_t *ret_instance)
 {
 	struct ext_snap *s;
 	uint32_t n;
 
 	pthread_mutex_lock(&c->lock);
-	*ret_generation = c->generation;
+	*ret_instance = c->instance;
 	n = c->n_extents;
 	s = calloc(n ? n : 1, sizeof(*s));
 	if (s)
 		for (uint32_t i = 0; i < n; i++)
-			s[i] = (struct ext_snap){c->extents[i].id,
-						 c->extents[i].base,
-						 c->extents[i].size};
+			s[i] = (struct ext_snap){c->extents[i]->id,
+						 c->extents[i]->base,
+						 c->extents[i]->size};
 	pthread_mutex_unlock(&c->lock);
 	if (!s)
 		return -ENOMEM;
@@ -310,30 +311,32 @@ static bool overlaps(const struct reg *r, const uint8_t *p, uint64_t n)
  * extents that are gone become stale and are unregistered once unused;
  * new extents are registered chunk by chunk.
  *
- * A reconnect unmaps every extent and maps the new daemon's, whose ids
- * start over and which mmap likes to put at the old addresses: a range
- * that looks the same may be other memory, while the driver still pins
- * the old pages under the old registration.  So every range of an earlier
- * connection is stale, whatever its id and address.  A new extent mapped
- * where a stale range is still pinned for an unfinished job waits for that
- * job: registering over it would find the old registration and copy to
- * the old pages.
+ * A restarted daemon's extents replace the old ones, whose ids start
+ * over; an old extent stays mapped while the client holds handles in it
+ * (the unfinished jobs' among them) and is unmapped after, and mmap likes
+ * to put new extents at the old addresses: a range that looks the same may
+ * be other memory, while the driver still pins the old pages under the old
+ * registration.  So every range of an earlier daemon instance is stale,
+ * whatever its id and address.  A new extent mapped where a stale range is
+ * still pinned for an unfinished job waits for that job: registering over
+ * it would find the old registration and copy to the old pages.  (A
+ * reconnect to the same daemon keeps the mappings, and the ranges.)
  */
 static int regs_sync(kvt_cuda_ctx *ctx)
 {
 	struct ext_snap *ext;
-	uint64_t generation;
+	uint64_t instance;
 	uint32_t n;
 	int r;
 
-	r = snapshot_extents(ctx->c, &ext, &n, &generation);
+	r = snapshot_extents(ctx->c, &ext, &n, &instance);
 	if (r < 0)
 		return r;
 
-	if (generation != ctx->generation) {
+	if (instance != ctx->instance) {
 		for (struct reg *g = ctx->regs; g; g = g->next)
 			g->stale = true;
-		ctx->generation = generation;
+		ctx->instance = instance;
 	}
 	for (struct reg *g = ctx->regs; g; g = g->next) {
 		bool live = false;
@@ -419,7 +422,9 @@ KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device,
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
-	ctx->c = c;
+	/* Like a namespace, a context keeps the client's memory: freed in
+	 * either order, neither touches freed memory. */
+	ctx->c = client_ref(c);
 	ctx->device = device;
 
 	r = dev_enter(ctx, &prev);
@@ -464,6 +469,7 @@ fail:
 	if (ctx->store)
 		cudaStreamDestroy(ctx->store);
 	dev_leave(ctx, prev);
+	client_unref(ctx->c);
 	free(ctx);
 	return r;
 }
@@ -500,6 +506,7 @@ KVT_EXPORT void kvt_cuda_ctx_free(kvt_cuda_ctx *ctx)
 	(void)cudaGetLastError();
 	if (entered)
 		dev_leave(ctx, prev);
+	client_unref(ctx->c);
 	free(ctx);
 }
 
@@ -553,11 +560,20 @@ static void job_finish(kvt_cuda_job *job, int copy_err)
 				job->status[job->which[q]] = -ENOMEM;
 			job->result = -ENOMEM;
 		} else {
+			size_t unsent = 0;
+
 			memset(ok, copy_err == 0, job->n_q);
 			r = kvt_commit(ctx->c, job->handles, ok, job->n_q, st);
-			for (size_t q = 0; q < job->n_q; q++)
+			for (size_t q = 0; q < job->n_q; q++) {
+				/* Not committed for want of the daemon: still
+				 * ours, and given back (unsent <= q). */
+				if (st[q] == -ENOTCONN)
+					job->handles[unsent++] = job->handles[q];
 				job->status[job->which[q]] =
-					r < 0 ? r : copy_err ? copy_err : st[q];
+					copy_err ? copy_err : st[q];
+			}
+			if (unsent)
+				kvt_abort(ctx->c, job->handles, unsent, NULL);
 			if (r < 0)
 				job->result = r;
 		}

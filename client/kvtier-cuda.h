@@ -59,8 +59,9 @@ KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device, kvt_cuda_ctx **ret);
 
 /**
  * Wait for the context's streams, unregister what it registered and free
- * it.  Free every job of the context first, and the context before its
- * client.  NULL is ignored.
+ * it.  Free every job of the context first.  The context keeps its
+ * client's memory, so it may be freed before or after kvt_client_free;
+ * after that every submission fails with -ENOTCONN.  NULL is ignored.
  */
 KVT_EXPORT void kvt_cuda_ctx_free(kvt_cuda_ctx *ctx);
 
@@ -149,8 +150,12 @@ KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
  *                    failed, or kvt_acquire's status.  Stores: 0 stored,
  *                    -EEXIST already stored, -EAGAIN and -EFAULT as for
  *                    loads, -EIO, or kvt_reserve's and kvt_commit's
- *                    status.  Keys whose copy is still in flight read
- *                    KVT_CUDA_IN_FLIGHT.
+ *                    status (-ESTALE: reserved from a daemon that has
+ *                    restarted since; nothing was stored).  Keys whose
+ *                    copy is still in flight read KVT_CUDA_IN_FLIGHT.
+ *                    A job in flight across a daemon restart copies from
+ *                    the memory it leased or reserved, which stays mapped
+ *                    and registered until the job is finished.
  * \return 1 when the job is complete, 0 while copies are in flight, or a
  *         negative errno (the job is then complete too, and ret_status
  *         holds the error for each affected key)

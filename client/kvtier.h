@@ -163,7 +163,9 @@ KVT_EXPORT const char *kvt_default_socket(void);
  * The connection is close-on-exec and is dropped in a forked child (the
  * child must connect anew).  When the daemon goes away, calls report misses
  * (lookups) or -ENOTCONN (stores) and the library reconnects with backoff,
- * reopening its namespaces.
+ * reopening its namespaces; see "Reconnecting" below for what becomes of
+ * handles and pointers.  A client may be shared by threads: every call
+ * takes the client's lock.
  *
  * \param socket_path  NULL for kvt_default_socket()
  * \param name         a label for kvtierctl clients (at most 64 bytes)
@@ -207,7 +209,14 @@ KVT_EXPORT int kvt_client_numa_node(kvt_client *c);
  */
 KVT_EXPORT const char *kvt_connect_error(void);
 
-/** Close the connection and unmap the pool.  NULL is ignored. */
+/**
+ * Close the connection and unmap the pool (every pointer the client handed
+ * out is invalid from here).  c must not be used afterwards.  Namespaces
+ * still open on c stay valid objects, and each must still be closed with
+ * kvt_ns_close, before or after this call, from any thread: until then
+ * every call on them returns -ENOTCONN (kvt_ns_get_info still answers).
+ * NULL is ignored.
+ */
 KVT_EXPORT void kvt_client_free(kvt_client *c);
 
 /** Install a log handler for this client (NULL: silent, the default). */
@@ -225,6 +234,38 @@ KVT_EXPORT const char *kvt_client_error(kvt_client *c);
 
 /** \return 1 when connected now, 0 while the daemon is away. */
 KVT_EXPORT int kvt_client_connected(kvt_client *c);
+
+/*
+ * Reconnecting.  A call that finds the daemon gone returns a miss or
+ * -ENOTCONN; a later call reconnects, on whichever thread makes it, while
+ * other threads may be using pointers the client handed out.  The library
+ * tells two cases apart by the pool memory the new connection receives:
+ *
+ * - The same daemon (the connection was lost, e.g. to a reply timeout):
+ *   nothing changes.  Handles stay valid, pointers keep pointing at the
+ *   same memory, and a release or abort made while the daemon was away is
+ *   sent to it once it answers.
+ * - A restarted daemon: blocks, handles and pool of the old one are gone.
+ *   Every pointer from kvt_reserve or kvt_acquire stays mapped, to the old
+ *   memory, until its handle is given back: a lease keeps its bytes, a
+ *   reservation may still be written (into memory no daemon reads).  Giving
+ *   back such a handle never reaches the new daemon, where the same value
+ *   may name another block: kvt_release and kvt_abort end it with status 0,
+ *   kvt_commit with -ESTALE ("the daemon restarted; the block was not
+ *   stored").  The memory of the old daemon is unmapped once its last
+ *   handle is back.  A pointer from kvt_client_map stays readable until
+ *   kvt_client_free, but reads zeros once nothing holds the old memory.
+ *
+ * These hold for handles taken by this client.  A handle taken by another
+ * process (the scheduler/worker split) is passed to the daemon as it is:
+ * this library cannot tell whether it came from the daemon it talks to.
+ * Handles and (extent_id, offset) pairs are valid only on the daemon that
+ * issued them; processes that pass them to each other must not use those
+ * taken before a restart, and only the process that took a handle can tell
+ * (there a commit of it says -ESTALE).  A process whose handles another process gives back may keep,
+ * after a restart, old memory those handles point into mapped until
+ * kvt_client_free (the library cannot see that they were given back).
+ */
 
 /** One empty request and its reply.  \return 0 or a negative errno. */
 KVT_EXPORT int kvt_client_ping(kvt_client *c);
@@ -280,10 +321,17 @@ typedef struct kvt_ns_info {
 	uint64_t bytes_per_token; /* all shards */
 } kvt_ns_info;
 
-/** Open (or join) a namespace.  \return 0 or a negative errno. */
+/**
+ * Open (or join) a namespace.  It refers to c until it is closed, and must
+ * be closed with kvt_ns_close, before or after kvt_client_free(c).
+ * \return 0 or a negative errno.
+ */
 KVT_EXPORT int kvt_ns_open(kvt_client *c, const kvt_ns_desc *desc, kvt_ns **ret);
-/** Forget a namespace handle (blocks stay in the daemon).  NULL ignored. */
+/** Forget a namespace handle (blocks stay in the daemon); also after its
+ * client was freed.  NULL ignored. */
 KVT_EXPORT void kvt_ns_close(kvt_ns *ns);
+/** The namespace's geometry (also after its client was freed).
+ * \return 0 or -EINVAL */
 KVT_EXPORT int kvt_ns_get_info(const kvt_ns *ns, kvt_ns_info *ret);
 
 /* ------------------------------------------------------------------ */
@@ -303,6 +351,8 @@ KVT_EXPORT int kvt_ns_get_info(const kvt_ns *ns, kvt_ns_info *ret);
  * \param ret_states  [n] KVT_MISS/HOST/DISK/PENDING, or NULL
  * \return the number of leading hits (what prefix caching can reuse), or a
  *         negative errno.  While the daemon is away: 0 and all misses.
+ *         After kvt_client_free of the namespace's client: -ENOTCONN, as
+ *         every call on the namespace.
  */
 KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
 			  uint32_t flags, uint8_t *ret_states);
@@ -310,7 +360,8 @@ KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
 /**
  * A reserved or acquired shard of a block.  handle, extent_id and offset
  * can be passed to another process of the same tenant (the scheduler pins,
- * a worker copies), which finds the memory with kvt_client_map().
+ * a worker copies), which finds the memory with kvt_client_map(); they
+ * are valid only on the daemon that issued them (see "Reconnecting").
  */
 typedef struct kvt_slot_ref {
 	int32_t status;     /* 0 or a negative errno for this key */
@@ -325,8 +376,12 @@ typedef struct kvt_slot_ref {
  * Reserve this rank's shard of each key for writing.  Status per key:
  * 0, -EEXIST (already stored), -EBUSY (this shard is being written by
  * someone else), -ENOSPC (no room even after eviction), -ENOBUFS (too many
- * open handles), -ENOMEM (the daemon is out of memory).  Until committed
- * the block is invisible; ptr stays valid until the commit or abort.
+ * open handles, or, after a daemon restart, the new daemon's handle has
+ * the value of one this client still holds from the old daemon: give the
+ * old ones back), -ENOMEM (the daemon is out of memory).  Until committed
+ * the block is invisible; ptr stays valid until the commit or abort, on
+ * any thread, across reconnects (see "Reconnecting": after a restart the
+ * commit says -ESTALE).
  * \return the number reserved or a negative errno (-ENOTCONN while the
  * daemon is away).
  */
@@ -338,24 +393,49 @@ KVT_EXPORT int kvt_reserve(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
  * written, zero when the copy failed (the block is dropped).  A block is
  * visible once every shard is committed.  ret_status[i]: 0, -ENOENT (no
  * such handle), -EINVAL (a lease, not a reservation), -ECANCELED (the
- * block was dropped meanwhile).  Commit only after the bytes are written:
- * a committed block is served to every process of the tenant.
- * \return 0 or a negative errno for the whole call
+ * block was dropped meanwhile), -ESTALE (taken from a daemon that has
+ * restarted since: the block was not stored, the handle is ended),
+ * -ENOTCONN (the daemon is away: the reservation is still the caller's, to
+ * commit again or abort).  Commit only after the bytes are written: a
+ * committed block is served to every process of the tenant.  Pass
+ * ret_status: the return value does not say which blocks were stored.
+ * \return 0, or a negative errno for the whole call (-ENOTCONN when some
+ *         handle could not reach the daemon)
  */
 KVT_EXPORT int kvt_commit(kvt_client *c, const uint64_t *handles,
 			  const uint8_t *success, size_t n, int32_t *ret_status);
+/**
+ * Give reservations back unwritten (their blocks are dropped).
+ * ret_status[i]: 0, -ENOENT, -EINVAL (a lease), -ECANCELED (the block was
+ * dropped already).  A reservation of a daemon
+ * that has restarted since ends here with 0; one given back while the
+ * daemon is away also gets 0 and reaches the daemon when it answers again.
+ * ret_status may be NULL.
+ * \return 0 or a negative errno for the whole call
+ */
 KVT_EXPORT int kvt_abort(kvt_client *c, const uint64_t *handles, size_t n,
 			 int32_t *ret_status);
 
 /**
  * Lease resident blocks for reading; they are not evicted until released.
  * Status per key: 0, -ENOENT (miss), -EAGAIN (not yet resident), -ENOBUFS
- * (too many open handles), -ENOMEM.  Release only after the copy out has
+ * (too many open handles; also as for kvt_reserve after a restart), -ENOMEM.
+ * ptr keeps the block's bytes until the release, on any thread, across
+ * reconnects (see "Reconnecting").  Release only after the copy out has
  * completed: the slot may be reused the moment it is released.
  * \return the number acquired or a negative errno
  */
 KVT_EXPORT int kvt_acquire(kvt_ns *ns, uint32_t shard, const uint8_t *keys,
 			   size_t n, kvt_slot_ref *ret);
+/**
+ * End leases.  ret_status[i]: 0, -ENOENT (no such handle), -EINVAL (a
+ * reservation).  A lease of a daemon that has restarted since ends here
+ * with 0; one released while the daemon is away also gets 0 and reaches
+ * the daemon when it answers again.  Another process's lease while the
+ * daemon is away: -ENOTCONN.  ret_status may be NULL.
+ * \return 0 or a negative errno for the whole call (-ENOTCONN when some
+ *         handle could not reach the daemon)
+ */
 KVT_EXPORT int kvt_release(kvt_client *c, const uint64_t *handles, size_t n,
 			   int32_t *ret_status);
 
@@ -384,7 +464,10 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 
 /**
  * Memory of a shard named by another process: extent_id and offset as
- * returned by kvt_reserve/kvt_acquire there.
+ * returned by kvt_reserve/kvt_acquire there, on the daemon this client
+ * talks to now.  The pointer never faults until kvt_client_free; after a
+ * daemon restart it reads the old daemon's memory while this client holds
+ * handles in it, zeros after (see "Reconnecting").
  * \return 0 or -ENOENT (no such extent mapped) / -EINVAL (out of range)
  */
 KVT_EXPORT int kvt_client_map(kvt_client *c, uint32_t extent_id,

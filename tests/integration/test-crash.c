@@ -68,6 +68,7 @@ int main(void)
 			 "--suffix", "0", "--expect-hits", "16", "--no-store", NULL) == 0,
 	      "load after crash");
 
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	daemon_cleanup(&d);

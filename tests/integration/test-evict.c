@@ -45,6 +45,7 @@ int main(void)
 	if (lead < 100)
 		CHECK(st[lead] == KVT_MISS, "the run ends at a miss");
 
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	daemon_cleanup(&d);

@@ -174,6 +174,7 @@ static void b_store(void)
 		srcs[i] = blk[i];
 	}
 	CHECK(kvt_store(ns, 0, b_keys, NB, srcs, NULL) == NB, "b stores");
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 }
 
@@ -212,6 +213,7 @@ static void b_sees_only_its_own(const char *when)
 		CHECK(st[i] == KVT_MISS, "%s: b's key %d still a miss", when, i);
 	CHECK(stat_get(c, "namespace", "blocks") + stat_get(c, "namespace", "spilled") == NB,
 	      "%s: b still has exactly its %d blocks", when, NB);
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 }
 
@@ -253,6 +255,7 @@ static void beside(void)
 		srcs[i] = blk[i];
 	}
 	CHECK(kvt_store(ns, 0, a_keys, NA, srcs, NULL) == NA, "a stores its forged blocks");
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	WAIT_FOR(admin_stat("nvme_writes") >= NB + NA, "a's blocks on NVMe");
 	region_header(1, "a", hdr);
@@ -275,6 +278,7 @@ static void beside(void)
 		CHECK(st[i] == 0 && !memcmp(got[i], blk[i], sizeof(blk[i])),
 		      "a's forged block %d comes back byte-exact", i);
 	CHECK(admin_stat("nvme_checksum_errors") == 0, "no checksum errors");
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	unlink(spill_path);
@@ -322,6 +326,7 @@ static void rebound(void)
 	}
 	CHECK(kvt_delete(ns, a_keys, NA) == NA && kvt_delete(ns, a_keys + NA * 32, 1) == 1,
 	      "a deletes all its blocks");
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	WAIT_FOR(admin_stat("nvme_blocks") == 0, "a's slots to be erased");
 

@@ -233,6 +233,7 @@ int main(void)
 	CHECK(daemon_fd_count(&d) == fds_want, "daemon has %d fds, want %d", daemon_fd_count(&d),
 	      fds_want);
 
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	daemon_cleanup(&d);

@@ -339,6 +339,7 @@ int main(void)
 	expect_misses(ns, &info, "base before any store");
 	store_own_bytes(ns, &info, 0, "base");
 	expect_own_bytes(ns, &info, 0, "base");
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 
 	for (int v = 1;; v++) {
@@ -355,11 +356,13 @@ int main(void)
 			expect_misses(ns, &info, what);
 			store_own_bytes(ns, &info, v, what);
 			expect_own_bytes(ns, &info, v, what);
+			kvt_ns_close(ns);
 			kvt_client_free(c);
 		}
 		c = client_connect(&d, "base");
 		ns = open_variant(c, 0, &info);
 		expect_own_bytes(ns, &info, 0, "base after a variant");
+		kvt_ns_close(ns);
 		kvt_client_free(c);
 	}
 

@@ -84,6 +84,7 @@ int main(void)
 
 	kvt_client_free(c4);
 	kvt_client_free(c2);
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	daemon_cleanup(&d);

@@ -56,6 +56,7 @@ static void store_some(kvt_client *c, uint64_t seed)
 		srcs[i] = blk[i];
 	}
 	CHECK(kvt_store(ns, 0, keys, 4, srcs, NULL) == 4, "store");
+	kvt_ns_close(ns);
 }
 
 struct nodes {
@@ -127,6 +128,7 @@ int main(void)
 
 	kvt_client_free(a);
 	kvt_client_free(b);
+	kvt_ns_close(ns);
 	kvt_client_free(x);
 	daemon_stop(&d);
 	char cmd[300];

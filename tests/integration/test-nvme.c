@@ -109,6 +109,7 @@ int main(void)
 	static uint8_t keys[100 * 32];
 	CHECK(engine_keys(2, 1600, 0, 0, keys, 100) == 100, "keys");
 	CHECK(kvt_delete(ns, keys, 100) == 100, "delete B's 100 blocks");
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	WAIT_FOR(stat_nvme(&d, "nvme_blocks") == 200, "the erasures to land");
 	daemon_stop(&d);

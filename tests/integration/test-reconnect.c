@@ -52,6 +52,7 @@ int main(void)
 	CHECK(kvt_load(ns, 0, keys + 2 * 32, 1, dst, NULL) == 1, "load");
 	CHECK(!memcmp(back, blk[2], sizeof(back)), "byte-exact after reconnecting");
 
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	daemon_cleanup(&d);

@@ -50,6 +50,7 @@ int main(void)
 	CHECK(stat_get(c, "daemon", "capacity") == 32u << 20, "capacity unchanged");
 	CHECK(kvt_client_ping(c) == 0, "still serving");
 
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	daemon_cleanup(&d);

@@ -57,6 +57,7 @@ int main(void)
 				 "--no-store", NULL) == 0, "rank %d reload", r);
 	}
 	CHECK(stat_get(c, "tenant", "handles") == 0, "no handle left behind");
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	daemon_cleanup(&d);

@@ -146,7 +146,9 @@ int main(void)
 	CHECK(kvt_load(ns2, 0, keys + 1 * 32, 1, dst, NULL) == 1, "load on a second connection: %s",
 	      kvt_client_error(c2));
 	CHECK(!memcmp(back, blk[1], sizeof(back)), "byte-exact on a second connection");
+	kvt_ns_close(ns2);
 	kvt_client_free(c2);
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 
 	daemon_stop(&d);
