@@ -43,6 +43,9 @@ static const char *const site_names[_FAULT_SITE_MAX] = {
 	[FAULT_WRITE_SHORT] = "write_short",
 	[FAULT_READ_EIO] = "read_eio",
 	[FAULT_READ_SHORT] = "read_short",
+	[FAULT_WRITE_EAGAIN] = "write_eagain",
+	[FAULT_READ_EAGAIN] = "read_eagain",
+	[FAULT_URING_SUBMIT] = "uring_submit",
 };
 
 const char *fault_site_name(enum fault_site site)

@@ -61,10 +61,22 @@
  * read_eio      a read completion: -EIO             the block being staged is dropped (a     8
  *                                                   miss, announced); the file is failed
  * read_short    a read completion cut to half       the rest is resubmitted                  8
+ * write_eagain  a write completion: -EAGAIN         resubmitted after a back-off; the 9th    8
+ *                                                   for one request fails it with -EAGAIN
+ *                                                   (io.h): then as write_enospc
+ * read_eagain   a read completion: -EAGAIN          as write_eagain; a read that fails       8
+ *                                                   drops the block being staged (a miss)
+ * uring_submit  an io_uring_enter() of the io_uring tried again after a back-off; the 9th   4
+ *               engine, to submit or to wait at     failure in a row fails the requests
+ *               shutdown: -ENXIO                    never submitted with -ENXIO (then as
+ *                                                   write_enospc, read_eagain); at shutdown
+ *                                                   see io_engine_free()
  *
  * Short cuts apply to completions of at least 2 * 4 KiB and only those are
  * counted at the *_short sites.  A completion that gets -EIO is not counted
- * at write_enospc or the short sites.  test-faults also arms every site
+ * at write_enospc, the *_eagain or the short sites, one that gets -ENOSPC
+ * not at write_eagain or write_short, one that gets -EAGAIN not at the
+ * short sites.  uring_submit is reached only with the io_uring engine.  test-faults also arms every site
  * from its first call on (site=1+), and fails tenant, ns, block and index
  * at their first call during NVMe recovery at start.
  */
@@ -95,6 +107,9 @@ enum fault_site {
 	FAULT_WRITE_SHORT,
 	FAULT_READ_EIO,
 	FAULT_READ_SHORT,
+	FAULT_WRITE_EAGAIN,
+	FAULT_READ_EAGAIN,
+	FAULT_URING_SUBMIT,
 	_FAULT_SITE_MAX,
 };
 

@@ -34,6 +34,7 @@ struct io_engine {
 	sd_event *event;
 	sd_event_source *done_source;  /* the completion eventfd */
 	sd_event_source *defer_source; /* the batch submission */
+	sd_event_source *retry_source; /* the back-off before a retry */
 	int efd;
 	enum io_engine_kind kind;      /* URING or THREADS, once chosen */
 	unsigned queue_depth;
@@ -51,10 +52,15 @@ struct io_engine {
 	 * first, since they already had their turn. */
 	struct io_req *queue_head, *queue_tail;
 	unsigned n_queued;
-	/* Malformed requests, completed from the defer source so that done()
-	 * never runs inside io_submit(). */
+	/* Requests failed before they reached the kernel (malformed, or
+	 * refused by io_uring_enter() too often), completed with req->result
+	 * from the defer source so that done() never runs inside io_submit(). */
 	struct io_req *bad_head, *bad_tail;
 	unsigned n_bad;
+	/* Requests waiting out a back-off after -EAGAIN or -EINTR; the retry
+	 * timer puts them back at the head of the queue. */
+	struct io_req *retry_head, *retry_tail;
+	unsigned n_retry;
 	/* With the kernel or a worker; at most queue_depth. */
 	unsigned n_active;
 
@@ -64,6 +70,8 @@ struct io_engine {
 	struct io_uring ring;
 	bool ring_ready;
 	bool warned_submit;
+	unsigned submit_failures;      /* io_uring_enter() refusals in a row */
+	bool submit_backoff;           /* the retry timer submits next, not the loop */
 
 	/* threads */
 	pthread_t threads[IO_THREADS];
@@ -104,6 +112,31 @@ static void arm_defer(struct io_engine *io)
 	sd_event_source_set_enabled(io->defer_source, SD_EVENT_ONESHOT);
 }
 
+/* The retry timer, for the back-off of the nth retry in a row; one that is
+ * armed already is left as it is (whatever waits goes when it fires). */
+static void arm_retry(struct io_engine *io, unsigned nth)
+{
+	uint64_t now = 0;
+	int enabled = SD_EVENT_OFF;
+
+	(void)sd_event_source_get_enabled(io->retry_source, &enabled);
+	if (enabled != SD_EVENT_OFF)
+		return;
+	sd_event_now(io->event, CLOCK_MONOTONIC, &now);
+	(void)sd_event_source_set_time(io->retry_source,
+				       now + ((uint64_t)IO_RETRY_DELAY_USEC << (nth - 1)));
+	sd_event_source_set_enabled(io->retry_source, SD_EVENT_ONESHOT);
+}
+
+/* Complete req with error from the defer source. */
+static void fail_later(struct io_engine *io, struct io_req *req, int error)
+{
+	req->result = error;
+	list_append(&io->bad_head, &io->bad_tail, req);
+	io->n_bad++;
+	arm_defer(io);
+}
+
 /* ---- fault injection (test-only, fault.h) ------------------------------- */
 
 static int faults_apply(struct io_engine *io, const struct io_req *req, int res)
@@ -117,6 +150,10 @@ static int faults_apply(struct io_engine *io, const struct io_req *req, int res)
 	if (req->write && fault_hit(FAULT_WRITE_ENOSPC)) {
 		io->stats.injected++;
 		return -ENOSPC;
+	}
+	if (fault_hit(req->write ? FAULT_WRITE_EAGAIN : FAULT_READ_EAGAIN)) {
+		io->stats.injected++;
+		return -EAGAIN;
 	}
 	/* Cut to whole blocks: an O_DIRECT remainder must stay aligned.  Only
 	 * what can be cut is counted, so the Nth cut is always a real one. */
@@ -161,8 +198,15 @@ static void completed(struct io_engine *io, struct io_req *req, int res)
 	uint32_t remaining = req->len - req->progress;
 
 	res = faults_apply(io, req, res);
-	if (res == -EAGAIN || res == -EINTR) {
-		requeue(io, req);
+	/* Worth another try, but not at once and not forever: a device that
+	 * keeps answering -EAGAIN would otherwise keep the loop spinning and
+	 * the request's owner waiting for good. */
+	if ((res == -EAGAIN || res == -EINTR) && req->retries < IO_RETRY_MAX) {
+		req->retries++;
+		io->stats.retried++;
+		list_append(&io->retry_head, &io->retry_tail, req);
+		io->n_retry++;
+		arm_retry(io, req->retries);
 		return;
 	}
 	if (res < 0) {
@@ -254,14 +298,16 @@ static int uring_setup(struct io_engine *io, char *why, size_t n)
 	};
 	/* Only what the engine issues: reads and writes, on registered files
 	 * only (a ring that cannot name an fd cannot touch anything the
-	 * daemon did not hand it), and the two updates that add files and
-	 * pool extents later.  Every other SQE fails with -EACCES, every
-	 * other register operation with EACCES. */
+	 * daemon did not hand it), the cancellation of its own requests at
+	 * shutdown, and the two updates that add files and pool extents
+	 * later.  Every other SQE fails with -EACCES, every other register
+	 * operation with EACCES. */
 	const struct io_uring_restriction res[] = {
 		{ .opcode = IORING_RESTRICTION_SQE_OP, .sqe_op = IORING_OP_READ },
 		{ .opcode = IORING_RESTRICTION_SQE_OP, .sqe_op = IORING_OP_WRITE },
 		{ .opcode = IORING_RESTRICTION_SQE_OP, .sqe_op = IORING_OP_READ_FIXED },
 		{ .opcode = IORING_RESTRICTION_SQE_OP, .sqe_op = IORING_OP_WRITE_FIXED },
+		{ .opcode = IORING_RESTRICTION_SQE_OP, .sqe_op = IORING_OP_ASYNC_CANCEL },
 		{ .opcode = IORING_RESTRICTION_SQE_FLAGS_REQUIRED, .sqe_flags = IOSQE_FIXED_FILE },
 		{ .opcode = IORING_RESTRICTION_REGISTER_OP, .register_op = IORING_REGISTER_FILES_UPDATE2 },
 		{ .opcode = IORING_RESTRICTION_REGISTER_OP, .register_op = IORING_REGISTER_BUFFERS_UPDATE },
@@ -315,10 +361,98 @@ fail:
 	return r;
 }
 
+/* io_uring_enter(): submit what the SQ ring holds and, with wait_nr, wait
+ * for that many completions.  uring_submit is its fault site (fault.h). */
+static int uring_enter(struct io_engine *io, unsigned wait_nr)
+{
+	if (fault_hit(FAULT_URING_SUBMIT)) {
+		io->stats.injected++;
+		return -ENXIO;
+	}
+	return wait_nr ? io_uring_submit_and_wait(&io->ring, wait_nr) : io_uring_submit(&io->ring);
+}
+
+/*
+ * Take the SQEs the kernel has not consumed back out of the SQ ring: their
+ * requests never reached it, so they are the engine's again.  Returns them
+ * as a list through next, oldest first.  Without SQPOLL the kernel reads the
+ * SQ ring only inside io_uring_enter() on this thread, so moving its tail
+ * back cannot race it.  An SQE sits at its position in sqes[] (liburing's
+ * own io_uring_get_sqe() puts it there), whatever the index array says.
+ */
+static struct io_req *uring_unsubmit(struct io_engine *io, unsigned *ret_n)
+{
+	struct io_uring_sq *sq = &io->ring.sq;
+	unsigned head = __atomic_load_n(sq->khead, __ATOMIC_ACQUIRE);
+	struct io_req *list = NULL, *tail = NULL;
+	unsigned n = 0;
+
+	for (unsigned i = head; i != sq->sqe_tail; i++) {
+		struct io_uring_sqe *sqe = &sq->sqes[i & *sq->kring_mask];
+		struct io_req *req = (struct io_req *)(uintptr_t)sqe->user_data;
+
+		if (!req)
+			continue; /* the cancellation at shutdown */
+		req->held = false;
+		io->n_active--;
+		list_append(&list, &tail, req);
+		n++;
+	}
+	sq->sqe_head = sq->sqe_tail = head;
+	__atomic_store_n(sq->ktail, head, __ATOMIC_RELEASE);
+	*ret_n = n;
+	return list;
+}
+
+/* Submit what the SQ ring holds, unless a back-off is running. */
+static void uring_submit(struct io_engine *io)
+{
+	struct io_req *list, *req;
+	unsigned n;
+	int r;
+
+	if (io->submit_backoff || io_uring_sq_ready(&io->ring) == 0)
+		return;
+	r = uring_enter(io, 0);
+	if (r > 0) {
+		io->submit_failures = 0;
+		/* What the kernel did not take stays in the SQ ring for the
+		 * next try; it counts as in flight already. */
+		if (io_uring_sq_ready(&io->ring) > 0)
+			arm_defer(io);
+		return;
+	}
+	if (r == 0)
+		r = -EAGAIN; /* took nothing and said nothing */
+	io->stats.submit_errors++;
+	/* -EAGAIN and -EBUSY pass (memory, a full completion ring), others
+	 * (-ENXIO: a ring being torn down, -EFAULT, -EBADF) may not: both
+	 * get the same few tries, spaced out, so that neither spins. */
+	if (++io->submit_failures <= IO_RETRY_MAX) {
+		if (io->submit_failures == 1 && !io->warned_submit)
+			log_warning_errno(r, "io_uring refused a submission, retrying: %m");
+		io->submit_backoff = true;
+		arm_retry(io, io->submit_failures);
+		return;
+	}
+	list = uring_unsubmit(io, &n);
+	if (!io->warned_submit)
+		log_error_errno(r, "io_uring refused %u submissions in a row, failing the %u I/O requests they held: %m",
+				io->submit_failures, n);
+	else
+		log_debug_errno(r, "io_uring refused %u submissions in a row, failing the %u I/O requests they held: %m",
+				io->submit_failures, n);
+	io->warned_submit = true;
+	io->submit_failures = 0;
+	while ((req = list)) {
+		list = req->next;
+		fail_later(io, req, r);
+	}
+}
+
 static void uring_flush(struct io_engine *io)
 {
 	struct io_req *req;
-	int r;
 
 	while (io->queue_head && io->n_active < io->queue_depth) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
@@ -343,19 +477,10 @@ static void uring_flush(struct io_engine *io)
 		}
 		sqe->flags |= IOSQE_FIXED_FILE;
 		io_uring_sqe_set_data(sqe, req);
+		req->held = true;
 		io->n_active++;
 	}
-	if (io_uring_sq_ready(&io->ring) == 0)
-		return;
-	r = io_uring_submit(&io->ring);
-	if (r < 0 && r != -EAGAIN && r != -EBUSY && r != -EINTR && !io->warned_submit) {
-		io->warned_submit = true;
-		log_error_errno(r, "Failed to submit to the io_uring, retrying: %m");
-	}
-	/* What the kernel did not take stays in the SQ ring for the next
-	 * try; it counts as in flight already. */
-	if (io_uring_sq_ready(&io->ring) > 0)
-		arm_defer(io);
+	uring_submit(io);
 }
 
 static void uring_reap(struct io_engine *io)
@@ -369,30 +494,75 @@ static void uring_reap(struct io_engine *io)
 		int res = cqe->res;
 
 		io_uring_cqe_seen(&io->ring, cqe);
+		req->held = false;
 		io->n_active--;
 		completed(io, req, res);
 	}
 }
 
-/* Wait for every request the kernel holds: pages pinned or written by an
- * in-flight request must not be reused before it ends, and closing the ring
- * does not wait for them. */
+/*
+ * Cancel every request the kernel holds, and wait for all of them: pages
+ * pinned or written by an in-flight request must not be reused before it
+ * ends, and closing the ring does not wait for them.  A read from a file
+ * that never answers would otherwise hold shutdown for good; one the
+ * device is already working on cannot be cancelled and ends by itself.  If
+ * the wait keeps failing, the requests the kernel still holds keep their
+ * held mark, and their owners must leave their memory alone.
+ */
 static void uring_drain(struct io_engine *io)
 {
 	struct io_uring_cqe *cqe;
+	unsigned failures = 0, cancelled = 0, n_unsubmitted = 0;
+	bool cancel_queued = false;
+	int r = 0;
 
+	if (io->n_active > 0)
+		log_debug("Cancelling %u io_uring requests in flight at shutdown", io->n_active);
 	while (io->n_active > 0) {
-		int r = io_uring_submit_and_wait(&io->ring, 1);
-		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
-			log_error_errno(r, "Failed to wait for %u io_uring requests, freeing anyway: %m",
-					io->n_active);
-			return;
+		if (!cancel_queued) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
+			if (sqe) {
+				io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+				/* NULL: no request of ours.  Set, since the
+				 * prep helpers leave the slot's last one. */
+				io_uring_sqe_set_data(sqe, NULL);
+				/* The restrictions want it on every SQE. */
+				sqe->flags |= IOSQE_FIXED_FILE;
+				cancel_queued = true;
+			}
 		}
+		/* Without an SQE for the cancellation (the SQ ring full of
+		 * requests not yet submitted), submit those first. */
+		r = uring_enter(io, cancel_queued ? 1 : 0);
 		while (io_uring_peek_cqe(&io->ring, &cqe) == 0) {
+			struct io_req *req = io_uring_cqe_get_data(cqe);
+
+			if (!req) {
+				if (cqe->res > 0)
+					cancelled += (unsigned)cqe->res;
+			} else {
+				req->held = false;
+				io->n_active--;
+			}
 			io_uring_cqe_seen(&io->ring, cqe);
-			io->n_active--;
 		}
+		if (r >= 0 || r == -EINTR) {
+			/* A signal is no failure: one is needed for each. */
+			failures = 0;
+			continue;
+		}
+		if (++failures > IO_RETRY_MAX)
+			break;
 	}
+	if (cancelled > 0)
+		log_debug("Cancelled %u io_uring requests at shutdown", cancelled);
+	if (io->n_active == 0)
+		return;
+	/* What the kernel never consumed is not its. */
+	(void)uring_unsubmit(io, &n_unsubmitted);
+	if (io->n_active > 0)
+		log_error_errno(r, "Failed to wait for %u io_uring requests at shutdown; their buffers are left allocated, not freed: %m",
+				io->n_active);
 }
 
 /* ---- threads ------------------------------------------------------------ */
@@ -556,8 +726,28 @@ static int on_defer(sd_event_source *s, void *userdata)
 
 	while ((req = list_pop(&io->bad_head, &io->bad_tail))) {
 		io->n_bad--;
-		finish(io, req, -EINVAL);
+		finish(io, req, req->result);
 	}
+	flush(io);
+	return 0;
+}
+
+static int on_retry(sd_event_source *s, uint64_t usec, void *userdata)
+{
+	struct io_engine *io = userdata;
+
+	/* In front of the queue, in their order: they already had their
+	 * turn. */
+	if (io->retry_head) {
+		io->retry_tail->next = io->queue_head;
+		if (!io->queue_head)
+			io->queue_tail = io->retry_tail;
+		io->queue_head = io->retry_head;
+		io->n_queued += io->n_retry;
+		io->retry_head = io->retry_tail = NULL;
+		io->n_retry = 0;
+	}
+	io->submit_backoff = false;
 	flush(io);
 	return 0;
 }
@@ -625,6 +815,14 @@ int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_dept
 	}
 	(void)sd_event_source_set_description(io->defer_source, "io-submit");
 	sd_event_source_set_enabled(io->defer_source, SD_EVENT_OFF);
+	/* Accurate to the microsecond: the back-offs are that short. */
+	r = sd_event_add_time(event, &io->retry_source, CLOCK_MONOTONIC, 0, 1, on_retry, io);
+	if (r < 0) {
+		log_error_errno(r, "Failed to add the I/O retry timer: %m");
+		goto fail;
+	}
+	(void)sd_event_source_set_description(io->retry_source, "io-retry");
+	sd_event_source_set_enabled(io->retry_source, SD_EVENT_OFF);
 
 	if (io->kind == IO_ENGINE_URING)
 		log_info("I/O engine: io_uring (%s), queue depth %u", io->reason, io->queue_depth);
@@ -647,6 +845,12 @@ void io_engine_free(struct io_engine *io)
 		return;
 	sd_event_source_disable_unref(io->done_source);
 	sd_event_source_disable_unref(io->defer_source);
+	sd_event_source_disable_unref(io->retry_source);
+	/* Queued, waiting out a back-off or failed: none reached the kernel,
+	 * and their done() is not called. */
+	if (io->n_queued + io->n_retry + io->n_bad > 0)
+		log_debug("Dropping %u I/O requests not submitted at shutdown",
+			  io->n_queued + io->n_retry + io->n_bad);
 	if (io->ring_ready) {
 		uring_drain(io);
 		io_uring_queue_exit(&io->ring);
@@ -815,12 +1019,12 @@ void io_submit(struct io_engine *io, struct io_req *req)
 	req->progress = 0;
 	req->buf_index = -1;
 	req->result = 0;
+	req->retries = 0;
+	req->held = false;
 	if (req->file < 0 || (unsigned)req->file >= io->n_files || req->len == 0 ||
 	    req->len % IO_ALIGN || req->offset % IO_ALIGN || (uintptr_t)req->buf % IO_ALIGN ||
 	    req->offset > (uint64_t)INT64_MAX - req->len) {
-		list_append(&io->bad_head, &io->bad_tail, req);
-		io->n_bad++;
-		arm_defer(io);
+		fail_later(io, req, -EINVAL);
 		return;
 	}
 	/* A remainder after a short transfer stays inside the same buffer. */
@@ -835,7 +1039,7 @@ void io_submit(struct io_engine *io, struct io_req *req)
 
 unsigned io_in_flight(const struct io_engine *io)
 {
-	return io->n_active + io->n_queued + io->n_bad;
+	return io->n_active + io->n_queued + io->n_bad + io->n_retry;
 }
 
 void io_get_stats(const struct io_engine *io, struct io_stats *ret)

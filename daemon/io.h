@@ -8,8 +8,9 @@
  *
  *   io_uring  One ring, created disabled and restricted before it is enabled
  *             to READ, WRITE, READ_FIXED and WRITE_FIXED on registered
- *             (fixed) files only, plus the two register operations that add
- *             files and buffers later.  Files sit in a sparse fixed-file
+ *             (fixed) files only, ASYNC_CANCEL (of its own requests, at
+ *             shutdown), plus the two register operations that add files
+ *             and buffers later.  Files sit in a sparse fixed-file
  *             table, memory regions in a sparse fixed-buffer table (each at
  *             most 1 GiB; larger regions are cut into 1 GiB buffers).  A
  *             request whose buffer lies inside one registered buffer uses
@@ -26,10 +27,16 @@
  * Requests are queued and submitted in one batch per event-loop iteration,
  * or at once when queue_depth of them wait; at most queue_depth are in flight
  * and the rest wait in FIFO order.  A short transfer is resubmitted for its
- * remainder, -EAGAIN and -EINTR are resubmitted, any other error completes the
- * request.  Every done() runs on the event-loop thread, never from inside
- * io_submit().  The engine is not thread-safe: call it from the event-loop
- * thread only.
+ * remainder; any other error completes the request, except -EAGAIN and
+ * -EINTR: those are resubmitted after a back-off (IO_RETRY_DELAY_USEC,
+ * doubling), at most IO_RETRY_MAX times for one request, which then
+ * completes with the error.  A submission that io_uring refuses is tried
+ * again after the same back-off, at most IO_RETRY_MAX times in a row; then
+ * the requests it held, which the kernel never saw, complete with its error.
+ * So a device or kernel that keeps refusing never keeps the loop busy: every
+ * request ends.  Every done() runs on the event-loop thread, never from
+ * inside io_submit().  The engine is not thread-safe: call it from the
+ * event-loop thread only.
  */
 #pragma once
 
@@ -48,6 +55,12 @@
 /* Capacity of the fixed-buffer table (1 GiB each): regions beyond it are
  * still usable, with plain READ/WRITE. */
 #define IO_MAX_BUFFERS 4096u
+/* Resubmissions of one request after -EAGAIN or -EINTR, and failed
+ * io_uring submissions in a row, before the error is final. */
+#define IO_RETRY_MAX 8u
+/* The first back-off before such a retry; it doubles with each one, so a
+ * request gives up after about 25 ms of them. */
+#define IO_RETRY_DELAY_USEC 100u
 
 enum io_engine_kind { IO_ENGINE_AUTO, IO_ENGINE_URING, IO_ENGINE_THREADS };
 
@@ -78,8 +91,21 @@ struct io_req {                 /* owned by the caller until done() runs */
 	uint32_t progress;      /* bytes transferred so far */
 	int buf_index;          /* fixed buffer used, -1: none */
 	int result;             /* a worker's result, on its way back */
+	uint8_t retries;        /* resubmissions after -EAGAIN or -EINTR */
+	bool held;              /* in io_uring's submission ring or the kernel */
 	struct io_req *next;    /* FIFO and hand-over lists */
 };
+
+/*
+ * After io_engine_free(): whether the kernel may still read or write req's
+ * buffer, because the engine gave up waiting for it (see io_engine_free).
+ * Such a buffer must never be freed or reused.  False for every request
+ * whose done() ran and for every request the engine dropped unsubmitted.
+ */
+static inline bool io_req_held(const struct io_req *req)
+{
+	return req->held;
+}
 
 /*
  * Create an engine whose completions run on `event`.
@@ -94,11 +120,17 @@ int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_dept
 		  struct io_engine **ret);
 
 /*
- * Wait synchronously for the requests in flight to finish, drop those still
- * queued, and free the engine.  done() is called for none of them: their
- * memory may be released once this returns, not before (an in-flight write
- * keeps reading its buffer, a read keeps writing into it).  Closes the
- * engine's own copies of the files.  Accepts NULL.
+ * Drop the requests still queued, cancel and wait for those in flight, and
+ * free the engine.  done() is called for none of them: their memory may be
+ * released once this returns, not before (an in-flight write keeps reading
+ * its buffer, a read keeps writing into it).  With io_uring every request the
+ * kernel holds is cancelled (IORING_OP_ASYNC_CANCEL; one the device is
+ * already working on cannot be, and is waited for).  If waiting fails
+ * IO_RETRY_MAX times in a row, the engine gives up and logs how many the
+ * kernel still holds: those keep io_req_held() true, and the caller must
+ * leave their memory allocated for good rather than free it.  The worker
+ * threads always finish the pread/pwrite they are in.  Closes the engine's
+ * own copies of the files.  Accepts NULL.
  */
 void io_engine_free(struct io_engine *io);
 
@@ -144,6 +176,8 @@ struct io_stats {
 	uint64_t read_bytes, write_bytes;  /* of requests finished successfully */
 	uint64_t errors;                   /* requests finished with an error */
 	uint64_t short_requeued;           /* short transfers resubmitted */
+	uint64_t retried;                  /* resubmissions after -EAGAIN/-EINTR */
+	uint64_t submit_errors;            /* io_uring submissions refused */
 	uint64_t injected;                 /* faults injected (test-only) */
 };
 
@@ -151,9 +185,12 @@ void io_get_stats(const struct io_engine *io, struct io_stats *ret);
 
 /*
  * Test-only faults on completions (fault.h: read_eio, write_eio,
- * write_enospc, read_short, write_short): the Nth completion the engine
- * receives in that direction (resubmitted remainders included) gets -EIO or
- * -ENOSPC, or a successful one of at least 2 * IO_ALIGN bytes is cut to half
- * its length, rounded down to IO_ALIGN, before the engine looks at it.  The
- * I/O itself happened in full.  Counted in io_stats.injected.
+ * write_enospc, read_eagain, write_eagain, read_short, write_short): the Nth
+ * completion the engine receives in that direction (resubmitted requests
+ * included) gets -EIO, -ENOSPC or -EAGAIN, or a successful one of at least
+ * 2 * IO_ALIGN bytes is cut to half its length, rounded down to IO_ALIGN,
+ * before the engine looks at it.  The I/O itself happened in full.  And on
+ * submissions (uring_submit): the Nth io_uring_enter() the engine makes,
+ * to submit or to wait at shutdown, fails with -ENXIO without entering the
+ * kernel.  Counted in io_stats.injected.
  */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -25,7 +26,8 @@ static void help(void)
 	       "Options:\n"
 	       "  -c, --config FILE    read FILE (default %s if it exists,\n"
 	       "                       else built-in defaults)\n"
-	       "  -s, --socket PATH    listen on PATH (overrides [daemon] socket)\n"
+	       "  -s, --socket PATH    listen on PATH (overrides [daemon] socket;\n"
+	       "                       absolute, shorter than 108 bytes)\n"
 	       "      --check-config   validate the configuration, print the\n"
 	       "                       effective values and exit\n"
 	       "  -v, --verbose        log at debug level\n"
@@ -75,6 +77,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvtierd: unexpected argument '%s'; try 'kvtierd --help'.\n", argv[optind]);
 		return 2;
 	}
+	if (socket_path) {
+		/* As [daemon] socket, which it overrides also across reloads:
+		 * absolute (the daemon's directory is not its clients'), and a
+		 * name that fits sun_path whole rather than one cut short. */
+		if (socket_path[0] != '/') {
+			fprintf(stderr, "kvtierd: --socket '%s': the path must be absolute\n", socket_path);
+			return 2;
+		}
+		if (strlen(socket_path) >= sizeof(((struct sockaddr_un *)NULL)->sun_path)) {
+			fprintf(stderr, "kvtierd: --socket: the path is %zu bytes long; a Unix socket path must be shorter than %zu bytes\n",
+				strlen(socket_path), sizeof(((struct sockaddr_un *)NULL)->sun_path));
+			return 2;
+		}
+	}
 
 	if (config_defaults(&cfg) < 0)
 		return 1;
@@ -86,10 +102,6 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (socket_path) {
-		if (socket_path[0] != '/' && strlen(socket_path) >= 108) {
-			fprintf(stderr, "kvtierd: --socket path is too long\n");
-			return 2;
-		}
 		free(cfg.socket_path);
 		cfg.socket_path = strdup(socket_path);
 	}

@@ -4,9 +4,14 @@
  * engine's test-only hook (KVTIERD_IO_FAULTS): short transfers are
  * finished transparently, ENOSPC fails one write-back and a later one
  * succeeds, EIO takes the spill file out while the host tier keeps
- * serving.  In every case every byte served is exact.  A write-back that
- * failed leaves no slot a restart would recover.  And a file system
- * without O_DIRECT stops the daemon at start with an actionable error.
+ * serving.  A device that answers every write or read with -EAGAIN, and an
+ * io_uring that refuses every submission, do not keep a request retrying
+ * forever: each write-back fails after its few retries (and is tried again
+ * later), each restore ends in a miss, the daemon serves on from host
+ * memory and stops cleanly with nothing left to the kernel.  In every case
+ * every byte served is exact.  A write-back that failed leaves no slot a
+ * restart would recover.  And a file system without O_DIRECT stops the
+ * daemon at start with an actionable error.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +50,62 @@ static void finish(struct daemon *d)
 {
 	char path[300];
 	daemon_stop(d);
+	CHECK(!daemon_log_contains(d, "left allocated"), "I/O was left to the kernel at shutdown");
 	snprintf(path, sizeof(path), "%s/spill0", d->dir);
 	unlink(path);
 	daemon_cleanup(d);
+}
+
+/*
+ * Every write-back's I/O fails for good (KVTIERD_FAULTS=faults): it ends
+ * with an error after bounded retries, again and again, and host memory
+ * keeps serving every block, exact.  Stopped while write-backs are being
+ * retried.
+ */
+static void writes_never_succeed(const char *faults)
+{
+	struct daemon d;
+
+	setenv("KVTIERD_FAULTS", faults, 1);
+	daemon_start(&d, config);
+	unsetenv("KVTIERD_FAULTS");
+	if (!strncmp(faults, "uring_submit", 12) && !daemon_log_contains(&d, "engine io_uring")) {
+		printf("%s: skipped, the NVMe tier does not run on io_uring here\n", faults);
+		finish(&d);
+		return;
+	}
+	CHECK(run(&d, "1", "3200", true, "0") == 0, "store");
+	WAIT_FOR(stat_of(&d, "daemon", "nvme_io_errors") >= 2,
+		 "write-backs to fail, after bounded retries, more than once");
+	CHECK(stat_of(&d, "daemon", "nvme_writes") == 0, "nothing was written back");
+	CHECK(stat_of(&d, "daemon", "nvme_files_failed") == 0, "the file is not failed");
+	CHECK(run(&d, "1", "3200", false, "200") == 0, "host copies serve, exact");
+	printf("%s: %llu write-back failures, the host tier serves on\n", faults,
+	       (unsigned long long)stat_of(&d, "daemon", "nvme_io_errors"));
+	finish(&d);
+}
+
+/* Every read fails with -EAGAIN: a block on NVMe only becomes a miss. */
+static void reads_never_succeed(void)
+{
+	struct daemon d;
+
+	setenv("KVTIERD_FAULTS", "read_eagain=1+", 1);
+	daemon_start(&d, config);
+	unsetenv("KVTIERD_FAULTS");
+	CHECK(run(&d, "1", "3200", true, "0") == 0, "store A");
+	WAIT_FOR(stat_of(&d, "daemon", "nvme_writes") >= 200, "write-back of A");
+	CHECK(run(&d, "2", "1600", true, "0") == 0, "push A out to NVMe");
+	uint64_t spills = stat_of(&d, "namespace", "spills");
+	CHECK(spills > 0, "blocks spilled");
+	CHECK(run(&d, "1", "3200", false, NULL) == 0, "A's restores end, served exact or missed");
+	CHECK(stat_of(&d, "daemon", "nvme_io_errors") >= 1, "the failed reads are counted");
+	CHECK(stat_of(&d, "daemon", "nvme_reads") == 0, "no read succeeded");
+	CHECK(stat_of(&d, "daemon", "nvme_files_failed") == 0, "the file is not failed");
+	CHECK(run(&d, "2", "1600", false, NULL) == 0, "whatever of B is served is exact");
+	printf("read_eagain=1+: %llu blocks spilled, restores ended in misses\n",
+	       (unsigned long long)spills);
+	finish(&d);
 }
 
 int main(void)
@@ -91,6 +149,7 @@ int main(void)
 	uint8_t key[32];
 	CHECK(engine_keys(5, 16, 0, 0, key, 1) == 1, "key");
 	CHECK(kvt_delete(ns, key, 1) == 1, "delete the block");
+	kvt_ns_close(ns);
 	kvt_client_free(c);
 	WAIT_FOR(stat_of(&d, "daemon", "nvme_in_flight") == 0 &&
 		 stat_of(&d, "daemon", "nvme_blocks") == 0, "the last write-back and erasure");
@@ -115,6 +174,10 @@ int main(void)
 	CHECK(run(&d, "2", "1600", false, "100") == 0, "the newest blocks are all there");
 	finish(&d);
 	unsetenv("KVTIERD_IO_FAULTS");
+
+	writes_never_succeed("write_eagain=1+");
+	writes_never_succeed("uring_submit=1+");
+	reads_never_succeed();
 
 	/* No O_DIRECT on the spill file's file system: refused at start. */
 	daemon_start(&d, NULL);

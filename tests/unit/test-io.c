@@ -4,9 +4,13 @@
  * O_DIRECT: random blocks written from and read back into pool-like memfd
  * regions and compared; more requests than the queue depth; buffers outside
  * every region; malformed requests; injected -EIO and short transfers;
- * freeing with I/O in flight; io_uring's restrictions, its fallback when
- * seccomp refuses io_uring_setup, and its fallback to unregistered buffers
- * when RLIMIT_MEMLOCK refuses the registration.
+ * -EAGAIN completions and refused io_uring submissions, passing and
+ * persistent (every request ends, after exactly IO_RETRY_MAX retries);
+ * freeing with I/O in flight, with a read the kernel would hold forever (a
+ * pipe: cancelled), and when waiting for it fails (its buffer is reported
+ * held); io_uring's restrictions, its fallback when seccomp refuses
+ * io_uring_setup, and its fallback to unregistered buffers when
+ * RLIMIT_MEMLOCK refuses the registration.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +19,7 @@
 #include <linux/io_uring.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +88,27 @@ static bool run_until(sd_event *e, const unsigned *n, unsigned want)
 			return false;
 		}
 		if (r == 0) {
+			fprintf(stderr, "the loop stalled at %u of %u completions\n", *n, want);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Run the loop until *n reaches want, at most max_iterations times: a
+ * request retried forever keeps the loop busy without stalling it, so only
+ * a count can tell. */
+static bool run_counted(sd_event *e, const unsigned *n, unsigned want, unsigned max_iterations)
+{
+	for (unsigned i = 0; *n < want; i++) {
+		if (i == max_iterations) {
+			fprintf(stderr, "%u loop iterations and only %u of %u requests ended\n",
+				max_iterations, *n, want);
+			return false;
+		}
+		/* The timeout is only a hang guard. */
+		int r = sd_event_run(e, 60ULL * 1000000ULL);
+		if (r <= 0) {
 			fprintf(stderr, "the loop stalled at %u of %u completions\n", *n, want);
 			return false;
 		}
@@ -298,6 +324,107 @@ static void check_restricted(void)
 	CHECK(errno == EACCES);
 }
 
+/* Far above what IO_RETRY_MAX back-offs of N_BLOCKS requests take. */
+#define MAX_ITERATIONS 200000u
+
+static void arm_faults(const char *value)
+{
+	setenv(FAULT_ENV, value, 1);
+	CHECK(fault_init() == 0);
+	unsetenv(FAULT_ENV);
+}
+
+/* -EAGAIN from every write completion: each request is resubmitted
+ * exactly IO_RETRY_MAX times, then ends with -EAGAIN; then every 3rd
+ * completion either way: all of them end whole, with the right bytes. */
+static void eagain(struct ctx *c, enum io_engine_kind kind)
+{
+	struct io_engine *io;
+	struct io_stats st;
+	int file;
+
+	arm_faults("write_eagain=1+");
+	io = engine(c, kind, &file);
+	if (io) {
+		pick_offsets(c);
+		submit_all(c, io, file, c->src, true);
+		CHECK(run_counted(c->event, &c->n_done, N_BLOCKS, MAX_ITERATIONS));
+		io_get_stats(io, &st);
+		printf("persistent -EAGAIN: %u of %u requests ended, %llu retries, %llu injected\n",
+		       c->n_done, N_BLOCKS, (unsigned long long)st.retried,
+		       (unsigned long long)st.injected);
+		CHECK(count_results(c, -EAGAIN) == N_BLOCKS);
+		CHECK(st.retried == (uint64_t)N_BLOCKS * IO_RETRY_MAX);
+		CHECK(st.injected == (uint64_t)N_BLOCKS * (IO_RETRY_MAX + 1));
+		CHECK(st.errors == N_BLOCKS && st.writes == N_BLOCKS && st.write_bytes == 0);
+		CHECK(io_in_flight(io) == 0);
+		io_engine_free(io);
+	}
+
+	arm_faults("write_eagain=%3,read_eagain=%3");
+	io = engine(c, kind, &file);
+	if (io) {
+		round_trip(c, io, file, kind == IO_ENGINE_URING);
+		io_get_stats(io, &st);
+		CHECK(st.retried > 0 && st.retried == st.injected);
+		io_engine_free(io);
+	}
+	CHECK(fault_init() == 0);
+}
+
+/* io_uring_enter() refuses every submission: each batch is tried 1 +
+ * IO_RETRY_MAX times, then its requests end with the error, and nothing
+ * reaches the file; refused every 2nd time, everything still gets through. */
+static void submit_refused(struct ctx *c)
+{
+	struct io_engine *io;
+	struct io_stats st;
+	int file;
+
+	/* What the refused writes would have written, if anything did. */
+	pick_offsets(c);
+	memset(c->src, 0xc3, REGION);
+	arm_faults("uring_submit=1+");
+	io = engine(c, IO_ENGINE_URING, &file);
+	if (io) {
+		submit_all(c, io, file, c->src, true);
+		CHECK(run_counted(c->event, &c->n_done, N_BLOCKS, MAX_ITERATIONS));
+		io_get_stats(io, &st);
+		printf("persistent submission error: %u of %u requests ended, %llu refused submissions\n",
+		       c->n_done, N_BLOCKS, (unsigned long long)st.submit_errors);
+		CHECK(count_results(c, -ENXIO) == N_BLOCKS);
+		CHECK(st.submit_errors == (uint64_t)(N_BLOCKS / QUEUE_DEPTH) * (IO_RETRY_MAX + 1));
+		CHECK(st.errors == N_BLOCKS);
+		CHECK(io_in_flight(io) == 0);
+		for (unsigned i = 0; i < N_BLOCKS; i++)
+			CHECK(!io_req_held(&c->ops[i].req));
+		io_engine_free(io);
+	}
+	CHECK(fault_init() == 0);
+	io = engine(c, IO_ENGINE_URING, &file);
+	if (io) {
+		memset(c->dst, 0xc3, REGION);
+		submit_all(c, io, file, c->dst, false);
+		CHECK(run_until(c->event, &c->n_done, N_BLOCKS));
+		CHECK(count_results(c, (int)BLOCK) == N_BLOCKS);
+		unsigned written = 0;
+		for (unsigned i = 0; i < N_BLOCKS; i++)
+			written += memcmp(c->dst + (size_t)i * BLOCK, c->src, BLOCK) == 0;
+		CHECK_MSG(written == 0, "%u refused writes reached the file", written);
+		io_engine_free(io);
+	}
+
+	arm_faults("uring_submit=%2");
+	io = engine(c, IO_ENGINE_URING, &file);
+	if (io) {
+		round_trip(c, io, file, true);
+		io_get_stats(io, &st);
+		CHECK(st.submit_errors > 0 && st.submit_errors == st.injected);
+		io_engine_free(io);
+	}
+	CHECK(fault_init() == 0);
+}
+
 static void run_kind(struct ctx *c, enum io_engine_kind kind)
 {
 	const char *name = kind == IO_ENGINE_URING ? "io_uring" : "threads";
@@ -390,6 +517,10 @@ static void run_kind(struct ctx *c, enum io_engine_kind kind)
 		io_engine_free(io);
 	}
 	CHECK(fault_init() == 0); /* disarmed */
+
+	eagain(c, kind);
+	if (kind == IO_ENGINE_URING)
+		submit_refused(c);
 
 	/* Freed with everything in flight or queued: no callback, no crash,
 	 * no leak (the sanitizer build checks). */
@@ -493,6 +624,76 @@ static int child_memlock(struct ctx *c, int unused)
 	return failures ? 1 : 0;
 }
 
+/*
+ * In a child: io_engine_free() with a read in flight that the kernel would
+ * hold forever (from an empty pipe) next to writes to the file.  The read
+ * is cancelled, the writes end, and it returns with nothing held: the bytes
+ * written into the pipe afterwards are still there for anyone to read.
+ * With fail_wait, every io_uring_enter() after the first fails: the engine
+ * gives up waiting, reports the read as held, and the writes it never
+ * submitted as not.
+ */
+/* A buffer reported held: never freed. */
+static uint8_t *held_buffer;
+
+static int child_free_in_flight(struct ctx *c, int fail_wait)
+{
+	struct op rd = { .n_done = &c->n_done }, wr[4];
+	struct io_engine *io;
+	uint8_t *buf = NULL, bytes[IO_ALIGN], back[IO_ALIGN];
+	int p[2], file, pipe_file;
+
+	if (pipe2(p, O_CLOEXEC) < 0 || posix_memalign((void **)&buf, IO_ALIGN, IO_ALIGN) != 0)
+		return 1;
+	if (fail_wait)
+		arm_faults("uring_submit=2+");
+	io = engine(c, IO_ENGINE_URING, &file);
+	if (!io)
+		return 1;
+	pipe_file = io_file_add(io, p[0]);
+	CHECK(pipe_file == 1);
+	c->n_done = 0;
+	rd.req = (struct io_req){ .file = pipe_file, .offset = 0, .buf = buf, .len = IO_ALIGN,
+				  .done = on_done, .userdata = &rd };
+	io_submit(io, &rd.req);
+	(void)sd_event_run(c->event, 0); /* the read is submitted */
+	for (unsigned i = 0; i < 4; i++) {
+		wr[i] = (struct op){ .n_done = &c->n_done };
+		wr[i].req = (struct io_req){ .file = file, .offset = (uint64_t)i * BLOCK,
+					     .buf = c->src + (size_t)i * BLOCK, .len = BLOCK,
+					     .write = true, .done = on_done, .userdata = &wr[i] };
+		io_submit(io, &wr[i].req);
+	}
+	(void)sd_event_run(c->event, 0);
+	CHECK(io_in_flight(io) == 5);
+	CHECK(io_req_held(&rd.req));
+	/* Only a hang guard: a read that is waited for, not cancelled,
+	 * keeps io_engine_free() from returning at all. */
+	alarm(60);
+	io_engine_free(io);
+	alarm(0);
+	CHECK(c->n_done == 0);
+	for (unsigned i = 0; i < 4; i++)
+		CHECK(!io_req_held(&wr[i].req));
+	if (fail_wait) {
+		CHECK(io_req_held(&rd.req));
+		held_buffer = buf;
+		printf("waiting failed: the pipe read is reported held, its buffer kept\n");
+	} else {
+		CHECK(!io_req_held(&rd.req));
+		free(buf);
+		memset(bytes, 0x3c, sizeof(bytes));
+		CHECK(write(p[1], bytes, sizeof(bytes)) == (ssize_t)sizeof(bytes));
+		CHECK(read(p[0], back, sizeof(back)) == (ssize_t)sizeof(back));
+		CHECK(memcmp(bytes, back, sizeof(bytes)) == 0);
+		printf("the pipe read was cancelled at free\n");
+	}
+	CHECK(fault_init() == 0);
+	close(p[0]);
+	close(p[1]);
+	return failures ? 1 : 0;
+}
+
 static void in_child(struct ctx *c, const char *what, int (*fn)(struct ctx *, int), int arg)
 {
 	pid_t pid;
@@ -518,7 +719,9 @@ static void in_child(struct ctx *c, const char *what, int (*fn)(struct ctx *, in
 		exit(r);
 	}
 	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status)) {
-		fprintf(stderr, "%s: the child died\n", what);
+		fprintf(stderr, "%s: the child died%s\n", what,
+			WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ?
+				" (SIGALRM: it hung)" : "");
 		failures++;
 	} else if (WEXITSTATUS(status) == 77) {
 		printf("%s: skipped\n", what);
@@ -577,6 +780,8 @@ int main(void)
 		in_child(&c, "fallback on ENOSYS", child_seccomp, ENOSYS);
 		in_child(&c, "fallback on EPERM", child_seccomp, EPERM);
 		in_child(&c, "memlock", child_memlock, 0);
+		in_child(&c, "free with a read held forever", child_free_in_flight, 0);
+		in_child(&c, "free when waiting fails", child_free_in_flight, 1);
 	}
 
 	sd_event_unref(c.event);
