@@ -76,7 +76,12 @@ int manager_new(struct config *c, struct manager **ret)
 		return r;
 	}
 	pool_init(&m->pool, c);
-	store_init(&m->store, &m->pool, c, on_extent_added, m);
+	r = store_init(&m->store, &m->pool, c, on_extent_added, m);
+	if (r < 0) {
+		log_error_errno(r, "Failed to draw the secret of the key hash: %m");
+		manager_free(m);
+		return r;
+	}
 	m->store.block_ready = on_block_ready;
 	sd_event_now(m->event, CLOCK_MONOTONIC, &m->started_usec);
 	*ret = m;
