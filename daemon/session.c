@@ -182,8 +182,10 @@ int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
 	if (msg->error)
 		return msg->error;
 	/* A client that does not read its replies must not grow our memory:
-	 * past twice the limit it is disconnected. */
-	if (s->out_bytes + msg->len > 2 * limit) {
+	 * past twice the limit it is disconnected.  The config keeps the limit
+	 * at most 1G; the comparison does not rely on it to stay unwrapped. */
+	uint64_t cap = limit > UINT64_MAX / 2 ? UINT64_MAX : 2 * limit;
+	if (s->out_bytes > cap || msg->len > cap - s->out_bytes) {
 		session_kill(s, "client does not read its replies ([limits] output_bytes)");
 		return -ENOBUFS;
 	}
