@@ -45,6 +45,7 @@ static const struct metric daemon_metrics[] = {
 	{"refused", "connections_refused_total", "counter", "Connections refused.", 0},
 	{"malformed", "connections_malformed_total", "counter", "Connections closed for a malformed message.", 0},
 	{"quarantined", "quarantined_handles_total", "counter", "Handles of exited processes held back until their copies could have landed.", 0},
+	{"accept_failures", "accept_failures_total", "counter", "Connections that could not be taken in for want of descriptors or memory.", 0},
 };
 /* Identity, not measurements: pid changes with every restart, and the
  * version and protocol are labels of kvtier_info. */
