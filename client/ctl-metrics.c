@@ -45,6 +45,7 @@ static const struct metric daemon_metrics[] = {
 	{"refused", "connections_refused_total", "counter", "Connections refused.", 0},
 	{"malformed", "connections_malformed_total", "counter", "Connections closed for a malformed message.", 0},
 	{"quarantined", "quarantined_handles_total", "counter", "Handles of exited processes held back until their copies could have landed.", 0},
+	{"accept_failures", "accept_failures_total", "counter", "Connections that could not be taken in for want of descriptors or memory.", 0},
 	{"nvme_refused", "nvme_writeback_refused_total", "counter", "Write-backs to NVMe refused for want of spill space (the tenant's blocks stay in host memory only).", 0},
 	{"nvme_reclaims", "nvme_regions_reclaimed_total", "counter", "Spill regions taken back from a tenant above its NVMe quota for one below it.", 0},
 };

@@ -611,8 +611,11 @@ static int config_validate(const struct config *c, const char *path)
 		log_error("%s: [nvme] queue_depth must be 1..4096", path);
 		r = -EINVAL;
 	}
-	if (c->max_output_bytes < (2ULL << 20)) {
-		log_error("%s: [limits] output_bytes must be at least 2M (one full reply)", path);
+	/* One full reply at least; at most 1G, so the queue a connection may
+	 * grow to (twice the limit) stays a size, not a wrapped number. */
+	if (c->max_output_bytes < CONFIG_OUTPUT_BYTES_MIN ||
+	    c->max_output_bytes > CONFIG_OUTPUT_BYTES_MAX) {
+		log_error("%s: [limits] output_bytes must be 2M..1G", path);
 		r = -EINVAL;
 	}
 	return r;

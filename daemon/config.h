@@ -31,6 +31,10 @@ enum lock_mode {
 
 #define CONFIG_MAX_SPILL_FILES 64
 
+/* [limits] output_bytes */
+#define CONFIG_OUTPUT_BYTES_MIN (UINT64_C(2) << 20)
+#define CONFIG_OUTPUT_BYTES_MAX (UINT64_C(1) << 30)
+
 enum nvme_engine {
 	NVME_ENGINE_AUTO,    /* io_uring where the kernel allows, else threads */
 	NVME_ENGINE_URING,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "evict.h"
+#include "keyhash.h"
 
 void evict_lru_init(struct evict_lru *l)
 {
@@ -49,14 +50,11 @@ struct evict_node *evict_lru_victim(const struct evict_lru *l)
 #define GHOST_MIN_SLOTS 64
 #define S3FIFO_FREQ_MAX 3
 
-static uint64_t ghost_hash(uint64_t fp)
+static uint64_t ghost_hash(const struct evict_ghost *g, uint64_t fp)
 {
-	/* Fingerprints from SHA-256 keys are uniform already; a caller's
-	 * sequential ids are not. */
-	fp ^= fp >> 33;
-	fp *= UINT64_C(0xff51afd7ed558ccd);
-	fp ^= fp >> 33;
-	return fp;
+	/* Keyed: a caller's sequential ids are not uniform, and fingerprints
+	 * a client could aim must not pile into one probe run. */
+	return keyhash(g->hash, &fp, sizeof(fp));
 }
 
 static bool ghost_live(const struct evict_ghost *g, const struct evict_ghost_slot *s)
@@ -69,7 +67,7 @@ static struct evict_ghost_slot *ghost_find(struct evict_ghost_slot *slots, uint6
 					   uint64_t fp, struct evict_ghost_slot **ret_reusable,
 					   const struct evict_ghost *g)
 {
-	uint64_t i = ghost_hash(fp) & (cap - 1);
+	uint64_t i = ghost_hash(g, fp) & (cap - 1);
 
 	if (ret_reusable)
 		*ret_reusable = NULL;
@@ -154,10 +152,11 @@ static struct evict_lru *queue_of(struct evict *e, uint8_t q)
 	return &e->q[q == EVICT_Q_SMALL ? 1 : 0];
 }
 
-void evict_init(struct evict *e, enum evict_policy policy)
+void evict_init(struct evict *e, enum evict_policy policy, const struct keyhash *hash)
 {
 	memset(e, 0, sizeof(*e));
 	e->policy = policy;
+	e->ghost[0].hash = e->ghost[1].hash = hash;
 	e->small_percent = EVICT_S3FIFO_SMALL_PERCENT;
 	evict_lru_init(&e->q[0]);
 	evict_lru_init(&e->q[1]);
@@ -167,7 +166,7 @@ void evict_done(struct evict *e)
 {
 	for (int i = 0; i < 2; i++) {
 		free(e->ghost[i].slots);
-		e->ghost[i] = (struct evict_ghost){0};
+		e->ghost[i] = (struct evict_ghost){.hash = e->ghost[i].hash};
 	}
 }
 

@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct keyhash;
+
 struct evict_node {
 	struct evict_node *prev, *next;
 };
@@ -85,8 +87,9 @@ enum {
  */
 struct evict_entry {
 	struct evict_node node;
-	/* A fingerprint of the block's key (its first 8 bytes will do: keys
-	 * are SHA-256), which the ghost list remembers after eviction. */
+	/* A fingerprint of the block's key, which the ghost list remembers
+	 * after eviction: distinct keys should have distinct ones (the store
+	 * takes the keyed hash of the whole key). */
 	uint64_t fp;
 	uint8_t queue; /* EVICT_Q_* */
 	uint8_t freq;  /* S3-FIFO: hits while queued, at most 3; SIEVE: visited */
@@ -105,8 +108,11 @@ struct evict_ghost_slot {
  * no FIFO of its own; rebuilt when tombstones and expired slots fill it.
  * At most about 64 bytes per listed entry; when it cannot grow, a
  * fingerprint is not remembered, which costs hits, never correctness.
+ * Fingerprints are placed by a keyed hash (keyhash.h), so a run of them
+ * that a client aimed at one slot spreads like any other.
  */
 struct evict_ghost {
+	const struct keyhash *hash; /* where a fingerprint probes from */
 	struct evict_ghost_slot *slots;
 	uint64_t cap;  /* slots, a power of two, or 0 */
 	uint64_t used; /* slots not empty */
@@ -127,7 +133,9 @@ struct evict {
 	uint32_t small_percent;
 };
 
-void evict_init(struct evict *e, enum evict_policy policy);
+/* hash places fingerprints in the ghost lists; it is the caller's and
+ * outlives e. */
+void evict_init(struct evict *e, enum evict_policy policy, const struct keyhash *hash);
 /* Frees the ghost lists; the entries are the caller's. */
 void evict_done(struct evict *e);
 

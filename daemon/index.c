@@ -5,12 +5,11 @@
 
 #include "fault.h"
 #include "index.h"
+#include "keyhash.h"
 
-static inline size_t key_hash(const uint8_t *key)
+static inline size_t key_hash(const struct index *ix, const uint8_t *key)
 {
-	uint64_t h;
-	memcpy(&h, key, sizeof(h));
-	return (size_t)h;
+	return (size_t)keyhash(ix->hash, key, 32);
 }
 
 static inline const uint8_t *entry_key(const void *e)
@@ -18,7 +17,7 @@ static inline const uint8_t *entry_key(const void *e)
 	return e;
 }
 
-int index_init(struct index *ix, size_t cap_hint)
+int index_init(struct index *ix, size_t cap_hint, const struct keyhash *hash)
 {
 	size_t cap = 64;
 	while (cap < cap_hint * 2)
@@ -28,6 +27,7 @@ int index_init(struct index *ix, size_t cap_hint)
 		return -ENOMEM;
 	ix->cap = cap;
 	ix->n = 0;
+	ix->hash = hash;
 	return 0;
 }
 
@@ -41,7 +41,7 @@ void index_free(struct index *ix)
 void *index_get(const struct index *ix, const uint8_t *key)
 {
 	size_t mask = ix->cap - 1;
-	for (size_t i = key_hash(key) & mask;; i = (i + 1) & mask) {
+	for (size_t i = key_hash(ix, key) & mask;; i = (i + 1) & mask) {
 		void *e = ix->slots[i];
 		if (!e)
 			return NULL;
@@ -50,10 +50,10 @@ void *index_get(const struct index *ix, const uint8_t *key)
 	}
 }
 
-static void insert_nocheck(void **slots, size_t cap, void *e)
+static void insert_nocheck(const struct index *ix, void **slots, size_t cap, void *e)
 {
 	size_t mask = cap - 1;
-	size_t i = key_hash(entry_key(e)) & mask;
+	size_t i = key_hash(ix, entry_key(e)) & mask;
 	while (slots[i])
 		i = (i + 1) & mask;
 	slots[i] = e;
@@ -67,7 +67,7 @@ static int grow(struct index *ix)
 		return -ENOMEM;
 	for (size_t i = 0; i < ix->cap; i++)
 		if (ix->slots[i])
-			insert_nocheck(slots, cap, ix->slots[i]);
+			insert_nocheck(ix, slots, cap, ix->slots[i]);
 	free(ix->slots);
 	ix->slots = slots;
 	ix->cap = cap;
@@ -87,7 +87,7 @@ int index_put(struct index *ix, void *entry)
 		if (r < 0)
 			return r;
 	}
-	insert_nocheck(ix->slots, ix->cap, entry);
+	insert_nocheck(ix, ix->slots, ix->cap, entry);
 	ix->n++;
 	return 0;
 }
@@ -95,7 +95,7 @@ int index_put(struct index *ix, void *entry)
 int index_remove(struct index *ix, const void *entry)
 {
 	size_t mask = ix->cap - 1;
-	size_t i = key_hash(entry_key(entry)) & mask;
+	size_t i = key_hash(ix, entry_key(entry)) & mask;
 
 	for (;; i = (i + 1) & mask) {
 		if (!ix->slots[i])
@@ -107,7 +107,7 @@ int index_remove(struct index *ix, const void *entry)
 	 * unless their home lies cyclically after the hole. */
 	size_t hole = i;
 	for (size_t j = (hole + 1) & mask; ix->slots[j]; j = (j + 1) & mask) {
-		size_t home = key_hash(entry_key(ix->slots[j])) & mask;
+		size_t home = key_hash(ix, entry_key(ix->slots[j])) & mask;
 		if (((j - home) & mask) >= ((j - hole) & mask)) {
 			ix->slots[hole] = ix->slots[j];
 			hole = j;
@@ -116,4 +116,9 @@ int index_remove(struct index *ix, const void *entry)
 	ix->slots[hole] = NULL;
 	ix->n--;
 	return 0;
+}
+
+size_t index_home(const struct index *ix, const uint8_t *key)
+{
+	return key_hash(ix, key) & (ix->cap - 1);
 }

@@ -76,7 +76,12 @@ int manager_new(struct config *c, struct manager **ret)
 		return r;
 	}
 	pool_init(&m->pool, c);
-	store_init(&m->store, &m->pool, c, on_extent_added, m);
+	r = store_init(&m->store, &m->pool, c, on_extent_added, m);
+	if (r < 0) {
+		log_error_errno(r, "Failed to draw the secret of the key hash: %m");
+		manager_free(m);
+		return r;
+	}
 	m->store.block_ready = on_block_ready;
 	sd_event_now(m->event, CLOCK_MONOTONIC, &m->started_usec);
 	*ret = m;
@@ -104,6 +109,7 @@ void manager_free(struct manager *m)
 	}
 	sd_event_source_disable_unref(m->reap_source);
 	sd_event_source_disable_unref(m->status_source);
+	sd_event_source_disable_unref(m->accept_retry);
 	kvt_buf_free(&m->reply);
 	free(m->slots);
 	free(m->status);
@@ -113,6 +119,8 @@ void manager_free(struct manager *m)
 	free(m);
 }
 
+
+static void accept_resume(struct manager *m);
 
 static int on_reap(sd_event_source *src, void *userdata)
 {
@@ -125,6 +133,8 @@ static int on_reap(sd_event_source *src, void *userdata)
 			session_free(s);
 		s = next;
 	}
+	/* Their sockets (and pidfds) are closed: room for a waiting client. */
+	accept_resume(m);
 	return 0;
 }
 
@@ -150,6 +160,122 @@ static void refuse(struct manager *m, int fd, int error, const char *why)
 	close(fd);
 }
 
+/*
+ * Out of descriptors (or memory), accept() fails and leaves the connection
+ * queued, so a listener left armed wakes the loop again at once: the daemon
+ * spun on one core and logged a line per turn.  Instead the listeners go
+ * off until descriptors are freed: when connections close (on_reap), and,
+ * for descriptors freed elsewhere or a limit raised from outside, on a
+ * timer.  Waiting clients stay in the listen backlog meanwhile.
+ */
+#define ACCEPT_RETRY_USEC (1000 * 1000ULL)
+#define ACCEPT_LOG_INTERVAL_USEC (10 * 1000 * 1000ULL)
+/* A connection and the pidfd of a new client process. */
+#define ACCEPT_FDS_NEEDED 2
+
+static void listeners_enable(struct manager *m, int enabled)
+{
+	for (uint32_t i = 0; i < m->n_listeners; i++)
+		sd_event_source_set_enabled(m->listeners[i]->source, enabled);
+}
+
+/* Whether a client can be taken in now.  Probed with dup()s: the limit
+ * alone does not say how many descriptors are in use. */
+static bool fds_available(struct manager *m)
+{
+	int fds[ACCEPT_FDS_NEEDED];
+	unsigned got = 0;
+
+	if (!m->n_listeners)
+		return false;
+	while (got < ACCEPT_FDS_NEEDED) {
+		int fd = fcntl(m->listeners[0]->fd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			break;
+		fds[got++] = fd;
+	}
+	for (unsigned i = 0; i < got; i++)
+		close(fds[i]);
+	return got == ACCEPT_FDS_NEEDED;
+}
+
+static int on_accept_retry(sd_event_source *src, uint64_t usec, void *userdata)
+{
+	accept_resume(userdata);
+	return 0;
+}
+
+static void accept_resume(struct manager *m)
+{
+	if (!m->accept_paused)
+		return;
+	if (!fds_available(m)) {
+		if (sd_event_source_set_time_relative(m->accept_retry, ACCEPT_RETRY_USEC) >= 0)
+			sd_event_source_set_enabled(m->accept_retry, SD_EVENT_ONESHOT);
+		return;
+	}
+	m->accept_paused = false;
+	sd_event_source_set_enabled(m->accept_retry, SD_EVENT_OFF);
+	listeners_enable(m, SD_EVENT_ON);
+	if (m->accept_pause_logged)
+		log_info("Accepting clients again");
+	m->accept_pause_logged = false;
+}
+
+/* Listeners off until accept_resume finds descriptors free. */
+static void accept_stop(struct manager *m)
+{
+	int r;
+
+	/* From now on every accept is preceded by a probe, until a turn
+	 * empties the backlog: a connection accepted into the last free
+	 * descriptor would be refused for want of its pidfd. */
+	m->accept_probe = true;
+	if (m->accept_paused)
+		return;
+	if (!m->accept_retry) {
+		r = sd_event_add_time_relative(m->event, &m->accept_retry, CLOCK_MONOTONIC,
+					       ACCEPT_RETRY_USEC, 0, on_accept_retry, m);
+		if (r < 0) {
+			/* Without the timer only a closing connection would
+			 * bring the listeners back: keep them on. */
+			log_warning_errno(r, "Failed to add the accept retry timer, ignoring: %m");
+			return;
+		}
+	} else {
+		sd_event_source_set_time_relative(m->accept_retry, ACCEPT_RETRY_USEC);
+		sd_event_source_set_enabled(m->accept_retry, SD_EVENT_ONESHOT);
+	}
+	m->accept_paused = true;
+	listeners_enable(m, SD_EVENT_OFF);
+}
+
+/* accept() or the client's pidfd failed for want of descriptors or memory. */
+static void accept_failed(struct manager *m, int error)
+{
+	uint64_t now = 0;
+
+	m->c.accept_failures++;
+	sd_event_now(m->event, CLOCK_MONOTONIC, &now);
+	if (!m->accept_logged_usec || now - m->accept_logged_usec >= ACCEPT_LOG_INTERVAL_USEC) {
+		char more[64] = "";
+		if (m->accept_unlogged)
+			snprintf(more, sizeof(more), " (and %llu time(s) since the last message)",
+				 (unsigned long long)m->accept_unlogged);
+		log_warning_errno(error, "Failed to accept a client, pausing until %s: %m%s",
+				  error == -EMFILE || error == -ENFILE
+					  ? "descriptors are freed (raise LimitNOFILE=)"
+					  : "memory is freed",
+				  more);
+		m->accept_logged_usec = now;
+		m->accept_unlogged = 0;
+		m->accept_pause_logged = true;
+	} else {
+		m->accept_unlogged++;
+	}
+	accept_stop(m);
+}
+
 static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *userdata)
 {
 	struct listener *l = userdata;
@@ -159,12 +285,19 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 	char why[200];
 
 	for (int i = 0; i < 64; i++) {
+		if (m->accept_probe && !fds_available(m)) {
+			accept_stop(m);
+			return 0;
+		}
 		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				return 0;
-			if (errno == EMFILE || errno == ENFILE)
-				log_warning_errno(-errno, "Failed to accept a client (raise LimitNOFILE=): %m");
+			if (errno == EAGAIN)
+				m->accept_probe = false; /* all waiting clients served */
+			if (errno == ECONNABORTED)
+				continue;
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM)
+				accept_failed(m, -errno);
 			return 0;
 		}
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
@@ -198,6 +331,10 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 		if (r < 0) {
 			log_warning_errno(r, "Failed to watch client pid %d, refusing it: %m", (int)cred.pid);
 			refuse(m, fd, r, "the daemon cannot watch this process (pidfd)");
+			if (r == -EMFILE || r == -ENFILE) {
+				accept_failed(m, r);
+				return 0;
+			}
 			continue;
 		}
 		struct session *s;

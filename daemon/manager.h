@@ -23,6 +23,7 @@ struct manager_counters {
 	uint64_t requests;
 	uint64_t errors;    /* error replies */
 	uint64_t quarantined_handles;
+	uint64_t accept_failures; /* accept() out of descriptors or memory */
 };
 
 /* A listening socket: the main one, or a tenant's own. */
@@ -49,6 +50,13 @@ struct manager {
 	bool socket_activated;
 	sd_event_source *reap_source; /* frees sessions marked dead */
 	sd_event_source *status_source; /* periodic STATUS= for systemd */
+	/* Out of descriptors: the listeners are off until one is freed. */
+	bool accept_paused;
+	sd_event_source *accept_retry; /* checks for free descriptors */
+	uint64_t accept_logged_usec;   /* when the last pause was logged */
+	uint64_t accept_unlogged;      /* failures since, not logged */
+	bool accept_pause_logged;      /* log the resume too */
+	bool accept_probe;             /* probe for descriptors before accepting */
 	struct session *sessions;
 	uint32_t n_sessions;
 	uint32_t next_session_id;

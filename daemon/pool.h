@@ -72,6 +72,8 @@ uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes);
  * of how many extents the others have. */
 int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
 		    struct extent **ret);
+/* Only at shutdown, after every session: a notice queued to a connection
+ * borrows the extent's descriptor until it is sent (session_send). */
 void pool_extent_free(struct pool *p, struct extent *e);
 const char *pool_page_mode(const struct extent *e);
 

@@ -37,8 +37,8 @@ static int on_grace(sd_event_source *src, uint64_t usec, void *userdata)
 	struct manager *m = p->m;
 	uint32_t leases = 0, reservations = 0;
 
-	/* The process is gone and its last copies have had time to land:
-	 * its slots can be reused. */
+	/* The process is gone, so is every connection it made, and the last
+	 * copies have had time to land: its slots can be reused. */
 	p->n_sessions++; /* hold the record while draining */
 	while (p->handles) {
 		struct handle *h = p->handles;
@@ -49,8 +49,6 @@ static int on_grace(sd_event_source *src, uint64_t usec, void *userdata)
 		store_handle_drop(&m->store, h->tenant, h);
 	}
 	p->n_sessions--;
-	/* One-shot: a handle taken later (through a socket the dead process
-	 * passed on) arms a new quarantine. */
 	p->grace_source = sd_event_source_disable_unref(p->grace_source);
 	m->c.quarantined_handles += leases + reservations;
 	log_info("Process %d exited: released %u lease(s) and aborted %u reservation(s) after %u ms of quarantine",
@@ -74,17 +72,27 @@ static void arm_quarantine(struct process *p)
 	}
 }
 
+/* The handles' owner is gone: the process has exited and no connection it
+ * made is open any more.  While one is (its socket passed to a child that
+ * outlived it, or by SCM_RIGHTS to another process), whoever holds that
+ * socket holds the handles too, and may still be copying into them. */
+static void maybe_orphaned(struct process *p)
+{
+	if (!p->exited || p->n_sessions)
+		return;
+	if (p->n_handles)
+		arm_quarantine(p);
+	else
+		process_maybe_free(p);
+}
+
 static int on_process_exit(sd_event_source *src, int fd, uint32_t revents, void *userdata)
 {
 	struct process *p = userdata;
 
 	p->exited = true;
 	sd_event_source_set_enabled(src, SD_EVENT_OFF);
-	if (!p->n_handles) {
-		process_maybe_free(p);
-		return 0;
-	}
-	arm_quarantine(p);
+	maybe_orphaned(p);
 	return 0;
 }
 
@@ -134,7 +142,10 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 void process_session_closed(struct process *p)
 {
 	p->n_sessions--;
-	process_maybe_free(p);
+	if (p->exited)
+		maybe_orphaned(p);
+	else
+		process_maybe_free(p);
 }
 
 void process_handle_link(struct process *p, struct handle *h)
@@ -145,10 +156,6 @@ void process_handle_link(struct process *p, struct handle *h)
 		p->handles->owner_prev = h;
 	p->handles = h;
 	p->n_handles++;
-	/* The connecting process is gone but its socket lives on in another
-	 * (a fork): what is taken now has no live owner to wait for. */
-	if (p->exited)
-		arm_quarantine(p);
 }
 
 void process_handle_unlink(struct process *p, struct handle *h)

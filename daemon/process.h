@@ -2,8 +2,11 @@
 /*
  * Client processes, watched through pidfds.  A closed socket does not mean a
  * client's copies into the pool have finished (its GPU or io_uring work can
- * still land), so the handles a process took end only when the process
- * itself has exited and a grace period has passed.
+ * still land), and an exited process does not mean its socket is closed (a
+ * child it forked, or a process it passed the socket to, may hold it and
+ * keep using the mappings and handles).  So the handles a process took end
+ * only when both have happened, the process exited and every connection it
+ * made closed, and then a grace period ([daemon] quarantine_ms) has passed.
  */
 #pragma once
 
@@ -19,8 +22,8 @@ struct process {
 	pid_t pid;
 	int pidfd;
 	bool exited;
-	uint32_t n_sessions;
-	struct handle *handles; /* taken by this process, still open */
+	uint32_t n_sessions; /* its connections still open, whoever holds them */
+	struct handle *handles; /* taken through its connections, still open */
 	uint32_t n_handles;
 	sd_event_source *exit_source;
 	sd_event_source *grace_source;

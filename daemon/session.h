@@ -23,7 +23,7 @@ struct extent;
 struct outmsg {
 	struct outmsg *next;
 	size_t len, sent;
-	int fds[KVT_MAX_FDS];
+	int fds[KVT_MAX_FDS]; /* borrowed (see session_send) */
 	unsigned n_fds;
 	uint8_t data[];
 };
@@ -70,7 +70,10 @@ int session_new(struct manager *m, int fd, struct session **ret);
 void session_free(struct session *s);
 /* Mark for closing; freed from the manager's reap callback. */
 void session_kill(struct session *s, const char *why);
-/* Queue a finished message; fds are duplicated. */
+/* Queue a finished message.  fds are borrowed, not duplicated: until they
+ * have been sent they must stay open and mean the same file, for as long
+ * as the session lives.  Extent descriptors, the only ones sent, do: an
+ * extent is freed only at shutdown, after every session. */
 int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
 		 unsigned n_fds);
 void session_announce_extent(struct session *s, const struct extent *e);

@@ -99,7 +99,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	bool nvme = m->store.nvme != NULL;
 	if (nvme)
 		nvme_get_stats(m->store.nvme, &ns);
-	kvt_rec_begin(&e->b, "daemon", nvme ? 29 + 22 : 29);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 30 + 22 : 30);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->s->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -129,6 +129,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "malformed", m->c.malformed);
 	kvt_rec_u64(&e->b, "handshake_timeouts", m->c.handshake_timeouts);
 	kvt_rec_u64(&e->b, "quarantined", m->c.quarantined_handles);
+	kvt_rec_u64(&e->b, "accept_failures", m->c.accept_failures);
 	if (!nvme)
 		return;
 	kvt_rec_str(&e->b, "nvme_engine", ns.engine);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "keyhash.h"
 #include "log.h"
 #include "nvme.h"
 #include "process.h"
@@ -31,7 +32,14 @@ int store_init(struct store *s, struct pool *p, const struct config *c,
 	s->extent_added = fn;
 	s->userdata = userdata;
 	s->next_tenant_id = 1;
-	return 0;
+	return keyhash_init_random(&s->keyhash);
+}
+
+/* What the eviction ghost lists remember of a block: keys sharing their
+ * first bytes must not share it. */
+static uint64_t key_fingerprint(const struct store *s, const uint8_t *key)
+{
+	return keyhash(&s->keyhash, key, KVT_KEY_SIZE);
 }
 
 static void ns_free(struct store *s, struct ns *ns)
@@ -169,7 +177,7 @@ static struct slot_class *class_get(struct store *s, struct tenant *t, uint64_t 
 		return NULL;
 	}
 	c->slot_bytes = slot_bytes;
-	evict_init(&c->lru, s->config->eviction);
+	evict_init(&c->lru, s->config->eviction, &s->keyhash);
 	t->classes[t->n_classes++] = c;
 	return c;
 }
@@ -224,7 +232,7 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	}
 
 	struct ns *ns = fault_hit(FAULT_NS) ? NULL : calloc(1, sizeof(*ns));
-	if (!ns || index_init(&ns->index, 1024) < 0 ||
+	if (!ns || index_init(&ns->index, 1024, &s->keyhash) < 0 ||
 	    !ARRAY_GROW(t->nss, t->n_ns, struct ns *)) {
 		if (ns)
 			index_free(&ns->index);
@@ -720,7 +728,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 				continue;
 			}
 			memcpy(b->key, key, KVT_KEY_SIZE);
-			memcpy(&b->lru.fp, key, sizeof(b->lru.fp)); /* keys are SHA-256 */
+			b->lru.fp = key_fingerprint(s, key);
 			b->ns = ns;
 			b->extent = e;
 			b->slot = slot;
@@ -1094,7 +1102,7 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 	if (!b)
 		return -ENOMEM;
 	memcpy(b->key, key, KVT_KEY_SIZE);
-	memcpy(&b->lru.fp, key, sizeof(b->lru.fp));
+	b->lru.fp = key_fingerprint(s, key);
 	b->ns = ns;
 	b->state = BLOCK_RESIDENT;
 	b->shards_committed = all_shards(ns);

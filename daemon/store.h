@@ -20,6 +20,7 @@
 
 #include "evict.h"
 #include "index.h"
+#include "keyhash.h"
 #include "kvt-proto.h"
 #include "pool.h"
 #include "tenancy.h"
@@ -151,6 +152,9 @@ struct store {
 	struct nvme *nvme; /* NULL without an NVMe tier */
 	store_block_ready_fn block_ready; /* a staged block is in host memory,
 					   * or its staging failed (a miss) */
+	/* Places client-chosen keys in the indexes and ghost lists; drawn
+	 * at start, never shown to clients. */
+	struct keyhash keyhash;
 };
 
 int store_init(struct store *s, struct pool *p, const struct config *c,

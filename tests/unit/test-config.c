@@ -577,6 +577,12 @@ static void test_validation(void)
 		{ "handles 0", "[limits]\nhandles_per_tenant = 0\n", 0, "limits" },
 		{ "output_bytes below 2M", "[limits]\noutput_bytes = 1M\n", 0,
 		  "output_bytes" },
+		{ "output_bytes above 1G", "[limits]\noutput_bytes = 1025M\n", 0,
+		  "output_bytes" },
+		/* Twice it is 2^64: a check of "twice the limit" that wraps
+		 * to 0 would close every connection at its first reply. */
+		{ "output_bytes 2^63", "[limits]\noutput_bytes = 8388608T\n", 0,
+		  "output_bytes" },
 		{ "a tenant nobody can belong to", "[tenant.lonely]\nquota = 1G\n", 0,
 		  "[tenant.lonely]" },
 		{ "a tenant nobody can belong to, among others",
@@ -610,6 +616,7 @@ static void test_validation(void)
 		"[limits]\nkeys_per_request = 1\n",
 		"[limits]\nkeys_per_request = 8192\n",
 		"[limits]\noutput_bytes = 2M\n",
+		"[limits]\noutput_bytes = 1G\n",
 		"[limits]\nconnections = 1\nconnections_per_uid = 1\n"
 		"namespaces_per_tenant = 1\nhandles_per_tenant = 1\n",
 		"[limits]\nconnections = 4294967295\n",

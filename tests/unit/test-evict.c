@@ -18,9 +18,13 @@
 #include <string.h>
 
 #include "evict.h"
+#include "keyhash.h"
 #include "check.h"
 
 #define N_NODES 64
+
+/* Places fingerprints in the ghost lists: fixed, so runs repeat. */
+static struct keyhash test_hash;
 
 struct block {
 	int id;
@@ -326,7 +330,7 @@ static void test_s3fifo(void)
 
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, EVICT_S3FIFO);
+	evict_init(&e, EVICT_S3FIFO, &test_hash);
 	CHECK(evict_victim(&e) == NULL);
 
 	/* New blocks are on probation. */
@@ -407,7 +411,7 @@ static void test_s3fifo(void)
 	evict_done(&e);
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, EVICT_S3FIFO);
+	evict_init(&e, EVICT_S3FIFO, &test_hash);
 	for (int i = 0; i < 4; i++)
 		evict_insert(&e, P(i));
 	/* 4 listed when 0 goes: forgotten after 4 more. */
@@ -440,7 +444,7 @@ static void test_sieve(void)
 
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, EVICT_SIEVE);
+	evict_init(&e, EVICT_SIEVE, &test_hash);
 	CHECK(evict_victim(&e) == NULL);
 	for (int i = 0; i < 5; i++)
 		evict_insert(&e, P(i));
@@ -711,7 +715,7 @@ static void test_policy_random(enum evict_policy policy, unsigned ops, uint32_t 
 	m->hand = -1;
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, policy);
+	evict_init(&e, policy, &test_hash);
 	CHECK(e.small_percent == EVICT_S3FIFO_SMALL_PERCENT);
 	if (small_percent)
 		e.small_percent = small_percent;
@@ -829,7 +833,7 @@ static void test_arc(void)
 
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, EVICT_ARC);
+	evict_init(&e, EVICT_ARC, &test_hash);
 	CHECK(evict_victim(&e) == NULL);
 	for (int i = 0; i < 4; i++)
 		evict_insert(&e, P(i));
@@ -871,8 +875,91 @@ static void test_policy_names(void)
 	CHECK(evict_policy_to_string(_EVICT_POLICY_MAX) == NULL);
 }
 
+/* The longest run of slots a ghost lookup walks through (live, expired or
+ * taken back: only empty slots end a probe), whatever the hash. */
+static uint64_t ghost_longest_run(const struct evict_ghost *g)
+{
+	uint64_t run = 0, best = 0;
+
+	for (uint64_t i = 0; i < 2 * g->cap && best < g->cap; i++) {
+		run = g->slots[i & (g->cap - 1)].expire ? run + 1 : 0;
+		if (run > best)
+			best = run;
+	}
+	return best;
+}
+
+/* The inverse of the mixer the ghost lists once used (the first half of
+ * MurmurHash3's finalizer), which anyone could run backwards. */
+static uint64_t unmix(uint64_t h)
+{
+	const uint64_t c = UINT64_C(0xff51afd7ed558ccd);
+	uint64_t inv = c;
+
+	for (int i = 0; i < 6; i++)
+		inv *= 2 - c * inv; /* Newton: c * inv == 1 mod 2^64 */
+	h ^= h >> 33;
+	h *= inv;
+	return h ^ (h >> 33);
+}
+
+/*
+ * 16,384 fingerprints aimed at one slot: with an unkeyed mixer a caller who
+ * picks fingerprints (or the keys they come from) can make every one of
+ * them hash to slot 0, so that each remembered one lengthens the probe run
+ * of all the others.  Evicted through S3-FIFO's small queue they are all
+ * still remembered at the end (the window is the cache's size); the ghost
+ * table must then look as it does for random fingerprints: at a load of a
+ * quarter, runs of 11 to 18 slots under these secrets, where the aimed
+ * ones made one run of 16,384.
+ */
+static void test_ghost_flood(void)
+{
+	enum { N = 16384 };
+	static struct evict_entry x[N];
+	static const uint64_t seeds[] = {0, 1, UINT64_C(0x5eed), UINT64_C(0xdeadbeefcafe)};
+
+	for (size_t si = 0; si < sizeof(seeds) / sizeof(seeds[0]); si++) {
+		struct keyhash kh;
+		struct evict e;
+
+		keyhash_init_seed(&kh, seeds[si]);
+		evict_init(&e, EVICT_S3FIFO, &kh);
+		for (uint32_t i = 0; i < N; i++) {
+			memset(&x[i], 0, sizeof(x[i]));
+			x[i].fp = unmix((uint64_t)(i + 1) << 32);
+			evict_insert(&e, &x[i]);
+		}
+		for (uint32_t i = 0; i < N; i++) {
+			struct evict_entry *v = evict_victim(&e);
+			CHECK(v == &x[i]);
+			if (!v)
+				break;
+			evict_evicted(&e, v);
+		}
+		const struct evict_ghost *g = &e.ghost[1];
+		uint64_t run = ghost_longest_run(g);
+		CHECK_MSG(g->used == N && run <= 128, "secret %zu: %" PRIu64
+			  " fingerprints in %" PRIu64 " slots, longest run %" PRIu64,
+			  si, g->used, g->cap, run);
+		/* Still a ghost list: each one, stored again as a new
+		 * block, goes straight to main. */
+		for (uint32_t i = 0; i < N; i += 61) {
+			uint64_t fp = x[i].fp;
+			memset(&x[i], 0, sizeof(x[i]));
+			x[i].fp = fp;
+			evict_insert(&e, &x[i]);
+			CHECK(x[i].queue == EVICT_Q_MAIN);
+			evict_remove(&e, &x[i]);
+		}
+		evict_done(&e);
+	}
+}
+
 int main(void)
 {
+	keyhash_init_seed(&test_hash, UINT64_C(0x7e57));
+	test_ghost_flood();
 	test_basic();
 	test_random();
 	test_s3fifo();
