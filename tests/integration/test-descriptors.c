@@ -307,6 +307,7 @@ static void test_queued_notices(void)
 	free(blk);
 	kvt_buf_free(&b);
 	raw_disconnect(&r);
+	kvt_ns_close(ns);
 	kvt_client_free(w);
 	daemon_stop(&d);
 	daemon_cleanup(&d);
