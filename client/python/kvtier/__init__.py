@@ -1,0 +1,49 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kvtier: pinned host memory and NVMe tiers for an inference engine's KV cache.
+
+The package is libkvtier-client in Python terms.  A :class:`Client` connects
+to kvtierd and maps the tenant's pool; :meth:`Client.open_namespace` names a
+model and its KV geometry; :func:`hash_chain` turns token ids into block keys
+(32 bytes each); a :class:`Namespace` looks keys up, stores and loads blocks
+from caller memory or from an engine's paged cache described by a
+:class:`Layout`, and hands out reservations and leases for a
+scheduler/worker split.  Block bytes never cross the socket.
+
+Engine adapters: :mod:`kvtier.hf` (transformers) and :mod:`kvtier.vllm`
+(a vLLM V1 KV connector).  Errors raise :class:`Error`, an OSError that
+carries the errno and the daemon's reason.
+"""
+
+from ._kvtier import (  # noqa: F401
+    DISK,
+    HOST,
+    INDEX_PAGE,
+    INDEX_SLOT,
+    KEY_BYTES,
+    MISS,
+    PENDING,
+    STATS_ALL,
+    STATS_CLIENTS,
+    STATS_DAEMON,
+    STATS_NAMESPACES,
+    STATS_TENANTS,
+    Client,
+    Error,
+    Layout,
+    Namespace,
+    default_socket,
+    hash_chain,
+    protocol_version,
+    version,
+)
+from .identity import DTYPES, ModelIdentity, dtype_code, weights_fingerprint  # noqa: F401
+
+__version__ = version()
+
+__all__ = [
+    "Client", "Namespace", "Layout", "Error", "hash_chain", "version",
+    "protocol_version", "default_socket", "DTYPES", "dtype_code",
+    "weights_fingerprint", "ModelIdentity", "MISS", "HOST", "DISK", "PENDING",
+    "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "STATS_ALL", "STATS_DAEMON",
+    "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS",
+]

@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kvtier for transformers: restore a prompt's cached prefix before
+``generate`` and store what it computed after.
+
+    from kvtier.hf import KvtierCache
+    kv = KvtierCache(model)                      # connects to kvtierd
+    out = kv.generate(input_ids, max_new_tokens=32)
+    # or by hand:
+    cache, restored = kv.restore(input_ids)      # DynamicCache or None
+    out = model.generate(input_ids, past_key_values=cache, ...)
+    kv.save(out.sequences[0], out.past_key_values)
+
+Any decoder whose cache is per-layer K/V tensors of shape [batch, kv_heads,
+seq, head_dim] (the ``DynamicCache`` layers of transformers 5) works; one
+sequence at a time (batch 1).  Blocks are kvtier's layout
+[layer][K/V][token][head][dim], the same bytes vLLM's connector stores, so
+the two engines share blocks of one model.
+
+At most floor((n-1)/block) blocks of an n-token prompt are restored: a
+cache that covers the whole prompt makes ``generate`` feed the prompt again.
+When kvtierd is absent or restarting, restore() finds nothing and save()
+stores nothing; generation itself never fails because of kvtier.
+"""
+
+import logging
+
+import torch
+
+from . import INDEX_PAGE, Client, Error, Layout, hash_chain
+from .identity import ModelIdentity, model_id, weights_fingerprint
+
+log = logging.getLogger("kvtier.hf")
+
+
+def identity_of(model, block_tokens: int, model_name: str | None = None,
+                weights: bytes | None = None, salt: bytes = b"") -> ModelIdentity:
+    """The namespace identity of a transformers model's KV cache."""
+    cfg = model.config.get_text_config(decoder=True)
+    heads = cfg.num_attention_heads
+    head_size = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    path = model_name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+    return ModelIdentity(
+        model=model_id(path),
+        layers=cfg.num_hidden_layers,
+        kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
+        head_size=head_size,
+        dtype=str(model.dtype).removeprefix("torch."),
+        block_tokens=block_tokens,
+        weights=weights_fingerprint(path) if weights is None else weights,
+        salt=salt,
+    )
+
+
+def _layout(kv: torch.Tensor, block_tokens: int) -> Layout:
+    """The Layout of a [layers, 2, heads, seq, head_dim] tensor whose
+    pages are consecutive runs of block_tokens tokens."""
+    e = kv.element_size()
+    n_layers, _, heads, _, dim = kv.shape
+    base = kv.data_ptr()
+    return Layout(n_layers, 2, heads, dim * e, block_tokens,
+                  [base + l * kv.stride(0) * e for l in range(n_layers)],
+                  kv.stride(1) * e, block_tokens * dim * e, dim * e,
+                  kv.stride(2) * e, INDEX_PAGE, keep=kv)
+
+
+class KvtierCache:
+    """A transformers model's prompt prefixes, kept in kvtierd.
+
+    client: a kvtier.Client to share, or None to connect (socket, or
+    $KVTIER_SOCKET).  block_tokens: tokens per kvtier block (vLLM shares
+    blocks with the same value).  model_name, weights, salt: override the
+    namespace identity (default: the model's path and a fingerprint of its
+    weight files)."""
+
+    def __init__(self, model, client: Client | None = None, socket: str | None = None,
+                 block_tokens: int = 16, model_name: str | None = None,
+                 weights: bytes | None = None, salt: bytes = b""):
+        self.model = model
+        self.block_tokens = block_tokens
+        self.identity = identity_of(model, block_tokens, model_name, weights, salt)
+        self._own_client = client is None
+        self.client = client or Client(socket=socket, name="transformers")
+        self.ns = self.identity.open(self.client)
+        self.restored_tokens = 0
+
+    def close(self):
+        self.ns.close()
+        if self._own_client:
+            self.client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _keys(self, tokens) -> bytes:
+        ids = torch.as_tensor(tokens).flatten().to(torch.int64).tolist()
+        return hash_chain(ids, self.block_tokens)
+
+    def _device(self):
+        return next(self.model.parameters()).device
+
+    def restore(self, input_ids):
+        """The longest stored prefix of input_ids (one sequence) as a
+        DynamicCache, and the number of tokens it covers; (None, 0) when
+        nothing is stored or kvtierd cannot be reached."""
+        from transformers import DynamicCache
+
+        ids = torch.as_tensor(input_ids).flatten()
+        n_max = max(0, (ids.numel() - 1) // self.block_tokens)
+        self.restored_tokens = 0
+        if n_max == 0:
+            return None, 0
+        keys = self._keys(ids[: n_max * self.block_tokens])
+        try:
+            hits, _ = self.ns.lookup(keys)
+            if hits == 0:
+                return None, 0
+            if self.ns.wait_resident(keys[: hits * 32]) < hits:
+                hits = self.ns.lookup(keys[: hits * 32], touch=False)[0]
+            ident = self.identity
+            kv = torch.empty((ident.layers, 2, ident.kv_heads, hits * self.block_tokens,
+                              ident.head_size), dtype=self.model.dtype)
+            loaded, status = self.ns.load_paged(0, _layout(kv, self.block_tokens),
+                                                keys[: hits * 32], list(range(hits)))
+        except Error as e:
+            log.warning("kvtier: restore skipped: %s", e)
+            return None, 0
+        # Only the leading run of loaded blocks is usable.
+        good = next((i for i, s in enumerate(status) if s < 0), len(status))
+        if good == 0:
+            return None, 0
+        t = good * self.block_tokens
+        kv = kv[:, :, :, :t].to(self._device())
+        cache = DynamicCache(config=self.model.config)
+        for layer in range(kv.shape[0]):
+            cache.update(kv[layer, 0].unsqueeze(0), kv[layer, 1].unsqueeze(0), layer)
+        self.restored_tokens = t
+        return cache, t
+
+    def save(self, tokens, cache) -> int:
+        """Store every full block of tokens whose K/V the cache holds and
+        kvtierd does not; returns the number of blocks stored."""
+        ids = torch.as_tensor(tokens).flatten()
+        n = min(ids.numel(), cache.get_seq_length()) // self.block_tokens
+        if n == 0:
+            return 0
+        keys = self._keys(ids[: n * self.block_tokens])
+        try:
+            have, _ = self.ns.lookup(keys, touch=False)
+            if have >= n:
+                return 0
+            t0, t1 = have * self.block_tokens, n * self.block_tokens
+            kv = torch.stack([torch.stack((layer.keys[0, :, t0:t1], layer.values[0, :, t0:t1]))
+                              for layer in cache.layers]).to("cpu").contiguous()
+            stored, _ = self.ns.store_paged(0, _layout(kv, self.block_tokens),
+                                            keys[have * 32:], list(range(n - have)))
+            return stored
+        except Error as e:
+            log.warning("kvtier: save skipped: %s", e)
+            return 0
+
+    def generate(self, input_ids, **kwargs):
+        """model.generate with the prompt's prefix restored from kvtierd and
+        the computed blocks stored after; returns what generate returns
+        (return_dict_in_generate is turned on to reach the cache)."""
+        cache, _ = self.restore(input_ids)
+        kwargs.update(return_dict_in_generate=True, use_cache=True)
+        out = self.model.generate(torch.as_tensor(input_ids).reshape(1, -1).to(self._device()),
+                                  past_key_values=cache, **kwargs)
+        self.save(out.sequences[0], out.past_key_values)
+        return out

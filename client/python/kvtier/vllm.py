@@ -1,0 +1,312 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kvtier as a vLLM V1 KV connector.
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvtierConnector",
+        "kv_connector_module_path": "kvtier.vllm", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"socket": "/run/kvtierd/kvtierd.sock"}}'
+
+Extra config keys: ``socket`` (default $KVTIER_SOCKET or kvtierd's
+default), ``salt`` (a string that narrows sharing to engines that give the
+same one), ``model_name`` and ``weights`` (hex) to override the namespace
+identity (default: the model path and a fingerprint of its weight files, as
+kvtier.hf computes it, so that both engines share blocks).
+
+Per step: the scheduler asks kvtierd for the leading run of a new prompt's
+blocks (always leaving one prompt token to compute) and tells the workers
+which of their pages to fill; each worker copies those blocks from the
+mapped pool into its paged cache before the forward pass, and after it
+stores every full prompt block the step computed that kvtierd does not hold
+yet.  A block that fails to load is reported to vLLM, which recomputes it:
+kvtier never makes the engine produce other output.  Without kvtierd
+(absent, killed, restarting) lookups miss and stores are skipped, and the
+connector reconnects by itself.
+
+Layouts: the connector reads the physical layout of the attention backend
+in use, not the normalised shape vLLM hands over.  Known: CPU_ATTN (a page
+holds, per KV head, the block's K rows then its V rows).  Other backends
+are refused at start with a message naming them.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+
+from . import INDEX_PAGE, Client, Error, Layout, hash_chain
+from .identity import ModelIdentity, model_id, weights_fingerprint
+
+log = logging.getLogger("kvtier.vllm")
+
+# Seconds between attempts to reach a kvtierd that was not there.
+_RETRY_S = 1.0
+
+
+@dataclass
+class _Transfer:
+    req_id: str
+    keys: bytes  # 32 bytes per block
+    block_ids: list[int]  # vLLM pages, one per key
+
+
+@dataclass
+class KvtierConnectorMetadata(KVConnectorMetadata):
+    loads: list[_Transfer] = field(default_factory=list)
+    stores: list[_Transfer] = field(default_factory=list)
+
+
+@dataclass
+class _Request:
+    keys: bytes  # every full prompt block but the last prompt token's
+    block_ids: list[int]
+    local: int = 0  # tokens vLLM's own prefix cache had
+    done: int = 0  # leading blocks loaded or stored already
+
+
+def identity_of(vllm_config, extra: dict) -> ModelIdentity:
+    mc, pc, cc = vllm_config.model_config, vllm_config.parallel_config, vllm_config.cache_config
+    dtype = mc.dtype if cc.cache_dtype in (None, "auto") else cc.cache_dtype
+    path = extra.get("model_name") or mc.model
+    weights = extra.get("weights")
+    return ModelIdentity(
+        model=model_id(path),
+        layers=mc.get_num_layers(pc),
+        kv_heads=mc.get_total_num_kv_heads(),
+        head_size=mc.get_head_size(),
+        dtype=str(dtype).removeprefix("torch."),
+        block_tokens=cc.block_size,
+        weights=bytes.fromhex(weights) if weights else weights_fingerprint(path),
+        tp_size=pc.tensor_parallel_size,
+        salt=str(extra.get("salt", "")).encode(),
+    )
+
+
+def _backend_name(vllm_config, layer_name: str) -> str:
+    layer = vllm_config.compilation_config.static_forward_context.get(layer_name)
+    backend = getattr(layer, "attn_backend", None)
+    return backend.get_name() if backend is not None else "unknown"
+
+
+def layer_geometry(backend: str, kv: torch.Tensor, heads: int, head_size: int,
+                   block_tokens: int) -> tuple[int, int, int, int]:
+    """(stride_plane, stride_page, stride_token, stride_head) in bytes of one
+    layer's cache tensor, as the backend really lays it out."""
+    e = kv.element_size()
+    if backend == "CPU_ATTN":
+        # Shown as [pages, heads, block, 2*head_size]; the kernel reads it as
+        # [pages, heads, 2*block, head_size]: K rows 0..block-1, V after.
+        if tuple(kv.shape[1:]) != (heads, block_tokens, 2 * head_size):
+            raise ValueError(f"kvtier: unexpected CPU_ATTN cache shape {tuple(kv.shape)}")
+        return (block_tokens * head_size * e, kv.stride(0) * e, head_size * e,
+                kv.stride(1) * e)
+    raise NotImplementedError(
+        f"kvtier: the {backend} attention backend's cache layout is not known to "
+        "kvtier.vllm yet (known: CPU_ATTN); run without the kvtier connector")
+
+
+class KvtierConnector(KVConnectorBase_V1):
+    """vLLM V1 KV connector backed by kvtierd (see the module docstring)."""
+
+    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
+        self._socket = extra.get("socket")
+        self._identity = identity_of(vllm_config, extra)
+        self._block = self._identity.block_tokens
+        self._client: Client | None = None
+        self._ns = None
+        self._next_try = 0.0
+        # Scheduler side.
+        self._requests: dict[str, _Request] = {}
+        self._pending_loads: dict[str, tuple[int, int]] = {}  # req -> block range
+        # Worker side.
+        self._layout: Layout | None = None
+        self._rank = vllm_config.parallel_config.rank % max(1, self._identity.tp_size)
+        self._load_errors: set[int] = set()
+        self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
+                      "load_failures": 0, "stored_blocks": 0, "store_skipped": 0}
+
+    # ---------------------------------------------------------------- common
+
+    def _namespace(self):
+        """The namespace, connecting first if needed; None while kvtierd
+        cannot be reached (tried again after _RETRY_S)."""
+        if self._ns is not None:
+            return self._ns
+        now = time.monotonic()
+        if now < self._next_try:
+            return None
+        try:
+            if self._client is None:
+                self._client = Client(socket=self._socket, name=f"vllm-{self.role.name.lower()}")
+            self._ns = self._identity.open(self._client)
+            log.info("kvtier: connected, namespace %d", self._ns.info["ns_id"])
+        except Error as e:
+            self._next_try = now + _RETRY_S
+            log.warning("kvtier: kvtierd unavailable (%s); serving without it", e)
+            if self._client is not None and not self._client.connected:
+                self._client.close()
+                self._client = None
+            return None
+        return self._ns
+
+    def shutdown(self):
+        if self._ns is not None:
+            self._ns.close()
+            self._ns = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # -------------------------------------------------------------- scheduler
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        tokens = list(request.prompt_token_ids or [])
+        n = (len(tokens) - 1) // self._block  # leave a prompt token to compute
+        if n <= 0:
+            return 0, False
+        salt = getattr(request, "cache_salt", None)
+        keys = hash_chain(tokens[: n * self._block], self._block,
+                          extra=salt.encode() if salt else None)
+        self._requests[request.request_id] = _Request(keys=keys, block_ids=[],
+                                                      local=num_computed_tokens)
+        ns = self._namespace()
+        if ns is None:
+            return 0, False
+        try:
+            hits, _ = ns.lookup(keys)
+        except Error as e:
+            log.warning("kvtier: lookup failed: %s", e)
+            return 0, False
+        self.stats["lookups"] += 1
+        self.stats["hit_tokens"] += hits * self._block
+        self._requests[request.request_id].done = hits  # in kvtierd already
+        return max(0, hits * self._block - num_computed_tokens), False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
+        r = self._requests.get(request.request_id)
+        if num_external_tokens <= 0 or r is None:
+            return
+        first = r.local // self._block
+        self._pending_loads[request.request_id] = (
+            first, first + num_external_tokens // self._block)
+
+    def _track(self, req_id: str, block_ids: list[int] | None, new: bool):
+        r = self._requests.get(req_id)
+        if r is None:
+            return None
+        if block_ids:
+            r.block_ids = list(block_ids) if new else r.block_ids + list(block_ids)
+        return r
+
+    def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
+        meta = KvtierConnectorMetadata()
+        steps = []
+        for nr in scheduler_output.scheduled_new_reqs:
+            steps.append((nr.req_id, nr.block_ids[0] if nr.block_ids else None, True,
+                          nr.num_computed_tokens))
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            nb = cached.new_block_ids[i]
+            steps.append((rid, nb[0] if nb else None, rid in cached.resumed_req_ids,
+                          cached.num_computed_tokens[i]))
+        for rid, block_ids, new, computed in steps:
+            r = self._track(rid, block_ids, new)
+            if r is None:
+                continue
+            n_keys = len(r.keys) // 32
+            load = self._pending_loads.pop(rid, None)
+            if load is not None:
+                a, b = load
+                meta.loads.append(_Transfer(rid, r.keys[a * 32: b * 32], r.block_ids[a:b]))
+                r.done = max(r.done, b)
+            # Blocks whose every token is computed by the end of this step
+            # (computed counts vLLM's and kvtier's hits).
+            full = min(n_keys, (computed + scheduler_output.num_scheduled_tokens.get(rid, 0))
+                       // self._block, len(r.block_ids))
+            if full > r.done:
+                meta.stores.append(_Transfer(rid, r.keys[r.done * 32: full * 32],
+                                             r.block_ids[r.done: full]))
+                r.done = full
+        for rid in scheduler_output.finished_req_ids:
+            self._requests.pop(rid, None)
+            self._pending_loads.pop(rid, None)
+        return meta
+
+    def request_finished(self, request, block_ids):
+        self._requests.pop(request.request_id, None)
+        self._pending_loads.pop(request.request_id, None)
+        return False, None
+
+    # ----------------------------------------------------------------- worker
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
+        ident = self._identity
+        heads = ident.kv_heads // max(1, ident.tp_size)
+        names = list(kv_caches)
+        geoms = {layer_geometry(_backend_name(self._vllm_config, n), kv_caches[n], heads,
+                                ident.head_size, self._block) for n in names}
+        if len(geoms) != 1:
+            raise ValueError("kvtier: the layers' caches are laid out differently")
+        plane, page, token, head = geoms.pop()
+        tensors = [kv_caches[n] for n in names]
+        self._layout = Layout(len(names), 2, heads, ident.head_size * tensors[0].element_size(),
+                              self._block, [t.data_ptr() for t in tensors], plane, page,
+                              token, head, INDEX_PAGE, keep=tensors)
+        log.info("kvtier: %d layers registered (%s)", len(names),
+                 _backend_name(self._vllm_config, names[0]))
+
+    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        if not isinstance(meta, KvtierConnectorMetadata) or not meta.loads:
+            return
+        ns = self._namespace()
+        for t in meta.loads:
+            status = None
+            if ns is not None and self._layout is not None:
+                try:
+                    _, status = ns.load_paged(self._rank, self._layout, t.keys, t.block_ids)
+                except Error as e:
+                    log.warning("kvtier: load failed: %s", e)
+            # A failed block and every block after it are recomputed.
+            bad = len(t.block_ids) if status is None else next(
+                (i for i, s in enumerate(status) if s < 0), len(status))
+            self.stats["loaded_blocks"] += bad
+            if bad < len(t.block_ids):
+                self.stats["load_failures"] += len(t.block_ids) - bad
+                self._load_errors.update(t.block_ids[bad:])
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # the CPU path loads every layer in start_load_kv
+
+    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
+        return  # blocks hold every layer: stored once the step is done
+
+    def wait_for_save(self):
+        meta = self._get_connector_metadata()
+        if not isinstance(meta, KvtierConnectorMetadata) or not meta.stores:
+            return
+        ns = self._namespace()
+        for t in meta.stores:
+            if ns is None or self._layout is None:
+                self.stats["store_skipped"] += len(t.block_ids)
+                continue
+            try:
+                stored, _ = ns.store_paged(self._rank, self._layout, t.keys, t.block_ids)
+                self.stats["stored_blocks"] += stored
+            except Error as e:
+                self.stats["store_skipped"] += len(t.block_ids)
+                log.warning("kvtier: store skipped: %s", e)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def get_finished(self, finished_req_ids):
+        return None, None
