@@ -133,14 +133,23 @@ KVT_EXPORT int kvt_client_map(kvt_client *c, uint32_t extent_id, uint64_t offset
 
 	if (!c || !ret_ptr)
 		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
-	void *p = pool_ptr(c, extent_id, offset, bytes, &e);
-	int known = pool_known(c, extent_id);
-	/* No handle accounts for this pointer: its extent is never
-	 * unmapped under it (pool.c). */
-	if (e)
-		e->handed_out = true;
-	pthread_mutex_unlock(&c->lock);
+	void *p = NULL;
+	int known = 0;
+	/* An extent another process's handle lies in may have been announced
+	 * after this client last read from the daemon: one round trip reads
+	 * the announcements (EXTENT_ADDED) before the answer is -ENOENT. */
+	for (int pass = 0; pass < 2 && !p; pass++) {
+		if (pass == 1 && (known || kvt_client_ping(c) < 0))
+			break;
+		pthread_mutex_lock(&c->lock);
+		p = pool_ptr(c, extent_id, offset, bytes, &e);
+		known = pool_known(c, extent_id);
+		/* No handle accounts for this pointer: its extent is never
+		 * unmapped under it (pool.c). */
+		if (e)
+			e->handed_out = true;
+		pthread_mutex_unlock(&c->lock);
+	}
 	if (!p)
 		return known ? -EINVAL : -ENOENT;
 	*ret_ptr = p;

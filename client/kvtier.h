@@ -468,7 +468,9 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
  * talks to now.  The pointer never faults until kvt_client_free; after a
  * daemon restart it reads the old daemon's memory while this client holds
  * handles in it, zeros after (see "Reconnecting").
- * \return 0 or -ENOENT (no such extent mapped) / -EINVAL (out of range)
+ * An extent announced since this client last heard from the daemon is
+ * found (one round trip).
+ * \return 0 or -ENOENT (no such extent) / -EINVAL (out of range)
  */
 KVT_EXPORT int kvt_client_map(kvt_client *c, uint32_t extent_id,
 			      uint64_t offset, uint64_t bytes, void **ret_ptr);
