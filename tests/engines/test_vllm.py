@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+"""vLLM (CPU) through the kvtier connector, against vLLM without it:
+a fresh engine finds what another stored; transformers and vLLM load each
+other's blocks; a killed daemon costs recomputation, never other tokens.
+The tests run in order and share one daemon and two vLLM engines."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kvtd
+from kvtier.hf import KvtierCache
+
+BLOCK = 32  # vLLM's CPU backend wants multiples of 32
+N = 6 * BLOCK + 8  # six full blocks can be restored
+P1, P2, P3 = dict(seed=21, n=N), dict(seed=22, n=N), dict(seed=23, n=N)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Engine:
+    def __init__(self, model_dir, sock):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "vllm_run.py"),
+                                      model_dir, sock, str(BLOCK)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, text=True)
+        self._read()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        raise RuntimeError(f"vLLM exited ({self.proc.wait()})")
+
+    def ask(self, prompt):
+        self.proc.stdin.write(json.dumps(prompt) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def env():
+    with kvtd.Daemon() as d:
+        yield {"daemon": d}
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    """Tokens of vLLM without kvtier."""
+    e = Engine(model, "none")
+    try:
+        return {k: e.ask(p)["tokens"] for k, p in (("p1", P1), ("p2", P2), ("p3", P3))}
+    finally:
+        e.close()
+
+
+def hf(model_dir, sock):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    return KvtierCache(m, socket=sock, block_tokens=BLOCK)
+
+
+def hf_tokens(kv, prompt):
+    out = kv.generate(kvtd.prompt_ids(prompt["n"], prompt["seed"]), max_new_tokens=12,
+                      do_sample=False)
+    return out.sequences[0, prompt["n"]:].tolist()
+
+
+def test_fresh_engine_finds_stored_blocks(env, model, reference):
+    a = Engine(model, env["daemon"].socket)
+    ra = a.ask(P1)
+    a.close()
+    assert ra["cached"] == 0 and ra["tokens"] == reference["p1"]
+    assert ra["stats"]["stored_blocks"] == 6
+    b = Engine(model, env["daemon"].socket)
+    env["engine"] = b
+    rb = b.ask(P1)
+    assert rb["cached"] == 6 * BLOCK, rb
+    assert rb["tokens"] == reference["p1"]
+
+
+def test_transformers_to_vllm(env, model, reference):
+    with hf(model, env["daemon"].socket) as kv:
+        assert hf_tokens(kv, P2) and kv.restored_tokens == 0
+    r = env["engine"].ask(P2)
+    assert r["cached"] == 6 * BLOCK, r
+    assert r["tokens"] == reference["p2"]
+
+
+def test_vllm_to_transformers(env, model):
+    # P1 was stored by vLLM; transformers restores it and must agree with
+    # itself run without kvtier.
+    with hf(model, env["daemon"].socket) as kv:
+        restored = hf_tokens(kv, P1)
+        assert kv.restored_tokens == 6 * BLOCK
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    ids = kvtd.prompt_ids(P1["n"], P1["seed"])
+    plain = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
+    assert restored == plain[0, P1["n"]:].tolist()
+
+
+def test_daemon_killed_during_a_run(env, model, reference):
+    d, e = env["daemon"], env["engine"]
+    d.kill()
+    r = e.ask(P1)  # was a hit: now recomputed
+    assert r["cached"] == 0 and r["tokens"] == reference["p1"]
+    r = e.ask(P3)
+    assert r["tokens"] == reference["p3"]
+    d.start()
+    # The connector reconnects by itself; the first prompts after the restart
+    # store again, and hits resume.
+    for _ in range(20):
+        r = e.ask(P3)
+        assert r["tokens"] == reference["p3"]
+        if r["cached"] == 6 * BLOCK:
+            break
+    assert r["cached"] == 6 * BLOCK, "hits did not resume after the restart"
+    e.close()
