@@ -1,6 +1,7 @@
 #!/bin/sh
-# Every test suite: install, build, run the unit, protocol and integration
-# suites, then the same under AddressSanitizer and UndefinedBehaviorSanitizer.
+# Every test suite: install, build, run the unit, protocol, integration and
+# engine suites, then the same (less the engines, whose Python cannot load
+# an instrumented library) under AddressSanitizer and UBSan.
 # Ends with one line "N passed, N failed, N skipped".
 set -u
 cd "$(dirname "$0")/.."
@@ -24,6 +25,12 @@ run_suite() { # build-dir, meson options...
 		failed=$((failed + 1))
 		return
 	fi
+	# The engine suite (transformers, vLLM) runs in the main build only,
+	# from a venv inside it.
+	if [ "$dir" = build ] && ! ./scripts/venv.sh "$dir/venv"; then
+		echo "kvtier: the engine test venv could not be made (scripts/venv.sh)" >&2
+		failed=$((failed + 1))
+	fi
 	meson test -C "$dir" --print-errorlogs --num-processes 2 | tee "$dir/test-summary.txt"
 	ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
 	fail=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
@@ -38,7 +45,7 @@ run_suite() { # build-dir, meson options...
 run_suite build
 # Sanitizers: leaks, out-of-bounds and undefined behaviour in the same tests.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+	run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dpython=disabled
 
 # The fuzz targets under libFuzzer for a short fixed time each (findings
 # stop it with the crashing input saved in build-fuzz/).

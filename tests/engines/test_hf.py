@@ -99,13 +99,15 @@ def restore_as(uid, model, socket, ids, weights):
             with KvtierCache(model, socket=socket, block_tokens=BLOCK, weights=weights) as kv:
                 n = kv.restore(ids)[1]
             os.write(w, str(n).encode())
+        except BaseException as e:
+            os.write(w, f"error: {e!r}".encode())
         finally:
             os._exit(0)
     os.close(w)
     with os.fdopen(r) as f:
         got = f.read()
     os.waitpid(pid, 0)
-    assert got, "the child as uid %d failed" % uid
+    assert got.isdigit(), f"the child as uid {uid} failed: {got}"
     return int(got)
 
 
