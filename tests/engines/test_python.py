@@ -208,3 +208,26 @@ def test_stats_records(daemon):
         kinds = {r["kind"] for r in recs}
         assert {"daemon", "tenant", "namespace", "client"} <= kinds
         assert any(r.get("name") == "stats-test" for r in recs if r["kind"] == "client")
+
+
+def test_pip_install_from_checkout(tmp_path):
+    """`pip install .` builds the package alone (meson-python, no daemon)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    uv = shutil.which("uv", path=os.path.dirname(sys.executable))
+    if uv is None:
+        pytest.skip("uv is not in the venv")
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    venv = tmp_path / "venv"
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    r = subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
+                        top], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = subprocess.run([str(venv / "bin" / "python"), "-c",
+                          "import kvtier; print(kvtier.version(), kvtier.hash_chain(range(32), 16).hex())"],
+                         capture_output=True, text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [kvtier.version(), kvtier.hash_chain(range(32), 16).hex()]
