@@ -17,7 +17,7 @@ from kvtier.hf import KvtierCache
 
 BLOCK = 32  # vLLM's CPU backend wants multiples of 32
 N = 6 * BLOCK + 8  # six full blocks can be restored
-P1, P2, P3 = dict(seed=21, n=N), dict(seed=22, n=N), dict(seed=23, n=N)
+P1, P2, P3, P4 = (dict(seed=s, n=N) for s in (21, 22, 23, 24))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -86,7 +86,7 @@ def test_fresh_engine_finds_stored_blocks(env, model, reference):
     assert ra["cached"] == 0 and ra["tokens"] == reference["p1"]
     assert ra["stats"]["stored_blocks"] == 6
     b = Engine(model, env["daemon"].socket)
-    env["engine"] = b
+    env["engine"], env["model"] = b, model
     rb = b.ask(P1)
     assert rb["cached"] == 6 * BLOCK, rb
     assert rb["tokens"] == reference["p1"]
@@ -112,6 +112,33 @@ def test_vllm_to_transformers(env, model):
     ids = kvtd.prompt_ids(P1["n"], P1["seed"])
     plain = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
     assert restored == plain[0, P1["n"]:].tolist()
+
+
+def test_altered_block_changes_vllm_output(env):
+    """The negative control: a block zeroed in the pool shows in vLLM's
+    logprobs far beyond the noise of prefilling fewer tokens."""
+    import kvtier
+
+    e = env["engine"]
+    computed = e.ask(P4)
+    assert computed["cached"] == 0
+    clean = e.ask(P4)
+    assert clean["cached"] == 6 * BLOCK and clean["tokens"] == computed["tokens"]
+    ids = kvtd.prompt_ids(P4["n"], P4["seed"])
+    keys = kvtier.hash_chain(ids[: 6 * BLOCK], BLOCK)
+    with hf(env["model"], env["daemon"].socket) as kv:
+        lease = kv.ns.acquire(0, keys[32:64])[0]
+        assert lease["status"] == 0
+        kv.client.map(lease["extent_id"], lease["offset"], lease["bytes"])[:] = bytes(lease["bytes"])
+        kv.client.release([lease["handle"]])
+    altered = e.ask(P4)
+    assert altered["cached"] == 6 * BLOCK
+
+    def dist(a, b):
+        return max(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"]))
+
+    noise = dist(clean, computed)
+    assert dist(altered, computed) > max(1e-3, 10 * noise), (noise, altered, computed)
 
 
 def test_daemon_killed_during_a_run(env, model, reference):

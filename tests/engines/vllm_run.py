@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """One vLLM engine (CPU, in-process) that runs the prompts it reads on
 stdin, one JSON line each ({"seed": S, "n": N} or {"ids": [...]}), and
-answers each with a JSON line: the generated tokens, the tokens vLLM found
-cached, the connector's counters.  argv: model dir, socket ("none": no
+answers each with a JSON line: the generated tokens and their logprobs,
+the tokens vLLM found cached, the connector's counters.  argv: model dir, socket ("none": no
 kvtier), block size."""
 
 import json
@@ -49,7 +49,9 @@ print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     req = json.loads(line)
     ids = req.get("ids") or kvtd.prompt_ids(req["n"], req["seed"])
-    out = llm.generate([{"prompt_token_ids": ids}], SamplingParams(temperature=0, max_tokens=12),
+    out = llm.generate([{"prompt_token_ids": ids}],
+                       SamplingParams(temperature=0, max_tokens=12, logprobs=0),
                        use_tqdm=False)[0]
-    print(json.dumps({"tokens": list(out.outputs[0].token_ids),
+    logprobs = [lp[t].logprob for lp, t in zip(out.outputs[0].logprobs, out.outputs[0].token_ids)]
+    print(json.dumps({"tokens": list(out.outputs[0].token_ids), "logprobs": logprobs,
                       "cached": out.num_cached_tokens or 0, "stats": stats()}), flush=True)
