@@ -505,11 +505,13 @@ KVT_EXPORT int kvt_load_paged(kvt_ns *ns, uint32_t shard,
 			      int32_t *ret_status);
 
 /**
- * Drop every block of namespace ns_id of tenant tenant_id (ids as in the
+ * Evict namespace ns_id of tenant tenant_id (ids as in the
  * "tenant" and "namespace" records).  Needs root or kvtierd's uid.
- * \param drop  non-zero: from every tier; zero: from host memory (with one
- *              tier the two are the same)
- * \return the number of blocks dropped, or a negative errno (-EPERM,
+ * \param drop  non-zero: from every tier; zero: from host memory, where
+ *              blocks also on NVMe stay there (the next lookup stages
+ *              them) and the rest is dropped (with one tier the two are
+ *              the same)
+ * \return the number of blocks affected, or a negative errno (-EPERM,
  *         -ENOENT)
  */
 KVT_EXPORT int64_t kvt_admin_evict(kvt_client *c, uint32_t tenant_id, uint32_t ns_id,

@@ -904,7 +904,7 @@ static const struct command {
 	{"metrics", "", 0, NEEDS_STATS, STATS_STATUS, false, cmd_metrics,
 	 "Prometheus text exposition (for node_exporter's textfile collector)"},
 	{"evict", "TENANT NAMESPACE", 2, NEEDS_STATS, STATS_STATUS, true, cmd_evict,
-	 "drop a namespace's blocks from host memory (root or kvtierd's uid)"},
+	 "evict a namespace from host memory; NVMe copies stay (root or kvtierd's uid)"},
 	{"drop", "TENANT NAMESPACE", 2, NEEDS_STATS, STATS_STATUS, true, cmd_drop,
 	 "drop a namespace's blocks from every tier (root or kvtierd's uid)"},
 	{"plan", "", 0, NEEDS_NONE, 0, true, cmd_plan,

@@ -618,7 +618,7 @@ static int do_evict(struct session *s, const struct kvt_header *h,
 		reply_error(s, h, -ENOENT, "no namespace %u in tenant %u", req.ns_id, req.tenant_id);
 		return 0;
 	}
-	uint64_t n = store_ns_evict(&m->store, ns);
+	uint64_t n = store_ns_evict(&m->store, ns, req.flags & KVT_EVICT_DROP);
 	log_info("Client %u (uid %u) %s namespace %s/%u: %llu block(s)", s->id, (unsigned)s->uid,
 		 (req.flags & KVT_EVICT_DROP) ? "dropped" : "evicted", t->name, ns->id,
 		 (unsigned long long)n);

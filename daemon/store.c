@@ -920,19 +920,45 @@ struct tenant *store_tenant_by_id(struct store *s, uint32_t id)
 	return NULL;
 }
 
-uint64_t store_ns_evict(struct store *s, struct ns *ns)
+/* A block whose host copy can go while its NVMe copy stays the block. */
+static bool host_copy_evictable(const struct block *b)
+{
+	return b->state == BLOCK_RESIDENT && b->extent && b->clean && b->io == BLOCK_IO_NONE &&
+	       !b->handles;
+}
+
+/* What an eviction from host memory alone leaves: blocks on NVMe only,
+ * or being staged from there. */
+static bool on_nvme_only(const struct block *b)
+{
+	return b->state == BLOCK_RESIDENT && b->disk && (!b->extent || b->io == BLOCK_IO_READ);
+}
+
+uint64_t store_ns_evict(struct store *s, struct ns *ns, bool drop)
 {
 	uint64_t n = 0;
-	/* Removal shifts entries back into visited slots: rescan until empty. */
-	while (ns->index.n) {
+	if (!drop) {
 		for (size_t i = 0; i < ns->index.cap; i++) {
 			struct block *b = ns->index.slots[i];
-			if (!b)
+			if (b && host_copy_evictable(b)) {
+				store_block_spilled(s, b);
+				n++;
+			}
+		}
+	}
+	/* Removal shifts entries back into visited slots: rescan until only
+	 * what stays is left. */
+	for (bool again = true; again;) {
+		again = false;
+		for (size_t i = 0; i < ns->index.cap; i++) {
+			struct block *b = ns->index.slots[i];
+			if (!b || (!drop && on_nvme_only(b)))
 				continue;
 			ns->c.evictions++;
 			block_unindex(b);
 			block_maybe_free(b);
 			n++;
+			again = true;
 		}
 	}
 	return n;

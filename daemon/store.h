@@ -198,9 +198,10 @@ void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,
 void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 		  uint32_t n, int32_t *ret);
 
-/* Drop every block of a namespace (pinned ones when their last handle
- * goes); returns how many were dropped. */
-uint64_t store_ns_evict(struct store *s, struct ns *ns);
+/* Evict a namespace from host memory: blocks also on NVMe (and idle) stay
+ * there, every other block is dropped (pinned ones when their last handle
+ * goes).  drop: from every tier.  Returns how many blocks were affected. */
+uint64_t store_ns_evict(struct store *s, struct ns *ns, bool drop);
 struct tenant *store_tenant_by_id(struct store *s, uint32_t id);
 
 /* Drop a handle as if its owner released it (reservations abort). */

@@ -231,3 +231,32 @@ def test_pip_install_from_checkout(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [kvtier.version(), kvtier.hash_chain(range(32), 16).hex()]
+
+
+def test_admin_evict_from_host_keeps_nvme_copies():
+    """ADMIN_EVICT without DROP leaves the blocks on NVMe (staged back on the
+    next lookup, same bytes); with DROP nothing is left."""
+    import kvtd
+
+    cfg = "[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
+    with kvtd.Daemon(cfg, spill_mb=256) as d, kvtier.Client(socket=d.socket) as c, \
+            open_ns(c) as ns:
+        keys = kvtier.hash_chain(range(16 * 8), 16)
+        data = blocks(8, ns.info["shard_bytes"], seed=4)
+        assert ns.store(0, keys, data)[0] == 8
+        for _ in range(1000):  # write-back starts at once with these watermarks
+            dr = [r for r in c.stats() if r["kind"] == "daemon"][0]
+            if dr["nvme_blocks"] >= 8 and dr["nvme_in_flight"] == 0:
+                break
+            time.sleep(0.01)
+        tenant = [r for r in c.stats() if r["kind"] == "tenant"][0]["id"]
+        ns_id = ns.info["ns_id"]
+        assert c.admin_evict(tenant, ns_id, drop=False) == 8
+        hits, states = ns.lookup(keys)
+        assert hits == 8 and set(states) <= {kvtier.DISK, kvtier.HOST}
+        assert ns.wait_resident(keys, 10000) == 8
+        out = [np.zeros_like(x) for x in data]
+        assert ns.load(0, keys, out)[0] == 8
+        assert all((a == b).all() for a, b in zip(out, data))
+        assert c.admin_evict(tenant, ns_id, drop=True) == 8
+        assert ns.lookup(keys)[0] == 0

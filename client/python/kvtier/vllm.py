@@ -46,6 +46,9 @@ log = logging.getLogger("kvtier.vllm")
 
 # Seconds between attempts to reach a kvtierd that was not there.
 _RETRY_S = 1.0
+# How long a load waits for blocks staged from NVMe; later ones are
+# recomputed.
+_STAGE_TIMEOUT_MS = 10000
 
 
 @dataclass
@@ -271,6 +274,8 @@ class KvtierConnector(KVConnectorBase_V1):
             status = None
             if ns is not None and self._layout is not None:
                 try:
+                    # Blocks on NVMe began staging at the lookup.
+                    ns.wait_resident(t.keys, _STAGE_TIMEOUT_MS)
                     _, status = ns.load_paged(self._rank, self._layout, t.keys, t.block_ids)
                 except Error as e:
                     log.warning("kvtier: load failed: %s", e)
