@@ -15,15 +15,16 @@ BLOCK = 16
 NEW = 12
 
 
-def load(model_dir, dtype):
+def load(model_dir, dtype, device="cpu"):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval().to(device)
 
 
 def generate(model, ids, cache=None):
     with torch.no_grad():
-        return model.generate(torch.tensor([ids]), past_key_values=cache, max_new_tokens=NEW,
+        return model.generate(torch.tensor([ids], device=model.device), past_key_values=cache,
+                              max_new_tokens=NEW,
                               do_sample=False, return_dict_in_generate=True,
                               output_logits=True)
 
@@ -34,7 +35,7 @@ def prefix_cache(model, ids, n):
 
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        model(torch.tensor([ids[:n]]), past_key_values=cache, use_cache=True)
+        model(torch.tensor([ids[:n]], device=model.device), past_key_values=cache, use_cache=True)
     return cache
 
 
@@ -42,9 +43,17 @@ def same_logits(a, b):
     return all(torch.equal(x, y) for x, y in zip(a.logits, b.logits))
 
 
+def gpu_ready():
+    return torch.cuda.is_available() and kvtier.HAVE_CUDA
+
+
+# On a GPU (tests/gpu/run.sh runs these where the packages are) the copies
+# go through the library's CUDA path.
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not gpu_ready(), reason="no CUDA device, or kvtier built without CUDA"))])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_restored_prefix_is_exact(daemon, model_dir, dtype):
-    model = load(model_dir, dtype)
+def test_restored_prefix_is_exact(daemon, model_dir, dtype, device):
+    model = load(model_dir, dtype, device)
     ids = kvtd.prompt_ids(9 * BLOCK + 5)
     plain = generate(model, ids)
     with KvtierCache(model, socket=daemon.socket, block_tokens=BLOCK) as kv:

@@ -260,3 +260,12 @@ def test_admin_evict_from_host_keeps_nvme_copies():
         assert all((a == b).all() for a, b in zip(out, data))
         assert c.admin_evict(tenant, ns_id, drop=True) == 8
         assert ns.lookup(keys)[0] == 0
+
+
+@pytest.mark.skipif(not kvtier.HAVE_CUDA or torch.cuda.is_available(),
+                    reason="needs a build with CUDA on a machine without a GPU")
+def test_cuda_context_without_a_gpu(daemon):
+    with kvtier.Client(socket=daemon.socket) as c:
+        with pytest.raises(kvtier.Error) as e:
+            kvtier.CudaContext(c)
+        assert e.value.errno == errno.ENODEV

@@ -10,6 +10,9 @@
 #   2. where those are installed, also configures the whole tree with
 #      -Dcuda=enabled, builds it (the client's CUDA backend included) and
 #      runs test-gpu-client (the client's CUDA path against kvtierd);
+#      and, where a Python with torch, transformers and pytest is found
+#      (KVT_PYTHON), tests/engines/test_hf.py's exactness case on CUDA
+#      through the library's CUDA path;
 #   3. runs the layout test (every layout against the CPU path);
 #   4. runs the benchmark and prints its table last.
 #
@@ -85,6 +88,21 @@ if command -v meson >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
 				meson_status="built with -Dcuda=enabled; test-gpu-client passed (or skipped)"
 			else
 				meson_status="built with -Dcuda=enabled; test-gpu-client FAILED"
+			fi
+			# transformers on the GPU through the CUDA path, where a
+			# Python with torch, transformers and pytest is at hand
+			# (KVT_PYTHON, default python3).
+			py=${KVT_PYTHON:-python3}
+			if "$py" -c 'import torch, transformers, pytest, tokenizers' >/dev/null 2>&1; then
+				if KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python" \
+					"$py" -m pytest -q -p no:cacheprovider -k cuda \
+					"$root/tests/engines/test_hf.py" >"$out/engines-gpu.log" 2>&1; then
+					meson_status="$meson_status; transformers on CUDA passed"
+				else
+					meson_status="$meson_status; transformers on CUDA FAILED (engines-gpu.log)"
+				fi
+			else
+				meson_status="$meson_status; transformers on CUDA skipped (no torch/transformers/pytest for $py)"
 			fi
 			cp "$build/meson/meson-logs/testlog.txt" "$out/meson-testlog.txt" 2>/dev/null
 		else

@@ -7,7 +7,9 @@ model and its KV geometry; :func:`hash_chain` turns token ids into block keys
 (32 bytes each); a :class:`Namespace` looks keys up, stores and loads blocks
 from caller memory or from an engine's paged cache described by a
 :class:`Layout`, and hands out reservations and leases for a
-scheduler/worker split.  Block bytes never cross the socket.
+scheduler/worker split.  Block bytes never cross the socket.  Where the
+library was built with CUDA (``HAVE_CUDA``), :class:`CudaContext` copies
+between the pool and GPU pages on CUDA streams.
 
 Engine adapters: :mod:`kvtier.hf` (transformers) and :mod:`kvtier.vllm`
 (a vLLM V1 KV connector).  Errors raise :class:`Error`, an OSError that
@@ -16,6 +18,7 @@ carries the errno and the daemon's reason.
 
 from ._kvtier import (  # noqa: F401
     DISK,
+    HAVE_CUDA,
     HOST,
     INDEX_PAGE,
     INDEX_SLOT,
@@ -36,6 +39,8 @@ from ._kvtier import (  # noqa: F401
     protocol_version,
     version,
 )
+if HAVE_CUDA:
+    from ._kvtier import CudaContext, CudaJob  # noqa: F401
 from .identity import DTYPES, ModelIdentity, dtype_code, weights_fingerprint  # noqa: F401
 
 __version__ = version()
@@ -45,5 +50,5 @@ __all__ = [
     "protocol_version", "default_socket", "DTYPES", "dtype_code",
     "weights_fingerprint", "ModelIdentity", "MISS", "HOST", "DISK", "PENDING",
     "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "STATS_ALL", "STATS_DAEMON",
-    "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS",
-]
+    "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS", "HAVE_CUDA",
+] + (["CudaContext", "CudaJob"] if HAVE_CUDA else [])

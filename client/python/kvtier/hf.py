@@ -12,7 +12,8 @@
 
 Any decoder whose cache is per-layer K/V tensors of shape [batch, kv_heads,
 seq, head_dim] (the ``DynamicCache`` layers of transformers 5) works; one
-sequence at a time (batch 1).  Blocks are kvtier's layout
+sequence at a time (batch 1).  A model on a GPU copies through the
+library's CUDA path (kvtier.CudaContext) on the current stream.  Blocks are kvtier's layout
 [layer][K/V][token][head][dim], the same bytes vLLM's connector stores, so
 the two engines share blocks of one model.
 
@@ -22,11 +23,12 @@ When kvtierd is absent or restarting, restore() finds nothing and save()
 stores nothing; generation itself never fails because of kvtier.
 """
 
+import errno
 import logging
 
 import torch
 
-from . import INDEX_PAGE, Client, Error, Layout, hash_chain
+from . import HAVE_CUDA, INDEX_PAGE, Client, Error, Layout, hash_chain
 from .identity import ModelIdentity, model_id, weights_fingerprint
 
 log = logging.getLogger("kvtier.hf")
@@ -82,11 +84,34 @@ class KvtierCache:
         self.client = client or Client(socket=socket, name="transformers")
         self.ns = self.identity.open(self.client)
         self.restored_tokens = 0
+        self._cuda = None
 
     def close(self):
+        if self._cuda is not None:
+            self._cuda.close()
         self.ns.close()
         if self._own_client:
             self.client.close()
+
+    def _gpu_copy(self, load: bool, kv: torch.Tensor, keys: bytes, n: int) -> list[int]:
+        """A copy between the pool and a cache on a GPU through the
+        library's CUDA path, on the current stream; returns the statuses."""
+        from . import CudaContext
+
+        if self._cuda is None:
+            self._cuda = CudaContext(self.client, kv.device.index or 0)
+        submit = self._cuda.load if load else self._cuda.store
+        with submit(self.ns, 0, _layout(kv, self.block_tokens), keys, list(range(n)),
+                    torch.cuda.current_stream(kv.device).cuda_stream) as job:
+            return job.wait()
+
+    def _copy(self, load: bool, kv: torch.Tensor, keys: bytes, n: int) -> list[int]:
+        if kv.device.type == "cuda":
+            if not HAVE_CUDA:
+                raise Error(errno.EOPNOTSUPP, "kvtier was built without CUDA: the cache is on a GPU")
+            return self._gpu_copy(load, kv, keys, n)
+        op = self.ns.load_paged if load else self.ns.store_paged
+        return op(0, _layout(kv, self.block_tokens), keys, list(range(n)))[1]
 
     def __enter__(self):
         return self
@@ -121,9 +146,8 @@ class KvtierCache:
                 hits = self.ns.lookup(keys[: hits * 32], touch=False)[0]
             ident = self.identity
             kv = torch.empty((ident.layers, 2, ident.kv_heads, hits * self.block_tokens,
-                              ident.head_size), dtype=self.model.dtype)
-            loaded, status = self.ns.load_paged(0, _layout(kv, self.block_tokens),
-                                                keys[: hits * 32], list(range(hits)))
+                              ident.head_size), dtype=self.model.dtype, device=self._device())
+            status = self._copy(True, kv, keys[: hits * 32], hits)
         except Error as e:
             log.warning("kvtier: restore skipped: %s", e)
             return None, 0
@@ -132,7 +156,7 @@ class KvtierCache:
         if good == 0:
             return None, 0
         t = good * self.block_tokens
-        kv = kv[:, :, :, :t].to(self._device())
+        kv = kv[:, :, :, :t]
         cache = DynamicCache(config=self.model.config)
         for layer in range(kv.shape[0]):
             cache.update(kv[layer, 0].unsqueeze(0), kv[layer, 1].unsqueeze(0), layer)
@@ -153,10 +177,9 @@ class KvtierCache:
                 return 0
             t0, t1 = have * self.block_tokens, n * self.block_tokens
             kv = torch.stack([torch.stack((layer.keys[0, :, t0:t1], layer.values[0, :, t0:t1]))
-                              for layer in cache.layers]).to("cpu").contiguous()
-            stored, _ = self.ns.store_paged(0, _layout(kv, self.block_tokens),
-                                            keys[have * 32:], list(range(n - have)))
-            return stored
+                              for layer in cache.layers]).contiguous()
+            status = self._copy(False, kv, keys[have * 32:], n - have)
+            return sum(1 for s in status if s in (0, -errno.EEXIST))
         except Error as e:
             log.warning("kvtier: save skipped: %s", e)
             return 0
