@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvtier._kvtier, the CPython binding of libkvtier-client: what its files
+ * share.  module.c (the module and its functions), args.c (memory, keys
+ * and integers from Python objects), client.c, namespace.c, layout.c and
+ * cuda.c (one Python type each).
+ *
+ * Lifetime: a Namespace holds a reference to its Client, and both count
+ * the calls in progress on them, so that close() from one thread while
+ * another thread is inside the library only marks the object: the last
+ * call out frees it.  Objects may be closed in any order.
+ */
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvt-config.h"
+#include "kvtier.h"
+
+/* kvtier.Error, a subclass of OSError (module.c). */
+extern PyObject *kvt_error;
+
+/* Raise kvtier.Error(errno, detail or strerror); call names the call.
+ * Returns NULL. */
+PyObject *raise_errno(int r, const char *call, const char *detail);
+
+/* __enter__ of every type: returns self. */
+PyObject *binding_enter_self(PyObject *self, PyObject *unused);
+
+/* ---- args.c ---- */
+
+/* One piece of caller memory, held for the length of a call. */
+struct mem {
+	void *ptr;
+	size_t len;
+	Py_buffer view; /* when view.obj is set */
+};
+
+void mem_release(struct mem *m);
+/* Caller memory from a buffer or a contiguous CPU tensor. */
+int mem_get(PyObject *o, int writable, struct mem *m);
+/* Keys: a bytes-like object of n * 32 bytes. */
+int keys_get(PyObject *o, struct mem *m, size_t *ret_n);
+/* Integers of elem bytes: a buffer, a tensor or a sequence of ints
+ * (converted into *ret_owned, to free). */
+int ints_get(PyObject *o, size_t elem, int is_signed, struct mem *m, void **ret_owned,
+	     size_t *ret_n);
+/* Buffers of a sequence, each at least need bytes. */
+int mems_get(PyObject *o, int writable, size_t need, struct mem **ret, size_t *ret_n);
+void mems_release(struct mem *m, size_t n);
+/* A list of ints from per-key statuses. */
+PyObject *status_list(const int32_t *st, size_t n);
+
+/* ---- client.c ---- */
+
+typedef struct {
+	PyObject_HEAD
+	kvt_client *c;
+	int busy;    /* calls in progress with the GIL released */
+	int closing; /* close() came while busy: the last call frees */
+	PyObject *log; /* callable(level, message) or NULL */
+} ClientObject;
+
+extern PyTypeObject ClientType;
+/* Enter a call on the client (0, or -1 with an exception set) / leave it. */
+int client_enter(ClientObject *self);
+void client_leave(ClientObject *self);
+/* Raise the library's reason for the last refused call on the client. */
+PyObject *client_error_for(ClientObject *self, int r, const char *call);
+
+/* ---- layout.c ---- */
+
+typedef struct {
+	PyObject_HEAD
+	kvt_layout l;
+	void **bases;
+	PyObject *keep; /* what owns the memory, kept alive with the layout */
+} LayoutObject;
+
+extern PyTypeObject LayoutType;
+
+/* ---- namespace.c ---- */
+
+typedef struct {
+	PyObject_HEAD
+	kvt_ns *ns;
+	ClientObject *client;
+	int busy;
+	int closing;
+	kvt_ns_info info;
+} NamespaceObject;
+
+extern PyTypeObject NamespaceType;
+PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw);
+int ns_enter(NamespaceObject *self);
+void ns_leave(NamespaceObject *self);
+PyObject *ns_error(NamespaceObject *self, int r, const char *call);
+
+/* Keys and page or slot indices of one paged copy, checked against each
+ * other (n keys need n, or n * block_tokens, indices). */
+struct paged_args {
+	struct mem keys, indices;
+	void *owned;
+	size_t n;
+};
+int paged_args_get(NamespaceObject *ns, LayoutObject *lo, PyObject *keys_o, PyObject *idx_o,
+		   struct paged_args *ret);
+void paged_args_release(struct paged_args *a);
+
+/* ---- cuda.c ---- */
+
+#if KVT_HAVE_CUDA
+extern PyTypeObject CudaContextType, CudaJobType;
+#endif

@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* kvtier.Layout: where an engine keeps one rank's KV cache. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"n_layers", "planes", "heads", "head_bytes", "page_tokens",
+				 "layer_base", "stride_plane", "stride_page", "stride_token",
+				 "stride_head", "index_kind", "keep", NULL};
+	unsigned int nl, planes, heads, hb, pt, kind = KVT_INDEX_PAGE;
+	PyObject *bases_o, *keep = Py_None;
+	long long sp, sg, st, sh;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "IIIIIOLLLL|IO:Layout", kwlist, &nl, &planes,
+					 &heads, &hb, &pt, &bases_o, &sp, &sg, &st, &sh, &kind,
+					 &keep))
+		return -1;
+	PyObject *seq = PySequence_Fast(bases_o, "kvtier: layer_base is a sequence of addresses");
+	if (!seq)
+		return -1;
+	if ((size_t)PySequence_Fast_GET_SIZE(seq) != nl) {
+		PyErr_Format(PyExc_ValueError, "kvtier: %u layers but %zd base addresses", nl,
+			     PySequence_Fast_GET_SIZE(seq));
+		Py_DECREF(seq);
+		return -1;
+	}
+	void **bases = calloc(nl ? nl : 1, sizeof(*bases));
+	if (!bases) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (unsigned int i = 0; i < nl; i++) {
+		bases[i] = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(seq, i));
+		if (PyErr_Occurred()) {
+			free(bases);
+			Py_DECREF(seq);
+			return -1;
+		}
+	}
+	Py_DECREF(seq);
+	free(self->bases);
+	self->bases = bases;
+	self->l = (kvt_layout){.n_layers = nl,
+			       .planes = planes,
+			       .heads = heads,
+			       .head_bytes = hb,
+			       .page_tokens = pt,
+			       .index_kind = kind,
+			       .layer_base = (void *const *)bases,
+			       .stride_plane = sp,
+			       .stride_page = sg,
+			       .stride_token = st,
+			       .stride_head = sh};
+	Py_INCREF(keep);
+	Py_XSETREF(self->keep, keep);
+	return 0;
+}
+
+static void Layout_dealloc(LayoutObject *self)
+{
+	free(self->bases);
+	Py_CLEAR(self->keep);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Layout_block_bytes(LayoutObject *self, PyObject *arg)
+{
+	unsigned long bt = PyLong_AsUnsignedLong(arg);
+	if (PyErr_Occurred())
+		return NULL;
+	return PyLong_FromUnsignedLongLong(kvt_layout_block_bytes(&self->l, (uint32_t)bt));
+}
+
+static PyObject *Layout_copy(LayoutObject *self, PyObject *args, int gather)
+{
+	unsigned int bt;
+	PyObject *idx_o, *blocks_o;
+	if (!PyArg_ParseTuple(args, "IOO", &bt, &idx_o, &blocks_o))
+		return NULL;
+	struct mem im, *bm = NULL;
+	void *iown;
+	size_t ni, nb;
+	if (ints_get(idx_o, 8, 1, &im, &iown, &ni) < 0)
+		return NULL;
+	PyObject *ret = NULL;
+	size_t need = kvt_layout_block_bytes(&self->l, bt);
+	if (mems_get(blocks_o, gather, need, &bm, &nb) < 0)
+		goto out;
+	size_t per = self->l.index_kind == KVT_INDEX_SLOT ? bt : 1;
+	if (ni != nb * per) {
+		PyErr_Format(PyExc_ValueError, "kvtier: %zu blocks need %zu indices, got %zu", nb,
+			     nb * per, ni);
+		goto out;
+	}
+	void **ptrs = calloc(nb ? nb : 1, sizeof(*ptrs));
+	if (!ptrs) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (size_t i = 0; i < nb; i++)
+		ptrs[i] = bm[i].ptr;
+	int r;
+	Py_BEGIN_ALLOW_THREADS
+	r = gather ? kvt_layout_gather(&self->l, bt, im.ptr, nb, ptrs)
+		   : kvt_layout_scatter(&self->l, bt, im.ptr, nb, (const void *const *)ptrs);
+	Py_END_ALLOW_THREADS
+	free(ptrs);
+	if (r < 0)
+		raise_errno(r, gather ? "gather" : "scatter", "bad layout descriptor or index");
+	else
+		ret = (Py_INCREF(Py_None), Py_None);
+out:
+	mems_release(bm, nb);
+	mem_release(&im);
+	free(iown);
+	return ret;
+}
+
+static PyObject *Layout_gather(LayoutObject *self, PyObject *args)
+{
+	return Layout_copy(self, args, 1);
+}
+
+static PyObject *Layout_scatter(LayoutObject *self, PyObject *args)
+{
+	return Layout_copy(self, args, 0);
+}
+
+static PyMethodDef Layout_methods[] = {
+	{"block_bytes", (PyCFunction)Layout_block_bytes, METH_O,
+	 "block_bytes(block_tokens)\n--\n\nBytes of one kvtier block of this layout."},
+	{"gather", (PyCFunction)Layout_gather, METH_VARARGS,
+	 "gather(block_tokens, indices, blocks)\n--\n\nCopy engine pages (or token slots) into\n"
+	 "block buffers, in kvtier's block layout [layer][plane][token][head][bytes]."},
+	{"scatter", (PyCFunction)Layout_scatter, METH_VARARGS,
+	 "scatter(block_tokens, indices, blocks)\n--\n\nThe inverse of gather."},
+	{NULL}};
+
+static PyMemberDef Layout_members[] = {
+	{"keep", T_OBJECT, offsetof(LayoutObject, keep), READONLY,
+	 "What owns the memory the layout points into (kept alive with it)."},
+	{NULL}};
+
+PyTypeObject LayoutType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvtier.Layout",
+	.tp_basicsize = sizeof(LayoutObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Layout(n_layers, planes, heads, head_bytes, page_tokens, layer_base,\n"
+		  "       stride_plane, stride_page, stride_token, stride_head,\n"
+		  "       index_kind=INDEX_PAGE, keep=None)\n--\n\n"
+		  "Where an engine keeps one rank's KV cache: element (layer l, plane p,\n"
+		  "page g, token t, head h) starts at layer_base[l] + p*stride_plane +\n"
+		  "g*stride_page + t*stride_token + h*stride_head (bytes) and is head_bytes\n"
+		  "long.  With INDEX_SLOT, indices are token slots (-1: padding).  keep\n"
+		  "holds the tensors the addresses point into.",
+	.tp_new = PyType_GenericNew,
+	.tp_init = (initproc)Layout_init,
+	.tp_dealloc = (destructor)Layout_dealloc,
+	.tp_methods = Layout_methods,
+	.tp_members = Layout_members,
+};

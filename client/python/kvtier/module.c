@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The module kvtier._kvtier: kvtier.Error, hash_chain, versions, the types. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+PyObject *kvt_error;
+
+PyObject *binding_enter_self(PyObject *self, PyObject *unused)
+{
+	Py_INCREF(self);
+	return self;
+}
+
+/* Raise kvtier.Error(errno, message). */
+PyObject *raise_errno(int r, const char *call, const char *detail)
+{
+	const char *msg = detail && *detail ? detail : strerror(r < 0 ? -r : r);
+	PyObject *args = Py_BuildValue("(is)", r < 0 ? -r : r, msg);
+	if (args) {
+		PyObject *err = PyObject_Call(kvt_error, args, NULL);
+		Py_DECREF(args);
+		if (err) {
+			PyObject *w = PyUnicode_FromString(call);
+			if (w) {
+				PyObject_SetAttrString(err, "call", w);
+				Py_DECREF(w);
+			}
+			PyErr_SetObject(kvt_error, err);
+			Py_DECREF(err);
+		}
+	}
+	return NULL;
+}
+
+static PyObject *mod_hash_chain(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"tokens", "block_tokens", "parent", "extra", NULL};
+	PyObject *tok_o;
+	unsigned int bt;
+	Py_buffer parent = {0}, extra = {0};
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|z*z*:hash_chain", kwlist, &tok_o, &bt,
+					 &parent, &extra))
+		return NULL;
+	PyObject *ret = NULL;
+	struct mem tm = {0};
+	void *town = NULL;
+	size_t nt;
+	if (parent.buf && parent.len != KVT_KEY_BYTES) {
+		PyErr_SetString(PyExc_ValueError, "kvtier: parent is a 32-byte key");
+		goto out;
+	}
+	if (bt == 0) {
+		PyErr_SetString(PyExc_ValueError, "kvtier: block_tokens must be > 0");
+		goto out;
+	}
+	if (ints_get(tok_o, 4, 0, &tm, &town, &nt) < 0)
+		goto out;
+	size_t nk = nt / bt;
+	ret = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(nk * KVT_KEY_BYTES));
+	if (!ret)
+		goto out;
+	int r;
+	Py_BEGIN_ALLOW_THREADS
+	r = kvt_hash_chain(parent.buf, tm.ptr, nt, bt, extra.buf, (size_t)extra.len,
+			   (uint8_t *)PyBytes_AS_STRING(ret), nk);
+	Py_END_ALLOW_THREADS
+	if (r < 0) {
+		Py_CLEAR(ret);
+		raise_errno(r, "hash_chain", NULL);
+	}
+out:
+	mem_release(&tm);
+	free(town);
+	if (parent.obj)
+		PyBuffer_Release(&parent);
+	if (extra.obj)
+		PyBuffer_Release(&extra);
+	return ret;
+}
+
+static PyObject *mod_version(PyObject *mod, PyObject *unused)
+{
+	return PyUnicode_FromString(kvt_version());
+}
+
+static PyObject *mod_protocol_version(PyObject *mod, PyObject *unused)
+{
+	return PyLong_FromUnsignedLong(kvt_protocol_version());
+}
+
+static PyObject *mod_default_socket(PyObject *mod, PyObject *unused)
+{
+	return PyUnicode_FromString(kvt_default_socket());
+}
+
+static PyMethodDef module_methods[] = {
+	{"hash_chain", (PyCFunction)(void (*)(void))mod_hash_chain, METH_VARARGS | METH_KEYWORDS,
+	 "hash_chain(tokens, block_tokens, parent=None, extra=None)\n--\n\n"
+	 "Keys of every full block of tokens (a uint32 buffer or a sequence of ints),\n"
+	 "chained from parent: SHA-256(parent || tokens as u32le || extra), extra in\n"
+	 "the first block only.  Returns 32 bytes per key, back to back."},
+	{"version", mod_version, METH_NOARGS, "version()\n--\n\nThe library version."},
+	{"protocol_version", mod_protocol_version, METH_NOARGS,
+	 "protocol_version()\n--\n\nThe newest wire protocol version the library speaks."},
+	{"default_socket", mod_default_socket, METH_NOARGS,
+	 "default_socket()\n--\n\nThe socket a Client uses when none is given."},
+	{NULL}};
+
+static struct PyModuleDef module = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "kvtier._kvtier",
+	.m_doc = "The C binding of libkvtier-client; use the kvtier package.",
+	.m_size = -1,
+	.m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__kvtier(void);
+PyMODINIT_FUNC PyInit__kvtier(void)
+{
+	if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&LayoutType) < 0 ||
+	    PyType_Ready(&NamespaceType) < 0)
+		return NULL;
+	PyObject *m = PyModule_Create(&module);
+	if (!m)
+		return NULL;
+	kvt_error = PyErr_NewExceptionWithDoc(
+		"kvtier.Error",
+		"A call refused by kvtierd or the library: errno and strerror (the daemon's\n"
+		"reason when it gave one); call names the call.",
+		PyExc_OSError, NULL);
+	if (!kvt_error || PyModule_AddObject(m, "Error", kvt_error) < 0)
+		goto fail;
+	Py_INCREF(kvt_error);
+	Py_INCREF(&ClientType);
+	Py_INCREF(&LayoutType);
+	Py_INCREF(&NamespaceType);
+#if KVT_HAVE_CUDA
+	if (PyType_Ready(&CudaContextType) < 0 || PyType_Ready(&CudaJobType) < 0)
+		goto fail;
+	Py_INCREF(&CudaContextType);
+	Py_INCREF(&CudaJobType);
+	if (PyModule_AddObject(m, "CudaContext", (PyObject *)&CudaContextType) < 0 ||
+	    PyModule_AddObject(m, "CudaJob", (PyObject *)&CudaJobType) < 0)
+		goto fail;
+#endif
+	if (PyModule_AddIntConstant(m, "HAVE_CUDA", KVT_HAVE_CUDA) < 0)
+		goto fail;
+	if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0 ||
+	    PyModule_AddObject(m, "Layout", (PyObject *)&LayoutType) < 0 ||
+	    PyModule_AddObject(m, "Namespace", (PyObject *)&NamespaceType) < 0)
+		goto fail;
+	struct {
+		const char *name;
+		long v;
+	} consts[] = {
+		{"KEY_BYTES", KVT_KEY_BYTES}, {"MISS", KVT_MISS},
+		{"HOST", KVT_HOST},	      {"DISK", KVT_DISK},
+		{"PENDING", KVT_PENDING},     {"INDEX_PAGE", KVT_INDEX_PAGE},
+		{"INDEX_SLOT", KVT_INDEX_SLOT}, {"STATS_DAEMON", KVT_STATS_DAEMON},
+		{"STATS_TENANTS", KVT_STATS_TENANTS}, {"STATS_NAMESPACES", KVT_STATS_NAMESPACES},
+		{"STATS_CLIENTS", KVT_STATS_CLIENTS}, {"STATS_ALL", KVT_STATS_ALL},
+	};
+	for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
+		if (PyModule_AddIntConstant(m, consts[i].name, consts[i].v) < 0)
+			goto fail;
+	return m;
+fail:
+	Py_DECREF(m);
+	return NULL;
+}

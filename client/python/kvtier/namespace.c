@@ -1,0 +1,495 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* kvtier.Namespace: the blocks of one model and KV geometry. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+int ns_enter(NamespaceObject *self)
+{
+	if (!self->ns || self->closing) {
+		raise_errno(-EBADF, "kvtier", "the namespace is closed");
+		return -1;
+	}
+	if (client_enter(self->client) < 0)
+		return -1;
+	self->busy++;
+	return 0;
+}
+
+void ns_leave(NamespaceObject *self)
+{
+	client_leave(self->client);
+	if (--self->busy == 0 && self->closing) {
+		kvt_ns_close(self->ns);
+		self->ns = NULL;
+		self->closing = 0;
+	}
+}
+
+PyObject *ns_error(NamespaceObject *self, int r, const char *what)
+{
+	return client_error_for(self->client, r, what);
+}
+
+PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"model",	"layers",   "kv_heads", "head_bytes",
+				 "block_tokens", "dtype",    "tp_size",  "cp_size",
+				 "layer_first", "mla",	    "window",	"weights",
+				 "salt",	"scale_layout", NULL};
+	const char *model;
+	unsigned int layers, kv_heads, hb, bt, dtype, tp = 1, cp = 1, first = 0, window = 0,
+							 scale = 0;
+	int mla = 0;
+	Py_buffer weights = {0}, salt = {0};
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sIIIII|$IIIpIy*y*I:open_namespace", kwlist,
+					 &model, &layers, &kv_heads, &hb, &bt, &dtype, &tp, &cp,
+					 &first, &mla, &window, &weights, &salt, &scale))
+		return NULL;
+	PyObject *ret = NULL;
+	kvt_layer_group g = {.n_layers = layers,
+			     .attn = mla ? KVT_ATTN_MLA : window ? KVT_ATTN_SWA : KVT_ATTN_MHA,
+			     .window = window,
+			     .planes = mla ? 1 : 2,
+			     .kv_heads = kv_heads,
+			     .head_bytes = hb,
+			     .dtype = dtype,
+			     .scale_layout = scale};
+	kvt_ns_desc d = {.model = model,
+			 .weights = weights.buf,
+			 .weights_len = (uint32_t)weights.len,
+			 .layer_first = first,
+			 .layer_end = first + layers,
+			 .tp_size = tp,
+			 .cp_size = cp,
+			 .block_tokens = bt,
+			 .n_groups = 1,
+			 .groups = &g,
+			 .salt = salt.buf,
+			 .salt_len = (uint32_t)salt.len};
+	NamespaceObject *nso = PyObject_New(NamespaceObject, &NamespaceType);
+	if (!nso)
+		goto out;
+	nso->ns = NULL;
+	nso->busy = nso->closing = 0;
+	Py_INCREF(self);
+	nso->client = self;
+	if (client_enter(self) < 0) {
+		Py_DECREF(nso);
+		goto out;
+	}
+	int r;
+	kvt_ns *ns = NULL;
+	Py_BEGIN_ALLOW_THREADS
+	r = kvt_ns_open(self->c, &d, &ns);
+	Py_END_ALLOW_THREADS
+	if (r < 0) {
+		client_error_for(self, r, "open_namespace");
+		Py_DECREF(nso);
+	} else {
+		nso->ns = ns;
+		kvt_ns_get_info(ns, &nso->info);
+		ret = (PyObject *)nso;
+	}
+	client_leave(self);
+out:
+	if (weights.obj)
+		PyBuffer_Release(&weights);
+	if (salt.obj)
+		PyBuffer_Release(&salt);
+	return ret;
+}
+
+static void Namespace_dealloc(NamespaceObject *self)
+{
+	kvt_ns_close(self->ns);
+	Py_CLEAR(self->client);
+	PyObject_Free(self);
+}
+
+static PyObject *Namespace_close(NamespaceObject *self, PyObject *unused)
+{
+	if (!self->ns)
+		Py_RETURN_NONE;
+	if (self->busy) {
+		self->closing = 1;
+		Py_RETURN_NONE;
+	}
+	kvt_ns_close(self->ns);
+	self->ns = NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *Namespace_exit_ctx(NamespaceObject *self, PyObject *args)
+{
+	return Namespace_close(self, NULL);
+}
+
+static PyObject *Namespace_get_info(NamespaceObject *self, void *unused)
+{
+	return Py_BuildValue("{sIsIsIsKsKsKsK}", "ns_id", self->info.ns_id, "shards",
+			     self->info.shards, "block_tokens", self->info.block_tokens,
+			     "shard_bytes", (unsigned long long)self->info.shard_bytes,
+			     "shard_stride", (unsigned long long)self->info.shard_stride,
+			     "block_bytes", (unsigned long long)self->info.block_bytes,
+			     "bytes_per_token", (unsigned long long)self->info.bytes_per_token);
+}
+
+static PyObject *Namespace_get_closed(NamespaceObject *self, void *unused)
+{
+	return PyBool_FromLong(!self->ns || self->closing);
+}
+
+static PyObject *Namespace_lookup(NamespaceObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"keys", "touch", NULL};
+	PyObject *keys_o;
+	int touch = 1;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p:lookup", kwlist, &keys_o, &touch))
+		return NULL;
+	struct mem km;
+	size_t n;
+	if (keys_get(keys_o, &km, &n) < 0)
+		return NULL;
+	PyObject *ret = NULL, *states = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+	if (!states || ns_enter(self) < 0)
+		goto out;
+	int r;
+	uint8_t *sp = (uint8_t *)PyBytes_AS_STRING(states);
+	Py_BEGIN_ALLOW_THREADS
+	r = kvt_lookup(self->ns, km.ptr, n, touch ? KVT_LOOKUP_TOUCH : 0, sp);
+	Py_END_ALLOW_THREADS
+	if (r < 0)
+		ns_error(self, r, "lookup");
+	else
+		ret = Py_BuildValue("(iO)", r, states);
+	ns_leave(self);
+out:
+	Py_XDECREF(states);
+	mem_release(&km);
+	return ret;
+}
+
+/* touch, delete, prefetch: keys in, a count out. */
+static PyObject *Namespace_keys_op(NamespaceObject *self, PyObject *keys_o,
+				   int (*fn)(kvt_ns *, const uint8_t *, size_t), const char *what)
+{
+	struct mem km;
+	size_t n;
+	if (keys_get(keys_o, &km, &n) < 0)
+		return NULL;
+	PyObject *ret = NULL;
+	if (ns_enter(self) == 0) {
+		int r;
+		Py_BEGIN_ALLOW_THREADS
+		r = fn(self->ns, km.ptr, n);
+		Py_END_ALLOW_THREADS
+		ret = r < 0 ? ns_error(self, r, what) : PyLong_FromLong(r);
+		ns_leave(self);
+	}
+	mem_release(&km);
+	return ret;
+}
+
+static PyObject *Namespace_touch(NamespaceObject *self, PyObject *k)
+{
+	return Namespace_keys_op(self, k, kvt_touch, "touch");
+}
+
+static PyObject *Namespace_delete(NamespaceObject *self, PyObject *k)
+{
+	return Namespace_keys_op(self, k, kvt_delete, "delete");
+}
+
+static PyObject *Namespace_prefetch(NamespaceObject *self, PyObject *k)
+{
+	return Namespace_keys_op(self, k, kvt_prefetch, "prefetch");
+}
+
+static PyObject *Namespace_wait_resident(NamespaceObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"keys", "timeout_ms", NULL};
+	PyObject *keys_o;
+	unsigned int timeout = 30000;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|I:wait_resident", kwlist, &keys_o, &timeout))
+		return NULL;
+	struct mem km;
+	size_t n;
+	if (keys_get(keys_o, &km, &n) < 0)
+		return NULL;
+	PyObject *ret = NULL;
+	if (ns_enter(self) == 0) {
+		int r;
+		Py_BEGIN_ALLOW_THREADS
+		r = kvt_wait_resident(self->ns, km.ptr, n, timeout);
+		Py_END_ALLOW_THREADS
+		ret = r < 0 ? ns_error(self, r, "wait_resident") : PyLong_FromLong(r);
+		ns_leave(self);
+	}
+	mem_release(&km);
+	return ret;
+}
+
+/* reserve/acquire: a list of dicts, one per key, with a memoryview when mapped. */
+static PyObject *Namespace_slots_op(NamespaceObject *self, PyObject *args, int reserve)
+{
+	unsigned int shard;
+	PyObject *keys_o;
+	if (!PyArg_ParseTuple(args, "IO", &shard, &keys_o))
+		return NULL;
+	struct mem km;
+	size_t n;
+	if (keys_get(keys_o, &km, &n) < 0)
+		return NULL;
+	PyObject *ret = NULL;
+	kvt_slot_ref *refs = calloc(n ? n : 1, sizeof(*refs));
+	if (!refs) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	if (ns_enter(self) < 0)
+		goto out;
+	int r;
+	Py_BEGIN_ALLOW_THREADS
+	r = reserve ? kvt_reserve(self->ns, shard, km.ptr, n, refs)
+		    : kvt_acquire(self->ns, shard, km.ptr, n, refs);
+	Py_END_ALLOW_THREADS
+	if (r < 0) {
+		ns_error(self, r, reserve ? "reserve" : "acquire");
+	} else if ((ret = PyList_New((Py_ssize_t)n))) {
+		for (size_t i = 0; i < n; i++) {
+			PyObject *mv = Py_None;
+			if (refs[i].status == 0 && refs[i].ptr)
+				mv = PyMemoryView_FromMemory(refs[i].ptr, (Py_ssize_t)refs[i].bytes,
+							     reserve ? PyBUF_WRITE : PyBUF_READ);
+			else
+				Py_INCREF(mv);
+			PyObject *d = mv ? Py_BuildValue("{sisIsKsKsKsN}", "status", refs[i].status,
+							 "extent_id", refs[i].extent_id, "handle",
+							 (unsigned long long)refs[i].handle, "offset",
+							 (unsigned long long)refs[i].offset, "bytes",
+							 (unsigned long long)refs[i].bytes, "memory", mv)
+					 : NULL;
+			if (!d) {
+				Py_CLEAR(ret);
+				break;
+			}
+			PyList_SET_ITEM(ret, (Py_ssize_t)i, d);
+		}
+	}
+	ns_leave(self);
+out:
+	free(refs);
+	mem_release(&km);
+	return ret;
+}
+
+static PyObject *Namespace_reserve(NamespaceObject *self, PyObject *args)
+{
+	return Namespace_slots_op(self, args, 1);
+}
+
+static PyObject *Namespace_acquire(NamespaceObject *self, PyObject *args)
+{
+	return Namespace_slots_op(self, args, 0);
+}
+
+/* store/load whole shards from/to caller buffers: (count, statuses). */
+static PyObject *Namespace_copy_op(NamespaceObject *self, PyObject *args, int store)
+{
+	unsigned int shard;
+	PyObject *keys_o, *bufs_o;
+	if (!PyArg_ParseTuple(args, "IOO", &shard, &keys_o, &bufs_o))
+		return NULL;
+	struct mem km, *bm = NULL;
+	size_t n, nb = 0;
+	if (keys_get(keys_o, &km, &n) < 0)
+		return NULL;
+	PyObject *ret = NULL;
+	void **ptrs = NULL;
+	int32_t *st = NULL;
+	if (mems_get(bufs_o, !store, self->info.shard_bytes, &bm, &nb) < 0)
+		goto out;
+	if (nb != n) {
+		PyErr_Format(PyExc_ValueError, "kvtier: %zu keys but %zu buffers", n, nb);
+		goto out;
+	}
+	ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+	st = calloc(n ? n : 1, sizeof(*st));
+	if (!ptrs || !st) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		ptrs[i] = bm[i].ptr;
+	if (ns_enter(self) < 0)
+		goto out;
+	int r;
+	Py_BEGIN_ALLOW_THREADS
+	r = store ? kvt_store(self->ns, shard, km.ptr, n, (const void *const *)ptrs, st)
+		  : kvt_load(self->ns, shard, km.ptr, n, ptrs, st);
+	Py_END_ALLOW_THREADS
+	if (r < 0) {
+		ns_error(self, r, store ? "store" : "load");
+	} else {
+		PyObject *sl = status_list(st, n);
+		ret = sl ? Py_BuildValue("(iN)", r, sl) : NULL;
+	}
+	ns_leave(self);
+out:
+	free(ptrs);
+	free(st);
+	mems_release(bm, nb);
+	mem_release(&km);
+	return ret;
+}
+
+static PyObject *Namespace_store(NamespaceObject *self, PyObject *args)
+{
+	return Namespace_copy_op(self, args, 1);
+}
+
+static PyObject *Namespace_load(NamespaceObject *self, PyObject *args)
+{
+	return Namespace_copy_op(self, args, 0);
+}
+
+int paged_args_get(NamespaceObject *ns, LayoutObject *lo, PyObject *keys_o, PyObject *idx_o,
+		   struct paged_args *ret)
+{
+	size_t ni;
+	memset(ret, 0, sizeof(*ret));
+	if (keys_get(keys_o, &ret->keys, &ret->n) < 0)
+		return -1;
+	if (ints_get(idx_o, 8, 1, &ret->indices, &ret->owned, &ni) < 0)
+		goto fail;
+	size_t per = lo->l.index_kind == KVT_INDEX_SLOT ? ns->info.block_tokens : 1;
+	if (ni == ret->n * per)
+		return 0;
+	PyErr_Format(PyExc_ValueError, "kvtier: %zu keys need %zu indices, got %zu", ret->n,
+		     ret->n * per, ni);
+fail:
+	paged_args_release(ret);
+	return -1;
+}
+
+void paged_args_release(struct paged_args *a)
+{
+	mem_release(&a->indices);
+	free(a->owned);
+	a->owned = NULL;
+	mem_release(&a->keys);
+}
+
+/* store_paged/load_paged through a Layout: (count, statuses). */
+static PyObject *Namespace_paged_op(NamespaceObject *self, PyObject *args, int store)
+{
+	unsigned int shard;
+	PyObject *keys_o, *idx_o;
+	LayoutObject *lo;
+	struct paged_args a;
+	if (!PyArg_ParseTuple(args, "IO!OO", &shard, &LayoutType, &lo, &keys_o, &idx_o) ||
+	    paged_args_get(self, lo, keys_o, idx_o, &a) < 0)
+		return NULL;
+	PyObject *ret = NULL;
+	int32_t *st = calloc(a.n ? a.n : 1, sizeof(*st));
+	if (!st) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	if (ns_enter(self) < 0)
+		goto out;
+	int r;
+	Py_BEGIN_ALLOW_THREADS
+	r = store ? kvt_store_paged(self->ns, shard, &lo->l, a.keys.ptr, a.n, a.indices.ptr, st)
+		  : kvt_load_paged(self->ns, shard, &lo->l, a.keys.ptr, a.n, a.indices.ptr, st);
+	Py_END_ALLOW_THREADS
+	if (r < 0) {
+		ns_error(self, r, store ? "store_paged" : "load_paged");
+	} else {
+		PyObject *sl = status_list(st, a.n);
+		ret = sl ? Py_BuildValue("(iN)", r, sl) : NULL;
+	}
+	ns_leave(self);
+out:
+	free(st);
+	paged_args_release(&a);
+	return ret;
+}
+
+static PyObject *Namespace_store_paged(NamespaceObject *self, PyObject *args)
+{
+	return Namespace_paged_op(self, args, 1);
+}
+
+static PyObject *Namespace_load_paged(NamespaceObject *self, PyObject *args)
+{
+	return Namespace_paged_op(self, args, 0);
+}
+
+static PyMethodDef Namespace_methods[] = {
+	{"close", (PyCFunction)Namespace_close, METH_NOARGS,
+	 "close()\n--\n\nForget the namespace (its blocks stay in the daemon)."},
+	{"__enter__", binding_enter_self, METH_NOARGS, NULL},
+	{"__exit__", (PyCFunction)Namespace_exit_ctx, METH_VARARGS, NULL},
+	{"lookup", (PyCFunction)(void (*)(void))Namespace_lookup, METH_VARARGS | METH_KEYWORDS,
+	 "lookup(keys, touch=True)\n--\n\nReturns (leading_hits, states): states holds one byte per\n"
+	 "key, MISS, HOST, DISK (staging has begun) or PENDING.  While the daemon is\n"
+	 "away: (0, all misses)."},
+	{"touch", (PyCFunction)Namespace_touch, METH_O,
+	 "touch(keys)\n--\n\nMark blocks used; returns how many were resident."},
+	{"delete", (PyCFunction)Namespace_delete, METH_O,
+	 "delete(keys)\n--\n\nDelete blocks; returns how many existed."},
+	{"prefetch", (PyCFunction)Namespace_prefetch, METH_O,
+	 "prefetch(keys)\n--\n\nStage blocks on NVMe into host memory; returns how many are there."},
+	{"wait_resident", (PyCFunction)(void (*)(void))Namespace_wait_resident,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "wait_resident(keys, timeout_ms=30000)\n--\n\nWait until the leading hits are in host\n"
+	 "memory; returns their number (0 while the daemon is away)."},
+	{"reserve", (PyCFunction)Namespace_reserve, METH_VARARGS,
+	 "reserve(shard, keys)\n--\n\nReserve this rank's shard of each key.  Returns one dict per\n"
+	 "key: status, extent_id, handle, offset, bytes and memory (a writable\n"
+	 "memoryview, valid until commit or abort)."},
+	{"acquire", (PyCFunction)Namespace_acquire, METH_VARARGS,
+	 "acquire(shard, keys)\n--\n\nLease resident blocks: one dict per key as reserve returns,\n"
+	 "memory read-only and valid until release."},
+	{"store", (PyCFunction)Namespace_store, METH_VARARGS,
+	 "store(shard, keys, buffers)\n--\n\nStore whole shards (shard_bytes each).  Returns\n"
+	 "(stored, statuses); -EEXIST counts as stored."},
+	{"load", (PyCFunction)Namespace_load, METH_VARARGS,
+	 "load(shard, keys, buffers)\n--\n\nLoad whole shards into writable buffers.  Returns\n"
+	 "(loaded, statuses); a miss leaves its buffer untouched."},
+	{"store_paged", (PyCFunction)Namespace_store_paged, METH_VARARGS,
+	 "store_paged(shard, layout, keys, indices)\n--\n\nStore blocks from an engine's paged\n"
+	 "cache described by a Layout.  Returns (stored, statuses)."},
+	{"load_paged", (PyCFunction)Namespace_load_paged, METH_VARARGS,
+	 "load_paged(shard, layout, keys, indices)\n--\n\nLoad blocks into an engine's paged\n"
+	 "cache.  Returns (loaded, statuses)."},
+	{NULL}};
+
+static PyGetSetDef Namespace_getset[] = {
+	{"info", (getter)Namespace_get_info, NULL,
+	 "The geometry the daemon derived: ns_id, shards, block_tokens, shard_bytes,\n"
+	 "shard_stride, block_bytes, bytes_per_token.",
+	 NULL},
+	{"closed", (getter)Namespace_get_closed, NULL, "True after close().", NULL},
+	{NULL}};
+
+static PyMemberDef Namespace_members[] = {
+	{"client", T_OBJECT, offsetof(NamespaceObject, client), READONLY,
+	 "The Client this namespace was opened on."},
+	{NULL}};
+
+PyTypeObject NamespaceType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvtier.Namespace",
+	.tp_basicsize = sizeof(NamespaceObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A namespace of one model and KV geometry, from Client.open_namespace().\n"
+		  "Keys are bytes of 32 per block (hash_chain).  A context manager.",
+	.tp_dealloc = (destructor)Namespace_dealloc,
+	.tp_methods = Namespace_methods,
+	.tp_getset = Namespace_getset,
+	.tp_members = Namespace_members,
+};
