@@ -74,6 +74,9 @@ class _Request:
 
 def identity_of(vllm_config, extra: dict) -> ModelIdentity:
     mc, pc, cc = vllm_config.model_config, vllm_config.parallel_config, vllm_config.cache_config
+    if pc.pipeline_parallel_size > 1:
+        raise NotImplementedError("kvtier.vllm: pipeline parallelism is not supported yet; "
+                                  "run without the kvtier connector")
     dtype = mc.dtype if cc.cache_dtype in (None, "auto") else cc.cache_dtype
     path = extra.get("model_name") or mc.model
     weights = extra.get("weights")
@@ -130,7 +133,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._pending_loads: dict[str, tuple[int, int]] = {}  # req -> block range
         # Worker side.
         self._layout: Layout | None = None
-        self._rank = vllm_config.parallel_config.rank % max(1, self._identity.tp_size)
+        self._rank = 0  # this worker's tensor-parallel rank: its shard
+        self._unavailable = False  # warned that kvtierd cannot be reached
         self._load_errors: set[int] = set()
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
                       "load_failures": 0, "stored_blocks": 0, "store_skipped": 0}
@@ -150,9 +154,13 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._client = Client(socket=self._socket, name=f"vllm-{self.role.name.lower()}")
             self._ns = self._identity.open(self._client)
             log.info("kvtier: connected, namespace %d", self._ns.info["ns_id"])
+            self._unavailable = False
         except Error as e:
             self._next_try = now + _RETRY_S
-            log.warning("kvtier: kvtierd unavailable (%s); serving without it", e)
+            if not self._unavailable:
+                log.warning("kvtier: kvtierd unavailable (%s); serving without it, "
+                            "trying again every %.0f s", e, _RETRY_S)
+            self._unavailable = True
             if self._client is not None and not self._client.connected:
                 self._client.close()
                 self._client = None
@@ -250,6 +258,9 @@ class KvtierConnector(KVConnectorBase_V1):
     # ----------------------------------------------------------------- worker
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        self._rank = get_tensor_model_parallel_rank()
         ident = self._identity
         heads = ident.kv_heads // max(1, ident.tp_size)
         names = list(kv_caches)
