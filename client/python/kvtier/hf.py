@@ -167,7 +167,12 @@ class KvtierCache:
         """Store every full block of tokens whose K/V the cache holds and
         kvtierd does not; returns the number of blocks stored."""
         ids = torch.as_tensor(tokens).flatten()
-        n = min(ids.numel(), cache.get_seq_length()) // self.block_tokens
+        held = {layer.keys.shape[-2] for layer in cache.layers}
+        if len(held) != 1:
+            # A sliding-window layer keeps only its window: no whole blocks.
+            log.warning("kvtier: save skipped: the cache's layers hold %s tokens", sorted(held))
+            return 0
+        n = min(ids.numel(), held.pop()) // self.block_tokens
         if n == 0:
             return 0
         keys = self._keys(ids[: n * self.block_tokens])
