@@ -25,7 +25,7 @@
 #define KVT_HD
 #endif
 
-/* Same values as in kvtier.h; repeated so that kernels need only this file. */
+/* Same values as in kvtier-layout.h; repeated so that device code needs only this file. */
 #ifndef KVT_INDEX_PAGE
 #define KVT_INDEX_PAGE 0
 #define KVT_INDEX_SLOT 1

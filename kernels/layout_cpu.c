@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kvtier.h"
+#include "kvtier-layout.h"
 #include "layout.h"
 #include "layout_cuda.h"
 

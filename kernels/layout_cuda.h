@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvtier.h"
+#include "kvtier-layout.h"
 #include "layout.h"
 #include "layout_seg.h"
 
