@@ -29,7 +29,8 @@ daemon_target() { # name, sources...
 daemon_target session tests/fuzz/fuzz-session.c tests/fuzz/fuzz-daemon.c
 daemon_target sessions tests/fuzz/fuzz-sessions.c tests/fuzz/fuzz-daemon.c
 daemon_target spill tests/fuzz/fuzz-spill.c
-for t in ${KVT_FUZZ_TARGETS:-wire session sessions spill}; do
+daemon_target recovery tests/fuzz/fuzz-recovery.c
+for t in ${KVT_FUZZ_TARGETS:-wire session sessions spill recovery}; do
 	mkdir -p "$dir/corpus-$t"
 	echo "== fuzz-$t for ${secs}s"
 	"$dir/fuzz-$t-libfuzzer" -max_total_time="$secs" -max_len=16384 -print_final_stats=1 -artifact_prefix="$dir/" \
