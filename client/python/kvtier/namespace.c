@@ -296,6 +296,16 @@ static PyObject *Namespace_acquire(NamespaceObject *self, PyObject *args)
 	return Namespace_slots_op(self, args, 0);
 }
 
+/* (count, statuses) of a call that returned r, or its error. */
+static PyObject *count_result(NamespaceObject *self, int r, const int32_t *st, size_t n,
+			      const char *call)
+{
+	if (r < 0)
+		return ns_error(self, r, call);
+	PyObject *sl = status_list(st, n);
+	return sl ? Py_BuildValue("(iN)", r, sl) : NULL;
+}
+
 /* store/load whole shards from/to caller buffers: (count, statuses). */
 static PyObject *Namespace_copy_op(NamespaceObject *self, PyObject *args, int store)
 {
@@ -331,12 +341,7 @@ static PyObject *Namespace_copy_op(NamespaceObject *self, PyObject *args, int st
 	r = store ? kvt_store(self->ns, shard, km.ptr, n, (const void *const *)ptrs, st)
 		  : kvt_load(self->ns, shard, km.ptr, n, ptrs, st);
 	Py_END_ALLOW_THREADS
-	if (r < 0) {
-		ns_error(self, r, store ? "store" : "load");
-	} else {
-		PyObject *sl = status_list(st, n);
-		ret = sl ? Py_BuildValue("(iN)", r, sl) : NULL;
-	}
+	ret = count_result(self, r, st, n, store ? "store" : "load");
 	ns_leave(self);
 out:
 	free(ptrs);
@@ -406,12 +411,7 @@ static PyObject *Namespace_paged_op(NamespaceObject *self, PyObject *args, int s
 	r = store ? kvt_store_paged(self->ns, shard, &lo->l, a.keys.ptr, a.n, a.indices.ptr, st)
 		  : kvt_load_paged(self->ns, shard, &lo->l, a.keys.ptr, a.n, a.indices.ptr, st);
 	Py_END_ALLOW_THREADS
-	if (r < 0) {
-		ns_error(self, r, store ? "store_paged" : "load_paged");
-	} else {
-		PyObject *sl = status_list(st, a.n);
-		ret = sl ? Py_BuildValue("(iN)", r, sl) : NULL;
-	}
+	ret = count_result(self, r, st, a.n, store ? "store_paged" : "load_paged");
 	ns_leave(self);
 out:
 	free(st);
