@@ -180,10 +180,53 @@ def test_threads_share_a_client(daemon):
         ts = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
         for t in ts:
             t.start()
-        # Closing while other threads are inside the library only marks it.
         for t in ts:
             t.join()
         assert not errors
+
+
+def test_close_while_another_thread_is_inside(daemon):
+    """close() while a call waits in the library only marks the client: the
+    waiting call finishes on live memory and the last one out frees it."""
+    import signal
+
+    for attempt in range(5):
+        c = kvtier.Client(socket=daemon.socket)
+        result = []
+
+        def ping():
+            try:
+                c.ping()
+                result.append("ok")
+            except kvtier.Error as e:
+                result.append(e.strerror)
+
+        daemon.proc.send_signal(signal.SIGSTOP)  # the ping waits for an answer
+        t = threading.Thread(target=ping)
+        t.start()
+        time.sleep(0.1 * (attempt + 1))  # let it enter the library
+        c.close()
+        assert c.closed
+        with pytest.raises(kvtier.Error) as e:
+            c.ping()  # closed for new calls at once
+        assert e.value.errno == errno.ENOTCONN
+        daemon.proc.send_signal(signal.SIGCONT)
+        t.join()
+        if result != ["the client is closed"]:  # the thread was inside
+            break
+    assert result == ["ok"], result
+
+
+def test_identity_helpers():
+    assert kvtier.dtype_code("torch.bfloat16") == kvtier.DTYPES["bfloat16"]
+    assert kvtier.dtype_name("fp8") == "float8_e4m3fn"  # vLLM's cache_dtype
+    with pytest.raises(ValueError):
+        kvtier.dtype_code("complex64")
+    from kvtier.identity import model_id
+
+    a, b = model_id("m" * 300 + "a"), model_id("m" * 300 + "b")
+    assert a != b and len(a.encode()) <= 256 and len(b.encode()) <= 256
+    assert model_id("org/name/") == "org/name"
 
 
 def test_daemon_restart_misses_then_hits(daemon):

@@ -41,12 +41,12 @@ from ._kvtier import (  # noqa: F401
 )
 if HAVE_CUDA:
     from ._kvtier import CudaContext, CudaJob  # noqa: F401
-from .identity import DTYPES, ModelIdentity, dtype_code, weights_fingerprint  # noqa: F401
+from .identity import DTYPE_BYTES, DTYPES, ModelIdentity, dtype_code, dtype_name, weights_fingerprint  # noqa: F401
 
 __version__ = version()
 
 __all__ = [
-    "Client", "Namespace", "Layout", "Error", "hash_chain", "version",
+    "Client", "Namespace", "Layout", "Error", "hash_chain", "version", "dtype_name", "DTYPE_BYTES",
     "protocol_version", "default_socket", "DTYPES", "dtype_code",
     "weights_fingerprint", "ModelIdentity", "MISS", "HOST", "DISK", "PENDING",
     "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "STATS_ALL", "STATS_DAEMON",

@@ -231,8 +231,8 @@ static int handles_get(PyObject *o, struct mem *m, void **owned, size_t *n)
 static PyObject *Client_handles_op(ClientObject *self, PyObject *handles_o, PyObject *success_o,
 				   const char *what)
 {
-	struct mem hm, sm = {0};
-	void *hown = NULL, *sown = NULL;
+	struct mem hm;
+	void *hown = NULL;
 	size_t n, ns = 0;
 	if (handles_get(handles_o, &hm, &hown, &n) < 0)
 		return NULL;
@@ -287,9 +287,7 @@ static PyObject *Client_handles_op(ClientObject *self, PyObject *handles_o, PyOb
 	client_leave(self);
 out:
 	mem_release(&hm);
-	mem_release(&sm);
 	free(hown);
-	free(sown);
 	free(success);
 	free(st);
 	return ret;

@@ -13,9 +13,9 @@
 Any decoder whose cache is per-layer K/V tensors of shape [batch, kv_heads,
 seq, head_dim] (the ``DynamicCache`` layers of transformers 5) works; one
 sequence at a time (batch 1).  A model on a GPU copies through the
-library's CUDA path (kvtier.CudaContext) on the current stream.  Blocks are kvtier's layout
-[layer][K/V][token][head][dim], the same bytes vLLM's connector stores, so
-the two engines share blocks of one model.
+library's CUDA path (kvtier.CudaContext) on the current stream.  Blocks
+are kvtier's layout [layer][K/V][token][head][dim], the same bytes vLLM's
+connector stores, so the two engines share blocks of one model.
 
 At most floor((n-1)/block) blocks of an n-token prompt are restored: a
 cache that covers the whole prompt makes ``generate`` feed the prompt again.
@@ -29,7 +29,7 @@ import logging
 import torch
 
 from . import HAVE_CUDA, INDEX_PAGE, Client, Error, Layout, hash_chain
-from .identity import ModelIdentity, model_id, weights_fingerprint
+from .identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
 
 log = logging.getLogger("kvtier.hf")
 
@@ -46,7 +46,7 @@ def identity_of(model, block_tokens: int, model_name: str | None = None,
         layers=cfg.num_hidden_layers,
         kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
         head_size=head_size,
-        dtype=str(model.dtype).removeprefix("torch."),
+        dtype=dtype_name(model.dtype),
         block_tokens=block_tokens,
         weights=weights_fingerprint(path) if weights is None else weights,
         salt=salt,
@@ -142,8 +142,10 @@ class KvtierCache:
             hits, _ = self.ns.lookup(keys)
             if hits == 0:
                 return None, 0
-            if self.ns.wait_resident(keys[: hits * 32]) < hits:
-                hits = self.ns.lookup(keys[: hits * 32], touch=False)[0]
+            # Those on NVMe are staged now; the leading run in host memory.
+            hits = self.ns.wait_resident(keys[: hits * 32])
+            if hits == 0:
+                return None, 0
             ident = self.identity
             kv = torch.empty((ident.layers, 2, ident.kv_heads, hits * self.block_tokens,
                               ident.head_size), dtype=self.model.dtype, device=self._device())

@@ -22,15 +22,27 @@ DTYPES = {
     "int8": 6,
     "uint8": 7,
 }
+#: Bytes of one element of each.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+# Other names engines give the same dtypes (vLLM's cache_dtype).
+_ALIASES = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+            "half": "float16", "float": "float32"}
+
+
+def dtype_name(dtype) -> str:
+    """The canonical name of a dtype given as a name, an alias or a torch
+    dtype ("torch.bfloat16")."""
+    name = str(dtype).removeprefix("torch.")
+    name = _ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ValueError(f"kvtier: no dtype code for {dtype!r}; known: {', '.join(DTYPES)}")
+    return name
 
 
 def dtype_code(dtype) -> int:
-    """The code of a dtype given as a name or a torch dtype ("torch.bfloat16")."""
-    name = str(dtype).removeprefix("torch.")
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise ValueError(f"kvtier: no dtype code for {dtype!r}; known: {', '.join(DTYPES)}") from None
+    """The code of a dtype (see dtype_name)."""
+    return DTYPES[dtype_name(dtype)]
 
 
 # Bytes read from each weights file: its header and evenly spaced samples.
@@ -65,11 +77,23 @@ def weights_fingerprint(model_dir: str) -> bytes:
     return h.digest()
 
 
+# The library takes model names of 1..256 bytes.
+_MODEL_MAX = 256
+
+
 def model_id(name_or_path: str) -> str:
     """The model part of the identity: a local directory by its real path,
-    anything else (a hub name) as it is."""
+    anything else (a hub name) as it is.  A name longer than the library
+    takes keeps its start and ends in a digest of the whole, so that two
+    long names never become one."""
     name = str(name_or_path).rstrip("/")
-    return os.path.realpath(name) if os.path.isdir(name) else name
+    name = os.path.realpath(name) if os.path.isdir(name) else name
+    raw = name.encode()
+    if len(raw) <= _MODEL_MAX:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()
+    head = raw[: _MODEL_MAX - len(digest) - 1].decode(errors="ignore")
+    return f"{head}#{digest}"
 
 
 @dataclass(frozen=True)
@@ -80,7 +104,7 @@ class ModelIdentity:
     layers: int
     kv_heads: int  # total over all tensor-parallel ranks
     head_size: int  # elements per head
-    dtype: str  # KV cache dtype name (DTYPES)
+    dtype: str  # KV cache dtype, canonical name (dtype_name)
     block_tokens: int
     weights: bytes = b""
     tp_size: int = 1
@@ -88,12 +112,12 @@ class ModelIdentity:
 
     @property
     def elem_bytes(self) -> int:
-        return {"float32": 4, "float16": 2, "bfloat16": 2}.get(self.dtype, 1)
+        return DTYPE_BYTES.get(self.dtype, 1)
 
     def open(self, client):
         """Open this identity's namespace on client."""
         return client.open_namespace(
-            self.model[:256], self.layers, self.kv_heads,
+            self.model, self.layers, self.kv_heads,
             self.head_size * self.elem_bytes, self.block_tokens,
             dtype_code(self.dtype), tp_size=self.tp_size, weights=self.weights,
             salt=self.salt)

@@ -40,7 +40,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from . import INDEX_PAGE, Client, Error, Layout, hash_chain
-from .identity import ModelIdentity, model_id, weights_fingerprint
+from .identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
 
 log = logging.getLogger("kvtier.vllm")
 
@@ -85,7 +85,7 @@ def identity_of(vllm_config, extra: dict) -> ModelIdentity:
         layers=mc.get_num_layers(pc),
         kv_heads=mc.get_total_num_kv_heads(),
         head_size=mc.get_head_size(),
-        dtype=str(dtype).removeprefix("torch."),
+        dtype=dtype_name(dtype),
         block_tokens=cc.block_size,
         weights=bytes.fromhex(weights) if weights else weights_fingerprint(path),
         tp_size=pc.tensor_parallel_size,
