@@ -134,26 +134,6 @@ double hit_rate(const struct rec *r)
 /* Human formatting                                                   */
 /* ------------------------------------------------------------------ */
 
-const char *fmt_size(char *buf, size_t len, uint64_t n)
-{
-	static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-	double v = (double)n;
-	unsigned u = 0;
-
-	if (n < 1024) {
-		snprintf(buf, len, "%" PRIu64 " B", n);
-		return buf;
-	}
-	v /= 1024.0;
-	/* Switch unit before rounding would print "1024.0". */
-	while (v >= 1023.95 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		v /= 1024.0;
-		u++;
-	}
-	snprintf(buf, len, "%.1f %s", v, units[u]);
-	return buf;
-}
-
 const char *fmt_pct(char *buf, size_t len, double ratio)
 {
 	if (ratio < 0)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "kvtier.h"
+#include "size.h"
 
 /* ------------------------------------------------------------------ */
 /* Records                                                            */
@@ -61,7 +62,6 @@ double ratio_of(uint64_t part, uint64_t whole);
 /* Human formatting; each returns buf                                 */
 /* ------------------------------------------------------------------ */
 
-const char *fmt_size(char *buf, size_t len, uint64_t n);     /* "1.5 GiB" */
 const char *fmt_pct(char *buf, size_t len, double ratio);    /* "12.5%", "-" */
 const char *fmt_duration(char *buf, size_t len, uint64_t s); /* "3h05m" */
 const char *fmt_count(char *buf, size_t len, uint64_t n);    /* "327,680" */

@@ -3,8 +3,9 @@
 #include <string.h>
 
 #include "ctl-plan.h"
+#include "macro.h"
+#include "size.h"
 
-#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
 static const struct plan_dtype dtypes[] = {
 	{"fp32", 4}, {"fp16", 2}, {"bf16", 2}, {"fp8", 1},
@@ -29,13 +30,13 @@ static const struct plan_preset presets[] = {
 
 const struct plan_dtype *plan_dtypes(size_t *ret_n)
 {
-	*ret_n = N_ELEMS(dtypes);
+	*ret_n = ARRAY_SIZE(dtypes);
 	return dtypes;
 }
 
 int plan_dtype_bytes(const char *name)
 {
-	for (size_t i = 0; name && i < N_ELEMS(dtypes); i++)
+	for (size_t i = 0; name && i < ARRAY_SIZE(dtypes); i++)
 		if (strcmp(name, dtypes[i].name) == 0)
 			return (int)dtypes[i].bytes;
 	return -EINVAL;
@@ -43,13 +44,13 @@ int plan_dtype_bytes(const char *name)
 
 const struct plan_preset *plan_presets(size_t *ret_n)
 {
-	*ret_n = N_ELEMS(presets);
+	*ret_n = ARRAY_SIZE(presets);
 	return presets;
 }
 
 const struct plan_preset *plan_preset_find(const char *name)
 {
-	for (size_t i = 0; name && i < N_ELEMS(presets); i++)
+	for (size_t i = 0; name && i < ARRAY_SIZE(presets); i++)
 		if (strcmp(name, presets[i].name) == 0)
 			return &presets[i];
 	return NULL;
@@ -61,13 +62,6 @@ static int mul(uint64_t a, uint64_t b, uint64_t *r)
 {
 	return __builtin_mul_overflow(a, b, r) ? -EOVERFLOW : 0;
 }
-
-#define TRY(x)                          \
-	do {                            \
-		int _r = (x);           \
-		if (_r < 0)             \
-			return _r;      \
-	} while (0)
 
 int plan_compute(const struct plan_geometry *g, struct plan *ret)
 {
@@ -167,102 +161,14 @@ int plan_fit(const struct plan *p, uint64_t capacity, uint64_t tokens,
 	return 0;
 }
 
-/* Leading digits into *ret.  \return how many, or -ERANGE */
-static int parse_digits(const char *s, uint64_t *ret)
-{
-	uint64_t v = 0;
-	int n = 0;
-
-	for (; s[n] >= '0' && s[n] <= '9'; n++) {
-		if (mul(v, 10, &v) < 0 || __builtin_add_overflow(v, (uint64_t)(s[n] - '0'), &v))
-			return -ERANGE;
-	}
-	*ret = v;
-	return n;
-}
-
-static int unit_shift(char c)
-{
-	switch (c) {
-	case 'K': case 'k': return 10;
-	case 'M': case 'm': return 20;
-	case 'G': case 'g': return 30;
-	case 'T': case 't': return 40;
-	case 'P': case 'p': return 50;
-	default: return -1;
-	}
-}
-
-int plan_parse_size(const char *s, uint64_t *ret)
-{
-	uint64_t whole, frac = 0, frac_div = 1, mult = 1, v;
-	const char *p = s;
-	int n, shift;
-
-	/* Digits first: no blanks, no sign ("-1" must not wrap around). */
-	if (!s || !ret || *s < '0' || *s > '9')
-		return -EINVAL;
-	n = parse_digits(p, &whole);
-	if (n < 0)
-		return n;
-	p += n;
-	if (*p == '.') {
-		p++;
-		if (*p < '0' || *p > '9')
-			return -EINVAL;
-		/* Nine places is finer than any byte count needs. */
-		for (n = 0; *p >= '0' && *p <= '9'; p++, n++)
-			if (n < 9) {
-				frac = frac * 10 + (uint64_t)(*p - '0');
-				frac_div *= 10;
-			}
-	}
-	shift = unit_shift(*p);
-	if (shift >= 0) {
-		mult = UINT64_C(1) << shift;
-		p++;
-		if (*p == 'i' && p[1] == 'B')
-			p += 2;
-		else if (*p == 'B')
-			p++;
-	} else if (*p == 'B') {
-		p++;
-	}
-	if (*p)
-		return -EINVAL;
-	if (mul(whole, mult, &v) < 0)
-		return -ERANGE;
-	/* floor(mult * frac / frac_div) without forming mult * frac, which
-	 * can pass 2^64: split mult by frac_div first.  Both products stay
-	 * below mult and 10^18. */
-	if (frac) {
-		uint64_t part = mult / frac_div * frac + mult % frac_div * frac / frac_div;
-		if (__builtin_add_overflow(v, part, &v))
-			return -ERANGE;
-	}
-	*ret = v;
-	return 0;
-}
-
 int plan_parse_count(const char *s, uint64_t *ret)
 {
-	uint64_t v;
-	int n, shift = 0;
-
-	if (!s || !ret || *s < '0' || *s > '9')
+	/* A count is a size without a fraction or bytes: digits, then K or M
+	 * at most (binary, as in the size grammar). */
+	if (!s || !ret)
 		return -EINVAL;
-	n = parse_digits(s, &v);
-	if (n < 0)
-		return n;
-	if (s[n]) {
-		if (s[n] != 'K' && s[n] != 'k' && s[n] != 'M' && s[n] != 'm')
-			return -EINVAL;
-		shift = unit_shift(s[n]);
-		if (s[n + 1])
-			return -EINVAL;
-	}
-	if (mul(v, UINT64_C(1) << shift, &v) < 0)
-		return -ERANGE;
-	*ret = v;
-	return 0;
+	size_t n = strspn(s, "0123456789");
+	if (n == 0 || (s[n] && (!strchr("KkMm", s[n]) || s[n + 1])))
+		return -EINVAL;
+	return kvt_size_parse(s, ret);
 }

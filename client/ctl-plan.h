@@ -107,12 +107,6 @@ int plan_fit(const struct plan *p, uint64_t capacity, uint64_t tokens,
 	     uint64_t batch, struct plan_fit *ret);
 
 /**
- * A size such as 4096, 512M, 64G, 64GiB or 1.5T (binary multiples, like
- * kvtierd's configuration).  \return 0, -EINVAL or -ERANGE
- */
-int plan_parse_size(const char *s, uint64_t *ret);
-
-/**
  * A count such as 131072 or 128K (K = 1024, M = 1048576: context lengths
  * are quoted that way).  \return 0, -EINVAL or -ERANGE
  */

@@ -162,7 +162,7 @@ static int print_rates(FILE *f, const struct snapshot *cur, const struct snapsho
 		table_add(&t, "%" PRIu64, rec_u64(x, "id"));
 		table_add(&t, "%s", rec_str(x, "model"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "blocks"));
-		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "bytes")));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "bytes"), a, sizeof(a)));
 		add_rate(&t, x, p, "lookups", secs, 1.0);
 		/* Over this interval only: the lifetime rate hides a change. */
 		if (delta(x, p, "hits", &hits) && delta(x, p, "misses", &misses))
@@ -187,11 +187,11 @@ static void print_summary(FILE *f, const struct ctx *x, const struct rec *d)
 		return;
 	if (rec_has(d, "capacity"))
 		fprintf(f, "%-13s%s; allocated %s, used %s (%s), free %s; %" PRIu64 " extents\n",
-			"Host pool:", fmt_size(a, sizeof(a), rec_u64(d, "capacity")),
-			fmt_size(b, sizeof(b), rec_u64(d, "allocated")),
-			fmt_size(c, sizeof(c), rec_u64(d, "used")),
+			"Host pool:", kvt_size_format(rec_u64(d, "capacity"), a, sizeof(a)),
+			kvt_size_format(rec_u64(d, "allocated"), b, sizeof(b)),
+			kvt_size_format(rec_u64(d, "used"), c, sizeof(c)),
 			fmt_pct(e, sizeof(e), ratio_of(rec_u64(d, "used"), rec_u64(d, "capacity"))),
-			fmt_size(g, sizeof(g), rec_u64(d, "free")), rec_u64(d, "extents"));
+			kvt_size_format(rec_u64(d, "free"), g, sizeof(g)), rec_u64(d, "extents"));
 	print_numa_line(f, d);
 	if (snapshot_find(&x->snap, "node")) {
 		const char *sep = "";
@@ -201,8 +201,8 @@ static void print_summary(FILE *f, const struct ctx *x, const struct rec *d)
 			if (!rec_is(n, "node"))
 				continue;
 			fprintf(f, "%s%" PRId64 ": %s of %s", sep, (int64_t)rec_u64(n, "node"),
-				fmt_size(a, sizeof(a), rec_u64(n, "used")),
-				fmt_size(b, sizeof(b), rec_u64(n, "allocated")));
+				kvt_size_format(rec_u64(n, "used"), a, sizeof(a)),
+				kvt_size_format(rec_u64(n, "allocated"), b, sizeof(b)));
 			sep = "; ";
 		}
 		putc('\n', f);

@@ -46,8 +46,8 @@ int print_tenants(FILE *f, const struct snapshot *s)
 		if (!rec_is(x, "tenant"))
 			continue;
 		table_add(&t, "%s", rec_str(x, "name"));
-		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "quota")));
-		table_add(&t, "%s (%s)", fmt_size(b, sizeof(b), rec_u64(x, "used")),
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "quota"), a, sizeof(a)));
+		table_add(&t, "%s (%s)", kvt_size_format(rec_u64(x, "used"), b, sizeof(b)),
 			  fmt_pct(c, sizeof(c), ratio_of(rec_u64(x, "used"), rec_u64(x, "quota"))));
 		table_add(&t, "%" PRIu64, rec_u64(x, "blocks"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "namespaces"));
@@ -79,10 +79,10 @@ int print_nodes(FILE *f, const struct snapshot *s)
 		else
 			table_add(&t, "%" PRIu64, rec_u64(x, "node"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "extents"));
-		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "allocated")));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "allocated"), a, sizeof(a)));
 		/* Used against allocated: a node's share of the capacity is not
 		 * fixed, only what was placed there. */
-		table_add(&t, "%s (%s)", fmt_size(a, sizeof(a), rec_u64(x, "used")),
+		table_add(&t, "%s (%s)", kvt_size_format(rec_u64(x, "used"), a, sizeof(a)),
 			  fmt_pct(b, sizeof(b), ratio_of(rec_u64(x, "used"), rec_u64(x, "allocated"))));
 	}
 	r = table_print(&t, f);
@@ -141,9 +141,9 @@ static int print_namespaces(const struct snapshot *s, bool all)
 			  rec_u64(x, "layer_end"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "tp"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "block_tokens"));
-		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "block_bytes")));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "block_bytes"), a, sizeof(a)));
 		table_add(&t, "%" PRIu64, rec_u64(x, "blocks"));
-		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "bytes")));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "bytes"), a, sizeof(a)));
 		table_add(&t, "%s", fmt_pct(a, sizeof(a), hit_rate(x)));
 		table_add(&t, "%" PRIu64, rec_u64(x, "stores"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "loads"));
@@ -155,8 +155,8 @@ static int print_namespaces(const struct snapshot *s, bool all)
 		table_add(&t, "%" PRIu64, rec_u64(x, "lookup_keys"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "hits"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "misses"));
-		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "store_bytes")));
-		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "load_bytes")));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "store_bytes"), a, sizeof(a)));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "load_bytes"), a, sizeof(a)));
 		table_add(&t, "%" PRIu64, rec_u64(x, "aborts"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "deletes"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "rejected"));
@@ -190,7 +190,7 @@ static int print_clients(const struct snapshot *s)
 		table_add(&t, "%" PRIu64, rec_u64(x, "protocol"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "requests"));
 		table_add(&t, "%" PRIu64, rec_u64(x, "handles"));
-		table_add(&t, "%s", fmt_size(a, sizeof(a), rec_u64(x, "queued_bytes")));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "queued_bytes"), a, sizeof(a)));
 		table_add(&t, "%s", fmt_duration(a, sizeof(a), rec_u64(x, "connected_s")));
 	}
 	r = table_print(&t, stdout);
@@ -208,10 +208,10 @@ static void print_size_line(const struct rec *d, const char *label,
 	if (!rec_has(d, field))
 		return;
 	if (strcmp(field, "capacity") == 0) {
-		printf("%-13s%s\n", label, fmt_size(a, sizeof(a), rec_u64(d, field)));
+		printf("%-13s%s\n", label, kvt_size_format(rec_u64(d, field), a, sizeof(a)));
 		return;
 	}
-	printf("%-13s%s (%s)\n", label, fmt_size(a, sizeof(a), rec_u64(d, field)),
+	printf("%-13s%s (%s)\n", label, kvt_size_format(rec_u64(d, field), a, sizeof(a)),
 	       fmt_pct(b, sizeof(b), ratio_of(rec_u64(d, field), rec_u64(d, "capacity"))));
 }
 
@@ -248,8 +248,8 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 	if (rec_has(d, "nvme_engine")) {
 		char cap[32], used[32];
 		uint64_t c = rec_u64(d, "nvme_capacity"), u = rec_u64(d, "nvme_used");
-		printf("%-13s%s\n", "NVMe tier:", fmt_size(cap, sizeof(cap), c));
-		printf("%-13s%s (%.1f%%)\n", "  used:", fmt_size(used, sizeof(used), u),
+		printf("%-13s%s\n", "NVMe tier:", kvt_size_format(c, cap, sizeof(cap)));
+		printf("%-13s%s (%.1f%%)\n", "  used:", kvt_size_format(u, used, sizeof(used)),
 		       c ? 100.0 * (double)u / (double)c : 0.0);
 		printf("%-13s%" PRIu64 " in %" PRIu64 " file(s), %" PRIu64 " failed; engine %s (%s)\n",
 		       "  blocks:", rec_u64(d, "nvme_blocks"), rec_u64(d, "nvme_files"),
@@ -483,7 +483,7 @@ static int evict_ids(struct ctx *x, bool drop, const struct rec *tenant, uint64_
 	}
 	printf("%s %" PRId64 " block%s", drop ? "Dropped" : "Evicted", n, n == 1 ? "" : "s");
 	if (ns)
-		printf(" (%s)", fmt_size(a, sizeof(a), (uint64_t)n * block_bytes));
+		printf(" (%s)", kvt_size_format((uint64_t)n * block_bytes, a, sizeof(a)));
 	printf(" of namespace %" PRIu64, ns_id);
 	if (ns)
 		printf(" (%s)", rec_str(ns, "model"));
@@ -736,7 +736,7 @@ static int cmd_plan(struct ctx *x)
 			PLAN_MAX_BLOCK_TOKENS);
 	if (p.slot_bytes > PLAN_MAX_SLOT_BYTES)
 		fprintf(stderr, "kvtierctl plan: note: a block of %s is past kvtierd's 1 GiB limit; use fewer --block-tokens\n",
-			fmt_size(a, sizeof(a), p.slot_bytes));
+			kvt_size_format(p.slot_bytes, a, sizeof(a)));
 
 	if (o->host_given)
 		tiers[n_tiers++] = (struct tier){"host", "--host-capacity", o->host_capacity, {0}};
@@ -820,7 +820,7 @@ static int cmd_plan(struct ctx *x)
 		       preset ? preset->description : "", preset ? "): " : "", g.layers, g.kv_heads,
 		       g.head_dim, dtype, g.dtype_bytes);
 	printf("%-18s%s (%s)\n", "Bytes per token:", fmt_count(a, sizeof(a), p.bytes_per_token),
-	       fmt_size(b, sizeof(b), p.bytes_per_token));
+	       kvt_size_format(p.bytes_per_token, b, sizeof(b)));
 	if (p.tp > 1) {
 		if (g.mla)
 			printf("%-18s%" PRIu64 " ranks; the latent is the same on each, stored once\n",
@@ -828,19 +828,19 @@ static int cmd_plan(struct ctx *x)
 		else
 			printf("%-18s%" PRIu64 " ranks, %s (%s) per token on each%s\n", "Tensor parallel:",
 			       p.tp, fmt_count(a, sizeof(a), p.bytes_per_token_rank),
-			       fmt_size(b, sizeof(b), p.bytes_per_token_rank),
+			       kvt_size_format(p.bytes_per_token_rank, b, sizeof(b)),
 			       !custom_bpt && g.kv_heads < g.tp ? " (KV heads replicated)" : "");
 	}
 	printf("%-18s%s (%s) of %" PRIu64 " tokens; kvtierd slot %s (%s)\n", "Bytes per block:",
-	       fmt_count(a, sizeof(a), p.block_bytes), fmt_size(b, sizeof(b), p.block_bytes),
+	       fmt_count(a, sizeof(a), p.block_bytes), kvt_size_format(p.block_bytes, b, sizeof(b)),
 	       p.block_tokens, fmt_count(c, sizeof(c), p.slot_bytes),
-	       fmt_size(d, sizeof(d), p.slot_bytes));
+	       kvt_size_format(p.slot_bytes, d, sizeof(d)));
 	if (o->tokens) {
 		printf("%-18s%s tokens x %" PRIu64 " = %s B (%s)", "Context:",
 		       fmt_count(a, sizeof(a), o->tokens), o->batch, fmt_count(b, sizeof(b), bytes),
-		       fmt_size(c, sizeof(c), bytes));
+		       kvt_size_format(bytes, c, sizeof(c)));
 		if (p.tp > 1 && !g.mla)
-			printf("; %s per rank", fmt_size(d, sizeof(d), rank_bytes));
+			printf("; %s per rank", kvt_size_format(rank_bytes, d, sizeof(d)));
 		printf("\n%-18s%s per context\n", "Blocks:", fmt_count(a, sizeof(a), per_context));
 	}
 	putchar('\n');
@@ -858,7 +858,7 @@ static int cmd_plan(struct ctx *x)
 				  .n_cols = !o->tokens ? 5 : o->batch > 1 ? 7 : 6};
 		for (size_t i = 0; i < n_tiers; i++) {
 			table_add(&t, "%s", tiers[i].name);
-			table_add(&t, "%s", fmt_size(a, sizeof(a), tiers[i].capacity));
+			table_add(&t, "%s", kvt_size_format(tiers[i].capacity, a, sizeof(a)));
 			table_add(&t, "%s", tiers[i].source);
 			table_add(&t, "%s", fmt_count(a, sizeof(a), tiers[i].fit.blocks));
 			table_add(&t, "%s", fmt_count(a, sizeof(a), tiers[i].fit.tokens));
@@ -1142,7 +1142,7 @@ static int opt_count(const char *name, const char *arg, uint64_t min, uint64_t *
 
 static int opt_size(const char *name, const char *arg, uint64_t *ret)
 {
-	if (plan_parse_size(arg, ret) < 0)
+	if (kvt_size_parse(arg, ret) < 0)
 		return usage_error("%s needs a size such as 64G, 1.5T or 512MiB, not '%s'", name, arg);
 	return 0;
 }

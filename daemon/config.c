@@ -16,43 +16,14 @@
 
 #include "config.h"
 #include "log.h"
-
-int parse_size(const char *s, uint64_t *ret)
-{
-	char *end;
-	uint64_t mult = 1;
-
-	/* strtoull() would skip blanks and wrap "-1" around: digits only. */
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	switch (*end) {
-	case 0: break;
-	case 'K': case 'k': mult = 1ULL << 10; end++; break;
-	case 'M': case 'm': mult = 1ULL << 20; end++; break;
-	case 'G': case 'g': mult = 1ULL << 30; end++; break;
-	case 'T': case 't': mult = 1ULL << 40; end++; break;
-	default: return -EINVAL;
-	}
-	if (*end == 'i' || *end == 'B')
-		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-	if (*end)
-		return -EINVAL;
-	if (v > UINT64_MAX / mult)
-		return -ERANGE;
-	*ret = v * mult;
-	return 0;
-}
+#include "size.h"
 
 typedef int (*conf_parser)(const char *value, void *field, const char **ret_expect);
 
 static int conf_size(const char *v, void *field, const char **expect)
 {
 	*expect = "a size such as 4096, 512M or 64G";
-	return parse_size(v, field);
+	return kvt_size_parse(v, field);
 }
 
 static int conf_u32(const char *v, void *field, const char **expect)
@@ -676,27 +647,12 @@ void config_free(struct config *c)
 	c->socket_path = c->runtime_dir = c->sysfs_root = NULL;
 }
 
-/* The largest unit that keeps the value exact, so a dump reads back equal. */
-static const char *format_size(uint64_t v, char *buf, size_t n)
-{
-	static const char units[] = "TGMK";
-	for (int i = 0; i < 4; i++) {
-		uint64_t u = 1ULL << (10 * (4 - i));
-		if (v && v % u == 0) {
-			snprintf(buf, n, "%llu%c", (unsigned long long)(v / u), units[i]);
-			return buf;
-		}
-	}
-	snprintf(buf, n, "%llu", (unsigned long long)v);
-	return buf;
-}
-
 void config_dump(const struct config *c, FILE *f)
 {
 	static const char *hp[] = {"auto", "hugetlb", "thp", "off"};
 	static const char *lk[] = {"auto", "yes", "no"};
 	const char *level = "info";
-	char a[32], b[32], q[32], o[32];
+	char a[KVT_SIZE_LEN], b[KVT_SIZE_LEN], q[KVT_SIZE_LEN], o[KVT_SIZE_LEN];
 
 	switch (c->log_level) {
 	case LOG_ERR: level = "error"; break;
@@ -713,7 +669,7 @@ void config_dump(const struct config *c, FILE *f)
 	fputc('\n', f);
 	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\nnuma = %s\n"
 		"eviction = %s\n",
-		format_size(c->capacity, a, sizeof(a)), format_size(c->extent_size, b, sizeof(b)),
+		kvt_size_format_exact(c->capacity, a, sizeof(a)), kvt_size_format_exact(c->extent_size, b, sizeof(b)),
 		hp[c->hugepages], lk[c->lock], c->numa == NUMA_OFF ? "off" : "auto",
 		evict_policy_to_string(c->eviction));
 	if (c->sysfs_root)
@@ -723,8 +679,8 @@ void config_dump(const struct config *c, FILE *f)
 		"default_quota = %s\n"
 		"# 0: the same share of the spill files as of the pool\n"
 		"default_nvme_quota = %s\nunknown = %s\n\n",
-		format_size(c->default_quota, q, sizeof(q)),
-		format_size(c->default_nvme_quota, o, sizeof(o)), c->refuse_unknown ? "refuse" : "allow");
+		kvt_size_format_exact(c->default_quota, q, sizeof(q)),
+		kvt_size_format_exact(c->default_nvme_quota, o, sizeof(o)), c->refuse_unknown ? "refuse" : "allow");
 	for (uint32_t i = 0; i < c->n_tenants; i++) {
 		const struct tenant_conf *t = &c->tenants[i];
 		fprintf(f, "[tenant.%s]\n", t->name);
@@ -736,9 +692,9 @@ void config_dump(const struct config *c, FILE *f)
 			fprintf(f, "%s %u%s", j % 8 ? "" : "gids =", t->gids[j],
 				j % 8 == 7 || j + 1 == t->n_gids ? "\n" : "");
 		if (t->quota)
-			fprintf(f, "quota = %s\n", format_size(t->quota, q, sizeof(q)));
+			fprintf(f, "quota = %s\n", kvt_size_format_exact(t->quota, q, sizeof(q)));
 		if (t->nvme_quota)
-			fprintf(f, "nvme_quota = %s\n", format_size(t->nvme_quota, q, sizeof(q)));
+			fprintf(f, "nvme_quota = %s\n", kvt_size_format_exact(t->nvme_quota, q, sizeof(q)));
 		if (t->socket)
 			fprintf(f, "socket = %s\n", t->socket);
 		fputc('\n', f);
@@ -749,10 +705,10 @@ void config_dump(const struct config *c, FILE *f)
 	for (uint32_t i = 0; i < c->n_spills; i++)
 		fprintf(f, "[spill.%s]\npath = %s\ncapacity = %s\n\n", c->spills[i].name,
 			c->spills[i].path ? c->spills[i].path : "",
-			format_size(c->spills[i].capacity, q, sizeof(q)));
+			kvt_size_format_exact(c->spills[i].capacity, q, sizeof(q)));
 	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
 		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
 		"handles_per_tenant = %u\noutput_bytes = %s\n",
 		c->max_connections, c->max_connections_per_uid, c->max_namespaces, c->max_keys,
-		c->max_handles, format_size(c->max_output_bytes, o, sizeof(o)));
+		c->max_handles, kvt_size_format_exact(c->max_output_bytes, o, sizeof(o)));
 }

@@ -114,5 +114,3 @@ void config_dump(const struct config *c, FILE *f);
 /* The configured tenant of that name, or NULL. */
 const struct tenant_conf *config_tenant(const struct config *c, const char *name);
 
-/* "64G", "512M", "4096" → bytes; -EINVAL or -ERANGE. */
-int parse_size(const char *s, uint64_t *ret);

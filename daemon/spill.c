@@ -17,6 +17,7 @@
 #include "config.h"
 #include "fault.h"
 #include "log.h"
+#include "size.h"
 #include "spill.h"
 
 /* Region header layout (docs/nvme.md). */
@@ -107,28 +108,6 @@ static uint64_t now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* "64G" when exact, "1.5G" otherwise: the config's own syntax. */
-static const char *fmt_size(char *buf, size_t len, uint64_t n)
-{
-	static const char units[] = "KMGTP";
-	int u = -1;
-
-	while (u < 4 && n >> (10 * (u + 2)) != 0)
-		u++;
-	if (u < 0)
-		snprintf(buf, len, "%" PRIu64, n);
-	else if (n % (UINT64_C(1) << (10 * (u + 1))) == 0)
-		snprintf(buf, len, "%" PRIu64 "%c", n >> (10 * (u + 1)), units[u]);
-	else {
-		snprintf(buf, len, "%.1f%c", (double)n / (double)(UINT64_C(1) << (10 * (u + 1))),
-			 units[u]);
-		/* "64.0M" for 64M - 4K would hide the very difference. */
-		if (strstr(buf, ".0"))
-			snprintf(buf, len, "%" PRIu64 " bytes", n);
-	}
-	return buf;
 }
 
 void *spill_buf_alloc(size_t len)
@@ -957,8 +936,8 @@ static int preallocate(struct spill_file *f, const struct stat *st)
 	if (need > 0 && fstatvfs(f->fd, &sv) == 0 &&
 	    (uint64_t)sv.f_bavail * sv.f_frsize < need)
 		return log_error_errno(-ENOSPC, "Not enough space on the file system for spill file '%s': %s requested, %s free (statvfs); lower its capacity or free space",
-				       f->path, fmt_size(want, sizeof(want), f->capacity),
-				       fmt_size(have, sizeof(have), (uint64_t)sv.f_bavail * sv.f_frsize));
+				       f->path, kvt_size_format_exact(f->capacity, want, sizeof(want)),
+				       kvt_size_format_exact((uint64_t)sv.f_bavail * sv.f_frsize, have, sizeof(have)));
 
 	/* Mode 0 extends a shorter file and never shrinks a longer one; blocks
 	 * already allocated, and their data, stay. */
@@ -976,17 +955,17 @@ static int preallocate(struct spill_file *f, const struct stat *st)
 		if (fstatvfs(f->fd, &sv) < 0)
 			memset(&sv, 0, sizeof(sv));
 		return log_error_errno(r, "Not enough space on the file system for spill file '%s': %s requested, %s free (statvfs); lower its capacity or free space",
-				       f->path, fmt_size(want, sizeof(want), f->capacity),
-				       fmt_size(have, sizeof(have), (uint64_t)sv.f_bavail * sv.f_frsize));
+				       f->path, kvt_size_format_exact(f->capacity, want, sizeof(want)),
+				       kvt_size_format_exact((uint64_t)sv.f_bavail * sv.f_frsize, have, sizeof(have)));
 	case EOPNOTSUPP:
 		return log_error_errno(r, "The file system of spill file '%s' cannot preallocate (fallocate: %m); O_DIRECT writes into unallocated space are serialised, so use ext4 or XFS",
 				       f->path);
 	case EFBIG:
 		return log_error_errno(r, "Capacity %s of spill file '%s' exceeds the largest file its file system allows: %m",
-				       fmt_size(want, sizeof(want), f->capacity), f->path);
+				       kvt_size_format_exact(f->capacity, want, sizeof(want)), f->path);
 	default:
 		return log_error_errno(r, "Failed to preallocate spill file '%s' to %s: %m",
-				       f->path, fmt_size(want, sizeof(want), f->capacity));
+				       f->path, kvt_size_format_exact(f->capacity, want, sizeof(want)));
 	}
 }
 
@@ -999,10 +978,10 @@ static int file_open(struct spill *s, struct spill_file *f, const struct spill_f
 	f->capacity = c->capacity;
 	if (c->capacity < SPILL_REGION_BYTES)
 		return log_error_errno(-EINVAL, "Spill file '%s': capacity %s is too small: at least 64M (one region)",
-				       c->path, fmt_size(buf, sizeof(buf), c->capacity));
+				       c->path, kvt_size_format_exact(c->capacity, buf, sizeof(buf)));
 	if (c->capacity / SPILL_REGION_BYTES > UINT32_MAX)
 		return log_error_errno(-EFBIG, "Spill file '%s': capacity %s is too large",
-				       c->path, fmt_size(buf, sizeof(buf), c->capacity));
+				       c->path, kvt_size_format_exact(c->capacity, buf, sizeof(buf)));
 	f->path = strdup(c->path);
 	if (!f->path)
 		return -ENOMEM;
@@ -1039,12 +1018,12 @@ static int file_open(struct spill *s, struct spill_file *f, const struct spill_f
 		return r;
 	if ((uint64_t)st.st_size > c->capacity)
 		log_notice("Spill file '%s' is %s, larger than its capacity %s: only the first %s are used and the rest is left as it is (truncate the file to reclaim it)",
-			   c->path, fmt_size(buf, sizeof(buf), (uint64_t)st.st_size),
-			   fmt_size(buf2, sizeof(buf2), c->capacity), buf2);
+			   c->path, kvt_size_format_exact((uint64_t)st.st_size, buf, sizeof(buf)),
+			   kvt_size_format_exact(c->capacity, buf2, sizeof(buf2)), buf2);
 	else if ((uint64_t)st.st_size < c->capacity && st.st_size > 0)
 		log_info("Spill file '%s' extended from %s to its capacity %s", c->path,
-			 fmt_size(buf, sizeof(buf), (uint64_t)st.st_size),
-			 fmt_size(buf2, sizeof(buf2), c->capacity));
+			 kvt_size_format_exact((uint64_t)st.st_size, buf, sizeof(buf)),
+			 kvt_size_format_exact(c->capacity, buf2, sizeof(buf2)));
 
 	f->n_regions = (uint32_t)(c->capacity / SPILL_REGION_BYTES);
 	f->regions = calloc(f->n_regions, sizeof(*f->regions));
@@ -1057,7 +1036,7 @@ static int file_open(struct spill *s, struct spill_file *f, const struct spill_f
 	}
 	if (c->capacity % SPILL_REGION_BYTES)
 		log_info("Spill file '%s': the last %s of its capacity are less than a region (64M) and stay unused",
-			 c->path, fmt_size(buf, sizeof(buf), c->capacity % SPILL_REGION_BYTES));
+			 c->path, kvt_size_format_exact(c->capacity % SPILL_REGION_BYTES, buf, sizeof(buf)));
 	return 0;
 }
 

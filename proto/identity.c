@@ -7,13 +7,8 @@
 #include <string.h>
 
 #include "kvt-proto.h"
+#include "macro.h"
 
-#define TRY(x)                          \
-	do {                            \
-		int _r = (x);           \
-		if (_r < 0)             \
-			return _r;      \
-	} while (0)
 
 static void put_field(struct kvt_buf *b, uint16_t tag, const void *p,
 		      uint32_t len)

@@ -3,13 +3,8 @@
 #include <string.h>
 
 #include "kvt-proto.h"
+#include "macro.h"
 
-#define TRY(x)                          \
-	do {                            \
-		int _r = (x);           \
-		if (_r < 0)             \
-			return _r;      \
-	} while (0)
 
 void kvt_enc_hello_req(struct kvt_buf *b, uint64_t rid,
 		       const struct kvt_hello_req *m)
