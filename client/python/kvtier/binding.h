@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvtier._kvtier, the CPython binding of libkvtier-client: what its files
- * share.  module.c (the module and its functions), args.c (memory, keys
- * and integers from Python objects), client.c, namespace.c, layout.c and
- * cuda.c (one Python type each).
+ * share.  module.c (the module and its functions), binding.c (kvtier.Error,
+ * __enter__, the calls in progress on a Client), args.c (memory, keys and
+ * integers from Python objects), client.c, namespace.c, layout.c and cuda.c
+ * (one Python type each).  Calls run one way: module.c to the types, the
+ * types to args.c and binding.c.
  *
  * Lifetime: a Namespace holds a reference to its Client, and both count
  * the calls in progress on them, so that close() from one thread while
@@ -22,7 +24,9 @@
 #include "kvt-config.h"
 #include "kvtier.h"
 
-/* kvtier.Error, a subclass of OSError (module.c). */
+/* ---- binding.c ---- */
+
+/* kvtier.Error, a subclass of OSError (made by module.c). */
 extern PyObject *kvt_error;
 
 /* Raise kvtier.Error(errno, detail or strerror); call names the call.
@@ -67,7 +71,8 @@ typedef struct {
 } ClientObject;
 
 extern PyTypeObject ClientType;
-/* Enter a call on the client (0, or -1 with an exception set) / leave it. */
+/* In binding.c: enter a call on the client (0, or -1 with an exception
+ * set) / leave it. */
 int client_enter(ClientObject *self);
 void client_leave(ClientObject *self);
 /* Raise the library's reason for the last refused call on the client. */

@@ -20,26 +20,6 @@ static void client_log(int level, const char *message, void *userdata)
 	PyGILState_Release(g);
 }
 
-/* Enter a call on the client: 0, or -1 with an exception set. */
-int client_enter(ClientObject *self)
-{
-	if (!self->c || self->closing) {
-		raise_errno(-ENOTCONN, "kvtier", "the client is closed");
-		return -1;
-	}
-	self->busy++;
-	return 0;
-}
-
-void client_leave(ClientObject *self)
-{
-	if (--self->busy == 0 && self->closing) {
-		kvt_client_free(self->c);
-		self->c = NULL;
-		self->closing = 0;
-	}
-}
-
 static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"socket", "name", "pci_bus_id", "observer", "log", NULL};
@@ -109,11 +89,6 @@ static PyObject *Client_close(ClientObject *self, PyObject *unused)
 static PyObject *Client_exit_ctx(ClientObject *self, PyObject *args)
 {
 	return Client_close(self, NULL);
-}
-
-PyObject *client_error_for(ClientObject *self, int r, const char *what)
-{
-	return raise_errno(r, what, self->c ? kvt_client_error(self->c) : NULL);
 }
 
 static PyObject *Client_ping(ClientObject *self, PyObject *unused)

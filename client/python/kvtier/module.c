@@ -6,35 +6,6 @@
 
 #include "binding.h"
 
-PyObject *kvt_error;
-
-PyObject *binding_enter_self(PyObject *self, PyObject *unused)
-{
-	Py_INCREF(self);
-	return self;
-}
-
-/* Raise kvtier.Error(errno, message). */
-PyObject *raise_errno(int r, const char *call, const char *detail)
-{
-	const char *msg = detail && *detail ? detail : strerror(r < 0 ? -r : r);
-	PyObject *args = Py_BuildValue("(is)", r < 0 ? -r : r, msg);
-	if (args) {
-		PyObject *err = PyObject_Call(kvt_error, args, NULL);
-		Py_DECREF(args);
-		if (err) {
-			PyObject *w = PyUnicode_FromString(call);
-			if (w) {
-				PyObject_SetAttrString(err, "call", w);
-				Py_DECREF(w);
-			}
-			PyErr_SetObject(kvt_error, err);
-			Py_DECREF(err);
-		}
-	}
-	return NULL;
-}
-
 static PyObject *mod_hash_chain(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"tokens", "block_tokens", "parent", "extra", NULL};
