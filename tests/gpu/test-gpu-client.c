@@ -310,7 +310,7 @@ int main(void)
 		printf("no CUDA device: %s\n",
 		       cudaGetErrorString(e != cudaSuccess ? e
 							   : cudaErrorNoDevice));
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 
 	CHECK(kvt_cuda_ctx_new(c, n_dev, &ctx) == -ENODEV, "device out of range");

@@ -8,6 +8,8 @@
 
 #include <stdio.h>
 
+#include "../skip.h"
+
 static int failures;
 
 #define CHECK(cond)                                                        \
