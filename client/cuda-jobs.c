@@ -52,7 +52,8 @@ static void job_commit(kvt_cuda_job *job, int copy_err)
 			 * and given back (unsent <= q). */
 			if (st[q] == -ENOTCONN)
 				job->handles[unsent++] = job->handles[q];
-			job->status[job->which[q]] = copy_err ? copy_err : st[q];
+			job->status[job->which[q]] =
+				copy_err ? copy_err : st[q];
 		}
 		if (unsent)
 			kvt_abort(ctx->c, job->handles, unsent, NULL);

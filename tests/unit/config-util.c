@@ -117,7 +117,6 @@ const char full_conf[] =
 	"handles_per_tenant = 123456\n"
 	"output_bytes = 16M\n";
 
-
 int load_text(struct config *c, const char *text, char **ret_err)
 {
 	int r;
@@ -130,7 +129,7 @@ int load_text(struct config *c, const char *text, char **ret_err)
 }
 
 bool has_ids(const uint32_t *ids, uint32_t n, const uint32_t *want,
-		    uint32_t n_want)
+	     uint32_t n_want)
 {
 	if (n != n_want)
 		return false;
