@@ -175,7 +175,8 @@ static int check_indices(const struct kvt_geom *g, uint64_t extent,
 }
 
 /* The CPU path's checks are the one definition of a valid descriptor and
- * valid indices; the GPU path (layout_plan.c, client/cuda.c) uses these. */
+ * valid indices; the GPU path (layout_plan.c, client/cuda-submit.c) uses
+ * these. */
 int kvt_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
 			 struct kvt_geom *ret)
 {

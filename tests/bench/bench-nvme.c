@@ -1352,7 +1352,7 @@ int main(int argc, char **argv)
 	if (!have_program(opt.fio)) {
 		printf("bench-nvme: skipped: fio (%s) not found; install it (apt-get install fio) or set FIO\n",
 		       opt.fio);
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	/* The context phase runs on the io_uring daemon. */
 	if (!opt.engine[ENG_URING])
@@ -1376,7 +1376,7 @@ int main(int argc, char **argv)
 		printf("bench-nvme: skipped: %s has %llu MiB free; two files of %llu MiB are needed\n",
 		       opt.dir, (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize / MIB),
 		       (unsigned long long)(cap / MIB));
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 
 	int r = bench_daemon_mkdir(&daemon_state, opt.dir, "kvt-bench-nvme");

@@ -181,7 +181,7 @@ const char *bench_kvtierd(int argc, char **argv)
 	if (strchr(kvtierd, '/') && access(kvtierd, X_OK) < 0) {
 		printf("%s: skipped: cannot execute %s: %s\n", bench_name, kvtierd,
 		       strerror(errno));
-		exit(77);
+		exit(KVT_TEST_SKIP);
 	}
 	return kvtierd;
 }

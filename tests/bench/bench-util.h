@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "kvtier.h"
+#include "../skip.h"
 
 #define BENCH_MAX_PAIRS 1000
 

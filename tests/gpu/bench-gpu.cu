@@ -35,6 +35,7 @@
 
 #include "kvtier.h"
 #include "layout_cuda.h"
+#include "../skip.h"
 
 #define N_BLOCKS 256
 #define REPS 5
@@ -557,7 +558,7 @@ int main(void)
 		printf("no CUDA device: %s\n",
 		       cudaGetErrorString(e != cudaSuccess ? e
 							   : cudaErrorNoDevice));
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	CUDA_OK(cudaSetDevice(0));
 	CUDA_OK(cudaGetDeviceProperties(&prop, 0));

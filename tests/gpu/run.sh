@@ -24,6 +24,9 @@
 
 set -u
 
+# Skipped, to meson (tests/skip.h).
+KVT_TEST_SKIP=77
+
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=${1:-$(mktemp -d "${TMPDIR:-/tmp}/kvtier-gpu.XXXXXX")}
@@ -121,7 +124,7 @@ test_rc=$?
 tail -n 5 "$out/test-gpu-layout.log" | tee -a "$out/summary.txt"
 case $test_rc in
 0) say "test-gpu-layout passed" ;;
-77) say "test-gpu-layout skipped" ;;
+"$KVT_TEST_SKIP") say "test-gpu-layout skipped" ;;
 *) say "test-gpu-layout FAILED (exit $test_rc); see $out/test-gpu-layout.log" ;;
 esac
 
@@ -132,7 +135,7 @@ bench_rc=$?
 if [ $bench_rc -eq 0 ]; then
 	# The table is everything after the benchmark's first blank line.
 	sed -n '/^$/,$p' "$out/bench-gpu.log" >"$out/table.txt"
-elif [ $bench_rc -eq 77 ]; then
+elif [ $bench_rc -eq $KVT_TEST_SKIP ]; then
 	cat "$out/bench-gpu.log" >"$out/table.txt"
 else
 	say "bench-gpu FAILED (exit $bench_rc); see $out/bench-gpu.log"
@@ -146,13 +149,13 @@ esac
 
 echo
 cat "$out/table.txt" 2>/dev/null
-if [ $test_rc -ne 0 ] && [ $test_rc -ne 77 ]; then
+if [ $test_rc -ne 0 ] && [ $test_rc -ne $KVT_TEST_SKIP ]; then
 	exit 1
 fi
-if [ $meson_failed -ne 0 ] || { [ $bench_rc -ne 0 ] && [ $bench_rc -ne 77 ]; }; then
+if [ $meson_failed -ne 0 ] || { [ $bench_rc -ne 0 ] && [ $bench_rc -ne $KVT_TEST_SKIP ]; }; then
 	exit 1
 fi
-if [ $test_rc -eq 77 ]; then
-	exit 77
+if [ $test_rc -eq $KVT_TEST_SKIP ]; then
+	exit $KVT_TEST_SKIP
 fi
 exit 0

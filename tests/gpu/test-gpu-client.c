@@ -9,8 +9,8 @@
  * path reading what the GPU stored, and registration after the daemon
  * restarted and the pool was mapped anew.
  *
- * Without a device: checks that the context refuses with -ENODEV, then
- * exits 77.
+ * Without a device: checks the arguments of every entry point and that
+ * the context refuses with -ENODEV, then exits 77.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -278,6 +278,27 @@ int main(void)
 	c = client_connect(&d, "gpu-client");
 	ns = open_ns(c);
 
+	/* Every entry point checks its arguments, with a device or without:
+	 * a job call without a job, a submission without a context. */
+	{
+		kvt_layout lay = {0};
+		uint8_t k[KVT_KEY_BYTES] = {1};
+		int64_t p = 0;
+
+		r = kvt_cuda_load_submit(NULL, ns, 0, &lay, k, 1, &p, NULL, &job);
+		CHECK(r == -EINVAL, "load without a context: %d", r);
+		r = kvt_cuda_store_submit(NULL, ns, 0, &lay, k, 1, &p, NULL, &job);
+		CHECK(r == -EINVAL, "store without a context: %d", r);
+		CHECK(job == NULL, "a refused submission returned a job");
+		CHECK(kvt_cuda_wait_layer(NULL, 0, NULL) == -EINVAL, "wait_layer");
+		CHECK(kvt_cuda_job_wait_stream(NULL, NULL) == -EINVAL, "wait_stream");
+		CHECK(kvt_cuda_job_poll(NULL, NULL) == -EINVAL, "poll");
+		CHECK(kvt_cuda_job_wait(NULL, NULL) == -EINVAL, "wait");
+		CHECK(kvt_cuda_job_size(NULL) == 0, "size");
+		kvt_cuda_job_free(NULL);
+		kvt_cuda_ctx_free(NULL);
+	}
+
 	e = cudaGetDeviceCount(&n_dev);
 	if (e != cudaSuccess || n_dev == 0) {
 		r = kvt_cuda_ctx_new(c, 0, &ctx);
@@ -289,7 +310,7 @@ int main(void)
 		printf("no CUDA device: %s\n",
 		       cudaGetErrorString(e != cudaSuccess ? e
 							   : cudaErrorNoDevice));
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 
 	CHECK(kvt_cuda_ctx_new(c, n_dev, &ctx) == -ENODEV, "device out of range");

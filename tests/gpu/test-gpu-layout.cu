@@ -33,6 +33,7 @@
 
 #include "kvtier.h"
 #include "layout_cuda.h"
+#include "../skip.h"
 
 #define N_LAYERS 3
 #define POISON 0xff
@@ -934,7 +935,7 @@ int main(void)
 		if (failures)
 			return 1;
 		printf("no CUDA device: %s\n", why);
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 
 	CUDA_OK(cudaSetDevice(0));

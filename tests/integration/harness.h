@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "kvtier.h"
+#include "../skip.h"
 
 #define CHECK(cond, ...)                                                      \
 	do {                                                                  \

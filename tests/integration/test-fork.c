@@ -209,7 +209,7 @@ int main(void)
 
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) {
 		printf("skipped: cannot become a child subreaper (%s)\n", strerror(errno));
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	daemon_start(&d, NULL);
 	engine_keys(4242, 16 * (N_BLOCKS + 2), 0, 0, keys, N_BLOCKS + 2);

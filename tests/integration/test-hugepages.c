@@ -173,7 +173,7 @@ static int punch(void)
 	if (!two_free_pages()) {
 		printf("skipped: the kernel would not free two hugetlb pages (%ld)\n",
 		       huge_free());
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	daemon_start(&d, "[pool]\ncapacity = 16M\nextent_size = 2M\nhugepages = auto\n"
 			 "[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
@@ -202,7 +202,7 @@ static int punch(void)
 		unlink(path);
 		daemon_cleanup(&d);
 		printf("skipped: another process took the free huge pages before the hostile tenant's extent\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	CHECK(admin_stat("extents_hugetlb") == huge + 1, "the hostile tenant's extent was hugetlb");
 
@@ -258,13 +258,13 @@ int main(void)
 	saved = read_knob();
 	if (geteuid() != 0 || saved < 0) {
 		printf("skipped: reserving hugetlb pages needs root and %s\n", knob);
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	/* Two 2 MiB extents' worth on top of what is already reserved. */
 	if (write_knob(saved + 2) < 0 || read_knob() < saved + 2) {
 		restore();
 		printf("skipped: the kernel would not reserve hugetlb pages\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	atexit(restore);
 	/* Pages an earlier daemon's io_uring pinned come back asynchronously. */

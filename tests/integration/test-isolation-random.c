@@ -724,7 +724,7 @@ int main(void)
 
 	if (geteuid() != 0) {
 		printf("skipped: switching uids needs root\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	const char *s = getenv("KVT_SEED");
 	seed = s && *s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)getpid() << 16;

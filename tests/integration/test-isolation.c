@@ -82,7 +82,7 @@ int main(void)
 
 	if (geteuid() != 0) {
 		printf("skipped: switching uids needs root\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	daemon_start(&d, NULL);
 	CHECK(engine_run(&d, out, sizeof(out), "--model", "tiny", "--prefix", "128",

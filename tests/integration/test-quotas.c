@@ -65,7 +65,7 @@ int main(void)
 {
 	if (geteuid() != 0) {
 		printf("skipped: switching uids needs root\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	/* Host: 8 MiB each (256 tiny blocks).  NVMe: a may hold 2 MiB of
 	 * slots; b gets the default, half the spill file.  Everything is

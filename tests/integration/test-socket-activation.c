@@ -72,7 +72,7 @@ int main(void)
 
 	if (!find_in_path("systemd-socket-activate", activate, sizeof(activate))) {
 		printf("SKIP: systemd-socket-activate is not installed (apt-get install systemd)\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	const char *kvtierd = getenv("KVTIERD");
 	if (!kvtierd || !*kvtierd)

@@ -108,7 +108,7 @@ int main(void)
 {
 	if (geteuid() != 0) {
 		printf("skipped: switching uids needs root\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	daemon_start(&d, "[daemon]\nadmin_groups = 65530\n"
 			 "[tenants]\nunknown = refuse\n"

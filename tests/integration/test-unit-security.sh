@@ -11,6 +11,8 @@
 
 set -u
 
+# Skipped, to meson (tests/skip.h).
+KVT_TEST_SKIP=77
 LIMIT=1.0
 dir=${1:-}
 if [ -z "$dir" ] || [ ! -f "$dir/kvtierd.service" ] || [ ! -f "$dir/kvtierd.socket" ]; then
@@ -20,12 +22,12 @@ fi
 
 if ! command -v systemd-analyze >/dev/null 2>&1; then
 	echo "SKIP: systemd-analyze is not installed (apt-get install systemd)"
-	exit 77
+	exit $KVT_TEST_SKIP
 fi
 # --offline=true appeared in systemd 250.
 if ! systemd-analyze security --help 2>/dev/null | grep -q -- '--offline'; then
 	echo "SKIP: this systemd-analyze ($(systemd-analyze --version | head -n 1)) has no security --offline"
-	exit 77
+	exit $KVT_TEST_SKIP
 fi
 
 tmp=$(mktemp -d /tmp/kvt-unit-XXXXXX) || exit 1

@@ -3,12 +3,18 @@
  * Checks for the unit tests: a failed check prints where and what, is
  * counted, and the test goes on, so one run shows every failure.  The test
  * exits 1 when `failures` is not zero.
+ *
+ * `failures` is one count for the whole program, also when a test is made
+ * of several files that include this header (a helper file's checks count
+ * too): each file's definition is weak, and the linker keeps one.
  */
 #pragma once
 
 #include <stdio.h>
 
-static int failures;
+#include "../skip.h"
+
+__attribute__((weak)) int failures;
 
 #define CHECK(cond)                                                        \
 	do {                                                               \

@@ -560,7 +560,7 @@ static int child_seccomp(struct ctx *c, int error)
 	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0) {
 		printf("cannot install a seccomp filter (%s): skipping the fallback check\n",
 		       strerror(errno));
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	CHECK(io_engine_new(c->event, IO_ENGINE_URING, QUEUE_DEPTH, &io) == -error);
 	io = engine(c, IO_ENGINE_AUTO, &file);
@@ -588,17 +588,17 @@ static int child_memlock(struct ctx *c, int unused)
 	int file;
 
 	if (syscall(SYS_capget, &hdr, data) < 0)
-		return 77;
+		return KVT_TEST_SKIP;
 	data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
 	if (syscall(SYS_capset, &hdr, data) < 0 || setrlimit(RLIMIT_MEMLOCK, &rl) < 0) {
 		printf("cannot drop CAP_IPC_LOCK or lower RLIMIT_MEMLOCK: skipping the memlock check\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 	big = region_new(big_size);
 	if (!big)
 		return 1;
 	if (io_engine_new(c->event, IO_ENGINE_URING, QUEUE_DEPTH, &io) < 0)
-		return 77;
+		return KVT_TEST_SKIP;
 	file = io_file_add(io, c->fd);
 	CHECK(file == 0);
 	/* The big one cannot fit the limit.  Whether src does is not
@@ -723,7 +723,7 @@ static void in_child(struct ctx *c, const char *what, int (*fn)(struct ctx *, in
 			WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ?
 				" (SIGALRM: it hung)" : "");
 		failures++;
-	} else if (WEXITSTATUS(status) == 77) {
+	} else if (WEXITSTATUS(status) == KVT_TEST_SKIP) {
 		printf("%s: skipped\n", what);
 	} else if (WEXITSTATUS(status) != 0) {
 		fprintf(stderr, "%s: failed\n", what);

@@ -88,7 +88,7 @@ int main(void)
 
 	if (!trace || !replay) {
 		fprintf(stderr, "test-replay: KVT_TRACE and KVT_REPLAY must name the programs\n");
-		return 77;
+		return KVT_TEST_SKIP;
 	}
 
 	/* 512 MiB: 16384 tiny blocks, more than the trace's 11561. */

@@ -1,0 +1,447 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Submission of CUDA load and store jobs (kvtier-cuda.h), on the caller's
+ * thread: it leases (load) or reserves (store) the keys, translates each
+ * slot to a device address, uploads the job's small arrays (layer bases,
+ * indices, block addresses) in one copy and queues the data copies on the
+ * context's load or store stream.  cuda-jobs.c sees them complete.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda-internal.h"
+#include "layout_cuda.h"
+#include "macro.h"
+
+/* Ends leases or reservations whose copy never started. */
+static void drop_handles(kvt_cuda_ctx *ctx, enum job_kind kind,
+			 const uint64_t *handles, size_t n)
+{
+	if (!n)
+		return;
+	if (kind == JOB_LOAD)
+		kvt_release(ctx->c, handles, n, NULL);
+	else
+		kvt_abort(ctx->c, handles, n, NULL);
+}
+
+static void job_use_reg(kvt_cuda_job *job, struct reg *g)
+{
+	for (size_t i = 0; i < job->n_regs; i++)
+		if (job->regs[i] == g)
+			return;
+	job->regs[job->n_regs++] = g;
+}
+
+/* The arrays a kernel launch reads, laid out in one buffer so that one
+ * copy uploads them. */
+struct job_arrays {
+	void **layer_base; /* [n_layers] */
+	int64_t *indices;  /* [n_q * per] */
+	void **blocks;     /* [n_q] device addresses */
+};
+
+static void arrays_at(uint8_t *base, uint32_t n_layers, size_t n_idx,
+		      struct job_arrays *ret)
+{
+	ret->layer_base = (void **)base;
+	ret->indices = (int64_t *)(base + n_layers * sizeof(void *));
+	ret->blocks = (void **)(base + n_layers * sizeof(void *) +
+				n_idx * sizeof(int64_t));
+}
+
+/*
+ * Uploads the arrays the kernels read, in one copy on st: *ret_dev gets
+ * where they are on the device, *ret_align the alignment that the layer
+ * bases and the block addresses have in common.
+ */
+static int job_upload(kvt_cuda_job *job, const kvt_layout *layout,
+		      const int64_t *idx_host, size_t per,
+		      void *const *blk_dev, cudaStream_t st,
+		      struct job_arrays *ret_dev, uint32_t *ret_align)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+	uint32_t nl = layout->n_layers, align;
+	size_t n_idx = job->n_q * per, bytes;
+	struct job_arrays ha;
+	cudaError_t e;
+	int r;
+
+	bytes = nl * sizeof(void *) + n_idx * sizeof(int64_t) +
+		job->n_q * sizeof(void *);
+	r = cuda_meta_get(ctx, bytes, &job->meta);
+	if (r < 0)
+		return r;
+	arrays_at(job->meta->host, nl, n_idx, &ha);
+	arrays_at(job->meta->dev, nl, n_idx, ret_dev);
+	memcpy(ha.layer_base, layout->layer_base, nl * sizeof(void *));
+	memcpy(ha.indices, idx_host, n_idx * sizeof(int64_t));
+	memcpy(ha.blocks, blk_dev, job->n_q * sizeof(void *));
+	e = cudaMemcpyAsync(job->meta->dev, job->meta->host, bytes,
+			    cudaMemcpyHostToDevice, st);
+	if (e != cudaSuccess)
+		return cuda_fail(ctx, e, "cudaMemcpyAsync");
+	align = kvt_ptr_align((const void *const *)layout->layer_base, nl);
+	if (kvt_ptr_align((const void *const *)blk_dev, (int64_t)job->n_q) <
+	    align)
+		align = kvt_ptr_align((const void *const *)blk_dev,
+				      (int64_t)job->n_q);
+	*ret_align = align;
+	return 0;
+}
+
+/*
+ * Queues the copies of a job on st.  blk_dev and blk_host are the queued
+ * blocks' addresses as the kernel and as cudaMemcpyBatchAsync see them.
+ */
+static int job_queue(kvt_cuda_job *job, const struct kvt_geom *g,
+		     const kvt_layout *layout, const int64_t *idx_host,
+		     size_t per, void *const *blk_dev, void *const *blk_host,
+		     cudaStream_t st)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+	uint32_t nl = layout->n_layers;
+	struct job_arrays da = {0};
+	uint32_t align = 1;
+	int path, r = 0;
+	cudaError_t e;
+
+	if (job->kind == JOB_LOAD)
+		path = kvt_cuda_path(g, 0, 1, layout->layer_base, st);
+	else
+		path = kvt_cuda_path(g, 0, nl, layout->layer_base, st);
+
+	if (path == KVT_PATH_KERNEL) {
+		r = job_upload(job, layout, idx_host, per, blk_dev, st, &da,
+			       &align);
+		if (r < 0)
+			return r;
+	}
+
+	if (job->kind == JOB_STORE) {
+		if (path == KVT_PATH_BATCH)
+			r = kvt_cuda_gather_batch(g, 0, nl, layout->layer_base,
+						  idx_host, blk_host,
+						  (int64_t)job->n_q, st);
+		else
+			r = kvt_cuda_gather(g, 0, nl, da.layer_base,
+					    da.indices, da.blocks,
+					    (int64_t)job->n_q, align, st);
+		return r;
+	}
+
+	for (uint32_t l = 0; l < nl; l++) {
+		if (path == KVT_PATH_BATCH)
+			r = kvt_cuda_scatter_batch(g, l, 1, layout->layer_base,
+						   idx_host, blk_host,
+						   (int64_t)job->n_q, st);
+		else
+			r = kvt_cuda_scatter(g, l, 1, da.layer_base,
+					     da.indices, da.blocks,
+					     (int64_t)job->n_q, align, st);
+		if (r < 0)
+			return r;
+		e = cudaEventRecord(job->layer_ev[l], st);
+		if (e != cudaSuccess)
+			return cuda_fail(ctx, e, "cudaEventRecord");
+	}
+	return 0;
+}
+
+/* What a submission needs only until its copies are queued; the arrays
+ * are sized for n keys, of which the first n_q are queued. */
+struct submit {
+	struct kvt_geom g;
+	size_t per;          /* indices per block */
+	kvt_slot_ref *refs;  /* [n] what kvt_acquire / kvt_reserve gave */
+	void **blk_dev;      /* [n_q] the queued blocks' device addresses */
+	void **blk_host;     /* [n_q] and their host addresses */
+	uint64_t *bad;       /* handles of blocks the GPU cannot address */
+	int64_t *idx;        /* [n_q * per] the queued blocks' indices */
+};
+
+static void submit_done(struct submit *s)
+{
+	free(s->refs);
+	free(s->blk_dev);
+	free(s->blk_host);
+	free(s->bad);
+	free(s->idx);
+}
+
+/* Every argument is checked, and every index, before a key is leased or
+ * reserved; fills s->g and s->per. */
+static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
+			const kvt_layout *layout, const uint8_t *keys,
+			size_t n, const int64_t *indices,
+			kvt_cuda_job *const *ret_job, struct submit *s)
+{
+	if (!ctx || !ns || !layout || !ret_job || (n && (!keys || !indices)))
+		return -EINVAL;
+	/* The count is returned as an int. */
+	if (ns->c != ctx->c || n > INT32_MAX)
+		return -EINVAL;
+	if (kvt_geom_from_layout(layout, ns->info.block_tokens, &s->g) < 0 ||
+	    kvt_layout_block_bytes(layout, ns->info.block_tokens) !=
+		    ns->info.shard_bytes ||
+	    !layout->layer_base)
+		return -EINVAL;
+	for (uint32_t l = 0; l < layout->n_layers; l++)
+		if (!layout->layer_base[l])
+			return -EINVAL;
+	if (kvt_geom_check_indices(&s->g, indices, (int64_t)n) < 0)
+		return -EINVAL;
+	s->per = s->g.index_kind == KVT_INDEX_SLOT ? (size_t)s->g.block_tokens
+						   : 1;
+	return 0;
+}
+
+/* A job of n keys and its arrays, and the submission's; NULL when out of
+ * memory (and nothing kept). */
+static kvt_cuda_job *job_new(kvt_cuda_ctx *ctx, enum job_kind kind,
+			     size_t n, uint32_t n_layers, struct submit *s)
+{
+	kvt_cuda_job *job = calloc(1, sizeof(*job));
+
+	if (!job)
+		return NULL;
+	job->ctx = ctx;
+	job->kind = kind;
+	job->n = n;
+	job->n_layers = kind == JOB_LOAD ? n_layers : 0;
+	job->status = calloc(n ? n : 1, sizeof(*job->status));
+	job->which = calloc(n ? n : 1, sizeof(*job->which));
+	job->handles = calloc(n ? n : 1, sizeof(*job->handles));
+	job->regs = calloc(n ? n : 1, sizeof(*job->regs));
+	job->layer_ev = calloc(job->n_layers ? job->n_layers : 1,
+			       sizeof(*job->layer_ev));
+	s->refs = calloc(n ? n : 1, sizeof(*s->refs));
+	s->blk_dev = calloc(n ? n : 1, sizeof(*s->blk_dev));
+	s->blk_host = calloc(n ? n : 1, sizeof(*s->blk_host));
+	s->bad = calloc(n ? n : 1, sizeof(*s->bad));
+	s->idx = calloc(n ? n * s->per : 1, sizeof(*s->idx));
+	if (!job->status || !job->which || !job->handles || !job->regs ||
+	    !job->layer_ev || !s->refs || !s->blk_dev || !s->blk_host ||
+	    !s->bad || !s->idx) {
+		cuda_job_free_arrays(job);
+		return NULL;
+	}
+	return job;
+}
+
+/* The events of a load's layers and of the job's end. */
+static int job_get_events(kvt_cuda_job *job)
+{
+	int r;
+
+	for (uint32_t l = 0; l < job->n_layers; l++) {
+		r = cuda_ev_get(job->ctx, &job->layer_ev[l]);
+		if (r < 0)
+			return r;
+	}
+	return cuda_ev_get(job->ctx, &job->done);
+}
+
+/*
+ * Takes the blocks the daemon handed out whose device address is known
+ * into the job's queue; the others end at once, with their status.
+ */
+static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n,
+			  const int64_t *indices)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+	kvt_slot_ref *refs = s->refs;
+	size_t per = s->per, n_bad = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct reg *rg = NULL;
+		uint8_t *d;
+		size_t q = job->n_q;
+
+		job->status[i] = refs[i].status;
+		if (refs[i].status != 0)
+			continue;
+		d = cuda_regs_dev_addr(ctx, refs[i].ptr, refs[i].bytes, &rg);
+		if (!d) {
+			/* Pool memory mapped anew over a range an unfinished
+			 * job still has pinned is usable once that job is
+			 * freed. */
+			job->status[i] =
+				cuda_regs_stale_overlap(ctx, refs[i].ptr,
+							refs[i].bytes)
+					? -EAGAIN
+					: -EFAULT;
+			s->bad[n_bad++] = refs[i].handle;
+			continue;
+		}
+		job->which[q] = i;
+		job->handles[q] = refs[i].handle;
+		s->blk_dev[q] = d;
+		s->blk_host[q] = refs[i].ptr;
+		memcpy(s->idx + q * per, indices + i * per,
+		       per * sizeof(*s->idx));
+		job_use_reg(job, rg);
+		job->status[i] = KVT_CUDA_IN_FLIGHT;
+		job->n_q++;
+	}
+	drop_handles(ctx, job->kind, s->bad, n_bad);
+}
+
+/* Loads overwrite pages the compute stream may still read; stores read
+ * pages it is still writing: st waits for what is queued on it now. */
+static int job_after(kvt_cuda_job *job, void *compute_stream,
+		     cudaStream_t st)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+	cudaEvent_t after = NULL;
+	cudaError_t e;
+	int r;
+
+	r = cuda_ev_get(ctx, &after);
+	if (r < 0)
+		return r;
+	e = cudaEventRecord(after, (cudaStream_t)compute_stream);
+	if (e == cudaSuccess)
+		e = cudaStreamWaitEvent(st, after, 0);
+	/* The wait took the event's state when it was queued, so the event
+	 * can serve the next job at once. */
+	cuda_ev_put(ctx, after);
+	if (e != cudaSuccess)
+		return cuda_fail(ctx, e, "waiting for the compute stream");
+	return 0;
+}
+
+/* Queues the job's copies on st, and its events after them. */
+static int job_enqueue(kvt_cuda_job *job, const struct submit *s,
+		       const kvt_layout *layout, cudaStream_t st)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+	cudaError_t e;
+	int r;
+
+	if (job->n_q) {
+		r = job_queue(job, &s->g, layout, s->idx, s->per, s->blk_dev,
+			      s->blk_host, st);
+		if (r < 0)
+			return r;
+	} else {
+		/* Nothing to copy; the layer events still mark this point of
+		 * the load stream, so waiting for them stays valid. */
+		for (uint32_t l = 0; l < job->n_layers; l++) {
+			e = cudaEventRecord(job->layer_ev[l], st);
+			if (e != cudaSuccess)
+				return cuda_fail(ctx, e, "cudaEventRecord");
+		}
+	}
+	e = cudaEventRecord(job->done, st);
+	if (e != cudaSuccess)
+		return cuda_fail(ctx, e, "cudaEventRecord");
+	return 0;
+}
+
+/* Undoes a submission that failed part way: held, its keys were leased
+ * or reserved; entered, it got events (and maybe arrays). */
+static void job_unwind(kvt_cuda_job *job, cudaStream_t st, bool held,
+		       bool entered)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+
+	/* Some copies may be queued already: the slots can only be handed
+	 * back once the stream has drained. */
+	if (held && job->n_q) {
+		cudaStreamSynchronize(st);
+		(void)cudaGetLastError();
+		drop_handles(ctx, job->kind, job->handles, job->n_q);
+	}
+	if (entered) {
+		for (uint32_t l = 0; l < job->n_layers; l++)
+			cuda_ev_put(ctx, job->layer_ev[l]);
+		cuda_ev_put(ctx, job->done);
+		cuda_meta_put(ctx, job->meta);
+	}
+	cuda_job_free_arrays(job);
+}
+
+static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
+		      uint32_t shard, const kvt_layout *layout,
+		      const uint8_t *keys, size_t n, const int64_t *indices,
+		      void *compute_stream, kvt_cuda_job **ret_job)
+{
+	_cleanup_(submit_done) struct submit s = {0};
+	kvt_cuda_job *job;
+	cudaStream_t st;
+	int prev = 0, r;
+	bool entered = false, held = false;
+
+	r = submit_check(ctx, ns, layout, keys, n, indices, ret_job, &s);
+	if (r < 0)
+		return r;
+	st = kind == JOB_LOAD ? ctx->load : ctx->store;
+	job = job_new(ctx, kind, n, layout->n_layers, &s);
+	if (!job)
+		return -ENOMEM;
+
+	r = cuda_dev_enter(ctx, &prev);
+	if (r < 0)
+		goto out;
+	entered = true;
+	r = job_get_events(job);
+	if (r < 0)
+		goto out;
+	if (n) {
+		r = kind == JOB_LOAD ? kvt_acquire(ns, shard, keys, n, s.refs)
+				     : kvt_reserve(ns, shard, keys, n, s.refs);
+		if (r < 0)
+			goto out;
+	}
+	held = true;
+	/* Extents may have been added (or remapped by a reconnect) since
+	 * the last submission; the slots just handed out may be in them. */
+	cuda_regs_sync(ctx);
+	job_translate(job, &s, n, indices);
+	r = job_after(job, compute_stream, st);
+	if (r < 0)
+		goto out;
+	r = job_enqueue(job, &s, layout, st);
+	if (r < 0)
+		goto out;
+
+	for (size_t i = 0; i < job->n_regs; i++)
+		job->regs[i]->users++;
+	r = (int)job->n_q;
+	*ret_job = job;
+	job = NULL;
+out:
+	if (job)
+		job_unwind(job, st, held, entered);
+	if (entered)
+		cuda_dev_leave(ctx, prev);
+	return r;
+}
+
+KVT_EXPORT int kvt_cuda_load_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
+				    uint32_t shard, const kvt_layout *layout,
+				    const uint8_t *keys, size_t n,
+				    const int64_t *indices,
+				    void *compute_stream,
+				    kvt_cuda_job **ret_job)
+{
+	return job_submit(ctx, JOB_LOAD, ns, shard, layout, keys, n, indices,
+			  compute_stream, ret_job);
+}
+
+KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
+				     uint32_t shard, const kvt_layout *layout,
+				     const uint8_t *keys, size_t n,
+				     const int64_t *indices,
+				     void *compute_stream,
+				     kvt_cuda_job **ret_job)
+{
+	return job_submit(ctx, JOB_STORE, ns, shard, layout, keys, n, indices,
+			  compute_stream, ret_job);
+}

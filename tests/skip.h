@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The exit status of a test that could not run here (no GPU, no root, no
+ * io_uring, ...), which meson and automake count as skipped rather than
+ * failed.  A test that exits with it first prints why.  The shell tests
+ * spell it KVT_TEST_SKIP=77.
+ *
+ * Included by tests/unit/check.h and tests/integration/harness.h; other
+ * tests include it as "../skip.h".
+ */
+#pragma once
+
+#define KVT_TEST_SKIP 77
