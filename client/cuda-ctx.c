@@ -40,6 +40,7 @@ KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device,
 
 	r = cuda_dev_enter(ctx, &prev);
 	if (r < 0) {
+		client_unref(ctx->c);
 		free(ctx);
 		return r;
 	}
