@@ -9,9 +9,11 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
 
+#include "conn.h"
 #include "kvt-proto.h"
 #include "tenancy.h"
 
@@ -20,17 +22,9 @@ struct process;
 struct tenant;
 struct extent;
 
-struct outmsg {
-	struct outmsg *next;
-	size_t len, sent;
-	int fds[KVT_MAX_FDS]; /* borrowed (see session_send) */
-	unsigned n_fds;
-	uint8_t data[];
-};
-
 struct session {
 	uint32_t id;
-	int fd;
+	struct kvt_conn conn; /* the socket, its input and its queued replies */
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
@@ -50,12 +44,6 @@ struct session {
 	bool dead;
 	bool paused; /* not reading: too many reply bytes queued */
 
-	uint8_t *in;
-	size_t in_len, in_off, in_cap;
-
-	struct outmsg *out_head, *out_tail;
-	uint64_t out_bytes;
-
 	sd_event_source *io;
 	sd_event_source *hello_timer; /* until HELLO */
 	uint64_t requests;
@@ -63,12 +51,13 @@ struct session {
 			       * when it was told a block is on NVMe */
 	uint64_t connected_usec;
 	struct manager *m;
-	struct session *prev, *next;
+	LIST_ENTRY(session) link; /* on the manager's sessions */
 };
 
 int session_new(struct manager *m, int fd, struct session **ret);
 void session_free(struct session *s);
-/* Mark for closing; freed from the manager's reap callback. */
+/* Mark for closing; freed from the manager's reap callback, which the
+ * session asks for through m->session_dead. */
 void session_kill(struct session *s, const char *why);
 /* Queue a finished message.  fds are borrowed, not duplicated: until they
  * have been sent they must stay open and mean the same file, for as long
