@@ -16,6 +16,7 @@
 #include "manager.h"
 #include "nvme.h"
 #include "process.h"
+#include "requests.h"
 #include "session.h"
 
 #ifndef SO_PEERPIDFD
@@ -57,6 +58,11 @@ static void on_block_ready(void *userdata, struct ns *ns, const uint8_t *key)
 
 static void manager_schedule_reap(struct manager *m);
 
+static const struct session_ops session_ops = {
+	.dead = manager_schedule_reap,
+	.input = requests_process,
+};
+
 int manager_new(struct config *c, struct manager **ret)
 {
 	struct manager *m = calloc(1, sizeof(*m));
@@ -66,7 +72,7 @@ int manager_new(struct config *c, struct manager **ret)
 		return -ENOMEM;
 	m->config = c;
 	LIST_INIT(&m->sessions);
-	m->session_dead = manager_schedule_reap;
+	m->session_ops = &session_ops;
 	kvt_buf_init(&m->reply);
 	m->slots = calloc(KVT_MAX_KEYS, sizeof(*m->slots));
 	m->status = calloc(KVT_MAX_KEYS, sizeof(*m->status));
@@ -144,7 +150,7 @@ static int on_reap(sd_event_source *src, void *userdata)
 	return 0;
 }
 
-/* A session was marked dead (m->session_dead). */
+/* A session was marked dead (session_ops.dead). */
 static void manager_schedule_reap(struct manager *m)
 {
 	if (m->reap_source)

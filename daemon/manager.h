@@ -60,9 +60,7 @@ struct manager {
 	bool accept_probe;             /* probe for descriptors before accepting */
 	LIST_HEAD(session_list, session) sessions; /* newest first */
 	uint32_t n_sessions;
-	/* A session was marked dead: schedule the reap (sessions report up
-	 * through it rather than calling the manager). */
-	void (*session_dead)(struct manager *m);
+	const struct session_ops *session_ops;
 	uint32_t next_session_id;
 	struct process *processes;
 	uint32_t n_processes;
