@@ -2,8 +2,8 @@
 /*
  * The requests of a session: one table of opcodes (ops[] below: the name
  * logs use, what a request needs, its largest payload, its decoder and its
- * handler), dispatch through it, and the replies.  docs/protocol.md §5
- * describes the requests and points here for their limits.
+ * handler), dispatch through it, and the replies.  docs/protocol.md §2.2
+ * points here for what each request needs; §5 describes what it does.
  */
 #include <errno.h>
 #include <stdarg.h>

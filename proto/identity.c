@@ -209,7 +209,7 @@ int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 /*
  * Only what the wire needs is checked here: sizes that are not zero and
  * that fit the u64 fields of the NS_OPEN reply.  How large a block the
- * daemon can hold is the daemon's limit (daemon/session.c), not the wire's.
+ * daemon can hold is the daemon's limit (daemon/requests.c), not the wire's.
  */
 int kvt_identity_geometry(const struct kvt_identity *id,
 			  struct kvt_geometry *ret)

@@ -466,7 +466,7 @@ const struct kvt_field *kvt_record_get(const struct kvt_record *r,
 
 /* Indexed by opcode; the names are the enum's own, so they cannot drift.
  * What each request means to the daemon, and its limits, is the daemon's
- * table (daemon/session.c, docs/protocol.md §5). */
+ * table (daemon/requests.c, docs/protocol.md §2.2). */
 #define NAME(op) [KVT_OP_##op] = #op
 static const char *const opcode_names[] = {
 	NAME(HELLO),	    NAME(NS_OPEN),	  NAME(LOOKUP),	      NAME(RESERVE),
