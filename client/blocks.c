@@ -10,41 +10,7 @@
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
-static void give_back_raw(kvt_client *c, uint16_t op, const uint64_t *handles, size_t n);
-
 /* ---- namespaces --------------------------------------------------- */
-
-static int ns_open_reply(kvt_client *c, const struct kvt_header *h,
-			 struct kvt_cursor *cur, void *userdata)
-{
-	kvt_ns *ns = userdata;
-	struct kvt_ns_open_rep rep;
-	int r = kvt_dec_ns_open_rep(cur, &rep);
-	if (r < 0)
-		return r;
-	ns->info.ns_id = rep.ns_id;
-	ns->info.shards = rep.shards;
-	ns->info.block_tokens = rep.block_tokens;
-	ns->info.shard_bytes = rep.shard_bytes;
-	ns->info.shard_stride = rep.shard_stride;
-	ns->info.block_bytes = rep.slot_bytes;
-	ns->info.bytes_per_token = rep.shard_bytes * rep.shards /
-				   (rep.block_tokens ? rep.block_tokens : 1);
-	return 0;
-}
-
-int client_ns_reopen(kvt_client *c, kvt_ns *ns)
-{
-	struct kvt_ns_open_req req = {ns->identity, ns->identity_len};
-	kvt_enc_ns_open_req(&c->out, c->version, client_next_rid(c), &req);
-	int r = kvt_msg_finish(&c->out, 0);
-	if (r < 0)
-		return r;
-	r = client_call(c, ns_open_reply, ns);
-	if (r == 0)
-		ns->generation = c->generation;
-	return r;
-}
 
 KVT_EXPORT int kvt_ns_open(kvt_client *c, const kvt_ns_desc *d, kvt_ns **ret)
 {
@@ -309,7 +275,7 @@ static int slots_op(kvt_ns *ns, uint16_t op, uint32_t shard, const uint8_t *keys
 			r = keys_call(ns, op, shard, keys + off * KVT_KEY_SIZE, k,
 				      slots_reply, &ctx);
 		if (ctx.n_bounce)
-			give_back_raw(c, op == KVT_OP_ACQUIRE ? KVT_OP_RELEASE : KVT_OP_ABORT,
+			client_give_back_async(c, op == KVT_OP_ACQUIRE ? KVT_OP_RELEASE : KVT_OP_ABORT,
 				      c->bounce, ctx.n_bounce);
 		if (r < 0) {
 			for (size_t i = off; i < n; i++) {
@@ -355,43 +321,6 @@ static int status_reply(kvt_client *c, const struct kvt_header *h,
 	return 0;
 }
 
-/* Send handles as they are, without waiting for the answers: for handles
- * this client may not keep (bounced ones), or gave back while the daemon
- * was away (deferred). */
-static void give_back_raw(kvt_client *c, uint16_t op, const uint64_t *handles, size_t n)
-{
-	uint32_t per = c->max_keys ? c->max_keys : 1;
-
-	for (size_t off = 0; off < n && c->fd >= 0; off += per) {
-		uint32_t k = (uint32_t)MIN(n - off, (size_t)per);
-		for (uint32_t i = 0; i < k; i++)
-			c->hargs[i] = (struct kvt_handle_arg){handles[off + i], 0};
-		kvt_enc_handles_req(&c->out, c->version, op, client_next_rid(c), c->hargs, k);
-		if (kvt_msg_finish(&c->out, 0) == 0)
-			client_send_async(c);
-	}
-}
-
-void client_flush_deferred(kvt_client *c)
-{
-	static const uint16_t ops[] = {KVT_OP_RELEASE, KVT_OP_ABORT};
-	uint64_t *h = c->n_deferred ? malloc(sizeof(*h) * c->n_deferred) : NULL;
-
-	if (!h) {
-		c->n_deferred = 0;
-		return;
-	}
-	for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
-		size_t k = 0;
-		for (uint32_t i = 0; i < c->n_deferred; i++)
-			if (c->deferred[i].op == ops[o])
-				h[k++] = c->deferred[i].handle;
-		give_back_raw(c, ops[o], h, k);
-	}
-	c->n_deferred = 0;
-	free(h);
-}
-
 /* The kind of handle an operation ends. */
 static enum held_kind op_kind(uint16_t op)
 {
@@ -409,7 +338,7 @@ static int handle_local(kvt_client *c, uint16_t op, uint64_t handle, bool *ret_o
 
 	*ret_own = where == HELD_CURRENT;
 	if (where == HELD_FOREIGN)
-		return c->fd >= 0 ? 1 : -ENOTCONN;
+		return c->conn.fd >= 0 ? 1 : -ENOTCONN;
 	if (kind != op_kind(op))
 		return -EINVAL; /* what the daemon answers too */
 	if (where == HELD_OLD) {
@@ -418,7 +347,7 @@ static int handle_local(kvt_client *c, uint16_t op, uint64_t handle, bool *ret_o
 		pool_unhold(c, handle);
 		return op == KVT_OP_COMMIT ? -ESTALE : 0;
 	}
-	if (c->fd >= 0)
+	if (c->conn.fd >= 0)
 		return 1;
 	if (op == KVT_OP_COMMIT)
 		return -ENOTCONN; /* still the caller's: commit again or abort */
@@ -441,7 +370,7 @@ static int handles_op_locked(kvt_client *c, uint16_t op, const uint64_t *handles
 	int result = 0;
 
 	/* A reconnect decides which handles are old: before looking. */
-	if (c->fd < 0 && wait)
+	if (c->conn.fd < 0 && wait)
 		client_ensure(c);
 	if (c->forked || c->closed) {
 		/* Nothing of the connection is this process's any more. */

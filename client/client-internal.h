@@ -83,7 +83,9 @@ struct kvt_client {
 	bool closed; /* kvt_client_free was called: every call -ENOTCONN */
 	char path[108];
 	char name[KVT_MAX_NAME + 1];
-	int fd; /* -1 while disconnected */
+	/* The socket (conn.fd, -1 while disconnected), what has arrived on it
+	 * and the descriptors that came with it. */
+	struct kvt_conn conn;
 	bool forked;
 	uint32_t flags; /* KVT_CONNECT_* */
 	char pci_bus_id[KVT_MAX_BUS_ID + 1];
@@ -103,11 +105,7 @@ struct kvt_client {
 	 * one more, a reconnect to the same daemon does not (pool.c). */
 	uint64_t instance;
 
-	struct kvt_buf out;
-	uint8_t *in;
-	size_t in_len, in_cap;
-	int in_fds[KVT_MAX_FDS * 2];
-	unsigned n_in_fds;
+	struct kvt_buf out; /* the request being sent */
 
 	/* The pool: the extents of the daemon instance this client talks to,
 	 * those of the previous connection while a new one is set up, and
@@ -146,8 +144,17 @@ struct kvt_client {
 typedef int (*reply_fn)(kvt_client *c, const struct kvt_header *h,
 			struct kvt_cursor *cur, void *userdata);
 
+/* ---- log.c: the application's log handler ---- */
+
 void client_log(kvt_client *c, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* ---- call.c: the connection to the daemon.  Every function is called
+ * with c->lock held. ---- */
+
+/* Connect and say HELLO; on a reconnect, reopen the namespaces and send
+ * the give-backs deferred meanwhile.  \return 0 or a negative errno */
+int client_connect(kvt_client *c);
 /* Reconnect if the backoff allows; -ENOTCONN while the daemon is away. */
 int client_ensure(kvt_client *c);
 /* Send c->out (already encoded) and run fn on its replies. */
@@ -162,9 +169,13 @@ int client_send_async(kvt_client *c);
 uint64_t client_next_rid(kvt_client *c);
 /* Reopen one namespace on the current connection. */
 int client_ns_reopen(kvt_client *c, kvt_ns *ns);
-/* Send the give-backs deferred while the daemon was away (it is back, and
- * the same one). */
-void client_flush_deferred(kvt_client *c);
+/* Give handles back (RELEASE or ABORT) without waiting for the answers:
+ * handles this client may not keep, or gave back while the daemon was
+ * away. */
+void client_give_back_async(kvt_client *c, uint16_t op, const uint64_t *handles, size_t n);
+
+/* ---- client.c ---- */
+
 /* References on the client (see kvt_client.refs). */
 kvt_client *client_ref(kvt_client *c);
 void client_unref(kvt_client *c);

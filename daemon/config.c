@@ -512,7 +512,7 @@ static int config_validate(const struct config *c, const char *path)
 {
 	int r = 0;
 
-	if (c->extent_size < (2ULL << 20) || c->extent_size > (1ULL << 30)) {
+	if (c->extent_size < CONFIG_EXTENT_SIZE_MIN || c->extent_size > CONFIG_EXTENT_SIZE_MAX) {
 		log_error("%s: [pool] extent_size must be between 2M and 1G (one io_uring buffer)", path);
 		r = -EINVAL;
 	}

@@ -31,6 +31,13 @@ enum lock_mode {
 
 #define CONFIG_MAX_SPILL_FILES 64
 
+/* [pool] extent_size.  The upper bound is one io_uring fixed buffer: every
+ * slot lies inside one, so it is also the largest block (slot) the daemon
+ * holds; NS_OPEN refuses a larger geometry with -EFBIG. */
+#define CONFIG_EXTENT_SIZE_MIN (UINT64_C(2) << 20)
+#define CONFIG_EXTENT_SIZE_MAX (UINT64_C(1) << 30)
+#define CONFIG_SLOT_BYTES_MAX CONFIG_EXTENT_SIZE_MAX
+
 /* [limits] output_bytes */
 #define CONFIG_OUTPUT_BYTES_MIN (UINT64_C(2) << 20)
 #define CONFIG_OUTPUT_BYTES_MAX (UINT64_C(1) << 30)

@@ -16,6 +16,7 @@
 #include "manager.h"
 #include "nvme.h"
 #include "process.h"
+#include "requests.h"
 #include "session.h"
 
 #ifndef SO_PEERPIDFD
@@ -25,12 +26,13 @@
 static void on_extent_added(void *userdata, struct tenant *t, struct extent *e)
 {
 	struct manager *m = userdata;
+	struct session *s;
 
 	nvme_extent_added(m->store.nvme, e);
 	/* Every connection of the tenant may be handed this extent's slots
 	 * (handles cross connections), so all of them learn of it now,
 	 * ahead of any reply that names it. */
-	for (struct session *s = m->sessions; s; s = s->next)
+	LIST_FOREACH(s, &m->sessions, link)
 		if (s->tenant == t && s->pool && !s->dead)
 			session_announce_extent(s, e);
 }
@@ -38,12 +40,13 @@ static void on_extent_added(void *userdata, struct tenant *t, struct extent *e)
 static void on_block_ready(void *userdata, struct ns *ns, const uint8_t *key)
 {
 	struct manager *m = userdata;
+	struct session *s;
 	struct kvt_buf b;
 
 	/* Those of the tenant's connections that asked to be told: a client
 	 * waiting for a staged block sleeps on its socket, not in a poll loop. */
 	kvt_buf_init(&b);
-	for (struct session *s = m->sessions; s; s = s->next) {
+	LIST_FOREACH(s, &m->sessions, link) {
 		if (s->dead || s->tenant != ns->tenant || !session_wants_ready(s))
 			continue;
 		kvt_enc_block_ready(&b, s->version, ns->id, key);
@@ -53,6 +56,13 @@ static void on_block_ready(void *userdata, struct ns *ns, const uint8_t *key)
 	kvt_buf_free(&b);
 }
 
+static void manager_schedule_reap(struct manager *m);
+
+static const struct session_ops session_ops = {
+	.dead = manager_schedule_reap,
+	.input = requests_process,
+};
+
 int manager_new(struct config *c, struct manager **ret)
 {
 	struct manager *m = calloc(1, sizeof(*m));
@@ -61,6 +71,8 @@ int manager_new(struct config *c, struct manager **ret)
 	if (!m)
 		return -ENOMEM;
 	m->config = c;
+	LIST_INIT(&m->sessions);
+	m->session_ops = &session_ops;
 	kvt_buf_init(&m->reply);
 	m->slots = calloc(KVT_MAX_KEYS, sizeof(*m->slots));
 	m->status = calloc(KVT_MAX_KEYS, sizeof(*m->status));
@@ -92,8 +104,8 @@ void manager_free(struct manager *m)
 {
 	if (!m)
 		return;
-	while (m->sessions)
-		session_free(m->sessions);
+	while (!LIST_EMPTY(&m->sessions))
+		session_free(LIST_FIRST(&m->sessions));
 	/* First: it waits for I/O into and out of blocks and the pool. */
 	nvme_free(m->store.nvme);
 	m->store.nvme = NULL;
@@ -125,10 +137,10 @@ static void accept_resume(struct manager *m);
 static int on_reap(sd_event_source *src, void *userdata)
 {
 	struct manager *m = userdata;
-	struct session *s = m->sessions;
+	struct session *s = LIST_FIRST(&m->sessions);
 
 	while (s) {
-		struct session *next = s->next;
+		struct session *next = LIST_NEXT(s, link);
 		if (s->dead)
 			session_free(s);
 		s = next;
@@ -138,7 +150,8 @@ static int on_reap(sd_event_source *src, void *userdata)
 	return 0;
 }
 
-void manager_schedule_reap(struct manager *m)
+/* A session was marked dead (session_ops.dead). */
+static void manager_schedule_reap(struct manager *m)
 {
 	if (m->reap_source)
 		sd_event_source_set_enabled(m->reap_source, SD_EVENT_ONESHOT);
@@ -313,7 +326,8 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 		/* Per uid and socket: every container on its own tenant
 		 * socket may be uid 0 without sharing one allowance. */
 		uint32_t mine = 0;
-		for (struct session *s = m->sessions; s; s = s->next)
+		struct session *s;
+		LIST_FOREACH(s, &m->sessions, link)
 			mine += s->uid == cred.uid && !s->dead && !strcmp(s->via_tenant, l->tenant);
 		if (mine >= m->config->max_connections_per_uid) {
 			snprintf(why, sizeof(why), "uid %u already has %u connections ([limits] connections_per_uid)",
@@ -337,7 +351,6 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 			}
 			continue;
 		}
-		struct session *s;
 		r = session_new(m, fd, &s);
 		if (r < 0) {
 			process_session_closed(p);

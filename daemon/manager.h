@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
 
@@ -57,8 +58,9 @@ struct manager {
 	uint64_t accept_unlogged;      /* failures since, not logged */
 	bool accept_pause_logged;      /* log the resume too */
 	bool accept_probe;             /* probe for descriptors before accepting */
-	struct session *sessions;
+	LIST_HEAD(session_list, session) sessions; /* newest first */
 	uint32_t n_sessions;
+	const struct session_ops *session_ops;
 	uint32_t next_session_id;
 	struct process *processes;
 	uint32_t n_processes;
@@ -79,5 +81,4 @@ int manager_listen(struct manager *m);
 int manager_run(struct manager *m);
 /* Re-read the configuration file and apply what can change live. */
 int manager_reload(struct manager *m);
-void manager_schedule_reap(struct manager *m);
 

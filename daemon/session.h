@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * One client connection: framing in and out, and dispatch of its requests.
+ * One client connection: its life, its socket's events and its output
+ * limits; its requests are requests.c's.
  * A protocol violation closes this connection and nothing else; a request
  * the daemon refuses gets an error reply with a reason and the connection
  * stays.
@@ -9,28 +10,33 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
 
+#include "conn.h"
 #include "kvt-proto.h"
 #include "tenancy.h"
 
 struct manager;
 struct process;
+struct session;
+
+/* What a session cannot do itself, reached through the manager
+ * (m->session_ops) rather than by name: the manager and the request
+ * handlers call sessions, never the other way round. */
+struct session_ops {
+	/* A session was marked dead: free it from the event loop. */
+	void (*dead)(struct manager *m);
+	/* Whole requests may be buffered in s->conn: handle them. */
+	void (*input)(struct session *s);
+};
 struct tenant;
 struct extent;
 
-struct outmsg {
-	struct outmsg *next;
-	size_t len, sent;
-	int fds[KVT_MAX_FDS]; /* borrowed (see session_send) */
-	unsigned n_fds;
-	uint8_t data[];
-};
-
 struct session {
 	uint32_t id;
-	int fd;
+	struct kvt_conn conn; /* the socket, its input and its queued replies */
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
@@ -50,12 +56,6 @@ struct session {
 	bool dead;
 	bool paused; /* not reading: too many reply bytes queued */
 
-	uint8_t *in;
-	size_t in_len, in_off, in_cap;
-
-	struct outmsg *out_head, *out_tail;
-	uint64_t out_bytes;
-
 	sd_event_source *io;
 	sd_event_source *hello_timer; /* until HELLO */
 	uint64_t requests;
@@ -63,12 +63,13 @@ struct session {
 			       * when it was told a block is on NVMe */
 	uint64_t connected_usec;
 	struct manager *m;
-	struct session *prev, *next;
+	LIST_ENTRY(session) link; /* on the manager's sessions */
 };
 
 int session_new(struct manager *m, int fd, struct session **ret);
 void session_free(struct session *s);
-/* Mark for closing; freed from the manager's reap callback. */
+/* Mark for closing; freed from the manager's reap callback
+ * (session_ops.dead). */
 void session_kill(struct session *s, const char *why);
 /* Queue a finished message.  fds are borrowed, not duplicated: until they
  * have been sent they must stay open and mean the same file, for as long
@@ -81,5 +82,8 @@ void session_announce_extent(struct session *s, const struct extent *e);
  * main socket: sees every tenant and may evict.  Through a tenant's own
  * socket nobody is, root in a container included. */
 bool session_is_admin(const struct session *s);
+/* The client was told a block is on NVMe: it hears of staged blocks for
+ * a while. */
+void session_want_ready(struct session *s);
 /* Whether the client should hear of blocks staged from NVMe now. */
 bool session_wants_ready(const struct session *s);

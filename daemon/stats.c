@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -11,21 +12,34 @@
 #include "session.h"
 #include "stats.h"
 
-/* Flush a reply when it passes this size; a record is far smaller. */
+/* A reply is finished when it passes this size; a record is far smaller. */
 #define STATS_CHUNK (256 * 1024)
 
 struct emitter {
-	struct session *s;
-	uint64_t rid;
+	const struct manager *m;
+	const struct stats_query *q;
 	struct kvt_buf b;
-	uint32_t records;
-	bool failed;
+	struct stats_replies *out;
+	int r;
 };
 
 static void emit_begin(struct emitter *e)
 {
-	kvt_msg_begin(&e->b, e->s->version, KVT_OP_STATS, KVT_FLAG_REPLY, e->rid);
-	e->records = 0;
+	kvt_msg_begin(&e->b, e->q->asker->version, KVT_OP_STATS, KVT_FLAG_REPLY,
+		      e->q->request_id);
+}
+
+/* The finished message in e->b joins the replies; e->b starts empty. */
+static int emit_push(struct emitter *e)
+{
+	struct kvt_buf *v = realloc(e->out->v, (e->out->n + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	e->out->v = v;
+	v[e->out->n++] = e->b;
+	kvt_buf_init(&e->b);
+	return 0;
 }
 
 /* A record that could not be built (its buffer could not grow) ends the
@@ -33,21 +47,18 @@ static void emit_begin(struct emitter *e)
  * for the whole list nor wait for a last reply that never comes. */
 static void emit_fail(struct emitter *e)
 {
-	int error = e->b.error;
+	int error = e->b.error ? e->b.error : -ENOMEM;
 
-	e->failed = true;
-	e->s->m->c.errors++;
-	kvt_enc_error(&e->b, e->s->version, KVT_OP_STATS, e->rid, error,
+	e->out->failed = true;
+	kvt_enc_error(&e->b, e->q->asker->version, KVT_OP_STATS, e->q->request_id, error,
 		      "out of memory building the statistics");
-	if (kvt_msg_finish(&e->b, 0) == 0)
-		session_send(e->s, &e->b, NULL, 0);
-	else
-		session_kill(e->s, "out of memory");
+	if (kvt_msg_finish(&e->b, 0) < 0 || emit_push(e) < 0)
+		e->r = -ENOMEM;
 }
 
 static void emit_flush(struct emitter *e, bool last)
 {
-	if (e->failed)
+	if (e->out->failed)
 		return;
 	if (fault_hit(FAULT_STATS) && !e->b.error)
 		e->b.error = -ENOMEM;
@@ -57,14 +68,23 @@ static void emit_flush(struct emitter *e, bool last)
 	}
 	if (!last && e->b.len < STATS_CHUNK)
 		return;
-	if (!last) {
-		/* Patch the flags: more replies follow this one. */
-		e->b.data[14] |= KVT_FLAG_MORE;
+	if (!last)
+		kvt_msg_add_flags(&e->b, KVT_FLAG_MORE);
+	if (kvt_msg_finish(&e->b, 0) == 0 && emit_push(e) < 0) {
+		emit_fail(e);
+		return;
 	}
-	if (kvt_msg_finish(&e->b, 0) == 0)
-		session_send(e->s, &e->b, NULL, 0);
 	if (!last)
 		emit_begin(e);
+}
+
+void stats_replies_free(struct stats_replies *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		kvt_buf_free(&r->v[i]);
+	free(r->v);
+	r->v = NULL;
+	r->n = 0;
 }
 
 static uint64_t tenant_blocks(const struct tenant *t)
@@ -77,7 +97,7 @@ static uint64_t tenant_blocks(const struct tenant *t)
 
 static void emit_daemon(struct emitter *e, bool admin)
 {
-	struct manager *m = e->s->m;
+	const struct manager *m = e->m;
 	uint64_t now = 0, used = 0, blocks = 0, nss = 0, handles = 0;
 
 	sd_event_now(m->event, CLOCK_MONOTONIC, &now);
@@ -91,7 +111,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	if (!admin) {
 		kvt_rec_begin(&e->b, "daemon", 3);
 		kvt_rec_str(&e->b, "version", KVT_VERSION);
-		kvt_rec_u64(&e->b, "protocol", e->s->version);
+		kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
 		kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
 		return;
 	}
@@ -101,7 +121,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 		nvme_get_stats(m->store.nvme, &ns);
 	kvt_rec_begin(&e->b, "daemon", nvme ? 30 + 22 : 30);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
-	kvt_rec_u64(&e->b, "protocol", e->s->version);
+	kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
 	kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
 	kvt_rec_str(&e->b, "socket", m->config->socket_path);
@@ -163,7 +183,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 /* Occupancy of one NUMA node: every extent whose memory is there. */
 static void emit_node(struct emitter *e, int node)
 {
-	struct manager *m = e->s->m;
+	const struct manager *m = e->m;
 	uint64_t extents = 0, allocated = 0, used = 0;
 
 	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
@@ -269,20 +289,23 @@ static void emit_client(struct emitter *e, const struct session *c)
 	kvt_rec_str(&e->b, "name", c->name);
 	kvt_rec_u64(&e->b, "protocol", c->version);
 	kvt_rec_u64(&e->b, "requests", c->requests);
-	kvt_rec_u64(&e->b, "queued_bytes", c->out_bytes);
+	kvt_rec_u64(&e->b, "queued_bytes", c->conn.out_bytes);
 	kvt_rec_u64(&e->b, "handles", c->process ? c->process->n_handles : 0);
 	kvt_rec_u64(&e->b, "connected_s", (now - c->connected_usec) / 1000000);
 }
 
-void stats_reply(struct session *s, uint64_t request_id, uint32_t what)
+int stats_build(const struct manager *m, const struct stats_query *q,
+		struct stats_replies *ret)
 {
-	struct manager *m = s->m;
-	bool admin = session_is_admin(s);
-	struct emitter e = {.s = s, .rid = request_id};
+	const struct session *s = q->asker;
+	const struct session *c;
+	bool admin = q->admin;
+	struct emitter e = {.m = m, .q = q, .out = ret};
 
+	memset(ret, 0, sizeof(*ret));
 	kvt_buf_init(&e.b);
 	emit_begin(&e);
-	if (what & KVT_STATS_DAEMON) {
+	if (q->what & KVT_STATS_DAEMON) {
 		emit_daemon(&e, admin);
 		emit_flush(&e, false);
 		for (int i = 0; admin && i < m->pool.topo.n_nodes; i++) {
@@ -291,21 +314,21 @@ void stats_reply(struct session *s, uint64_t request_id, uint32_t what)
 		}
 	}
 	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
-		struct tenant *t = m->store.tenants[i];
+		const struct tenant *t = m->store.tenants[i];
 		if (!admin && t != s->tenant)
 			continue;
-		if (what & KVT_STATS_TENANTS) {
+		if (q->what & KVT_STATS_TENANTS) {
 			emit_tenant(&e, t);
 			emit_flush(&e, false);
 		}
-		if (what & KVT_STATS_NAMESPACES)
+		if (q->what & KVT_STATS_NAMESPACES)
 			for (uint32_t j = 0; j < t->n_ns; j++) {
 				emit_ns(&e, t->nss[j]);
 				emit_flush(&e, false);
 			}
 	}
-	if (what & KVT_STATS_CLIENTS)
-		for (struct session *c = m->sessions; c; c = c->next) {
+	if (q->what & KVT_STATS_CLIENTS)
+		LIST_FOREACH(c, &m->sessions, link) {
 			if (c->dead ||
 			    (!admin && c != s && (!s->tenant || c->tenant != s->tenant)))
 				continue;
@@ -314,4 +337,5 @@ void stats_reply(struct session *s, uint64_t request_id, uint32_t what)
 		}
 	emit_flush(&e, true);
 	kvt_buf_free(&e.b);
+	return e.r;
 }

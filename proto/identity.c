@@ -206,6 +206,11 @@ int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 	return 0;
 }
 
+/*
+ * Only what the wire needs is checked here: sizes that are not zero and
+ * that fit the u64 fields of the NS_OPEN reply.  How large a block the
+ * daemon can hold is the daemon's limit (daemon/requests.c), not the wire's.
+ */
 int kvt_identity_geometry(const struct kvt_identity *id,
 			  struct kvt_geometry *ret)
 {
@@ -225,6 +230,7 @@ int kvt_identity_geometry(const struct kvt_identity *id,
 	for (unsigned i = 0; i < id->n_groups; i++) {
 		const struct kvt_id_group *lg = &id->groups[i];
 		uint32_t heads = lg->kv_heads;
+		uint64_t bytes;
 		if (lg->attn != KVT_ATTN_MLA) {
 			/* With more ranks than KV heads, engines replicate
 			 * heads: each rank still holds one. */
@@ -235,15 +241,20 @@ int kvt_identity_geometry(const struct kvt_identity *id,
 				return -EINVAL;
 		}
 		g.heads_per_shard[i] = heads;
-		per_token += (uint64_t)lg->n_layers * lg->planes * heads *
-			     lg->head_bytes;
+		if (__builtin_mul_overflow((uint64_t)lg->n_layers * lg->planes * heads,
+					   (uint64_t)lg->head_bytes, &bytes) ||
+		    __builtin_add_overflow(per_token, bytes, &per_token))
+			return -EFBIG;
 	}
-	g.shard_bytes = per_token * id->block_tokens;
-	g.shard_stride = (g.shard_bytes + 4095) & ~(uint64_t)4095;
-	g.slot_bytes = g.shard_stride * g.shards;
-	g.bytes_per_token = per_token * g.shards;
-	if (g.slot_bytes > (UINT64_C(1) << 30))
+	if (__builtin_mul_overflow(per_token, (uint64_t)id->block_tokens, &g.shard_bytes) ||
+	    g.shard_bytes > UINT64_MAX - 4095)
 		return -EFBIG;
+	g.shard_stride = (g.shard_bytes + 4095) & ~(uint64_t)4095;
+	if (__builtin_mul_overflow(g.shard_stride, (uint64_t)g.shards, &g.slot_bytes) ||
+	    __builtin_mul_overflow(per_token, (uint64_t)g.shards, &g.bytes_per_token))
+		return -EFBIG;
+	if (g.shard_bytes == 0)
+		return -EINVAL;
 	*ret = g;
 	return 0;
 }

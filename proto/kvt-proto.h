@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The kvtier wire protocol: message layouts, encoders, decoders and framing.
+ * The kvtier wire protocol: message layouts, encoders and decoders; framing
+ * and the connection are in conn.h, included at the end.
  *
  * Every message is a 24-byte header followed by `length` payload bytes.  All
  * integers are little-endian and written field by field through a cursor, so
@@ -146,35 +147,8 @@ int kvt_get_str(struct kvt_cursor *c, size_t max, char *ret, size_t ret_size);
 /* -EBADMSG unless every byte was consumed. */
 int kvt_cursor_end(const struct kvt_cursor *c);
 
-/* ---- framing ------------------------------------------------------ */
-
-/* Start a message in b (which it resets); finish patches the length. */
-void kvt_msg_begin(struct kvt_buf *b, uint16_t version, uint16_t opcode,
-		   uint16_t flags, uint64_t request_id);
-int kvt_msg_finish(struct kvt_buf *b, uint16_t n_fds);
-
-/* Parse and validate a header (magic, flags, length and fd limits). */
-int kvt_header_parse(const uint8_t *p, struct kvt_header *ret);
-
-/*
- * sendmsg() of len bytes with n_fds descriptors attached to the first byte.
- * Returns bytes sent (possibly short), -EAGAIN, or another negative errno.
- */
-ssize_t kvt_sendmsg(int fd, const void *data, size_t len, const int *fds,
-		    unsigned n_fds);
-
-/*
- * recvmsg() into buf; received descriptors (close-on-exec) are appended to
- * fds[*n_fds .. max_fds).  Descriptors beyond max_fds, or a truncated control
- * message, close everything received in this call and return -EPROTO.
- * Returns bytes read, 0 at end of stream, or a negative errno.
- */
-ssize_t kvt_recvmsg(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
-		    unsigned max_fds);
-/* The same, blocking (up to the socket's SO_RCVTIMEO, then -EAGAIN):
- * a waiting client sleeps in one recvmsg() instead of poll() + recvmsg(). */
-ssize_t kvt_recvmsg_wait(int fd, void *buf, size_t len, int *fds, unsigned *n_fds,
-			 unsigned max_fds);
+/* Framing, sendmsg/recvmsg with descriptors and the connection: conn.h,
+ * included at the end. */
 
 /* ---- messages ----------------------------------------------------- */
 
@@ -434,9 +408,14 @@ struct kvt_geometry {
 
 int kvt_identity_encode(const struct kvt_identity *id, struct kvt_buf *b);
 int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret);
+/* The geometry of a valid identity: -EINVAL for an invalid one (or KV
+ * heads that do not divide among the ranks), -EFBIG when a size would not
+ * fit the wire's u64 fields.  No other size limit: the daemon has its own. */
 int kvt_identity_geometry(const struct kvt_identity *id,
 			  struct kvt_geometry *ret);
 
 /* Names for logs and tools. */
 const char *kvt_opcode_name(uint16_t opcode);
 const char *kvt_state_name(uint8_t state);
+
+#include "conn.h"

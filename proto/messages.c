@@ -464,28 +464,24 @@ const struct kvt_field *kvt_record_get(const struct kvt_record *r,
 
 /* ---- names -------------------------------------------------------- */
 
+/* Indexed by opcode; the names are the enum's own, so they cannot drift.
+ * What each request means to the daemon, and its limits, is the daemon's
+ * table (daemon/requests.c, docs/protocol.md §2.2). */
+#define NAME(op) [KVT_OP_##op] = #op
+static const char *const opcode_names[] = {
+	NAME(HELLO),	    NAME(NS_OPEN),	  NAME(LOOKUP),	      NAME(RESERVE),
+	NAME(COMMIT),	    NAME(ABORT),	  NAME(ACQUIRE),      NAME(RELEASE),
+	NAME(TOUCH),	    NAME(DELETE),	  NAME(STATS),	      NAME(PING),
+	NAME(ADMIN_EVICT),  NAME(PREFETCH),	  NAME(EXTENT_ADDED), NAME(EXTENT_RETIRED),
+	NAME(BLOCK_READY),
+};
+#undef NAME
+
 const char *kvt_opcode_name(uint16_t opcode)
 {
-	switch (opcode) {
-	case KVT_OP_HELLO: return "HELLO";
-	case KVT_OP_NS_OPEN: return "NS_OPEN";
-	case KVT_OP_LOOKUP: return "LOOKUP";
-	case KVT_OP_RESERVE: return "RESERVE";
-	case KVT_OP_COMMIT: return "COMMIT";
-	case KVT_OP_ABORT: return "ABORT";
-	case KVT_OP_ACQUIRE: return "ACQUIRE";
-	case KVT_OP_RELEASE: return "RELEASE";
-	case KVT_OP_TOUCH: return "TOUCH";
-	case KVT_OP_DELETE: return "DELETE";
-	case KVT_OP_STATS: return "STATS";
-	case KVT_OP_PING: return "PING";
-	case KVT_OP_ADMIN_EVICT: return "ADMIN_EVICT";
-	case KVT_OP_PREFETCH: return "PREFETCH";
-	case KVT_OP_EXTENT_ADDED: return "EXTENT_ADDED";
-	case KVT_OP_EXTENT_RETIRED: return "EXTENT_RETIRED";
-	case KVT_OP_BLOCK_READY: return "BLOCK_READY";
-	default: return "UNKNOWN";
-	}
+	if (opcode < ARRAY_SIZE(opcode_names) && opcode_names[opcode])
+		return opcode_names[opcode];
+	return "UNKNOWN";
 }
 
 const char *kvt_state_name(uint8_t state)
