@@ -174,6 +174,12 @@ int client_ns_reopen(kvt_client *c, kvt_ns *ns);
  * away. */
 void client_give_back_async(kvt_client *c, uint16_t op, const uint64_t *handles, size_t n);
 
+/* ---- blocks.c ---- */
+
+/* RELEASE without waiting for the answer: a lease ends once the bytes are
+ * copied out, and nothing the caller needs depends on the reply. */
+int client_release_async(kvt_client *c, const uint64_t *handles, size_t n);
+
 /* ---- client.c ---- */
 
 /* References on the client (see kvt_client.refs). */

@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The CPU copy path: store and load of whole blocks, from and into plain
+ * buffers or an engine's paged cache (the layout descriptor), over the
+ * block operations of blocks.c. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client-internal.h"
+#include "macro.h"
+
+/*
+ * How one block's bytes move between the caller and its slot: a plain
+ * buffer, or an engine's paged cache through the layout descriptor.
+ */
+struct copier {
+	const void *const *srcs; /* kvt_store */
+	void *const *dsts;       /* kvt_load */
+	const kvt_layout *layout; /* *_paged */
+	const int64_t *indices;
+	uint32_t block_tokens;
+};
+
+static int copy_in(const struct copier *cp, size_t i, void *slot, uint64_t bytes)
+{
+	if (cp->layout) {
+		size_t per = cp->layout->index_kind == KVT_INDEX_SLOT ? cp->block_tokens : 1;
+		void *blocks[1] = {slot};
+		return kvt_layout_gather(cp->layout, cp->block_tokens,
+					 cp->indices + i * per, 1, blocks);
+	}
+	memcpy(slot, cp->srcs[i], bytes);
+	return 0;
+}
+
+static int copy_out(const struct copier *cp, size_t i, const void *slot, uint64_t bytes)
+{
+	if (cp->layout) {
+		size_t per = cp->layout->index_kind == KVT_INDEX_SLOT ? cp->block_tokens : 1;
+		const void *blocks[1] = {slot};
+		return kvt_layout_scatter(cp->layout, cp->block_tokens,
+					  cp->indices + i * per, 1, blocks);
+	}
+	memcpy(cp->dsts[i], slot, bytes);
+	return 0;
+}
+
+/* Reserve or acquire a batch's slots; when that fails, each key's status
+ * says why. */
+static int take_slots(kvt_ns *ns, bool reserve, uint32_t shard, const uint8_t *keys,
+		      size_t n, kvt_slot_ref *refs, int32_t *ret_status)
+{
+	int r = reserve ? kvt_reserve(ns, shard, keys, n, refs)
+			: kvt_acquire(ns, shard, keys, n, refs);
+	for (size_t i = 0; r < 0 && ret_status && i < n; i++)
+		ret_status[i] = refs[i].status;
+	return r;
+}
+
+/* Commit the k copies made (success[j] tells how each went), set the
+ * statuses of the keys which[] names and count the blocks stored in
+ * *stored.  \return kvt_commit's answer */
+static int commit_copies(kvt_ns *ns, uint64_t *handles, const uint8_t *success,
+			 const size_t *which, size_t k, int32_t *cst, int32_t *ret_status,
+			 int *stored)
+{
+	size_t unsent = 0;
+
+	int r = kvt_commit(ns->c, handles, success, k, cst);
+	for (size_t j = 0; j < k; j++) {
+		int32_t st = cst[j];
+		/* Not committed for want of the daemon: still ours, and given
+		 * back below (unsent <= j). */
+		if (st == -ENOTCONN)
+			handles[unsent++] = handles[j];
+		if (st == 0 && !success[j])
+			st = -EIO;
+		if (ret_status)
+			ret_status[which[j]] = st;
+		*stored += st == 0;
+	}
+	if (unsent)
+		kvt_abort(ns->c, handles, unsent, NULL);
+	return r;
+}
+
+static int store_batch(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n,
+		       const struct copier *cp, int32_t *ret_status)
+{
+	size_t m = n ? n : 1;
+	_cleanup_free_ kvt_slot_ref *refs = calloc(m, sizeof(*refs));
+	_cleanup_free_ uint64_t *handles = calloc(m, sizeof(*handles));
+	_cleanup_free_ uint8_t *success = calloc(m, 1);
+	_cleanup_free_ int32_t *cst = calloc(m, sizeof(*cst));
+	_cleanup_free_ size_t *which = calloc(m, sizeof(*which));
+	int stored = 0;
+
+	if (!refs || !handles || !success || !cst || !which)
+		return -ENOMEM;
+	int r = take_slots(ns, true, shard, keys, n, refs, ret_status);
+	if (r < 0)
+		return r;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ret_status)
+			ret_status[i] = refs[i].status;
+		if (refs[i].status == -EEXIST)
+			stored++;
+		if (refs[i].status < 0)
+			continue;
+		/* A copy that fails is committed as failed, never as done. */
+		success[k] = copy_in(cp, i, refs[i].ptr, refs[i].bytes) == 0;
+		handles[k] = refs[i].handle;
+		which[k++] = i;
+	}
+	r = k ? commit_copies(ns, handles, success, which, k, cst, ret_status, &stored) : 0;
+	return r < 0 && !stored ? r : stored;
+}
+
+static int load_batch(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n,
+		      const struct copier *cp, int32_t *ret_status)
+{
+	_cleanup_free_ kvt_slot_ref *refs = calloc(n ? n : 1, sizeof(*refs));
+	_cleanup_free_ uint64_t *handles = calloc(n ? n : 1, sizeof(*handles));
+	int loaded = 0;
+
+	if (!refs || !handles)
+		return -ENOMEM;
+	int r = take_slots(ns, false, shard, keys, n, refs, ret_status);
+	if (r < 0)
+		return r;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		int32_t st = refs[i].status;
+		if (st == 0) {
+			st = copy_out(cp, i, refs[i].ptr, refs[i].bytes);
+			handles[k++] = refs[i].handle;
+			loaded += st == 0;
+		}
+		if (ret_status)
+			ret_status[i] = st;
+	}
+	r = k ? client_release_async(ns->c, handles, k) : 0;
+	if (r == -ENOTCONN)
+		r = 0;
+	return r < 0 && !loaded ? r : loaded;
+}
+
+KVT_EXPORT int kvt_store(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n,
+			 const void *const *srcs, int32_t *ret_status)
+{
+	if (!ns || (n && (!keys || !srcs)))
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!srcs[i])
+			return -EINVAL;
+	struct copier cp = {.srcs = srcs};
+	return store_batch(ns, shard, keys, n, &cp, ret_status);
+}
+
+KVT_EXPORT int kvt_load(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t n,
+			void *const *dsts, int32_t *ret_status)
+{
+	if (!ns || (n && (!keys || !dsts)))
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!dsts[i])
+			return -EINVAL;
+	struct copier cp = {.dsts = dsts};
+	return load_batch(ns, shard, keys, n, &cp, ret_status);
+}
+
+static int check_layout(kvt_ns *ns, const kvt_layout *layout, const int64_t *indices,
+			size_t n)
+{
+	if (!ns || !layout || (n && !indices))
+		return -EINVAL;
+	uint64_t bytes = kvt_layout_block_bytes(layout, ns->info.block_tokens);
+	if (bytes == 0 || bytes != ns->info.shard_bytes) {
+		if (ns->c)
+			snprintf(ns->c->error, sizeof(ns->c->error),
+				 "the layout holds %llu bytes per block but the namespace's shard is %llu bytes",
+				 (unsigned long long)bytes,
+				 (unsigned long long)ns->info.shard_bytes);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+KVT_EXPORT int kvt_store_paged(kvt_ns *ns, uint32_t shard, const kvt_layout *layout,
+			       const uint8_t *keys, size_t n, const int64_t *indices,
+			       int32_t *ret_status)
+{
+	int r = check_layout(ns, layout, indices, n);
+	if (r < 0)
+		return r;
+	struct copier cp = {.layout = layout, .indices = indices,
+			    .block_tokens = ns->info.block_tokens};
+	return store_batch(ns, shard, keys, n, &cp, ret_status);
+}
+
+KVT_EXPORT int kvt_load_paged(kvt_ns *ns, uint32_t shard, const kvt_layout *layout,
+			      const uint8_t *keys, size_t n, const int64_t *indices,
+			      int32_t *ret_status)
+{
+	int r = check_layout(ns, layout, indices, n);
+	if (r < 0)
+		return r;
+	struct copier cp = {.layout = layout, .indices = indices,
+			    .block_tokens = ns->info.block_tokens};
+	return load_batch(ns, shard, keys, n, &cp, ret_status);
+}
