@@ -212,6 +212,72 @@ static int actual_node(uint8_t *map)
 	return node;
 }
 
+static int extent_map(struct extent *e, uint64_t size)
+{
+	if (fault_hit(FAULT_EXTENT)) {
+		e->map = MAP_FAILED;
+		errno = ENOMEM;
+	} else {
+		e->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
+	}
+	if (e->map == MAP_FAILED) {
+		e->map = NULL;
+		return log_error_errno(-errno, "Failed to map a new extent: %m");
+	}
+	return 0;
+}
+
+/* Populate now: allocation and zeroing happen here, once, and not in the
+ * first copy a client makes into the slot.  In chunks, pinging the watchdog
+ * between them: a 1 GiB extent takes seconds on 4 KiB pages and the loop
+ * must not look hung meanwhile. */
+static int extent_populate(struct pool *p, struct extent *e, uint64_t size)
+{
+	for (uint64_t off = 0; off < size; off += POPULATE_CHUNK) {
+		uint64_t len = size - off < POPULATE_CHUNK ? size - off : POPULATE_CHUNK;
+		if (madvise(e->map + off, len, MADV_POPULATE_WRITE) < 0) {
+			if (errno != EINVAL)
+				return log_error_errno(-errno, "Failed to populate a %llu MiB extent (out of memory?): %m",
+						       (unsigned long long)(size >> 20));
+			/* Kernels before 5.14: touch every page. */
+			for (uint64_t o = off; o < off + len; o += 4096)
+				e->map[o] = 0;
+		}
+		if (p->watchdog)
+			sd_notify(false, "WATCHDOG=1");
+	}
+	return 0;
+}
+
+/* Lock the extent where the limits allow; lock=yes refuses one that
+ * cannot be locked. */
+static int extent_lock(struct pool *p, struct extent *e, uint64_t size, uint32_t *flags)
+{
+	if (p->caps.lockable) {
+		if (mlock(e->map, size) == 0)
+			*flags |= KVT_EXTENT_LOCKED;
+		else if (p->config->lock == LOCK_YES)
+			return log_error_errno(-errno, "Refusing an extent that cannot be locked (lock=yes): %m; raise LimitMEMLOCK=");
+		else if (!(p->warned & 1)) {
+			p->warned |= 1;
+			log_warning_errno(-errno, "Failed to lock pool memory, continuing unlocked: %m");
+		}
+	} else if (p->config->lock == LOCK_YES) {
+		return log_error_errno(-EPERM, "Refusing an unlocked extent (lock=yes): %s",
+				       p->caps.lock_reason);
+	}
+	return 0;
+}
+
+static void extent_account(struct pool *p, struct extent *e)
+{
+	p->allocated += e->size;
+	p->n_extents++;
+	p->n_hugetlb += (e->flags & KVT_EXTENT_HUGETLB) != 0;
+	p->n_thp += (e->flags & KVT_EXTENT_THP) != 0;
+	p->n_locked += (e->flags & KVT_EXTENT_LOCKED) != 0;
+}
+
 int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
 		    struct extent **ret)
 {
@@ -236,57 +302,19 @@ int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
 		goto fail;
 	}
 	e->fd = r;
-
-	if (fault_hit(FAULT_EXTENT)) {
-		e->map = MAP_FAILED;
-		errno = ENOMEM;
-	} else {
-		e->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
-	}
-	if (e->map == MAP_FAILED) {
-		e->map = NULL;
-		r = log_error_errno(-errno, "Failed to map a new extent: %m");
+	r = extent_map(e, size);
+	if (r < 0)
 		goto fail;
-	}
 	bool placed = place_on_node(p, e->map, size, node);
 	if (!(flags & KVT_EXTENT_HUGETLB) && p->caps.thp &&
 	    madvise(e->map, size, MADV_HUGEPAGE) == 0)
 		flags |= KVT_EXTENT_THP;
-
-	/* Populate now: allocation and zeroing happen here, once, and not in
-	 * the first copy a client makes into the slot.  In chunks, pinging
-	 * the watchdog between them: a 1 GiB extent takes seconds on 4 KiB
-	 * pages and the loop must not look hung meanwhile. */
-	for (uint64_t off = 0; off < size; off += POPULATE_CHUNK) {
-		uint64_t len = size - off < POPULATE_CHUNK ? size - off : POPULATE_CHUNK;
-		if (madvise(e->map + off, len, MADV_POPULATE_WRITE) < 0) {
-			if (errno != EINVAL) {
-				r = log_error_errno(-errno, "Failed to populate a %llu MiB extent (out of memory?): %m",
-						    (unsigned long long)(size >> 20));
-				goto fail;
-			}
-			/* Kernels before 5.14: touch every page. */
-			for (uint64_t o = off; o < off + len; o += 4096)
-				e->map[o] = 0;
-		}
-		if (p->watchdog)
-			sd_notify(false, "WATCHDOG=1");
-	}
-	if (p->caps.lockable) {
-		if (mlock(e->map, size) == 0)
-			flags |= KVT_EXTENT_LOCKED;
-		else if (p->config->lock == LOCK_YES) {
-			r = log_error_errno(-errno, "Refusing an extent that cannot be locked (lock=yes): %m; raise LimitMEMLOCK=");
-			goto fail;
-		} else if (!(p->warned & 1)) {
-			p->warned |= 1;
-			log_warning_errno(-errno, "Failed to lock pool memory, continuing unlocked: %m");
-		}
-	} else if (p->config->lock == LOCK_YES) {
-		r = log_error_errno(-EPERM, "Refusing an unlocked extent (lock=yes): %s",
-				    p->caps.lock_reason);
+	r = extent_populate(p, e, size);
+	if (r < 0)
 		goto fail;
-	}
+	r = extent_lock(p, e, size, &flags);
+	if (r < 0)
+		goto fail;
 	p->populate_ns += now_ns() - t0;
 	e->node = actual_node(e->map);
 	e->for_node = node;
@@ -305,11 +333,7 @@ int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
 	e->size = size;
 	e->slot_bytes = slot_bytes;
 	e->flags = flags;
-	p->allocated += size;
-	p->n_extents++;
-	p->n_hugetlb += (flags & KVT_EXTENT_HUGETLB) != 0;
-	p->n_thp += (flags & KVT_EXTENT_THP) != 0;
-	p->n_locked += (flags & KVT_EXTENT_LOCKED) != 0;
+	extent_account(p, e);
 	log_debug("Extent %u: %llu MiB, %u slots of %llu KiB, %s%s, node %d (asked %d)", e->id,
 		  (unsigned long long)(size >> 20), e->slots.n,
 		  (unsigned long long)(slot_bytes >> 10), pool_page_mode(e),

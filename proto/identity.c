@@ -113,13 +113,70 @@ static int get_u32s(struct kvt_cursor *c, uint32_t len, uint32_t *v,
 	return 0;
 }
 
+/* A byte string of 1..max bytes (0..max when may_be_empty) into dst. */
+static int get_bytes(struct kvt_cursor *c, uint32_t len, uint32_t max, bool may_be_empty,
+		     uint8_t *dst)
+{
+	const uint8_t *bytes;
+
+	if ((len == 0 && !may_be_empty) || len > max)
+		return -EBADMSG;
+	TRY(kvt_get_bytes(c, len, &bytes));
+	memcpy(dst, bytes, len);
+	return 0;
+}
+
+/* One field of len bytes, its tag already read. */
+static int decode_field(struct kvt_cursor *c, uint16_t tag, uint32_t len,
+			struct kvt_identity *id)
+{
+	uint32_t v[8];
+
+	switch (tag) {
+	case KVT_ID_KEY_SCHEME:
+		return get_u32s(c, len, &id->key_scheme, 1);
+	case KVT_ID_MODEL:
+		TRY(get_bytes(c, len, KVT_MAX_MODEL, false, (uint8_t *)id->model));
+		/* A name, not bytes: no NUL inside it. */
+		return memchr(id->model, 0, len) ? -EBADMSG : 0;
+	case KVT_ID_WEIGHTS:
+		TRY(get_bytes(c, len, KVT_MAX_FINGERPRINT, true, id->weights));
+		id->weights_len = len;
+		return 0;
+	case KVT_ID_LAYERS:
+		TRY(get_u32s(c, len, v, 2));
+		id->layer_first = v[0];
+		id->layer_end = v[1];
+		return 0;
+	case KVT_ID_PARALLEL:
+		TRY(get_u32s(c, len, v, 2));
+		id->tp_size = v[0];
+		id->cp_size = v[1];
+		return 0;
+	case KVT_ID_BLOCK_TOKENS:
+		return get_u32s(c, len, &id->block_tokens, 1);
+	case KVT_ID_GROUP:
+		if (id->n_groups >= KVT_MAX_GROUPS)
+			return -EBADMSG;
+		TRY(get_u32s(c, len, v, 8));
+		id->groups[id->n_groups++] = (struct kvt_id_group){
+			v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+		return 0;
+	case KVT_ID_SALT:
+		TRY(get_bytes(c, len, KVT_MAX_FINGERPRINT, false, id->salt));
+		id->salt_len = len;
+		return 0;
+	default:
+		return -EBADMSG;
+	}
+}
+
 int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 {
 	struct kvt_cursor c = {p, len};
 	struct kvt_identity id;
 	unsigned last_tag = 0;
 	uint32_t seen = 0;
-	const uint8_t *bytes;
 
 	if (len > KVT_MAX_IDENTITY)
 		return -EBADMSG;
@@ -137,61 +194,7 @@ int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 		last_tag = tag;
 		if (tag < 32)
 			seen |= 1u << tag;
-		switch (tag) {
-		case KVT_ID_KEY_SCHEME:
-			TRY(get_u32s(&c, flen, &id.key_scheme, 1));
-			break;
-		case KVT_ID_MODEL:
-			if (flen == 0 || flen > KVT_MAX_MODEL)
-				return -EBADMSG;
-			TRY(kvt_get_bytes(&c, flen, &bytes));
-			if (memchr(bytes, 0, flen))
-				return -EBADMSG;
-			memcpy(id.model, bytes, flen);
-			break;
-		case KVT_ID_WEIGHTS:
-			if (flen > KVT_MAX_FINGERPRINT)
-				return -EBADMSG;
-			TRY(kvt_get_bytes(&c, flen, &bytes));
-			memcpy(id.weights, bytes, flen);
-			id.weights_len = flen;
-			break;
-		case KVT_ID_LAYERS: {
-			uint32_t v[2];
-			TRY(get_u32s(&c, flen, v, 2));
-			id.layer_first = v[0];
-			id.layer_end = v[1];
-			break;
-		}
-		case KVT_ID_PARALLEL: {
-			uint32_t v[2];
-			TRY(get_u32s(&c, flen, v, 2));
-			id.tp_size = v[0];
-			id.cp_size = v[1];
-			break;
-		}
-		case KVT_ID_BLOCK_TOKENS:
-			TRY(get_u32s(&c, flen, &id.block_tokens, 1));
-			break;
-		case KVT_ID_GROUP: {
-			uint32_t v[8];
-			if (id.n_groups >= KVT_MAX_GROUPS)
-				return -EBADMSG;
-			TRY(get_u32s(&c, flen, v, 8));
-			id.groups[id.n_groups++] = (struct kvt_id_group){
-				v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
-			break;
-		}
-		case KVT_ID_SALT:
-			if (flen == 0 || flen > KVT_MAX_FINGERPRINT)
-				return -EBADMSG;
-			TRY(kvt_get_bytes(&c, flen, &bytes));
-			memcpy(id.salt, bytes, flen);
-			id.salt_len = flen;
-			break;
-		default:
-			return -EBADMSG;
-		}
+		TRY(decode_field(&c, tag, flen, &id));
 	}
 	/* Every field the encoder always writes must be there: decoding and
 	 * re-encoding gives back the same bytes, or the input was not
