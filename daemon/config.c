@@ -4,9 +4,7 @@
  * before parsing, so a file only names what it changes.
  */
 #include <errno.h>
-#include <grp.h>
 #include <ini.h>
-#include <pwd.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -15,192 +13,9 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "config-values.h"
 #include "log.h"
 #include "size.h"
-
-typedef int (*conf_parser)(const char *value, void *field, const char **ret_expect);
-
-static int conf_size(const char *v, void *field, const char **expect)
-{
-	*expect = "a size such as 4096, 512M or 64G";
-	return kvt_size_parse(v, field);
-}
-
-static int conf_u32(const char *v, void *field, const char **expect)
-{
-	char *end;
-	*expect = "a whole number up to 4294967295";
-	if (*v < '0' || *v > '9')
-		return -EINVAL;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || x > UINT32_MAX)
-		return -EINVAL;
-	*(uint32_t *)field = (uint32_t)x;
-	return 0;
-}
-
-static int conf_string(const char *v, void *field, const char **expect)
-{
-	*expect = "a non-empty string";
-	if (!*v)
-		return -EINVAL;
-	char *s = strdup(v);
-	if (!s)
-		return -ENOMEM;
-	free(*(char **)field);
-	*(char **)field = s;
-	return 0;
-}
-
-static int conf_path(const char *v, void *field, const char **expect)
-{
-	*expect = "an absolute path";
-	if (v[0] != '/' || strlen(v) >= 108)
-		return -EINVAL;
-	return conf_string(v, field, expect);
-}
-
-static int conf_hugepages(const char *v, void *field, const char **expect)
-{
-	static const char *names[] = {"auto", "hugetlb", "thp", "off"};
-	*expect = "auto, hugetlb, thp or off";
-	for (unsigned i = 0; i < 4; i++)
-		if (!strcmp(v, names[i])) {
-			*(enum hugepage_mode *)field = (enum hugepage_mode)i;
-			return 0;
-		}
-	return -EINVAL;
-}
-
-static int conf_lock(const char *v, void *field, const char **expect)
-{
-	static const char *names[] = {"auto", "yes", "no"};
-	*expect = "auto, yes or no";
-	for (unsigned i = 0; i < 3; i++)
-		if (!strcmp(v, names[i])) {
-			*(enum lock_mode *)field = (enum lock_mode)i;
-			return 0;
-		}
-	return -EINVAL;
-}
-
-static int conf_numa(const char *v, void *field, const char **expect)
-{
-	*expect = "auto or off";
-	if (!strcmp(v, "auto"))
-		*(enum numa_mode *)field = NUMA_AUTO;
-	else if (!strcmp(v, "off"))
-		*(enum numa_mode *)field = NUMA_OFF;
-	else
-		return -EINVAL;
-	return 0;
-}
-
-static int conf_eviction(const char *v, void *field, const char **expect)
-{
-	int p = evict_policy_from_string(v);
-	*expect = "arc, lru, s3fifo or sieve";
-	if (p < 0)
-		return p;
-	*(enum evict_policy *)field = (enum evict_policy)p;
-	return 0;
-}
-
-static int conf_engine(const char *v, void *field, const char **expect)
-{
-	static const char *names[] = {"auto", "io_uring", "threads"};
-	*expect = "auto, io_uring or threads";
-	for (unsigned i = 0; i < 3; i++)
-		if (!strcmp(v, names[i])) {
-			*(enum nvme_engine *)field = (enum nvme_engine)i;
-			return 0;
-		}
-	return -EINVAL;
-}
-
-static int conf_percent(const char *v, void *field, const char **expect)
-{
-	char *end;
-	*expect = "a percentage from 0% to 100%";
-	if (*v < '0' || *v > '9')
-		return -EINVAL;
-	unsigned long x = strtoul(v, &end, 10);
-	if (*end == '%')
-		end++;
-	if (*end || x > 100)
-		return -EINVAL;
-	*(uint32_t *)field = (uint32_t)x;
-	return 0;
-}
-
-static int conf_unknown(const char *v, void *field, const char **expect)
-{
-	*expect = "allow or refuse";
-	if (!strcmp(v, "allow"))
-		*(bool *)field = false;
-	else if (!strcmp(v, "refuse"))
-		*(bool *)field = true;
-	else
-		return -EINVAL;
-	return 0;
-}
-
-static int conf_log_level(const char *v, void *field, const char **expect)
-{
-	static const struct { const char *n; int l; } levels[] = {
-		{"error", LOG_ERR}, {"warning", LOG_WARNING},
-		{"notice", LOG_NOTICE}, {"info", LOG_INFO}, {"debug", LOG_DEBUG},
-	};
-	*expect = "error, warning, notice, info or debug";
-	for (unsigned i = 0; i < 5; i++)
-		if (!strcmp(v, levels[i].n)) {
-			*(int *)field = levels[i].l;
-			return 0;
-		}
-	return -EINVAL;
-}
-
-/* "1000, alice 1002": numeric ids or names, for uids or gids. */
-static int parse_ids(const char *v, bool groups, uint32_t *ids, uint32_t *n,
-		     const char **expect)
-{
-	char buf[1024];
-	static char too_many[96];
-	*expect = groups ? "group names or gids, separated by spaces or commas"
-			 : "user names or uids, separated by spaces or commas";
-	snprintf(buf, sizeof(buf), "%s", v);
-	/* Repeated keys add: a long list may span several lines. */
-	for (char *save = NULL, *tok = strtok_r(buf, " ,\t", &save); tok;
-	     tok = strtok_r(NULL, " ,\t", &save)) {
-		char *end;
-		unsigned long id;
-		if (*n >= CONFIG_MAX_IDS) {
-			snprintf(too_many, sizeof(too_many), "at most %d %s per tenant; use gids for large groups",
-				 CONFIG_MAX_IDS, groups ? "gids" : "uids");
-			*expect = too_many;
-			return -E2BIG;
-		}
-		errno = 0;
-		id = strtoul(tok, &end, 10);
-		if (*tok >= '0' && *tok <= '9' && !*end && !errno && id < UINT32_MAX) {
-			ids[(*n)++] = (uint32_t)id;
-			continue;
-		}
-		if (groups) {
-			struct group *g = getgrnam(tok);
-			if (!g)
-				return -ENOENT;
-			ids[(*n)++] = g->gr_gid;
-		} else {
-			struct passwd *pw = getpwnam(tok);
-			if (!pw)
-				return -ENOENT;
-			ids[(*n)++] = pw->pw_uid;
-		}
-	}
-	return *n ? 0 : -EINVAL;
-}
 
 const struct tenant_conf *config_tenant(const struct config *c, const char *name)
 {
@@ -381,9 +196,9 @@ static int tenant_item(struct parse_ctx *ctx, const char *name, const char *key,
 		return 1;
 	}
 	if (!strcmp(key, "uids"))
-		r = parse_ids(value, false, t->uids, &t->n_uids, &expect);
+		r = conf_ids(value, false, t->uids, &t->n_uids, &expect);
 	else if (!strcmp(key, "gids"))
-		r = parse_ids(value, true, t->gids, &t->n_gids, &expect);
+		r = conf_ids(value, true, t->gids, &t->n_gids, &expect);
 	else if (!strcmp(key, "quota"))
 		r = conf_size(value, &t->quota, &expect);
 	else if (!strcmp(key, "nvme_quota"))
@@ -466,7 +281,7 @@ static int on_item(void *user, const char *section, const char *key,
 		return spill_item(ctx, section + 6, key, value, line);
 	if (!strcmp(section, "daemon") && !strcmp(key, "admin_groups")) {
 		const char *expect = "";
-		int r = parse_ids(value, true, ctx->c->admin_gids, &ctx->c->n_admin_gids, &expect);
+		int r = conf_ids(value, true, ctx->c->admin_gids, &ctx->c->n_admin_gids, &expect);
 		if (r < 0) {
 			log_error("%s:%d: [daemon] admin_groups = '%s' is invalid: expected %s%s",
 				  ctx->path, line, value, expect,
@@ -508,31 +323,11 @@ static int on_item(void *user, const char *section, const char *key,
 	return 1;
 }
 
-static int config_validate(const struct config *c, const char *path)
+/* Tenants: someone can belong to each, and no uid or socket is in two. */
+static int validate_tenants(const struct config *c, const char *path)
 {
 	int r = 0;
 
-	if (c->extent_size < CONFIG_EXTENT_SIZE_MIN || c->extent_size > CONFIG_EXTENT_SIZE_MAX) {
-		log_error("%s: [pool] extent_size must be between 2M and 1G (one io_uring buffer)", path);
-		r = -EINVAL;
-	}
-	if (c->capacity < c->extent_size) {
-		log_error("%s: [pool] capacity must be at least extent_size", path);
-		r = -EINVAL;
-	}
-	if (c->handshake_timeout_ms < 100 || c->handshake_timeout_ms > 600000) {
-		log_error("%s: [daemon] handshake_timeout_ms must be 100..600000", path);
-		r = -EINVAL;
-	}
-	if (c->max_keys == 0 || c->max_keys > 8192) {
-		log_error("%s: [limits] keys_per_request must be 1..8192", path);
-		r = -EINVAL;
-	}
-	if (c->max_connections == 0 || c->max_connections_per_uid == 0 ||
-	    c->max_namespaces == 0 || c->max_handles == 0) {
-		log_error("%s: [limits] values must be at least 1", path);
-		r = -EINVAL;
-	}
 	for (uint32_t i = 0; i < c->n_tenants; i++) {
 		const struct tenant_conf *a = &c->tenants[i];
 		if (!a->n_uids && !a->n_gids && !a->socket) {
@@ -560,6 +355,14 @@ static int config_validate(const struct config *c, const char *path)
 			r = -EINVAL;
 		}
 	}
+	return r;
+}
+
+/* Spill files: each complete, no file named twice. */
+static int validate_spills(const struct config *c, const char *path)
+{
+	int r = 0;
+
 	for (uint32_t i = 0; i < c->n_spills; i++) {
 		const struct spill_conf *a = &c->spills[i];
 		if (!a->path || !a->capacity) {
@@ -573,6 +376,38 @@ static int config_validate(const struct config *c, const char *path)
 				r = -EINVAL;
 			}
 	}
+	return r;
+}
+
+static int config_validate(const struct config *c, const char *path)
+{
+	int r = 0;
+
+	if (c->extent_size < CONFIG_EXTENT_SIZE_MIN || c->extent_size > CONFIG_EXTENT_SIZE_MAX) {
+		log_error("%s: [pool] extent_size must be between 2M and 1G (one io_uring buffer)", path);
+		r = -EINVAL;
+	}
+	if (c->capacity < c->extent_size) {
+		log_error("%s: [pool] capacity must be at least extent_size", path);
+		r = -EINVAL;
+	}
+	if (c->handshake_timeout_ms < 100 || c->handshake_timeout_ms > 600000) {
+		log_error("%s: [daemon] handshake_timeout_ms must be 100..600000", path);
+		r = -EINVAL;
+	}
+	if (c->max_keys == 0 || c->max_keys > 8192) {
+		log_error("%s: [limits] keys_per_request must be 1..8192", path);
+		r = -EINVAL;
+	}
+	if (c->max_connections == 0 || c->max_connections_per_uid == 0 ||
+	    c->max_namespaces == 0 || c->max_handles == 0) {
+		log_error("%s: [limits] values must be at least 1", path);
+		r = -EINVAL;
+	}
+	if (validate_tenants(c, path) < 0)
+		r = -EINVAL;
+	if (validate_spills(c, path) < 0)
+		r = -EINVAL;
 	if (c->writeback_low > c->writeback_high) {
 		log_error("%s: [nvme] writeback_low (%u%%) must not exceed writeback_high (%u%%)",
 			  path, c->writeback_low, c->writeback_high);
@@ -645,70 +480,4 @@ void config_free(struct config *c)
 	c->tenants = NULL;
 	c->n_tenants = 0;
 	c->socket_path = c->runtime_dir = c->sysfs_root = NULL;
-}
-
-void config_dump(const struct config *c, FILE *f)
-{
-	static const char *hp[] = {"auto", "hugetlb", "thp", "off"};
-	static const char *lk[] = {"auto", "yes", "no"};
-	const char *level = "info";
-	char a[KVT_SIZE_LEN], b[KVT_SIZE_LEN], q[KVT_SIZE_LEN], o[KVT_SIZE_LEN];
-
-	switch (c->log_level) {
-	case LOG_ERR: level = "error"; break;
-	case LOG_WARNING: level = "warning"; break;
-	case LOG_NOTICE: level = "notice"; break;
-	case LOG_DEBUG: level = "debug"; break;
-	}
-	fprintf(f, "[daemon]\nsocket = %s\nruntime_dir = %s\nquarantine_ms = %u\nlog_level = %s\n"
-		"handshake_timeout_ms = %u\n",
-		c->socket_path, c->runtime_dir, c->quarantine_ms, level, c->handshake_timeout_ms);
-	for (uint32_t j = 0; j < c->n_admin_gids; j++)
-		fprintf(f, "%s %u%s", j % 8 ? "" : "admin_groups =", c->admin_gids[j],
-			j % 8 == 7 || j + 1 == c->n_admin_gids ? "\n" : "");
-	fputc('\n', f);
-	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\nnuma = %s\n"
-		"eviction = %s\n",
-		kvt_size_format_exact(c->capacity, a, sizeof(a)), kvt_size_format_exact(c->extent_size, b, sizeof(b)),
-		hp[c->hugepages], lk[c->lock], c->numa == NUMA_OFF ? "off" : "auto",
-		evict_policy_to_string(c->eviction));
-	if (c->sysfs_root)
-		fprintf(f, "topology_root = %s\n", c->sysfs_root);
-	fputc('\n', f);
-	fprintf(f, "[tenants]\n# 0: a quarter of [pool] capacity; root and kvtierd's own uid get all of it\n"
-		"default_quota = %s\n"
-		"# 0: the same share of the spill files as of the pool\n"
-		"default_nvme_quota = %s\nunknown = %s\n\n",
-		kvt_size_format_exact(c->default_quota, q, sizeof(q)),
-		kvt_size_format_exact(c->default_nvme_quota, o, sizeof(o)), c->refuse_unknown ? "refuse" : "allow");
-	for (uint32_t i = 0; i < c->n_tenants; i++) {
-		const struct tenant_conf *t = &c->tenants[i];
-		fprintf(f, "[tenant.%s]\n", t->name);
-		/* Eight ids a line: every line stays within inih's limit. */
-		for (uint32_t j = 0; j < t->n_uids; j++)
-			fprintf(f, "%s %u%s", j % 8 ? "" : "uids =", t->uids[j],
-				j % 8 == 7 || j + 1 == t->n_uids ? "\n" : "");
-		for (uint32_t j = 0; j < t->n_gids; j++)
-			fprintf(f, "%s %u%s", j % 8 ? "" : "gids =", t->gids[j],
-				j % 8 == 7 || j + 1 == t->n_gids ? "\n" : "");
-		if (t->quota)
-			fprintf(f, "quota = %s\n", kvt_size_format_exact(t->quota, q, sizeof(q)));
-		if (t->nvme_quota)
-			fprintf(f, "nvme_quota = %s\n", kvt_size_format_exact(t->nvme_quota, q, sizeof(q)));
-		if (t->socket)
-			fprintf(f, "socket = %s\n", t->socket);
-		fputc('\n', f);
-	}
-	static const char *eng[] = {"auto", "io_uring", "threads"};
-	fprintf(f, "[nvme]\nengine = %s\nqueue_depth = %u\nwriteback_high = %u%%\nwriteback_low = %u%%\n\n",
-		eng[c->nvme_engine], c->nvme_queue_depth, c->writeback_high, c->writeback_low);
-	for (uint32_t i = 0; i < c->n_spills; i++)
-		fprintf(f, "[spill.%s]\npath = %s\ncapacity = %s\n\n", c->spills[i].name,
-			c->spills[i].path ? c->spills[i].path : "",
-			kvt_size_format_exact(c->spills[i].capacity, q, sizeof(q)));
-	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
-		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
-		"handles_per_tenant = %u\noutput_bytes = %s\n",
-		c->max_connections, c->max_connections_per_uid, c->max_namespaces, c->max_keys,
-		c->max_handles, kvt_size_format_exact(c->max_output_bytes, o, sizeof(o)));
 }

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The values of kvtierd.conf: one parser per kind of value (config-values.h). */
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include "config.h"
+#include "config-values.h"
+#include "size.h"
+
+int conf_size(const char *v, void *field, const char **expect)
+{
+	*expect = "a size such as 4096, 512M or 64G";
+	return kvt_size_parse(v, field);
+}
+
+int conf_u32(const char *v, void *field, const char **expect)
+{
+	char *end;
+	*expect = "a whole number up to 4294967295";
+	if (*v < '0' || *v > '9')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (errno || end == v || *end || x > UINT32_MAX)
+		return -EINVAL;
+	*(uint32_t *)field = (uint32_t)x;
+	return 0;
+}
+
+int conf_string(const char *v, void *field, const char **expect)
+{
+	*expect = "a non-empty string";
+	if (!*v)
+		return -EINVAL;
+	char *s = strdup(v);
+	if (!s)
+		return -ENOMEM;
+	free(*(char **)field);
+	*(char **)field = s;
+	return 0;
+}
+
+int conf_path(const char *v, void *field, const char **expect)
+{
+	*expect = "an absolute path";
+	if (v[0] != '/' || strlen(v) >= 108)
+		return -EINVAL;
+	return conf_string(v, field, expect);
+}
+
+int conf_hugepages(const char *v, void *field, const char **expect)
+{
+	static const char *names[] = {"auto", "hugetlb", "thp", "off"};
+	*expect = "auto, hugetlb, thp or off";
+	for (unsigned i = 0; i < 4; i++)
+		if (!strcmp(v, names[i])) {
+			*(enum hugepage_mode *)field = (enum hugepage_mode)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int conf_lock(const char *v, void *field, const char **expect)
+{
+	static const char *names[] = {"auto", "yes", "no"};
+	*expect = "auto, yes or no";
+	for (unsigned i = 0; i < 3; i++)
+		if (!strcmp(v, names[i])) {
+			*(enum lock_mode *)field = (enum lock_mode)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int conf_numa(const char *v, void *field, const char **expect)
+{
+	*expect = "auto or off";
+	if (!strcmp(v, "auto"))
+		*(enum numa_mode *)field = NUMA_AUTO;
+	else if (!strcmp(v, "off"))
+		*(enum numa_mode *)field = NUMA_OFF;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int conf_eviction(const char *v, void *field, const char **expect)
+{
+	int p = evict_policy_from_string(v);
+	*expect = "arc, lru, s3fifo or sieve";
+	if (p < 0)
+		return p;
+	*(enum evict_policy *)field = (enum evict_policy)p;
+	return 0;
+}
+
+int conf_engine(const char *v, void *field, const char **expect)
+{
+	static const char *names[] = {"auto", "io_uring", "threads"};
+	*expect = "auto, io_uring or threads";
+	for (unsigned i = 0; i < 3; i++)
+		if (!strcmp(v, names[i])) {
+			*(enum nvme_engine *)field = (enum nvme_engine)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+int conf_percent(const char *v, void *field, const char **expect)
+{
+	char *end;
+	*expect = "a percentage from 0% to 100%";
+	if (*v < '0' || *v > '9')
+		return -EINVAL;
+	unsigned long x = strtoul(v, &end, 10);
+	if (*end == '%')
+		end++;
+	if (*end || x > 100)
+		return -EINVAL;
+	*(uint32_t *)field = (uint32_t)x;
+	return 0;
+}
+
+int conf_unknown(const char *v, void *field, const char **expect)
+{
+	*expect = "allow or refuse";
+	if (!strcmp(v, "allow"))
+		*(bool *)field = false;
+	else if (!strcmp(v, "refuse"))
+		*(bool *)field = true;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int conf_log_level(const char *v, void *field, const char **expect)
+{
+	static const struct { const char *n; int l; } levels[] = {
+		{"error", LOG_ERR}, {"warning", LOG_WARNING},
+		{"notice", LOG_NOTICE}, {"info", LOG_INFO}, {"debug", LOG_DEBUG},
+	};
+	*expect = "error, warning, notice, info or debug";
+	for (unsigned i = 0; i < 5; i++)
+		if (!strcmp(v, levels[i].n)) {
+			*(int *)field = levels[i].l;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* "1000, alice 1002": numeric ids or names, for uids or gids. */
+int conf_ids(const char *v, bool groups, uint32_t *ids, uint32_t *n, const char **expect)
+{
+	char buf[1024];
+	static char too_many[96];
+	*expect = groups ? "group names or gids, separated by spaces or commas"
+			 : "user names or uids, separated by spaces or commas";
+	snprintf(buf, sizeof(buf), "%s", v);
+	/* Repeated keys add: a long list may span several lines. */
+	for (char *save = NULL, *tok = strtok_r(buf, " ,\t", &save); tok;
+	     tok = strtok_r(NULL, " ,\t", &save)) {
+		char *end;
+		unsigned long id;
+		if (*n >= CONFIG_MAX_IDS) {
+			snprintf(too_many, sizeof(too_many), "at most %d %s per tenant; use gids for large groups",
+				 CONFIG_MAX_IDS, groups ? "gids" : "uids");
+			*expect = too_many;
+			return -E2BIG;
+		}
+		errno = 0;
+		id = strtoul(tok, &end, 10);
+		if (*tok >= '0' && *tok <= '9' && !*end && !errno && id < UINT32_MAX) {
+			ids[(*n)++] = (uint32_t)id;
+			continue;
+		}
+		if (groups) {
+			struct group *g = getgrnam(tok);
+			if (!g)
+				return -ENOENT;
+			ids[(*n)++] = g->gr_gid;
+		} else {
+			struct passwd *pw = getpwnam(tok);
+			if (!pw)
+				return -ENOENT;
+			ids[(*n)++] = pw->pw_uid;
+		}
+	}
+	return *n ? 0 : -EINVAL;
+}
