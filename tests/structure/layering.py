@@ -7,9 +7,10 @@
    (A lower part reports up through callbacks or an ops table.)
 2. kernels/ and proto/ include nothing from client/ or daemon/.
 
-Usage: layering.py SOURCE_ROOT BUILD_ROOT
+Usage: layering.py SOURCE_ROOT BUILD_ROOT [--graph]
 Reads the objects with nm; exits 0, 1 (with each broken rule named) or 77
-when there is no nm or nothing was built.
+when there is no nm or nothing was built.  --graph also prints, for each
+target, which file calls which (docs/architecture.md is drawn from it).
 """
 import os
 import re
@@ -47,7 +48,7 @@ def source_of(obj):
     return os.path.basename(obj)[:-2]
 
 
-def check_calls(build):
+def check_calls(build, graph=False):
     errors = []
     found = 0
     for target in targets(build):
@@ -69,6 +70,11 @@ def check_calls(build):
                 dst = defined_by.get(s)
                 if dst and dst != src:
                     edges.add((src, dst))
+        if graph:
+            print(f"{target}:")
+            for src in sorted(uses):
+                dsts = sorted(b for a, b in edges if a == src)
+                print(f"  {src} -> {', '.join(dsts) if dsts else '(none)'}")
         for a, b in sorted(edges):
             if a < b and (b, a) in edges:
                 ab = sorted(s for s in uses[a] if defined_by.get(s) == b)
@@ -107,12 +113,13 @@ def check_includes(src):
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__.strip().splitlines()[-3], file=sys.stderr)
+    args = [a for a in sys.argv[1:] if a != "--graph"]
+    if len(args) != 2:
+        print("usage: layering.py SOURCE_ROOT BUILD_ROOT [--graph]", file=sys.stderr)
         return 2
-    src, build = sys.argv[1], sys.argv[2]
+    src, build = args
     try:
-        found, errors = check_calls(build)
+        found, errors = check_calls(build, "--graph" in sys.argv)
     except FileNotFoundError:
         print("skipped: no nm (binutils)")
         return SKIP
