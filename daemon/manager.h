@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
 
@@ -12,6 +13,7 @@
 #include "pool.h"
 #include "store.h"
 
+struct nvme;
 struct session;
 struct process;
 
@@ -43,6 +45,7 @@ struct manager {
 	struct config *config;
 	struct pool pool;
 	struct store store;
+	struct nvme *nvme; /* the NVMe tier under the store, NULL without one */
 	const char *config_path; /* for SIGHUP, NULL on built-in defaults */
 	const char *socket_override; /* --socket, kept across reloads */
 	struct listener *listeners[MANAGER_MAX_LISTENERS];
@@ -60,7 +63,7 @@ struct manager {
 	struct session *sessions;
 	uint32_t n_sessions;
 	uint32_t next_session_id;
-	struct process *processes;
+	LIST_HEAD(, process) processes;
 	uint32_t n_processes;
 	uint64_t started_usec;
 	struct manager_counters c;

@@ -550,11 +550,35 @@ void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot)
 	io_submit(n->io, &op->hdr);
 }
 
-void nvme_extent_added(struct nvme *n, struct extent *e)
+/* The store's view of this tier (store.h). */
+static void tier_extent_added(void *tier, struct extent *e)
 {
-	if (n)
-		io_buffer_add(n->io, e->map, e->size);
+	struct nvme *n = tier;
+
+	io_buffer_add(n->io, e->map, e->size);
 }
+
+static void tier_kick(void *tier)
+{
+	nvme_kick(tier);
+}
+
+static int tier_stage(void *tier, struct block *b)
+{
+	return nvme_stage(tier, b);
+}
+
+static void tier_slot_drop(void *tier, struct spill_region *r, uint32_t slot)
+{
+	nvme_slot_drop(tier, r, slot);
+}
+
+static const struct store_tier_ops tier_ops = {
+	.extent_added = tier_extent_added,
+	.kick = tier_kick,
+	.stage = tier_stage,
+	.slot_drop = tier_slot_drop,
+};
 
 static int recover_slot(struct spill_region *r, uint32_t slot, const struct spill_slot_header *h,
 			void *userdata)
@@ -619,6 +643,7 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 	if (r < 0)
 		goto fail;
 	sd_event_source_set_enabled(n->kick, SD_EVENT_OFF);
+	store_set_tier(s, &tier_ops, n);
 	log_info("NVMe tier: %u spill file(s), engine %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
 		 n->spill->n_files, io_engine_name(n->io), io_engine_reason(n->io),
 		 (unsigned long long)(n->rec.slots_recovered - n->rec.slots_replaced),
@@ -648,6 +673,8 @@ void nvme_free(struct nvme *n)
 
 	if (!n)
 		return;
+	if (n->store->tier == n)
+		store_set_tier(n->store, NULL, NULL);
 	sd_event_source_disable_unref(n->kick);
 	sd_event_source_disable_unref(n->retry);
 	/* Cancels and waits for I/O in flight: its buffers are pool and op
