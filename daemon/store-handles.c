@@ -13,8 +13,8 @@
 #include "store.h"
 
 int store_handle_new(struct store *s, struct tenant *t, uint8_t kind,
-		      struct block *b, uint32_t shard, struct process *owner,
-		      struct handle **ret)
+		     struct block *b, uint32_t shard, struct process *owner,
+		     struct handle **ret)
 {
 	uint32_t idx;
 
