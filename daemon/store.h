@@ -176,7 +176,7 @@ struct store {
 	store_extent_added_fn extent_added;
 	void *userdata;
 	const struct store_tier_ops *tier_ops; /* NULL without an NVMe tier */
-	void *tier;
+	void *tier; /* the tier's own pointer: nvme.c's struct nvme */
 	store_block_ready_fn block_ready; /* a staged block is in host memory,
 					   * or its staging failed (a miss) */
 	/* Places client-chosen keys in the indexes and ghost lists; drawn
