@@ -1,4 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * One file, past the length the project aims at, because it is one
+ * concept: the I/O engine of io.h.  Its two mechanisms (io_uring and the
+ * pread/pwrite threads) are not separate parts: both hand every completion
+ * to the one path that requeues short transfers, retries -EAGAIN with a
+ * back-off and injects test faults, and the event-loop side dispatches to
+ * whichever is running.  In files of their own the mechanisms and that
+ * common part would call each other; keeping them here keeps the engine's
+ * state (struct io_engine) private to one file.  Sections: completion,
+ * io_uring, threads, the event-loop side, the public calls.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>

@@ -128,7 +128,7 @@ int main(int argc, char **argv)
 	m->socket_override = socket_path;
 	pool_probe(&m->pool);
 	if (cfg.n_spills) {
-		r = nvme_start(&m->store, m->config, m->event, &m->store.nvme);
+		r = nvme_start(&m->store, m->config, m->event, &m->nvme);
 		if (r < 0) {
 			log_error("The NVMe tier could not start (see above); fix the [spill.*] configuration or remove it");
 			goto out;

@@ -28,7 +28,6 @@ static void on_extent_added(void *userdata, struct tenant *t, struct extent *e)
 	struct manager *m = userdata;
 	struct session *s;
 
-	nvme_extent_added(m->store.nvme, e);
 	/* Every connection of the tenant may be handed this extent's slots
 	 * (handles cross connections), so all of them learn of it now,
 	 * ahead of any reply that names it. */
@@ -95,6 +94,8 @@ int manager_new(struct config *c, struct manager **ret)
 		return r;
 	}
 	m->store.block_ready = on_block_ready;
+	m->store.handle_taken = process_handle_link;
+	m->store.handle_ended = process_handle_unlink;
 	sd_event_now(m->event, CLOCK_MONOTONIC, &m->started_usec);
 	*ret = m;
 	return 0;
@@ -107,8 +108,8 @@ void manager_free(struct manager *m)
 	while (!LIST_EMPTY(&m->sessions))
 		session_free(LIST_FIRST(&m->sessions));
 	/* First: it waits for I/O into and out of blocks and the pool. */
-	nvme_free(m->store.nvme);
-	m->store.nvme = NULL;
+	nvme_free(m->nvme);
+	m->nvme = NULL;
 	store_done(&m->store);
 	process_free_all(m);
 	for (uint32_t i = 0; i < m->n_listeners; i++) {

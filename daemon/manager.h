@@ -13,6 +13,7 @@
 #include "pool.h"
 #include "store.h"
 
+struct nvme;
 struct session;
 struct process;
 
@@ -44,6 +45,7 @@ struct manager {
 	struct config *config;
 	struct pool pool;
 	struct store store;
+	struct nvme *nvme; /* the NVMe tier under the store, NULL without one */
 	const char *config_path; /* for SIGHUP, NULL on built-in defaults */
 	const char *socket_override; /* --socket, kept across reloads */
 	struct listener *listeners[MANAGER_MAX_LISTENERS];
@@ -62,7 +64,7 @@ struct manager {
 	uint32_t n_sessions;
 	const struct session_ops *session_ops;
 	uint32_t next_session_id;
-	struct process *processes;
+	LIST_HEAD(, process) processes;
 	uint32_t n_processes;
 	uint64_t started_usec;
 	struct manager_counters c;

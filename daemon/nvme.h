@@ -4,7 +4,7 @@
  * background, so that host eviction only drops clean blocks; blocks staged
  * back into host memory when looked up or acquired, verified header and
  * payload on every restore; the index rebuilt from the spill files at
- * start.  The format is spill.c's, the I/O the engine's (io.c); the
+ * start.  The format is spill.h's, the I/O the engine's (io.c); the
  * decisions are here, and the block states are the store's.
  */
 #pragma once
@@ -37,19 +37,6 @@ struct nvme_stats {
  * called (and s->nvme stays NULL) when no [spill.NAME] is configured. */
 int nvme_start(struct store *s, const struct config *c, sd_event *event, struct nvme **ret);
 void nvme_free(struct nvme *n);
-/* A new pool extent: I/O may go to and from it. */
-void nvme_extent_added(struct nvme *n, struct extent *e);
-/* Host usage changed: write back if above the high watermark. */
-void nvme_kick(struct nvme *n);
-/* Give up an NVMe slot durably: its header is zeroed before the slot can
- * be reused, so a restart does not recover what was dropped.  n may be
- * NULL (no tier running: the slot is just freed). */
-void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot);
-/* Bring a block that is only on NVMe back into host memory.
- * \return 0 when staging runs (or ran already), or a negative errno when it
- *         cannot start now (-ENOMEM; -ENOSPC: no host slot; the block stays
- *         on NVMe) or the copy is gone (-EIO: its file failed; dropped) */
-int nvme_stage(struct nvme *n, struct block *b);
 void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret);
 /* Spill regions the tenant holds (spill_tenant_regions()). */
 uint32_t nvme_tenant_regions(const struct nvme *n, const char *tenant);

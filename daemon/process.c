@@ -17,12 +17,7 @@ static void process_maybe_free(struct process *p)
 
 	if (p->n_sessions || p->n_handles)
 		return;
-	if (p->prev)
-		p->prev->next = p->next;
-	else
-		m->processes = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
+	LIST_REMOVE(p, link);
 	m->n_processes--;
 	sd_event_source_disable_unref(p->exit_source);
 	sd_event_source_disable_unref(p->grace_source);
@@ -40,8 +35,8 @@ static int on_grace(sd_event_source *src, uint64_t usec, void *userdata)
 	/* The process is gone, so is every connection it made, and the last
 	 * copies have had time to land: its slots can be reused. */
 	p->n_sessions++; /* hold the record while draining */
-	while (p->handles) {
-		struct handle *h = p->handles;
+	while (!LIST_EMPTY(&p->handles)) {
+		struct handle *h = LIST_FIRST(&p->handles);
 		if (h->kind == HANDLE_LEASE)
 			leases++;
 		else
@@ -102,7 +97,8 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 
 	/* A live record for the pid is the same process: its pidfd has not
 	 * fired, so the pid cannot have been reused. */
-	for (struct process *p = m->processes; p; p = p->next)
+	struct process *p;
+	LIST_FOREACH(p, &m->processes, link)
 		if (p->pid == pid && !p->exited) {
 			if (pidfd >= 0)
 				close(pidfd);
@@ -115,11 +111,12 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 		if (pidfd < 0)
 			return -errno;
 	}
-	struct process *p = fault_hit(FAULT_PROCESS) ? NULL : calloc(1, sizeof(*p));
+	p = fault_hit(FAULT_PROCESS) ? NULL : calloc(1, sizeof(*p));
 	if (!p) {
 		close(pidfd);
 		return -ENOMEM;
 	}
+	LIST_INIT(&p->handles);
 	p->pid = pid;
 	p->pidfd = pidfd;
 	p->m = m;
@@ -130,10 +127,7 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 		return r;
 	}
 	p->n_sessions = 1;
-	p->next = m->processes;
-	if (m->processes)
-		m->processes->prev = p;
-	m->processes = p;
+	LIST_INSERT_HEAD(&m->processes, p, link);
 	m->n_processes++;
 	*ret = p;
 	return 0;
@@ -150,22 +144,13 @@ void process_session_closed(struct process *p)
 
 void process_handle_link(struct process *p, struct handle *h)
 {
-	h->owner_prev = NULL;
-	h->owner_next = p->handles;
-	if (p->handles)
-		p->handles->owner_prev = h;
-	p->handles = h;
+	LIST_INSERT_HEAD(&p->handles, h, owner_link);
 	p->n_handles++;
 }
 
 void process_handle_unlink(struct process *p, struct handle *h)
 {
-	if (h->owner_prev)
-		h->owner_prev->owner_next = h->owner_next;
-	else
-		p->handles = h->owner_next;
-	if (h->owner_next)
-		h->owner_next->owner_prev = h->owner_prev;
+	LIST_REMOVE(h, owner_link);
 	h->owner = NULL;
 	p->n_handles--;
 	process_maybe_free(p);
@@ -173,11 +158,11 @@ void process_handle_unlink(struct process *p, struct handle *h)
 
 void process_free_all(struct manager *m)
 {
-	while (m->processes) {
-		struct process *p = m->processes;
+	while (!LIST_EMPTY(&m->processes)) {
+		struct process *p = LIST_FIRST(&m->processes);
 		p->n_sessions = 0;
 		p->n_handles = 0;
-		p->handles = NULL;
+		LIST_INIT(&p->handles);
 		process_maybe_free(p);
 	}
 }

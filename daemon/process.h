@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
 
@@ -23,18 +24,20 @@ struct process {
 	int pidfd;
 	bool exited;
 	uint32_t n_sessions; /* its connections still open, whoever holds them */
-	struct handle *handles; /* taken through its connections, still open */
+	LIST_HEAD(, handle) handles; /* taken through its connections, still open */
 	uint32_t n_handles;
 	sd_event_source *exit_source;
 	sd_event_source *grace_source;
 	struct manager *m;
-	struct process *prev, *next;
+	LIST_ENTRY(process) link; /* manager.processes */
 };
 
 /* The live process record for a peer; pidfd is consumed (-1: open one). */
 int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret);
 /* Drop a session's reference; the record goes when nothing needs it. */
 void process_session_closed(struct process *p);
+/* The store's handle_taken and handle_ended (store.h): a handle the
+ * process took, and one that ended. */
 void process_handle_link(struct process *p, struct handle *h);
 void process_handle_unlink(struct process *p, struct handle *h);
 void process_free_all(struct manager *m);

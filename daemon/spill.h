@@ -4,7 +4,8 @@
  * slots, the self-describing headers, and recovery at start.  No I/O engine
  * and no policy lives here: the caller writes headers and payloads (io_uring
  * or pwrite) and decides what to index.  docs/nvme.md is the prose
- * description of the format.
+ * description of the format.  One file each: spill-format.c (headers),
+ * spill-regions.c (space), spill-files.c (opening), spill-recover.c.
  *
  * A spill file is a whole number of SPILL_REGION_BYTES regions.  A region is
  * bound to one (tenant, namespace identity, slot_bytes) triple and holds only
@@ -21,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include "kvt-proto.h"
 #include "slots.h"
@@ -73,10 +75,8 @@ struct spill_slot_header {
 	uint64_t payload_sum;
 };
 
-/* An intrusive list link; prev == NULL when not on a list. */
-struct spill_link {
-	struct spill_link *prev, *next;
-};
+struct spill_region;
+TAILQ_HEAD(spill_region_list, spill_region);
 
 /* A tenant's hold on the spill space, shared by its bindings: the policy
  * weighs its regions against the tenant's NVMe quota, because a region
@@ -101,7 +101,7 @@ struct spill_binding {
 	uint8_t ns_digest[16]; /* XXH3-128 of the identity */
 	struct spill_owner *owner;
 	uint32_t n_regions;
-	struct spill_link free_regions; /* usable, with a free slot; empty last */
+	struct spill_region_list free_regions; /* usable, with a free slot; empty last */
 	struct spill_binding *hash_next;
 };
 
@@ -135,10 +135,11 @@ struct spill_region {
 	 * with I/O in flight is not reclaimed, so that no copy lands in or is
 	 * read from a region being emptied. */
 	uint32_t ios;
-	struct spill_link free_link;  /* binding->free_regions */
-	struct spill_link empty_link; /* spill's bound-but-empty regions */
-	struct spill_link unbound_link; /* its file's unbound regions */
-	struct spill_link kept_link;    /* spill's kept regions */
+	struct spill_binding *free_of; /* whose free_regions it is on, or NULL */
+	TAILQ_ENTRY(spill_region) free_link;    /* free_of->free_regions */
+	TAILQ_ENTRY(spill_region) empty_link;   /* spill's bound-but-empty regions */
+	TAILQ_ENTRY(spill_region) unbound_link; /* its file's unbound regions */
+	TAILQ_ENTRY(spill_region) kept_link;    /* spill's kept regions */
 };
 
 struct spill_file {
@@ -149,7 +150,7 @@ struct spill_file {
 	uint64_t capacity;
 	uint32_t n_regions;
 	struct spill_region *regions;
-	struct spill_link unbound;
+	struct spill_region_list unbound;
 	/* 0, or the negative errno spill_file_fail() was given: its regions
 	 * take no new slots and the caller should drop the blocks in them. */
 	int error;
@@ -162,8 +163,8 @@ struct spill {
 	bool recovered;
 	uint64_t recovery_frees; /* spill_slot_free() calls during recovery */
 	unsigned next_file; /* where the next unbound region comes from */
-	struct spill_link empty;
-	struct spill_link kept; /* regions being emptied for a tenant */
+	struct spill_region_list empty;
+	struct spill_region_list kept; /* regions being emptied for a tenant */
 	struct spill_binding **buckets;
 	uint32_t n_buckets;
 	struct spill_owner **owners; /* hashed by tenant name */

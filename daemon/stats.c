@@ -116,9 +116,9 @@ static void emit_daemon(struct emitter *e, bool admin)
 		return;
 	}
 	struct nvme_stats ns;
-	bool nvme = m->store.nvme != NULL;
+	bool nvme = m->nvme != NULL;
 	if (nvme)
-		nvme_get_stats(m->store.nvme, &ns);
+		nvme_get_stats(m->nvme, &ns);
 	kvt_rec_begin(&e->b, "daemon", nvme ? 30 + 22 : 30);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
@@ -219,7 +219,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 		sum.loads += c->loads;
 		sum.evictions += c->evictions;
 	}
-	kvt_rec_begin(&e->b, "tenant", t->store->nvme ? 18 : 14);
+	kvt_rec_begin(&e->b, "tenant", t->store->tier ? 18 : 14);
 	kvt_rec_u64(&e->b, "id", t->id);
 	kvt_rec_str(&e->b, "name", t->name);
 	kvt_rec_u64(&e->b, "uid", t->uid);
@@ -234,10 +234,10 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 	kvt_rec_u64(&e->b, "misses", sum.misses);
 	kvt_rec_u64(&e->b, "stores", sum.stores);
 	kvt_rec_u64(&e->b, "evictions", sum.evictions);
-	if (t->store->nvme) {
+	if (t->store->tier) { /* the store's tier is the NVMe tier */
 		kvt_rec_u64(&e->b, "nvme_quota", t->nvme_quota);
 		kvt_rec_u64(&e->b, "nvme_used", t->disk_bytes);
-		kvt_rec_u64(&e->b, "nvme_regions", nvme_tenant_regions(t->store->nvme, t->name));
+		kvt_rec_u64(&e->b, "nvme_regions", nvme_tenant_regions(t->store->tier, t->name));
 		kvt_rec_u64(&e->b, "nvme_refused", t->nvme_refused);
 	}
 }

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 
 #include "evict.h"
@@ -26,7 +27,6 @@
 #include "tenancy.h"
 
 struct process;
-struct nvme;
 struct spill_region;
 
 enum block_io {
@@ -72,7 +72,7 @@ struct handle {
 	struct block *block;
 	struct tenant *tenant;
 	struct process *owner;
-	struct handle *owner_prev, *owner_next;
+	LIST_ENTRY(handle) owner_link; /* on its owner's list (process.c) */
 };
 
 struct ns_counters {
@@ -141,6 +141,32 @@ typedef void (*store_extent_added_fn)(void *userdata, struct tenant *t,
 
 typedef void (*store_block_ready_fn)(void *userdata, struct ns *ns, const uint8_t *key);
 
+/* A handle was taken by, or ended for, the process that owns it. */
+typedef void (*store_handle_owner_fn)(struct process *owner, struct handle *h);
+
+/*
+ * The tier below host memory (the NVMe tier, nvme.c) as the store sees it.
+ * The tier calls the store's functions; the store reaches the tier only
+ * through this table, so the two never call each other.  tier is the
+ * tier's own pointer, passed back to every operation.
+ */
+struct store_tier_ops {
+	/* A new pool extent: I/O may go to and from it. */
+	void (*extent_added)(void *tier, struct extent *e);
+	/* A dirty block came (back) to an eviction list: write back if
+	 * above the high watermark. */
+	void (*kick)(void *tier);
+	/* Bring a block that is only on the tier back into host memory.
+	 * \return 0 when staging runs (or ran already), or a negative errno
+	 *         when it cannot start now (-ENOMEM; -ENOSPC: no host slot;
+	 *         the block stays on the tier) or the copy is gone (-EIO: its
+	 *         file failed; dropped) */
+	int (*stage)(void *tier, struct block *b);
+	/* Give up a slot on the tier durably: a restart must not recover what
+	 * was dropped. */
+	void (*slot_drop)(void *tier, struct spill_region *r, uint32_t slot);
+};
+
 struct store {
 	struct pool *pool;
 	const struct config *config;
@@ -149,17 +175,23 @@ struct store {
 	uint32_t next_tenant_id;
 	store_extent_added_fn extent_added;
 	void *userdata;
-	struct nvme *nvme; /* NULL without an NVMe tier */
+	const struct store_tier_ops *tier_ops; /* NULL without an NVMe tier */
+	void *tier; /* the tier's own pointer: nvme.c's struct nvme */
 	store_block_ready_fn block_ready; /* a staged block is in host memory,
 					   * or its staging failed (a miss) */
 	/* Places client-chosen keys in the indexes and ghost lists; drawn
 	 * at start, never shown to clients. */
 	struct keyhash keyhash;
+	/* Set by the manager: process.c keeps each process's handles. */
+	store_handle_owner_fn handle_taken, handle_ended;
 };
 
 int store_init(struct store *s, struct pool *p, const struct config *c,
 	       store_extent_added_fn fn, void *userdata);
 void store_done(struct store *s);
+/* Hand the store its lower tier (the NVMe tier at start-up), or take it
+ * back (ops NULL) before the tier goes. */
+void store_set_tier(struct store *s, const struct store_tier_ops *ops, void *tier);
 
 /* The tenant a connection resolved to, created on first use. */
 int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct tenant **ret);

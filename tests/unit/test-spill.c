@@ -1025,6 +1025,56 @@ out:
 }
 
 /*
+ * Of a binding's regions with free slots, a partly used one is taken before
+ * an empty one, which stays free for another binding to take.
+ */
+static void test_partly_used_first(void)
+{
+	char *p0 = path_of("order.spill");
+	struct spill_file_conf c[1] = { { p0, 2 * SPILL_REGION_BYTES } };
+	const uint64_t bytes = 4 * MiB - 4096; /* 15 slots a region */
+	const uint32_t per = spill_slots_per_region(bytes);
+	struct spill *s = NULL;
+	struct spill_region *r1, *r2, *r;
+	uint32_t slots[15], slot;
+
+	CHECK(per == 15);
+	CHECK(spill_open(c, 1, &s) == 0);
+	if (!s)
+		goto out;
+	CHECK(spill_recover(s, NULL, NULL, NULL) == 0);
+	CHECK(spill_region_find(s, "t", ident_a, sizeof(ident_a), bytes, &r1) == 1);
+	spill_region_header_written(r1);
+	for (uint32_t i = 0; i < per; i++)
+		CHECK(spill_slot_alloc(r1, &slots[i]) == 0);
+	/* Full: the second region is bound for the same namespace. */
+	CHECK(spill_region_find(s, "t", ident_a, sizeof(ident_a), bytes, &r2) == 1);
+	CHECK(r2 != r1 && r2->binding == r1->binding);
+	spill_region_header_written(r2);
+	CHECK(spill_slot_alloc(r2, &slot) == 0);
+	/* r1 is emptied after r2 was used: r2, partly used, comes first all
+	 * the same, and r1 goes to the other namespace. */
+	for (uint32_t i = 0; i < per; i++)
+		CHECK(spill_slot_free(r1, slots[i]) == 0);
+	CHECK(spill_region_find(s, "t", ident_a, sizeof(ident_a), bytes, &r) == 0 && r == r2);
+	CHECK(spill_slot_free(r2, slot) == 0);
+	CHECK(spill_slot_alloc(r1, &slot) == 0);
+	CHECK(spill_region_find(s, "t", ident_a, sizeof(ident_a), bytes, &r) == 0 && r == r1);
+	CHECK(spill_slot_free(r1, slot) == 0);
+	/* Both empty now; either may go to another binding, and the one left
+	 * still serves this one. */
+	CHECK(spill_region_find(s, "u", ident_b, sizeof(ident_b), bytes, &r) == 1);
+	CHECK(r == r1 || r == r2);
+	spill_region_header_written(r);
+	struct spill_region *left = r == r1 ? r2 : r1;
+	CHECK(spill_region_find(s, "t", ident_a, sizeof(ident_a), bytes, &r) == 0 && r == left);
+	spill_free(s);
+out:
+	unlink(p0);
+	free(p0);
+}
+
+/*
  * Regions counted per tenant, and taken back for another.
  */
 
@@ -1138,6 +1188,7 @@ int main(void)
 	test_erofs();
 	test_recover();
 	test_space();
+	test_partly_used_first();
 	test_reclaim();
 	CHECK(rmdir(dir) == 0);
 	CHECK(count_fds() == fds);

@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The NVMe tier's I/O operations: an op's lifetime (a slot header and a
+ * payload, two I/Os), staging a block back into host memory with its
+ * header and payload verified, and erasing the header of a dropped slot
+ * before the slot is reused.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault.h"
+#include "log.h"
+#include "nvme-private.h"
+#include "pool.h"
+
+/* A zeroed slot header: written over a dropped block's, so that a restart
+ * does not bring back what was deleted.  Never freed: an erasure the kernel
+ * still held at shutdown may read it. */
+static uint8_t *zero_header;
+
+void nvme_io_init(void)
+{
+	if (!zero_header)
+		zero_header = spill_buf_alloc(SPILL_SLOT_HEADER_BYTES);
+}
+
+struct op *nvme_op_new(enum fault_site fault)
+{
+	struct op *op = fault_hit(fault) ? NULL : calloc(1, sizeof(*op));
+
+	if (op)
+		op->hbuf = spill_buf_alloc(SPILL_SLOT_HEADER_BYTES);
+	if (op && !op->hbuf) {
+		nvme_op_free(op);
+		return NULL;
+	}
+	return op;
+}
+
+void nvme_op_track(struct nvme *n, struct op *op)
+{
+	LIST_INSERT_HEAD(&n->ops_list, op, link);
+}
+
+void nvme_op_untrack(struct nvme *n, struct op *op)
+{
+	LIST_REMOVE(op, link);
+}
+
+void nvme_op_free(struct op *op)
+{
+	if (op->n) /* tracked from when it is given its tier */
+		nvme_op_untrack(op->n, op);
+	free(op->hbuf);
+	free(op);
+}
+
+void nvme_io_failed(struct nvme *n, struct spill_region *r, int error)
+{
+	n->st.io_errors++;
+	/* A device error takes the whole file out (its blocks become misses
+	 * as they are asked for); the host tier keeps serving. */
+	if (error == -EIO && r && !r->file->error)
+		spill_file_fail(r->file, error);
+}
+
+void nvme_kick(struct nvme *n)
+{
+	if (n && n->kick)
+		sd_event_source_set_enabled(n->kick, SD_EVENT_ONESHOT);
+}
+
+static void stage_done(struct io_req *req, int result, void *userdata)
+{
+	struct op *op = userdata;
+	struct nvme *n = op->n;
+	struct block *b = op->b;
+
+	if (result < 0 && !op->error)
+		op->error = result;
+	if (--op->pending)
+		return;
+	n->ops--;
+	op->region->ios--;
+	if (op->error) {
+		nvme_io_failed(n, b->disk, op->error);
+		store_block_drop(n->store, b);
+		nvme_op_free(op);
+		nvme_kick(n);
+		return;
+	}
+	/* Verified on every restore: the header (where, whose, which key,
+	 * which write) and the payload against its checksum. */
+	struct spill_slot_header h;
+	uint64_t sum;
+	int r = spill_slot_check(op->hbuf, SPILL_SLOT_HEADER_BYTES, b->disk, b->disk_slot, b->key,
+				 b->extent->slot_bytes, b->disk_seq, &h);
+	if (r == 0)
+		r = pool_guarded_sum(nvme_slot_memory(b), b->extent->slot_bytes, spill_payload_sum, &sum);
+	if (r == 0 && sum != h.payload_sum)
+		r = -EBADMSG;
+	if (r < 0) {
+		n->st.checksum_errors++;
+		log_warning("Block of namespace %s/%u failed verification on restore (%s): dropped",
+			    b->ns->tenant->name, b->ns->id, strerror(-r));
+		store_block_drop(n->store, b);
+	} else {
+		n->st.reads++;
+		n->st.read_bytes += op->data.len;
+		store_block_restored(n->store, b);
+	}
+	nvme_op_free(op);
+	/* Write-back may have stopped at the queue depth these reads held. */
+	nvme_kick(n);
+}
+
+int nvme_stage(struct nvme *n, struct block *b)
+{
+	int r;
+
+	if (b->io != BLOCK_IO_NONE || b->extent || !b->disk)
+		return 0;
+	if (b->disk->file->error) {
+		store_block_drop(n->store, b);
+		return -EIO;
+	}
+	struct op *op = nvme_op_new(FAULT_RESTORE);
+	if (!op)
+		return -ENOMEM;
+	r = store_host_slot(n->store, b->ns, b);
+	if (r < 0) {
+		/* No host memory for it right now: it stays on NVMe, and a
+		 * later lookup tries again. */
+		nvme_op_free(op);
+		return r;
+	}
+	b->io = BLOCK_IO_READ;
+	op->n = n;
+	nvme_op_track(n, op);
+	op->b = b;
+	op->region = b->disk;
+	op->region->ios++;
+	int file = n->file_io[b->disk->file->number];
+	uint64_t off = spill_slot_offset(b->disk, b->disk_slot);
+	op->hdr = (struct io_req){.file = file, .offset = off, .buf = op->hbuf,
+				  .len = SPILL_SLOT_HEADER_BYTES, .done = stage_done, .userdata = op};
+	op->data = (struct io_req){.file = file, .offset = off + SPILL_SLOT_HEADER_BYTES,
+				   .buf = nvme_slot_memory(b), .len = (uint32_t)b->extent->slot_bytes,
+				   .done = stage_done, .userdata = op};
+	op->pending = 2;
+	n->ops++;
+	io_submit(n->io, &op->hdr);
+	io_submit(n->io, &op->data);
+	return 0;
+}
+
+static void erase_done(struct io_req *req, int result, void *userdata)
+{
+	struct op *op = userdata;
+	struct nvme *n = op->n;
+
+	n->ops--;
+	if (result < 0)
+		nvme_io_failed(n, op->region, result);
+	/* Reusable only now: a new header must not race the zeros.  A
+	 * write-back may have been waiting for this room. */
+	spill_slot_free(op->region, op->slot);
+	nvme_op_free(op);
+	nvme_kick(n);
+}
+
+void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot)
+{
+	struct op *op = NULL;
+
+	if (n && !r->file->error && zero_header)
+		op = calloc(1, sizeof(*op));
+	if (!op) {
+		spill_slot_free(r, slot);
+		return;
+	}
+	op->n = n;
+	nvme_op_track(n, op);
+	op->region = r;
+	op->slot = slot;
+	op->hdr = (struct io_req){.file = n->file_io[r->file->number],
+				  .offset = spill_slot_offset(r, slot), .buf = zero_header,
+				  .len = SPILL_SLOT_HEADER_BYTES, .write = true,
+				  .done = erase_done, .userdata = op};
+	n->ops++;
+	io_submit(n->io, &op->hdr);
+}

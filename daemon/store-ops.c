@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The clients' operations on blocks: lookup, reserve and commit or abort,
+ * acquire and release, touch, prefetch, delete and evict.  Batches of keys
+ * in, one status per key out; the store decides and does no socket I/O.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault.h"
+#include "spill.h"
+#include "store-private.h"
+#include "store.h"
+
+static uint64_t shard_offset(const struct block *b, uint32_t shard)
+{
+	return (uint64_t)b->slot * b->extent->slot_bytes +
+	       (uint64_t)shard * b->ns->geo.shard_stride;
+}
+
+uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
+		      uint32_t n, uint32_t flags, uint8_t *ret_states)
+{
+	uint32_t leading = 0;
+
+	ns->c.lookups++;
+	ns->c.lookup_keys += n;
+	/* Backwards, so that a touched chain's head ends up most recently
+	 * used: a prefix is worthless without its first block, so its tail
+	 * should go first. */
+	for (uint32_t i = n; i-- > 0;) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		uint8_t st = KVT_STATE_MISS;
+		if (b && b->state == BLOCK_RESIDENT && !b->extent && spill_region_failed(b->disk)) {
+			/* Its only copy is on a failed spill file: gone. */
+			store_block_drop(s, b);
+			b = NULL;
+		}
+		if (b && b->state == BLOCK_RESIDENT && (!b->extent || b->io == BLOCK_IO_READ)) {
+			/* On NVMe: a hit all the same, and staging starts now so
+			 * the acquire that follows finds it in host memory. */
+			st = KVT_STATE_DISK;
+			ns->c.hits++;
+			ns->c.disk_hits++;
+		} else if (b && b->state == BLOCK_RESIDENT) {
+			st = KVT_STATE_HOST;
+			ns->c.hits++;
+			if (flags & KVT_LOOKUP_TOUCH)
+				evict_touch(&ns->cls->lru, &b->lru);
+		} else if (b) {
+			st = KVT_STATE_PENDING;
+			ns->c.pending++;
+		} else {
+			ns->c.misses++;
+		}
+		ret_states[i] = st;
+	}
+	/* Staging in chain order: the head of a prefix is needed first.  One
+	 * that cannot start now (no memory for it) or whose copy is gone is a
+	 * miss for this lookup: the client computes it rather than wait for a
+	 * notification that would never come. */
+	for (uint32_t i = 0; s->tier_ops && i < n; i++) {
+		if (ret_states[i] != KVT_STATE_DISK)
+			continue;
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (!b || (!b->extent && s->tier_ops->stage(s->tier, b) < 0)) {
+			ret_states[i] = KVT_STATE_MISS;
+			ns->c.hits--;
+			ns->c.disk_hits--;
+			ns->c.misses++;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (ret_states[i] != KVT_STATE_HOST && ret_states[i] != KVT_STATE_DISK)
+			break;
+		leading++;
+	}
+	return leading;
+}
+
+void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
+		   const uint8_t *keys, uint32_t n, struct process *owner, int node,
+		   struct kvt_slot *ret)
+{
+	struct tenant *t = ns->tenant;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const uint8_t *key = keys + (size_t)i * KVT_KEY_SIZE;
+		struct kvt_slot *out = &ret[i];
+		struct block *b = index_get(&ns->index, key);
+		bool fresh = false;
+		struct handle *h;
+		int r;
+
+		memset(out, 0, sizeof(*out));
+		if (b && b->state == BLOCK_RESIDENT) {
+			out->status = -EEXIST;
+			continue;
+		}
+		if (b && ((b->shards_reserved | b->shards_committed) >> shard) & 1) {
+			out->status = -EBUSY;
+			continue;
+		}
+		if (!b) {
+			struct extent *e;
+			uint32_t slot;
+			r = store_class_alloc(s, t, ns->cls, node, false, &e, &slot);
+			if (r < 0) {
+				ns->c.rejected++;
+				out->status = r;
+				continue;
+			}
+			b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
+			if (!b) {
+				slots_release(&e->slots, slot);
+				ns->cls->used_slots--;
+				out->status = -ENOMEM;
+				continue;
+			}
+			memcpy(b->key, key, KVT_KEY_SIZE);
+			b->lru.fp = store_key_fingerprint(s, key);
+			b->ns = ns;
+			b->extent = e;
+			b->slot = slot;
+			b->state = BLOCK_RESERVED;
+			if (index_put(&ns->index, b) < 0) {
+				b->indexed = false;
+				store_block_maybe_free(b);
+				out->status = -ENOMEM;
+				continue;
+			}
+			b->indexed = true;
+			ns->blocks_reserved++;
+			fresh = true;
+		}
+		r = store_handle_new(s, t, HANDLE_RESERVATION, b, shard, owner, &h);
+		if (r < 0) {
+			if (fresh) {
+				store_block_unindex(b);
+				store_block_maybe_free(b);
+			}
+			ns->c.rejected++;
+			out->status = r;
+			continue;
+		}
+		b->shards_reserved |= UINT64_C(1) << shard;
+		out->handle = h->id;
+		out->extent_id = b->extent->id;
+		out->offset = shard_offset(b, shard);
+	}
+}
+
+void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
+		   const uint8_t *keys, uint32_t n, struct process *owner,
+		   struct kvt_slot *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct kvt_slot *out = &ret[i];
+		struct handle *h;
+
+		memset(out, 0, sizeof(*out));
+		if (!b) {
+			out->status = -ENOENT;
+			continue;
+		}
+		if (b->state != BLOCK_RESIDENT) {
+			out->status = -EAGAIN;
+			continue;
+		}
+		if (!b->extent || b->io == BLOCK_IO_READ) {
+			/* On NVMe: pending; it will be in host memory shortly. */
+			if (!b->extent && s->tier_ops)
+				s->tier_ops->stage(s->tier, b);
+			out->status = -EAGAIN;
+			continue;
+		}
+		int r = store_handle_new(s, ns->tenant, HANDLE_LEASE, b, shard, owner, &h);
+		if (r < 0) {
+			ns->c.rejected++;
+			out->status = r;
+			continue;
+		}
+		/* Pinned: off the eviction list until the last lease goes. */
+		evict_remove(&ns->cls->lru, &b->lru);
+		ns->c.loads++;
+		ns->c.load_bytes += ns->geo.shard_bytes;
+		out->handle = h->id;
+		out->extent_id = b->extent->id;
+		out->offset = shard_offset(b, shard);
+	}
+}
+
+/* End a reservation.  success: the shard's bytes are complete. */
+static int reservation_end(struct handle *h, bool success)
+{
+	struct tenant *t = h->tenant;
+	struct block *b = h->block;
+	struct ns *ns = b->ns;
+	uint64_t bit = UINT64_C(1) << h->shard;
+	int r = 0;
+
+	b->shards_reserved &= ~bit;
+	store_handle_free(t, h);
+	if (!b->indexed) {
+		r = -ECANCELED; /* another shard failed, or the key was deleted */
+	} else if (!success) {
+		/* One failed shard makes the whole block useless: no rank
+		 * may be served a block with a hole in it. */
+		ns->c.aborts++;
+		store_block_unindex(b);
+	} else {
+		b->shards_committed |= bit;
+		if (b->shards_committed == store_all_shards(ns)) {
+			b->state = BLOCK_RESIDENT;
+			ns->blocks_reserved--;
+			ns->blocks_resident++;
+			ns->c.stores++;
+			ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
+			ns->tenant->dirty += b->extent->slot_bytes;
+			store_lru_maybe_insert(b);
+		}
+	}
+	store_block_maybe_free(b);
+	return r;
+}
+
+static void lease_end(struct handle *h)
+{
+	struct block *b = h->block;
+
+	store_handle_free(h->tenant, h);
+	store_lru_maybe_insert(b);
+	store_block_maybe_free(b);
+}
+
+void store_commit(struct store *s, struct tenant *t,
+		  const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
+{
+	/* Backwards for the same reason as lookups: a batch is usually a
+	 * chain, and its head should be the last to be evicted. */
+	for (uint32_t i = n; i-- > 0;) {
+		struct handle *hd = store_handle_find(t, h[i].handle);
+		if (!hd)
+			ret[i] = -ENOENT;
+		else if (hd->kind != HANDLE_RESERVATION)
+			ret[i] = -EINVAL;
+		else
+			ret[i] = reservation_end(hd, h[i].flag != 0);
+	}
+}
+
+void store_abort(struct store *s, struct tenant *t,
+		 const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct handle *hd = store_handle_find(t, h[i].handle);
+		if (!hd)
+			ret[i] = -ENOENT;
+		else if (hd->kind != HANDLE_RESERVATION)
+			ret[i] = -EINVAL;
+		else
+			ret[i] = reservation_end(hd, false);
+	}
+}
+
+void store_release(struct store *s, struct tenant *t,
+		   const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct handle *hd = store_handle_find(t, h[i].handle);
+		if (!hd)
+			ret[i] = -ENOENT;
+		else if (hd->kind != HANDLE_LEASE)
+			ret[i] = -EINVAL;
+		else {
+			lease_end(hd);
+			ret[i] = 0;
+		}
+	}
+}
+
+void store_handle_drop(struct store *s, struct tenant *t, struct handle *h)
+{
+	if (h->kind == HANDLE_RESERVATION)
+		reservation_end(h, false);
+	else
+		lease_end(h);
+}
+
+void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
+		 uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (b && b->state == BLOCK_RESIDENT) {
+			evict_touch(&ns->cls->lru, &b->lru); /* a no-op off the list */
+			ret[i] = 0;
+		} else {
+			ret[i] = -ENOENT;
+		}
+	}
+}
+
+/* A block whose host copy can go while its NVMe copy stays the block. */
+static bool host_copy_evictable(const struct block *b)
+{
+	return b->state == BLOCK_RESIDENT && b->extent && b->clean && b->io == BLOCK_IO_NONE &&
+	       !b->handles;
+}
+
+/* What an eviction from host memory alone leaves: blocks on NVMe only,
+ * or being staged from there. */
+static bool on_nvme_only(const struct block *b)
+{
+	return b->state == BLOCK_RESIDENT && b->disk && (!b->extent || b->io == BLOCK_IO_READ);
+}
+
+uint64_t store_ns_evict(struct store *s, struct ns *ns, bool drop)
+{
+	uint64_t n = 0;
+	if (!drop) {
+		for (size_t i = 0; i < ns->index.cap; i++) {
+			struct block *b = ns->index.slots[i];
+			if (b && host_copy_evictable(b)) {
+				store_block_spilled(s, b);
+				n++;
+			}
+		}
+	}
+	/* Removal shifts entries back into visited slots: rescan until only
+	 * what stays is left. */
+	for (bool again = true; again;) {
+		again = false;
+		for (size_t i = 0; i < ns->index.cap; i++) {
+			struct block *b = ns->index.slots[i];
+			if (!b || (!drop && on_nvme_only(b)))
+				continue;
+			ns->c.evictions++;
+			store_block_unindex(b);
+			store_block_maybe_free(b);
+			n++;
+			again = true;
+		}
+	}
+	return n;
+}
+
+void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,
+		    uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (!b || b->state != BLOCK_RESIDENT) {
+			ret[i] = b ? -EINPROGRESS : -ENOENT;
+			continue;
+		}
+		if (b->extent && b->io != BLOCK_IO_READ) {
+			ret[i] = 0;
+			continue;
+		}
+		if (!b->extent && s->tier_ops)
+			s->tier_ops->stage(s->tier, b);
+		ret[i] = -EINPROGRESS;
+	}
+}
+
+void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
+		  uint32_t n, int32_t *ret)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (!b) {
+			ret[i] = -ENOENT;
+			continue;
+		}
+		ns->c.deletes++;
+		store_block_unindex(b);
+		store_block_maybe_free(b);
+		ret[i] = 0;
+	}
+}

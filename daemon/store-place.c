@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Placement and host eviction: where a block's host slot comes from (a free
+ * slot, a new extent while the tenant's quota lasts, or the slot of the
+ * least recently used block that can go).
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "macro.h"
+#include "pool.h"
+#include "spill.h"
+#include "store-private.h"
+#include "store.h"
+
+/* A free slot in an extent on node (-1: on any node). */
+static struct extent *class_free_slot(struct slot_class *c, int node, uint32_t *ret_slot)
+{
+	for (uint32_t i = 0; i < c->n_extents; i++)
+		if ((node < 0 || c->extents[i]->for_node == node) &&
+		    slots_alloc(&c->extents[i]->slots, ret_slot) == 0)
+			return c->extents[i];
+	return NULL;
+}
+
+/* A slot in a new extent for node, while the tenant's quota lasts.
+ * \return 0, or -ENOSPC */
+static int class_new_extent(struct store *s, struct tenant *t, struct slot_class *c, int node,
+			    struct extent **ret_e, uint32_t *ret_slot)
+{
+	uint64_t bytes = pool_extent_bytes(s->pool, c->slot_bytes);
+	struct extent *e;
+
+	if (t->allocated + bytes > t->quota || !ARRAY_GROW(c->extents, c->n_extents, struct extent *))
+		return -ENOSPC;
+	if (pool_extent_new(s->pool, t->next_extent_id, c->slot_bytes, node, &e) != 0)
+		return -ENOSPC;
+	t->next_extent_id++;
+	e->cls = c;
+	c->extents[c->n_extents++] = e;
+	t->allocated += e->size;
+	if (s->tier_ops)
+		s->tier_ops->extent_added(s->tier, e);
+	if (s->extent_added)
+		s->extent_added(s->userdata, t, e);
+	if (slots_alloc(&e->slots, ret_slot) < 0)
+		return -ENOSPC;
+	*ret_e = e;
+	return 0;
+}
+
+/* The least recently used block that can go now: not being written back,
+ * and for staging not a staged one if another will do.  With an NVMe tier
+ * a clean block (its copy is on NVMe) is worth looking a little way up the
+ * list for: write-back keeps enough of them ahead of this. */
+static struct block *class_victim(struct store *s, struct slot_class *c, bool stage)
+{
+	struct block *b = NULL, *clean = NULL, *staged = NULL;
+	struct evict_entry *n = evict_victim(&c->lru);
+
+	for (int i = 0; i < 256 && n && !clean; i++, n = evict_walk_next(&c->lru, n)) {
+		struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
+		if (cb->io != BLOCK_IO_NONE)
+			continue;
+		if (stage && cb->staged) {
+			if (!staged)
+				staged = cb;
+			continue;
+		}
+		if (!b)
+			b = cb;
+		if (!s->tier_ops)
+			break;
+		if (cb->clean && cb->disk && !spill_region_failed(cb->disk))
+			clean = cb;
+	}
+	if (clean)
+		b = clean;
+	if (!b)
+		b = staged;
+	return b;
+}
+
+/* Evict class_victim() from host memory and take its slot.
+ * \return 0, or -ENOSPC */
+static int class_evict(struct store *s, struct slot_class *c, bool stage,
+		       struct extent **ret_e, uint32_t *ret_slot)
+{
+	struct block *b = class_victim(s, c, stage);
+
+	if (!b)
+		return -ENOSPC;
+	struct extent *e = b->extent;
+	uint32_t slot = b->slot;
+	if (s->tier_ops && b->clean && b->disk && !spill_region_failed(b->disk)) {
+		store_block_spilled(s, b);
+	} else {
+		b->ns->c.evictions++;
+		if (s->tier_ops)
+			b->ns->c.dirty_drops++;
+		evict_evicted(&c->lru, &b->lru); /* a policy may remember it */
+		store_block_unindex(b);
+		store_block_maybe_free(b);
+	}
+	/* Take the victim's own slot: the one it just gave back. */
+	if (slots_is_used(&e->slots, slot) || slots_alloc(&e->slots, ret_slot) < 0)
+		return -ENOSPC;
+	*ret_e = e;
+	return 0;
+}
+
+/*
+ * Placement: a free slot in an extent made for the client's node first,
+ * then a new extent for that node while the quota lasts (the kernel may
+ * put it elsewhere when the node is short: counted), then a free slot in
+ * any extent, and only then an eviction.  A client with no known node
+ * (-1) takes any free slot before a new extent.
+ * Staging (restore) takes the slot of a block staged for a lookup that has
+ * not leased it yet only when nothing else can go: restores for one
+ * request would otherwise evict each other in turn.
+ */
+int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
+		      bool stage, struct extent **ret_e, uint32_t *ret_slot)
+{
+	if (!(*ret_e = class_free_slot(c, node, ret_slot)) &&
+	    class_new_extent(s, t, c, node, ret_e, ret_slot) < 0 &&
+	    !(node >= 0 && (*ret_e = class_free_slot(c, -1, ret_slot))))
+		TRY(class_evict(s, c, stage, ret_e, ret_slot));
+	c->used_slots++;
+	return 0;
+}

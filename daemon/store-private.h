@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the store's files share and no one else uses.  The files call one
+ * another in one direction only:
+ *
+ *   store-ops.c     -> store-tier.c, store-place.c, store-handles.c, store-blocks.c
+ *   store-tier.c    -> store-tenants.c, store-ns.c, store-place.c, store-blocks.c
+ *   store-place.c   -> store-blocks.c
+ *   store-tenants.c -> store-ns.c
+ *
+ * store-blocks.c, store-handles.c and store-ns.c call no other file of the
+ * store.  Below the store, the NVMe tier is reached through s->tier_ops.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "keyhash.h"
+#include "store.h"
+
+#define ARRAY_GROW(arr, n, type)                                          \
+	({                                                                \
+		type *_a = realloc((arr), sizeof(type) * ((n) + 1));      \
+		if (_a)                                                   \
+			(arr) = _a;                                       \
+		_a != NULL;                                               \
+	})
+
+/* What the eviction ghost lists remember of a block: keys sharing their
+ * first bytes must not share it. */
+static inline uint64_t store_key_fingerprint(const struct store *s, const uint8_t *key)
+{
+	return keyhash(&s->keyhash, key, KVT_KEY_SIZE);
+}
+
+/* The shard bits of a block whose every shard is committed. */
+static inline uint64_t store_all_shards(const struct ns *ns)
+{
+	return ns->geo.shards >= 64 ? ~UINT64_C(0)
+				    : (UINT64_C(1) << ns->geo.shards) - 1;
+}
+
+/* store-ns.c: free a namespace and its blocks (shutdown). */
+void store_ns_free(struct store *s, struct ns *ns);
+
+/* store-blocks.c */
+/* Out of the index and the host eviction list; the counts follow. */
+void store_block_unindex(struct block *b);
+/* Give the host slot back to its extent (a dirty one stops counting). */
+void store_host_slot_release(struct block *b);
+/* Off its namespace's NVMe list, and off its tenant's NVMe bytes. */
+void store_disk_unlink(struct block *b);
+/* Give up b's NVMe slot through the tier. */
+void store_disk_slot_drop(struct store *s, struct block *b);
+void store_lru_maybe_insert(struct block *b);
+
+/* store-place.c: a host slot of class c for a block of tenant t; node is
+ * the client's NUMA node (-1: any); stage: for staging from NVMe.
+ * \return 0, or -ENOSPC */
+int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
+		      bool stage, struct extent **ret_e, uint32_t *ret_slot);
+
+/* store-handles.c */
+/* \return 0, -ENOBUFS at [limits] handles, or -ENOMEM */
+int store_handle_new(struct store *s, struct tenant *t, uint8_t kind,
+		     struct block *b, uint32_t shard, struct process *owner,
+		     struct handle **ret);
+/* The live handle of that id, or NULL. */
+struct handle *store_handle_find(struct tenant *t, uint64_t id);
+/* Forget a handle; the block's own bookkeeping is the caller's. */
+void store_handle_free(struct tenant *t, struct handle *h);

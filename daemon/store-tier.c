@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the NVMe tier (nvme.c) asks of the store: host slots for staging,
+ * the transitions its I/O brings about (spilled, restored, cleaned,
+ * dropped), NVMe copies given up for room, and blocks recovered from the
+ * spill files at start.  The tier does the I/O; the block states are here.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault.h"
+#include "spill.h"
+#include "store-private.h"
+#include "store.h"
+
+int store_host_slot(struct store *s, struct ns *ns, struct block *b)
+{
+	struct extent *e;
+	uint32_t slot;
+	int r = store_class_alloc(s, ns->tenant, ns->cls, -1, true, &e, &slot);
+	if (r < 0)
+		return r;
+	b->extent = e;
+	b->slot = slot;
+	return 0;
+}
+
+/* Staged back and verified: in host memory again, and clean. */
+void store_block_restored(struct store *s, struct block *b)
+{
+	struct ns *ns = b->ns;
+
+	b->io = BLOCK_IO_NONE;
+	b->clean = true;
+	b->staged = true;
+	if (!b->indexed) {
+		store_block_maybe_free(b);
+		return;
+	}
+	ns->blocks_spilled--;
+	ns->blocks_resident++;
+	ns->c.restores++;
+	evict_lru_touch(&ns->disk_lru, &b->disk_lru);
+	store_lru_maybe_insert(b);
+	if (s->block_ready)
+		s->block_ready(s->userdata, ns, b->key);
+}
+
+/* A write-back ended; ok: the host copy is also on NVMe now. */
+void store_block_cleaned(struct store *s, struct block *b, bool ok)
+{
+	b->io = BLOCK_IO_NONE;
+	if (ok && b->extent && !b->clean) {
+		b->clean = true;
+		b->ns->tenant->dirty -= b->extent->slot_bytes;
+	}
+	if (!b->indexed) {
+		store_block_maybe_free(b);
+		return;
+	}
+	store_lru_maybe_insert(b);
+}
+
+/* A block whose bytes can no longer be trusted: a miss from now on. */
+void store_block_drop(struct store *s, struct block *b)
+{
+	struct ns *ns = b->ns;
+	bool staging = b->io == BLOCK_IO_READ;
+	uint8_t key[KVT_KEY_SIZE];
+
+	memcpy(key, b->key, KVT_KEY_SIZE);
+	store_block_unindex(b);
+	if (staging)
+		store_host_slot_release(b); /* the staging slot, never visible */
+	b->io = BLOCK_IO_NONE;
+	store_block_maybe_free(b);
+	/* Clients waiting for it to be staged hear that it is settled: their
+	 * next LOOKUP says miss, now rather than at their deadline. */
+	if (staging && s->block_ready)
+		s->block_ready(s->userdata, ns, key);
+}
+
+/* Give up b's NVMe copy; b has no I/O in flight.  A block still in host
+ * memory keeps serving from there (and is dirty again); one only on NVMe
+ * is gone. */
+static void disk_copy_drop(struct store *s, struct ns *ns, struct block *b)
+{
+	store_disk_unlink(b);
+	if (b->extent) {
+		store_disk_slot_drop(s, b);
+		b->disk = NULL;
+		if (b->clean) {
+			b->clean = false;
+			ns->tenant->dirty += b->extent->slot_bytes;
+		}
+	} else {
+		ns->c.evictions++;
+		store_block_unindex(b);
+		store_block_maybe_free(b);
+	}
+}
+
+static int disk_evict(struct store *s, struct ns *ns, bool disk_only)
+{
+	struct evict_node *v = evict_lru_victim(&ns->disk_lru);
+	/* Write-back asks on every turn while a tenant is at its quota: look
+	 * a little way up the list, not through all of it. */
+	for (int i = 0; v && (!disk_only || i < 256); i++) {
+		struct block *b = (struct block *)((char *)v - offsetof(struct block, disk_lru));
+		struct evict_node *prev = v->prev == &ns->disk_lru.head ? NULL : v->prev;
+		if (b->io != BLOCK_IO_NONE || (disk_only && b->extent)) {
+			v = prev; /* its copy is being read, or it is wanted */
+			continue;
+		}
+		disk_copy_drop(s, ns, b);
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r)
+{
+	const struct spill_binding *bd = r->binding;
+	struct tenant *t = bd ? store_tenant_find(s, bd->tenant) : NULL;
+	uint64_t dropped = 0;
+
+	for (uint32_t i = 0; t && i < t->n_ns; i++) {
+		struct ns *ns = t->nss[i];
+		if (ns->identity_len != bd->identity_len ||
+		    memcmp(ns->identity, bd->identity, bd->identity_len) != 0)
+			continue;
+		/* The region's copies are among its namespace's, in no useful
+		 * order: one walk over all of them, once per region taken. */
+		struct evict_node *v = ns->disk_lru.head.next;
+		while (v && v != &ns->disk_lru.head) {
+			struct evict_node *next = v->next;
+			struct block *b = (struct block *)((char *)v - offsetof(struct block, disk_lru));
+			if (b->disk == r && b->io == BLOCK_IO_NONE) {
+				disk_copy_drop(s, ns, b);
+				dropped++;
+			}
+			v = next;
+		}
+		break;
+	}
+	return dropped;
+}
+
+int store_nvme_evict(struct store *s, struct ns *ns)
+{
+	return disk_evict(s, ns, false);
+}
+
+int store_nvme_evict_tenant(struct store *s, struct ns *ns)
+{
+	/* Only copies whose block has left host memory: dropping the copy of
+	 * a resident block would only make it dirty again, and writing it
+	 * back would take the next one's. */
+	if (disk_evict(s, ns, true) == 0)
+		return 0;
+	for (uint32_t i = 0; i < ns->tenant->n_ns; i++)
+		if (ns->tenant->nss[i] != ns && disk_evict(s, ns->tenant->nss[i], true) == 0)
+			return 0;
+	return -EDQUOT;
+}
+
+int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
+			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
+			uint32_t slot, uint64_t seq)
+{
+	struct tenant_choice ch;
+	struct tenant *t;
+	struct ns *ns;
+	char reason[KVT_MAX_REASON];
+	unsigned uid;
+	int rr;
+
+	/* The tenant as the configuration sees it now. */
+	memset(&ch, 0, sizeof(ch));
+	snprintf(ch.name, sizeof(ch.name), "%s", tenant);
+	if (config_tenant(s->config, tenant))
+		ch.configured = true;
+	else if (sscanf(tenant, "uid:%u", &uid) == 1)
+		ch.uid = (uid_t)uid;
+	else
+		return 0; /* a tenant the configuration no longer has */
+	rr = store_tenant_get(s, &ch, &t);
+	if (rr < 0)
+		return rr;
+	rr = store_ns_open(s, t, identity, identity_len, &ns, reason, sizeof(reason));
+	if (rr == -ENOMEM)
+		return rr; /* like every other allocation here: recovery stops */
+	if (rr < 0)
+		return 0; /* a namespace this configuration refuses */
+	if (ns->opens)
+		ns->opens--; /* recovery is not a client */
+
+	struct block *old = index_get(&ns->index, key);
+	if (old) {
+		/* The same key twice on disk: the newer copy wins. */
+		if (!old->disk || old->disk_seq >= seq)
+			return 0;
+		spill_slot_free(old->disk, old->disk_slot);
+		store_disk_linked(old);
+		old->disk = r;
+		old->disk_slot = slot;
+		old->disk_seq = seq;
+		return 1;
+	}
+	struct block *b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->key, key, KVT_KEY_SIZE);
+	b->lru.fp = store_key_fingerprint(s, key);
+	b->ns = ns;
+	b->state = BLOCK_RESIDENT;
+	b->shards_committed = store_all_shards(ns);
+	b->disk = r;
+	b->disk_slot = slot;
+	b->disk_seq = seq;
+	if (index_put(&ns->index, b) < 0) {
+		free(b);
+		return -ENOMEM;
+	}
+	b->indexed = true;
+	ns->blocks_spilled++;
+	store_disk_linked(b);
+	return 1;
+}
