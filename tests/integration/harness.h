@@ -65,12 +65,20 @@ uint32_t stat_count(kvt_client *c, const char *kind);
 
 /* Poll cond every 20 ms; fail after a generous deadline (never a
  * performance threshold: it only stops a hung test). */
+/* cond is evaluated once per try and the verdict is that evaluation's: a
+ * second one could see a state that has moved on since (write-back that a
+ * retry timer restarts, say) and fail a wait that succeeded. */
 #define WAIT_FOR(cond, what)                                                 \
 	do {                                                                 \
-		int _i;                                                      \
-		for (_i = 0; _i < 1500 && !(cond); _i++)                      \
+		bool _met = false;                                           \
+		for (int _i = 0; _i < 1500; _i++) {                           \
+			if ((cond)) {                                        \
+				_met = true;                                 \
+				break;                                       \
+			}                                                    \
 			usleep(20000);                                       \
-		CHECK(cond, "timed out waiting for %s", what);               \
+		}                                                            \
+		CHECK(_met, "timed out waiting for %s", what);               \
 	} while (0)
 
 void harness_fail(void) __attribute__((noreturn));
