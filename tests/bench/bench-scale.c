@@ -503,7 +503,7 @@ static uint64_t spill_regions(uint64_t blocks)
 }
 
 /*
- * What recovery reads (daemon/spill.c, docs/nvme.md §5), without the daemon:
+ * What recovery reads (daemon/spill-recover.c, docs/nvme.md §5), without the daemon:
  * region by region, the 8 KiB header, and for a bound region its whole slot
  * area, in reads of as many slots as fit in 4 MiB (one 4 KiB slot header
  * each when the stride is above 64 KiB).  O_DIRECT, one read at a time.
