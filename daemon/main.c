@@ -43,7 +43,13 @@ static void help(void)
 	       KVT_DEFAULT_CONFIG);
 }
 
-int main(int argc, char **argv)
+struct options {
+	const char *config_path, *socket_path;
+	bool check, verbose;
+};
+
+/* 0 to go on, else the exit status (after --help, --version or a mistake). */
+static int parse_options(int argc, char **argv, struct options *o)
 {
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -54,20 +60,16 @@ int main(int argc, char **argv)
 		{"version", no_argument, NULL, 'V'},
 		{},
 	};
-	const char *config_path = NULL, *socket_path = NULL;
-	bool check = false, verbose = false;
-	struct config cfg;
-	struct manager *m = NULL;
-	int c, r;
+	int c;
 
 	while ((c = getopt_long(argc, argv, "c:s:vhV", opts, NULL)) >= 0) {
 		switch (c) {
-		case 'c': config_path = optarg; break;
-		case 's': socket_path = optarg; break;
-		case 'C': check = true; break;
-		case 'v': verbose = true; break;
-		case 'h': help(); return 0;
-		case 'V': printf("kvtierd %s\n", KVT_VERSION); return 0;
+		case 'c': o->config_path = optarg; break;
+		case 's': o->socket_path = optarg; break;
+		case 'C': o->check = true; break;
+		case 'v': o->verbose = true; break;
+		case 'h': help(); return -1;
+		case 'V': printf("kvtierd %s\n", KVT_VERSION); return -1;
 		default:
 			fprintf(stderr, "Try 'kvtierd --help'.\n");
 			return 2;
@@ -77,57 +79,41 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvtierd: unexpected argument '%s'; try 'kvtierd --help'.\n", argv[optind]);
 		return 2;
 	}
-	if (socket_path) {
-		/* As [daemon] socket, which it overrides also across reloads:
-		 * absolute (the daemon's directory is not its clients'), and a
-		 * name that fits sun_path whole rather than one cut short. */
-		if (socket_path[0] != '/') {
-			fprintf(stderr, "kvtierd: --socket '%s': the path must be absolute\n", socket_path);
-			return 2;
-		}
-		if (strlen(socket_path) >= sizeof(((struct sockaddr_un *)NULL)->sun_path)) {
-			fprintf(stderr, "kvtierd: --socket: the path is %zu bytes long; a Unix socket path must be shorter than %zu bytes\n",
-				strlen(socket_path), sizeof(((struct sockaddr_un *)NULL)->sun_path));
-			return 2;
-		}
+	const char *sp = o->socket_path;
+	/* As [daemon] socket, which it overrides also across reloads: absolute
+	 * (the daemon's directory is not its clients'), and a name that fits
+	 * sun_path whole rather than one cut short. */
+	if (sp && sp[0] != '/') {
+		fprintf(stderr, "kvtierd: --socket '%s': the path must be absolute\n", sp);
+		return 2;
 	}
+	if (sp && strlen(sp) >= sizeof(((struct sockaddr_un *)NULL)->sun_path)) {
+		fprintf(stderr, "kvtierd: --socket: the path is %zu bytes long; a Unix socket path must be shorter than %zu bytes\n",
+			strlen(sp), sizeof(((struct sockaddr_un *)NULL)->sun_path));
+		return 2;
+	}
+	return 0;
+}
 
-	if (config_defaults(&cfg) < 0)
-		return 1;
-	if (!config_path && access(KVT_DEFAULT_CONFIG, F_OK) == 0)
-		config_path = KVT_DEFAULT_CONFIG;
-	r = config_load(&cfg, config_path);
-	if (r < 0) {
-		config_free(&cfg);
-		return 1;
-	}
-	if (socket_path) {
-		free(cfg.socket_path);
-		cfg.socket_path = strdup(socket_path);
-	}
-	log_set_max_level(verbose ? LOG_DEBUG : cfg.log_level);
-	if (check) {
-		printf("# kvtierd %s: configuration %s is valid\n", KVT_VERSION,
-		       config_path ? config_path : "(built-in defaults)");
-		config_dump(&cfg, stdout);
-		config_free(&cfg);
-		return 0;
-	}
+/* Start the manager and its tiers on cfg and run until told to stop. */
+static int serve(struct config *cfg, const struct options *o)
+{
+	struct manager *m = NULL;
+	int r = fault_init();
 
-	r = fault_init();
 	if (r < 0) {
 		log_error("Refusing to start with fault injection that does not parse (see above)");
 		goto out;
 	}
-	r = manager_new(&cfg, &m);
+	r = manager_new(cfg, &m);
 	if (r < 0) {
 		log_error_errno(r, "Failed to start: %m");
 		goto out;
 	}
-	m->config_path = config_path;
-	m->socket_override = socket_path;
+	m->config_path = o->config_path;
+	m->socket_override = o->socket_path;
 	pool_probe(&m->pool);
-	if (cfg.n_spills) {
+	if (cfg->n_spills) {
 		r = nvme_start(&m->store, m->config, m->event, &m->nvme);
 		if (r < 0) {
 			log_error("The NVMe tier could not start (see above); fix the [spill.*] configuration or remove it");
@@ -144,6 +130,38 @@ int main(int argc, char **argv)
 out:
 	manager_free(m);
 	fault_report();
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = {0};
+	struct config cfg;
+	int r = parse_options(argc, argv, &o);
+
+	if (r != 0)
+		return r < 0 ? 0 : r;
+	if (config_defaults(&cfg) < 0)
+		return 1;
+	if (!o.config_path && access(KVT_DEFAULT_CONFIG, F_OK) == 0)
+		o.config_path = KVT_DEFAULT_CONFIG;
+	r = config_load(&cfg, o.config_path);
+	if (r < 0) {
+		config_free(&cfg);
+		return 1;
+	}
+	if (o.socket_path) {
+		free(cfg.socket_path);
+		cfg.socket_path = strdup(o.socket_path);
+	}
+	log_set_max_level(o.verbose ? LOG_DEBUG : cfg.log_level);
+	if (o.check) {
+		printf("# kvtierd %s: configuration %s is valid\n", KVT_VERSION,
+		       o.config_path ? o.config_path : "(built-in defaults)");
+		config_dump(&cfg, stdout);
+	} else {
+		r = serve(&cfg, &o);
+	}
 	config_free(&cfg);
 	return r < 0 ? 1 : 0;
 }
