@@ -115,6 +115,12 @@ int config_defaults(struct config *c);
 /* Parse FILE over the current values; errors name file:line and the key. */
 int config_load(struct config *c, const char *path);
 void config_free(struct config *c);
+/* Take the keys of a reloaded configuration that apply live into cur (and
+ * its tenants; fresh gets cur's old ones, to free); name them in changed,
+ * and the keys that differ but need a restart in restart (comma-separated,
+ * cut to their sizes). */
+void config_reload(struct config *cur, struct config *fresh, char *changed, size_t changed_size,
+		   char *restart, size_t restart_size);
 /* Write the effective configuration in the file's own syntax. */
 void config_dump(const struct config *c, FILE *f);
 

@@ -539,41 +539,10 @@ static int on_status_timer(sd_event_source *src, uint64_t usec, void *userdata)
 	return 0;
 }
 
-static bool str_eq(const char *a, const char *b)
-{
-	return (!a && !b) || (a && b && !strcmp(a, b));
-}
-
-static bool tenant_sockets_equal(const struct config *a, const struct config *b)
-{
-	for (uint32_t i = 0; i < a->n_tenants; i++) {
-		const struct tenant_conf *t = config_tenant(b, a->tenants[i].name);
-		if (a->tenants[i].socket && (!t || !str_eq(a->tenants[i].socket, t->socket)))
-			return false;
-	}
-	for (uint32_t i = 0; i < b->n_tenants; i++) {
-		const struct tenant_conf *t = config_tenant(a, b->tenants[i].name);
-		if (b->tenants[i].socket && (!t || !str_eq(b->tenants[i].socket, t->socket)))
-			return false;
-	}
-	return true;
-}
-
-static bool spills_equal(const struct config *a, const struct config *b)
-{
-	if (a->n_spills != b->n_spills)
-		return false;
-	for (uint32_t i = 0; i < a->n_spills; i++)
-		if (!str_eq(a->spills[i].path, b->spills[i].path) ||
-		    a->spills[i].capacity != b->spills[i].capacity)
-			return false;
-	return true;
-}
-
 int manager_reload(struct manager *m)
 {
 	struct config fresh, *cur = m->config;
-	char changed[512] = "", restart[512] = "";
+	char changed[512], restart[512];
 	int r;
 
 	if (config_defaults(&fresh) < 0)
@@ -591,65 +560,7 @@ int manager_reload(struct manager *m)
 	}
 	sd_notify(false, "RELOADING=1");
 
-#define NOTE(buf, name)                                                        \
-	snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%s",          \
-		 buf[0] ? ", " : "", name)
-#define LIVE(field, name)                \
-	if (cur->field != fresh.field) { \
-		NOTE(changed, name);     \
-		cur->field = fresh.field; \
-	}
-#define RESTART(same, name)         \
-	if (!(same))                 \
-		NOTE(restart, name)
-
-	LIVE(capacity, "[pool] capacity");
-	LIVE(quarantine_ms, "[daemon] quarantine_ms");
-	LIVE(log_level, "[daemon] log_level");
-	LIVE(handshake_timeout_ms, "[daemon] handshake_timeout_ms");
-	if (cur->n_admin_gids != fresh.n_admin_gids ||
-	    memcmp(cur->admin_gids, fresh.admin_gids, sizeof(cur->admin_gids[0]) * cur->n_admin_gids)) {
-		NOTE(changed, "[daemon] admin_groups");
-		cur->n_admin_gids = fresh.n_admin_gids;
-		memcpy(cur->admin_gids, fresh.admin_gids, sizeof(cur->admin_gids));
-	}
-	LIVE(default_quota, "[tenants] default_quota");
-	LIVE(default_nvme_quota, "[tenants] default_nvme_quota");
-	LIVE(refuse_unknown, "[tenants] unknown");
-	LIVE(max_connections, "[limits] connections");
-	LIVE(max_connections_per_uid, "[limits] connections_per_uid");
-	LIVE(max_namespaces, "[limits] namespaces_per_tenant");
-	LIVE(max_keys, "[limits] keys_per_request");
-	LIVE(max_handles, "[limits] handles_per_tenant");
-	LIVE(max_output_bytes, "[limits] output_bytes");
-	RESTART(str_eq(cur->socket_path, fresh.socket_path), "[daemon] socket");
-	RESTART(str_eq(cur->runtime_dir, fresh.runtime_dir), "[daemon] runtime_dir");
-	RESTART(cur->extent_size == fresh.extent_size, "[pool] extent_size");
-	RESTART(cur->hugepages == fresh.hugepages, "[pool] hugepages");
-	RESTART(cur->lock == fresh.lock, "[pool] lock");
-	RESTART(cur->numa == fresh.numa, "[pool] numa");
-	RESTART(cur->eviction == fresh.eviction, "[pool] eviction");
-	RESTART(str_eq(cur->sysfs_root, fresh.sysfs_root), "[pool] topology_root");
-	RESTART(tenant_sockets_equal(cur, &fresh), "[tenant.*] socket");
-	RESTART(cur->nvme_engine == fresh.nvme_engine, "[nvme] engine");
-	RESTART(cur->nvme_queue_depth == fresh.nvme_queue_depth, "[nvme] queue_depth");
-	RESTART(spills_equal(cur, &fresh), "[spill.*]");
-	LIVE(writeback_high, "[nvme] writeback_high");
-	LIVE(writeback_low, "[nvme] writeback_low");
-#undef LIVE
-#undef RESTART
-#undef NOTE
-
-	/* Tenants (members, quotas) apply to connections from now on; their
-	 * own sockets stay as they were bound. */
-	{
-		struct tenant_conf *old = cur->tenants;
-		uint32_t n_old = cur->n_tenants;
-		cur->tenants = fresh.tenants;
-		cur->n_tenants = fresh.n_tenants;
-		fresh.tenants = old;
-		fresh.n_tenants = n_old;
-	}
+	config_reload(cur, &fresh, changed, sizeof(changed), restart, sizeof(restart));
 	config_free(&fresh);
 
 	m->pool.capacity = cur->capacity;
