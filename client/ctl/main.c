@@ -36,43 +36,51 @@ static const struct option global_options[] = {
 };
 #define GLOBAL_SHORT "s:vhV"
 
-/* Every command's options, each known by its getopt value. */
+/* getopt's view of the options: the global ones, then every command's,
+ * each command option known by its getopt value.  Built from the table
+ * of commands, so that a command's options are declared with it only. */
 #define MAX_OPTIONS 64
 struct cmdline {
-	struct option longopts[MAX_OPTIONS + 1];
-	char shortopts[2 * MAX_OPTIONS];
-	const struct ctl_command *owner[MAX_OPTIONS];
-	const struct ctl_option *opt[MAX_OPTIONS];
-	int val[MAX_OPTIONS];
-	size_t n;
+	struct option longopts[MAX_OPTIONS + 1]; /* ends at a zeroed entry */
+	char shortopts[2 * MAX_OPTIONS + 1];
+	size_t n; /* longopts in use */
+	struct {
+		size_t command; /* in commands[] */
+		const struct ctl_option *opt;
+	} of[MAX_OPTIONS]; /* of longopts[i], past the global ones */
 	/* Per command (as in commands[]): the first of its options given. */
 	const char *given[ARRAY_SIZE(commands)];
 };
 
+static void cmdline_add(struct cmdline *c, size_t command, const struct ctl_option *o)
+{
+	size_t i = c->n++, len = strlen(c->shortopts);
+	int val = o->short_name ? o->short_name : OPT_COMMAND + (int)i;
+
+	c->of[i].command = command;
+	c->of[i].opt = o;
+	c->longopts[i] = (struct option){o->name, o->has_arg ? required_argument : no_argument,
+					 NULL, val};
+	if (o->short_name) {
+		c->shortopts[len++] = o->short_name;
+		if (o->has_arg)
+			c->shortopts[len++] = ':';
+		c->shortopts[len] = 0;
+	}
+}
+
 static void cmdline_init(struct cmdline *c)
 {
-	size_t k = 0;
-
 	memset(c, 0, sizeof(*c));
 	memcpy(c->longopts, global_options, sizeof(global_options));
 	c->n = ARRAY_SIZE(global_options);
 	strcpy(c->shortopts, GLOBAL_SHORT);
-	for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
-		for (const struct ctl_option *o = commands[i]->options; o && o->name; o++, k++) {
-			/* The table is ours and small: a full one is a bug. */
+	for (size_t k = 0; k < ARRAY_SIZE(commands); k++) {
+		for (const struct ctl_option *o = commands[k]->options; o && o->name; o++) {
+			/* The table is ours and small: outgrowing this is a bug. */
 			if (c->n >= MAX_OPTIONS)
 				abort();
-			c->owner[c->n] = commands[i];
-			c->opt[c->n] = o;
-			c->val[c->n] = o->short_name ? o->short_name : OPT_COMMAND + (int)k;
-			c->longopts[c->n] = (struct option){o->name, o->has_arg ? required_argument : no_argument,
-							    NULL, c->val[c->n]};
-			if (o->short_name) {
-				size_t len = strlen(c->shortopts);
-				c->shortopts[len] = o->short_name;
-				c->shortopts[len + 1] = o->has_arg ? ':' : 0;
-			}
-			c->n++;
+			cmdline_add(c, k, o);
 		}
 	}
 }
@@ -81,12 +89,13 @@ static void cmdline_init(struct cmdline *c)
 static int cmdline_option(struct cmdline *c, int val, const char *arg)
 {
 	for (size_t i = ARRAY_SIZE(global_options); i < c->n; i++) {
-		if (c->val[i] != val)
+		size_t k = c->of[i].command;
+
+		if (c->longopts[i].val != val)
 			continue;
-		for (size_t k = 0; k < ARRAY_SIZE(commands); k++)
-			if (commands[k] == c->owner[i] && !c->given[k])
-				c->given[k] = c->opt[i]->name;
-		return c->owner[i]->parse(c->opt[i]->id, arg);
+		if (!c->given[k])
+			c->given[k] = c->of[i].opt->name;
+		return commands[k]->parse(c->of[i].opt->id, arg);
 	}
 	/* getopt has said what was wrong. */
 	fputs("Try 'kvtierctl --help'.\n", stderr);

@@ -77,7 +77,8 @@ void table_add(struct table *t, const char *fmt, ...)
 		t->error = -ENOMEM;
 		return;
 	}
-	cell = text_cell(raw);
+	/* Most cells are numbers and plain names: no copy for those. */
+	cell = raw[0] && text_is_plain(raw) ? TAKE_PTR(raw) : text_cell(raw);
 	if (!cell) {
 		t->error = -ENOMEM;
 		return;

@@ -2,6 +2,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <locale.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,14 @@ size_t text_utf8_len(const char *s)
 	if (n == (size_t)-1 || n == (size_t)-2 || n == 0 || (uint32_t)wc > 0x10ffff)
 		return 0;
 	return n;
+}
+
+bool text_is_plain(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+			return false;
+	return true;
 }
 
 char *text_cell(const char *s)

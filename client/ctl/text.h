@@ -6,6 +6,7 @@
 #pragma once
 
 #include <locale.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,9 @@ locale_t text_utf8_locale(void);
  * 0 when it is not one: JSON and Prometheus text must be UTF-8, a table
  * must be too (see table.c), and names from clients are arbitrary bytes. */
 size_t text_utf8_len(const char *s);
+
+/* Whether s is printable ASCII only, which needs no text_cell(). */
+bool text_is_plain(const char *s);
 
 /* A copy of s for a table cell: control characters become '?', invalid
  * UTF-8 becomes U+FFFD ('?' without text_utf8_locale()) and "" becomes
