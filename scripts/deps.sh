@@ -2,7 +2,7 @@
 # Install what kvtier builds and tests with, from Debian 12 packages.
 # Runs as root; a no-op when everything is already there.
 set -eu
-pkgs="meson ninja-build gcc pkg-config liburing-dev libnuma-dev libsystemd-dev libinih-dev libssl-dev libxxhash-dev python3 python3-dev python3-venv systemd groff-base fio clang libclang-rt-14-dev"
+pkgs="meson ninja-build gcc pkg-config liburing-dev libnuma-dev libsystemd-dev libinih-dev libssl-dev libsmartcols-dev libxxhash-dev python3 python3-dev python3-venv systemd groff-base fio clang libclang-rt-14-dev"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

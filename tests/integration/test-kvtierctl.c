@@ -282,6 +282,9 @@ int main(void)
 	int stored;
 
 	daemon_start(&D, NULL);
+	/* Nothing stored yet: the header still says what would be there. */
+	CHECK(CTL("namespaces") == 0 && has(R.out, "TENANT  ID  MODEL") && has(R.out, "\n(none)\n"),
+	      "an empty table");
 	CHECK(engine_run(&D, out, sizeof(out), "--model", "tiny", "--prefix", "1024", "--suffix",
 			 "256", "--prefix-seed", "7", "--suffix-seed", "7", "--name", "engine-a",
 			 NULL) == 0,
@@ -337,8 +340,32 @@ int main(void)
 		kvt_client_free(c);
 	}
 	CHECK(CTL("--json", "namespaces") == 0 && json_valid(), "odd names in JSON");
-	CHECK(CTL("namespaces") == 0 && has(R.out, "we\"ird\\mo?del"),
-	      "control characters do not reach the terminal");
+	CHECK(CTL("namespaces") == 0 && has(R.out, "we\"ird\\mo?del\xef\xbf\xbd"),
+	      "control characters do not reach the terminal, nor bytes that are not UTF-8");
+
+	/* Names beyond ASCII, printed in the C locale as cron or a unit file
+	 * would run kvtierctl: the table still comes out, whole. */
+	{
+		static const char wide[] = "m\xc3\xb6" "del-\xe6\xa8\xa1\xe5\x9e\x8b";
+		kvt_client *c = client_connect(&D, "");
+		kvt_layer_group g = {.n_layers = 2, .attn = KVT_ATTN_MHA, .planes = 2,
+				     .kv_heads = 1, .head_bytes = 64, .dtype = 1};
+		kvt_ns_desc desc = {.model = wide, .layer_end = 2, .tp_size = 1, .cp_size = 1,
+				    .block_tokens = 16, .n_groups = 1, .groups = &g};
+		kvt_ns *ns = NULL;
+		int r = kvt_ns_open(c, &desc, &ns);
+		CHECK(r == 0, "open a namespace with a non-ASCII model name: %s", strerror(-r));
+		kvt_ns_close(ns);
+		setenv("LC_ALL", "C", 1);
+		CHECK(CTL("namespaces") == 0 && has(R.out, wide), "UTF-8 names in the C locale:\n%s", R.out);
+		CHECK(CTL("status") == 0 && has(R.out, wide), "status in the C locale");
+		/* A client without a name: "" in JSON, as a string, "-" in the table. */
+		CHECK(CTL("--json", "clients") == 0 && json_valid() && has(R.out, "\"name\": \"\""),
+		      "an empty name stays an empty string");
+		CHECK(CTL("clients") == 0 && has(R.out, "  -  "), "an empty name in the table");
+		unsetenv("LC_ALL");
+		kvt_client_free(c);
+	}
 
 	/* metrics: the Prometheus text format, line by line. */
 	CHECK(CTL("metrics") == 0, "metrics");
@@ -364,7 +391,11 @@ int main(void)
 		CHECK(has(R.out, "rates over the last"), "the second frame has rates");
 	}
 	CHECK(CTL("top", "--json") == 2, "top has no JSON form");
-	CHECK(CTL("status", "--interval", "1") == 2, "--interval is top's");
+	CHECK(CTL("status", "--interval", "1") == 2 &&
+		      has(R.err, "--interval is an option of top, not of status"),
+	      "--interval is top's");
+	CHECK(CTL("clients", "-n", "1") == 2 && has(R.err, "--iterations is an option of top"),
+	      "-n is top's");
 
 	/* plan: the figures of DESIGN.md, with and without a daemon. */
 	CHECK(CTL("plan", "--layers", "80", "--kv-heads", "8", "--head-dim", "128", "--dtype",
@@ -383,6 +414,12 @@ int main(void)
 	      "plan table");
 	CHECK(has(R.out, "327,680") && has(R.out, "host") && has(R.out, "nvme"), "plan table rows");
 	CHECK(CTL("plan", "--model", "llama3-70b", "--tp", "3") == 2, "8 heads over 3 ranks");
+	CHECK(CTL("--tokens", "5", "status") == 2 &&
+		      has(R.err, "--tokens is an option of plan, not of status"),
+	      "plan's options are plan's");
+	CHECK(CTL("plan", "--model", "llama3-8b", "--tokens", "0") == 2 &&
+		      has(R.err, "--tokens needs a whole number of at least 1, not '0'"),
+	      "a count option is checked");
 	CHECK(CTL("plan", "--model", "nope") == 2 && has(R.err, "llama3-70b"),
 	      "unknown preset lists the presets");
 	CHECK(CTL("plan", "--layers", "4294967296", "--kv-heads", "4294967296", "--head-dim",
@@ -434,10 +471,24 @@ int main(void)
 						       NULL}) == 1,
 	      "missing socket");
 	CHECK(has(R.err, "is kvtierd running?"), "the hint");
-	CHECK(CTL("frobnicate") == 2, "unknown command");
+	CHECK(CTL("frobnicate") == 2 && has(R.err, "unknown command 'frobnicate'"),
+	      "unknown command");
+	CHECK(run_ctl((uid_t)-1, (const char *const[]){"kvtierctl", NULL}) == 2 &&
+		      has(R.err, "one of: status, clients, namespaces, top, metrics, evict, drop, plan"),
+	      "no command");
+	CHECK(CTL("status", "--frobnicate") == 2 && has(R.err, "Try 'kvtierctl --help'"),
+	      "unknown option");
 	CHECK(run_ctl((uid_t)-1, (const char *const[]){"kvtierctl", "--help", NULL}) == 0 &&
 		      has(R.out, "textfile") && has(R.out, "plan") && has(R.out, "Exit status"),
 	      "help");
+	/* From the table of commands: each one's line, and its section. */
+	CHECK(has(R.out, "  evict TENANT NAMESPACE      evict a namespace") &&
+		      has(R.out, "\ntop:\n  -i, --interval SEC") && has(R.out, "\nevict, drop:\n") &&
+		      has(R.out, "\nplan (needs no daemon):\n") &&
+		      has(R.out, "    deepseek-v3    DeepSeek-V3 and R1") &&
+		      has(R.out, "(status, clients,\n                        namespaces, evict, drop, plan)"),
+	      "help from the table of commands");
+	CHECK(CTL("plan", "--help") == 0 && has(R.out, "Commands:"), "a command's --help");
 
 	daemon_stop(&D);
 	daemon_cleanup(&D);

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl-plan.h"
+#include "ctl/plan-math.h"
 #include "kvt-proto.h"
 #include "check.h"
 

@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "ctl-plan.h"
+#include "plan-math.h"
 #include "macro.h"
 #include "size.h"
 

@@ -6,6 +6,7 @@
  * pipe or file the frames follow each other as plain text.
  */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,8 +18,14 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "macro.h"
 
-#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+struct top_opts {
+	double interval_s; /* > 0 */
+	uint64_t iterations; /* 0: until interrupted */
+};
+
+static struct top_opts opts = {.interval_s = 1.0};
 
 static volatile sig_atomic_t stop;
 static struct termios saved_tio;
@@ -147,7 +154,7 @@ static int print_rates(FILE *f, const struct snapshot *cur, const struct snapsho
 		{"STORES/S", true}, {"LOADS/S", true}, {"LOAD MiB/S", true},
 		{"EVICTIONS/S", true},
 	};
-	struct table t = {.cols = cols, .n_cols = N_ELEMS(cols)};
+	struct table t = TABLE_INIT(cols, ARRAY_SIZE(cols));
 	char a[32];
 	int r;
 
@@ -228,7 +235,7 @@ static int render(FILE *f, const struct ctx *x, const struct snapshot *prev, dou
 
 	localtime_r(&now, &tm);
 	strftime(when, sizeof(when), "%H:%M:%S", &tm);
-	fprintf(f, "kvtierctl top  %s  every %gs%s\n", when, x->top.interval_s,
+	fprintf(f, "kvtierctl top  %s  every %gs%s\n", when, opts.interval_s,
 		keys ? "  (q quits)" : "");
 	if (fetch_error < 0) {
 		fprintf(f, "kvtierd at %s: %s; trying again\n", x->socket, strerror(-fetch_error));
@@ -286,7 +293,7 @@ static void draw_tty(const char *frame)
 	fputs("\033[J", stdout);
 }
 
-int cmd_top(struct ctx *x)
+static int top_run(struct ctx *x)
 {
 	struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
 	struct snapshot prev = {0};
@@ -349,9 +356,9 @@ int cmd_top(struct ctx *x)
 			have_prev = true;
 			t_prev = t;
 		}
-		if (x->top.iterations && i + 1 >= x->top.iterations)
+		if (opts.iterations && i + 1 >= opts.iterations)
 			break;
-		if (!wait_until(start + (uint64_t)(x->top.interval_s * 1e9), keys))
+		if (!wait_until(start + (uint64_t)(opts.interval_s * 1e9), keys))
 			break;
 	}
 
@@ -363,3 +370,52 @@ int cmd_top(struct ctx *x)
 		return r;
 	return fetch_error < 0 ? EXIT_DAEMON : 0;
 }
+
+enum { OPT_INTERVAL, OPT_ITERATIONS };
+
+static int top_parse(int id, const char *arg)
+{
+	char *end;
+	double v;
+
+	if (id == OPT_ITERATIONS)
+		return ctl_opt_count("--iterations", arg, 1, &opts.iterations);
+	errno = 0;
+	v = strtod(arg, &end);
+	/* Below 10 ms the tool would be most of the daemon's load. */
+	if (errno || end == arg || *end || !isfinite(v) || v < 0.01 || v > 86400)
+		return ctl_usage_error("kvtierctl",
+				       "--interval needs seconds between 0.01 and 86400, not '%s'",
+				       arg);
+	opts.interval_s = v;
+	return 0;
+}
+
+static void top_help(FILE *f)
+{
+	fputs("top:\n"
+	      "  -i, --interval SEC    refresh every SEC seconds (default 1; fractions work)\n"
+	      "  -n, --iterations N    stop after N refreshes (default: until q or Ctrl-C)\n"
+	      "  Rates are counter deltas between refreshes; the first refresh has none.\n"
+	      "  On a terminal the screen is redrawn in place; otherwise each refresh is\n"
+	      "  printed after the last, without escape codes.\n",
+	      f);
+}
+
+static const struct ctl_option top_options[] = {
+	{"interval", true, 'i', OPT_INTERVAL},
+	{"iterations", true, 'n', OPT_ITERATIONS},
+	{},
+};
+
+const struct ctl_command ctl_cmd_top = {
+	.name = "top",
+	.args = "",
+	.needs = CTL_NEEDS_CLIENT,
+	.what = STATS_STATUS,
+	.summary = "live status with per-namespace rates (lookups/s, hit rate, MiB/s)",
+	.help = top_help,
+	.options = top_options,
+	.parse = top_parse,
+	.run = top_run,
+};

@@ -12,8 +12,7 @@
 #include <string.h>
 
 #include "ctl.h"
-
-#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+#include "macro.h"
 
 struct metric {
 	const char *field; /* in the record */
@@ -108,10 +107,10 @@ struct kind {
 };
 
 static const struct kind kinds[] = {
-	{"daemon", "daemon", daemon_metrics, N_ELEMS(daemon_metrics), daemon_skip},
-	{"node", "node", node_metrics, N_ELEMS(node_metrics), node_skip},
-	{"tenant", "tenant", tenant_metrics, N_ELEMS(tenant_metrics), tenant_skip},
-	{"namespace", "namespace", ns_metrics, N_ELEMS(ns_metrics), ns_skip},
+	{"daemon", "daemon", daemon_metrics, ARRAY_SIZE(daemon_metrics), daemon_skip},
+	{"node", "node", node_metrics, ARRAY_SIZE(node_metrics), node_skip},
+	{"tenant", "tenant", tenant_metrics, ARRAY_SIZE(tenant_metrics), tenant_skip},
+	{"namespace", "namespace", ns_metrics, ARRAY_SIZE(ns_metrics), ns_skip},
 };
 
 /* The format allows any UTF-8 in a label value but needs \, " and newline
@@ -122,7 +121,7 @@ static void put_label_value(FILE *f, const char *str)
 
 	putc('"', f);
 	while (*s) {
-		size_t n = utf8_len(s);
+		size_t n = text_utf8_len((const char *)s);
 		if (n == 0) {
 			fputs("\xef\xbf\xbd", f);
 			s++;
@@ -245,7 +244,7 @@ static bool known_field(const struct kind *k, const char *field)
  * make a second family of the same name. */
 static bool taken_name(const char *name)
 {
-	for (size_t i = 0; i < N_ELEMS(kinds); i++)
+	for (size_t i = 0; i < ARRAY_SIZE(kinds); i++)
 		for (size_t j = 0; j < kinds[i].n_metrics; j++)
 			if (strcmp(kinds[i].metrics[j].name, name) == 0)
 				return true;
@@ -303,7 +302,7 @@ int metrics_write(FILE *f, const struct snapshot *s)
 		put_label_value(f, rec_str(d, "version"));
 		fprintf(f, ",protocol=\"%" PRIu64 "\"} 1\n", rec_u64(d, "protocol"));
 	}
-	for (size_t i = 0; i < N_ELEMS(kinds); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(kinds); i++) {
 		for (size_t j = 0; j < kinds[i].n_metrics; j++)
 			put_family(f, s, kinds[i].kind, &kinds[i].metrics[j]);
 		put_generic(f, s, &kinds[i]);
@@ -334,7 +333,34 @@ int metrics_write(FILE *f, const struct snapshot *s)
 	return ferror(f) ? -EIO : 0;
 }
 
-int cmd_metrics(struct ctx *x)
+static int metrics_run(struct ctx *x)
 {
 	return metrics_write(stdout, &x->snap);
 }
+
+static void metrics_help(FILE *f)
+{
+	fputs("metrics:\n"
+	      "  Prometheus text format 0.0.4: pool, NUMA node, tenant and namespace\n"
+	      "  gauges and counters (kvtier_pool_used_bytes, kvtier_node_used_bytes{node},\n"
+	      "  kvtier_tenant_used_bytes{tenant}, kvtier_namespace_hits_total{tenant,\n"
+	      "  namespace,model}, ...).  For node_exporter's textfile collector, write a\n"
+	      "  temporary file and rename it, so the collector never reads half a file:\n"
+	      "    kvtierctl metrics > /var/lib/node_exporter/textfile/kvtier.prom.$$ &&\n"
+	      "      mv /var/lib/node_exporter/textfile/kvtier.prom.$$ \\\n"
+	      "         /var/lib/node_exporter/textfile/kvtier.prom\n"
+	      "  (from a timer or cron, as root for the whole daemon).  When kvtierd is\n"
+	      "  down the old file stays; alert on node_textfile_mtime_seconds.\n",
+	      f);
+}
+
+const struct ctl_command ctl_cmd_metrics = {
+	.name = "metrics",
+	.args = "",
+	.needs = CTL_NEEDS_STATS,
+	.what = STATS_STATUS,
+	.no_json = "metrics prints Prometheus text, not JSON; drop --json",
+	.summary = "Prometheus text exposition (for node_exporter's textfile collector)",
+	.help = metrics_help,
+	.run = metrics_run,
+};

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvtierctl status: the daemon summary, the host pool and the NVMe tier,
+ * then the NUMA nodes, tenants and namespaces; or all of it as one JSON
+ * object.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "macro.h"
+
+/* One "label: value" line, only when the daemon sent the field: a
+ * non-admin view carries version, protocol and uptime only. */
+static void print_size_line(const struct rec *d, const char *label, const char *field)
+{
+	char a[KVT_SIZE_LEN], b[32];
+
+	if (!rec_has(d, field))
+		return;
+	if (strcmp(field, "capacity") == 0) {
+		printf("%-13s%s\n", label, kvt_size_format(rec_u64(d, field), a, sizeof(a)));
+		return;
+	}
+	printf("%-13s%s (%s)\n", label, kvt_size_format(rec_u64(d, field), a, sizeof(a)),
+	       fmt_pct(b, sizeof(b), ratio_of(rec_u64(d, field), rec_u64(d, "capacity"))));
+}
+
+static void print_nvme(const struct rec *d)
+{
+	char cap[KVT_SIZE_LEN], used[KVT_SIZE_LEN];
+	uint64_t c = rec_u64(d, "nvme_capacity"), u = rec_u64(d, "nvme_used");
+
+	printf("%-13s%s\n", "NVMe tier:", kvt_size_format(c, cap, sizeof(cap)));
+	printf("%-13s%s (%.1f%%)\n", "  used:", kvt_size_format(u, used, sizeof(used)),
+	       c ? 100.0 * (double)u / (double)c : 0.0);
+	printf("%-13s%" PRIu64 " in %" PRIu64 " file(s), %" PRIu64 " failed; engine %s (%s)\n",
+	       "  blocks:", rec_u64(d, "nvme_blocks"), rec_u64(d, "nvme_files"),
+	       rec_u64(d, "nvme_files_failed"), rec_str(d, "nvme_engine"),
+	       rec_str(d, "nvme_engine_reason"));
+	printf("%-13s%" PRIu64 " written (%.1f MiB), %" PRIu64 " read (%.1f MiB), %" PRIu64
+	       " in flight\n", "  I/O:", rec_u64(d, "nvme_writes"),
+	       (double)rec_u64(d, "nvme_write_bytes") / (1 << 20), rec_u64(d, "nvme_reads"),
+	       (double)rec_u64(d, "nvme_read_bytes") / (1 << 20), rec_u64(d, "nvme_in_flight"));
+	printf("%-13s%" PRIu64 " I/O, %" PRIu64 " checksum; %" PRIu64 " times full, %" PRIu64
+	       " at a tenant's NVMe quota\n",
+	       "  errors:", rec_u64(d, "nvme_io_errors"), rec_u64(d, "nvme_checksum_errors"),
+	       rec_u64(d, "nvme_full"), rec_u64(d, "nvme_quota_full"));
+	if (rec_has(d, "nvme_refused"))
+		printf("%-13s%" PRIu64 " write-backs refused for want of space, %" PRIu64
+		       " regions taken back for a tenant within its quota\n",
+		       "  space:", rec_u64(d, "nvme_refused"), rec_u64(d, "nvme_reclaims"));
+	printf("%-13s%" PRIu64 " blocks recovered, %" PRIu64 " torn or corrupt dropped, %" PRIu64
+	       " ms\n", "  recovery:", rec_u64(d, "nvme_recovered"),
+	       rec_u64(d, "nvme_recovery_dropped"), rec_u64(d, "nvme_recovery_ms"));
+}
+
+static void print_pool(const struct rec *d)
+{
+	print_size_line(d, "Host pool:", "capacity");
+	print_size_line(d, "  allocated:", "allocated");
+	print_size_line(d, "  used:", "used");
+	print_size_line(d, "  free:", "free");
+	if (rec_has(d, "extents")) {
+		printf("%-13s%" PRIu64, "  extents:", rec_u64(d, "extents"));
+		if (rec_has(d, "extents_hugetlb"))
+			printf(" (%" PRIu64 " hugetlb, %" PRIu64 " THP, %" PRIu64 " locked)",
+			       rec_u64(d, "extents_hugetlb"), rec_u64(d, "extents_thp"),
+			       rec_u64(d, "extents_locked"));
+		putchar('\n');
+	}
+	if (rec_has(d, "pages"))
+		printf("%-13s%s\n", "Pages:", rec_str(d, "pages"));
+	if (rec_has(d, "lock"))
+		printf("%-13s%s\n", "Lock:", rec_str(d, "lock"));
+	if (rec_has(d, "eviction"))
+		printf("%-13s%s\n", "Eviction:", rec_str(d, "eviction"));
+}
+
+static void print_daemon(const struct ctx *x, const struct rec *d)
+{
+	char a[32];
+
+	printf("%-13skvtierd %s, protocol %" PRIu64, "Daemon:", rec_str(d, "version"),
+	       rec_u64(d, "protocol"));
+	if (rec_has(d, "pid"))
+		printf(", pid %" PRIu64, rec_u64(d, "pid"));
+	putchar('\n');
+	printf("%-13s%s\n", "Uptime:", fmt_duration(a, sizeof(a), rec_u64(d, "uptime_s")));
+	printf("%-13s%s\n", "Socket:", rec_has(d, "socket") ? rec_str(d, "socket") : x->socket);
+	print_pool(d);
+	print_numa_line(stdout, d);
+	if (rec_has(d, "nvme_engine"))
+		print_nvme(d);
+	if (rec_has(d, "tenants"))
+		printf("%-13stenants %" PRIu64 ", namespaces %" PRIu64 ", blocks %" PRIu64
+		       ", handles %" PRIu64 "\n", "Contents:",
+		       rec_u64(d, "tenants"), rec_u64(d, "namespaces"),
+		       rec_u64(d, "blocks"), rec_u64(d, "handles"));
+	if (rec_has(d, "clients"))
+		printf("%-13s%" PRIu64 "\n", "Clients:", rec_u64(d, "clients"));
+	if (rec_has(d, "connections"))
+		printf("%-13s%" PRIu64 " accepted, %" PRIu64 " refused, %" PRIu64
+		       " malformed\n", "Connections:", rec_u64(d, "connections"),
+		       rec_u64(d, "refused"), rec_u64(d, "malformed"));
+	if (!rec_has(d, "capacity"))
+		printf("\n(Only your own tenant is shown; run as root or as kvtierd's user for the whole daemon.)\n");
+}
+
+static void status_json(const struct snapshot *s)
+{
+	const struct rec *d = snapshot_find(s, "daemon");
+	struct json j = {.f = stdout};
+
+	json_open(&j, '{');
+	json_key(&j, "daemon");
+	if (d)
+		json_rec(&j, d, false);
+	else
+		json_null(&j);
+	json_key(&j, "nodes");
+	json_recs(&j, s, "node", false);
+	json_key(&j, "tenants");
+	json_recs(&j, s, "tenant", true);
+	json_key(&j, "namespaces");
+	json_recs(&j, s, "namespace", true);
+	if (snapshot_find(s, "client")) {
+		json_key(&j, "clients");
+		json_recs(&j, s, "client", false);
+	}
+	json_close(&j, '}');
+}
+
+static int status_run(struct ctx *x)
+{
+	const struct rec *d = snapshot_find(&x->snap, "daemon");
+
+	if (x->json) {
+		status_json(&x->snap);
+		return 0;
+	}
+	if (d)
+		print_daemon(x, d);
+	if (snapshot_find(&x->snap, "node")) {
+		printf("\nNUMA nodes:\n");
+		TRY(print_nodes(stdout, &x->snap));
+	}
+	printf("\nTenants:\n");
+	TRY(print_tenants(stdout, &x->snap));
+	printf("\nNamespaces:\n");
+	return print_namespaces(stdout, &x->snap, false);
+}
+
+const struct ctl_command ctl_cmd_status = {
+	.name = "status",
+	.args = "",
+	.needs = CTL_NEEDS_STATS,
+	.what = STATS_STATUS,
+	.json = true,
+	.summary = "daemon summary, host pool, NUMA nodes, tenants and namespaces",
+	.run = status_run,
+};
