@@ -763,6 +763,30 @@ static int on_retry(sd_event_source *s, uint64_t usec, void *userdata)
 	return 0;
 }
 
+/* The completions' eventfd, the deferred submission and the retry timer
+ * on the daemon's event loop. */
+static int event_sources_add(struct io_engine *io, sd_event *event)
+{
+	int r;
+
+	r = sd_event_add_io(event, &io->done_source, io->efd, EPOLLIN, on_completions, io);
+	if (r < 0)
+		return log_error_errno(r, "Failed to watch the I/O completion eventfd: %m");
+	(void)sd_event_source_set_description(io->done_source, "io-completions");
+	r = sd_event_add_defer(event, &io->defer_source, on_defer, io);
+	if (r < 0)
+		return log_error_errno(r, "Failed to add the I/O submission source: %m");
+	(void)sd_event_source_set_description(io->defer_source, "io-submit");
+	sd_event_source_set_enabled(io->defer_source, SD_EVENT_OFF);
+	/* Accurate to the microsecond: the back-offs are that short. */
+	r = sd_event_add_time(event, &io->retry_source, CLOCK_MONOTONIC, 0, 1, on_retry, io);
+	if (r < 0)
+		return log_error_errno(r, "Failed to add the I/O retry timer: %m");
+	(void)sd_event_source_set_description(io->retry_source, "io-retry");
+	sd_event_source_set_enabled(io->retry_source, SD_EVENT_OFF);
+	return 0;
+}
+
 int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_depth,
 		  struct io_engine **ret)
 {
@@ -813,27 +837,9 @@ int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_dept
 			snprintf(io->reason, sizeof(io->reason), "io_uring unavailable: %s", why);
 	}
 
-	r = sd_event_add_io(event, &io->done_source, io->efd, EPOLLIN, on_completions, io);
-	if (r < 0) {
-		log_error_errno(r, "Failed to watch the I/O completion eventfd: %m");
+	r = event_sources_add(io, event);
+	if (r < 0)
 		goto fail;
-	}
-	(void)sd_event_source_set_description(io->done_source, "io-completions");
-	r = sd_event_add_defer(event, &io->defer_source, on_defer, io);
-	if (r < 0) {
-		log_error_errno(r, "Failed to add the I/O submission source: %m");
-		goto fail;
-	}
-	(void)sd_event_source_set_description(io->defer_source, "io-submit");
-	sd_event_source_set_enabled(io->defer_source, SD_EVENT_OFF);
-	/* Accurate to the microsecond: the back-offs are that short. */
-	r = sd_event_add_time(event, &io->retry_source, CLOCK_MONOTONIC, 0, 1, on_retry, io);
-	if (r < 0) {
-		log_error_errno(r, "Failed to add the I/O retry timer: %m");
-		goto fail;
-	}
-	(void)sd_event_source_set_description(io->retry_source, "io-retry");
-	sd_event_source_set_enabled(io->retry_source, SD_EVENT_OFF);
 
 	if (io->kind == IO_ENGINE_URING)
 		log_info("I/O engine: io_uring (%s), queue depth %u", io->reason, io->queue_depth);
