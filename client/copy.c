@@ -172,8 +172,10 @@ KVT_EXPORT int kvt_load(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t 
 	return load_batch(ns, shard, keys, n, &cp, ret_status);
 }
 
-static int check_layout(kvt_ns *ns, const kvt_layout *layout, const int64_t *indices,
-			size_t n)
+/* The copier of a paged call, once its layout is checked against the
+ * namespace's geometry. */
+static int paged_copier(kvt_ns *ns, const kvt_layout *layout, const int64_t *indices, size_t n,
+			struct copier *ret)
 {
 	if (!ns || !layout || (n && !indices))
 		return -EINVAL;
@@ -186,6 +188,8 @@ static int check_layout(kvt_ns *ns, const kvt_layout *layout, const int64_t *ind
 				 (unsigned long long)ns->info.shard_bytes);
 		return -EINVAL;
 	}
+	*ret = (struct copier){.layout = layout, .indices = indices,
+			       .block_tokens = ns->info.block_tokens};
 	return 0;
 }
 
@@ -193,22 +197,16 @@ KVT_EXPORT int kvt_store_paged(kvt_ns *ns, uint32_t shard, const kvt_layout *lay
 			       const uint8_t *keys, size_t n, const int64_t *indices,
 			       int32_t *ret_status)
 {
-	int r = check_layout(ns, layout, indices, n);
-	if (r < 0)
-		return r;
-	struct copier cp = {.layout = layout, .indices = indices,
-			    .block_tokens = ns->info.block_tokens};
-	return store_batch(ns, shard, keys, n, &cp, ret_status);
+	struct copier cp;
+	int r = paged_copier(ns, layout, indices, n, &cp);
+	return r < 0 ? r : store_batch(ns, shard, keys, n, &cp, ret_status);
 }
 
 KVT_EXPORT int kvt_load_paged(kvt_ns *ns, uint32_t shard, const kvt_layout *layout,
 			      const uint8_t *keys, size_t n, const int64_t *indices,
 			      int32_t *ret_status)
 {
-	int r = check_layout(ns, layout, indices, n);
-	if (r < 0)
-		return r;
-	struct copier cp = {.layout = layout, .indices = indices,
-			    .block_tokens = ns->info.block_tokens};
-	return load_batch(ns, shard, keys, n, &cp, ret_status);
+	struct copier cp;
+	int r = paged_copier(ns, layout, indices, n, &cp);
+	return r < 0 ? r : load_batch(ns, shard, keys, n, &cp, ret_status);
 }

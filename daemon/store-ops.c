@@ -235,18 +235,24 @@ static void lease_end(struct handle *h)
 	store_block_maybe_free(b);
 }
 
+/* The handle id names, if it is of that kind; else NULL, and *ret says
+ * why (-ENOENT: no such handle; -EINVAL: a handle of the other kind). */
+static struct handle *handle_of(struct tenant *t, uint64_t id, uint8_t kind, int32_t *ret)
+{
+	struct handle *hd = store_handle_find(t, id);
+
+	*ret = !hd ? -ENOENT : hd->kind != kind ? -EINVAL : 0;
+	return *ret ? NULL : hd;
+}
+
 void store_commit(struct store *s, struct tenant *t,
 		  const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
 {
 	/* Backwards for the same reason as lookups: a batch is usually a
 	 * chain, and its head should be the last to be evicted. */
 	for (uint32_t i = n; i-- > 0;) {
-		struct handle *hd = store_handle_find(t, h[i].handle);
-		if (!hd)
-			ret[i] = -ENOENT;
-		else if (hd->kind != HANDLE_RESERVATION)
-			ret[i] = -EINVAL;
-		else
+		struct handle *hd = handle_of(t, h[i].handle, HANDLE_RESERVATION, &ret[i]);
+		if (hd)
 			ret[i] = reservation_end(hd, h[i].flag != 0);
 	}
 }
@@ -255,12 +261,8 @@ void store_abort(struct store *s, struct tenant *t,
 		 const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		struct handle *hd = store_handle_find(t, h[i].handle);
-		if (!hd)
-			ret[i] = -ENOENT;
-		else if (hd->kind != HANDLE_RESERVATION)
-			ret[i] = -EINVAL;
-		else
+		struct handle *hd = handle_of(t, h[i].handle, HANDLE_RESERVATION, &ret[i]);
+		if (hd)
 			ret[i] = reservation_end(hd, false);
 	}
 }
@@ -269,15 +271,9 @@ void store_release(struct store *s, struct tenant *t,
 		   const struct kvt_handle_arg *h, uint32_t n, int32_t *ret)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		struct handle *hd = store_handle_find(t, h[i].handle);
-		if (!hd)
-			ret[i] = -ENOENT;
-		else if (hd->kind != HANDLE_LEASE)
-			ret[i] = -EINVAL;
-		else {
+		struct handle *hd = handle_of(t, h[i].handle, HANDLE_LEASE, &ret[i]);
+		if (hd)
 			lease_end(hd);
-			ret[i] = 0;
-		}
 	}
 }
 
