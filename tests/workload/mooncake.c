@@ -106,7 +106,7 @@ static int parse_string(struct cursor *c, char *out, size_t cap, size_t *ret_len
 				}
 				ch = v < 0x80 ? (unsigned char)v : 0xff;
 			} else {
-				c->p--;
+				c->p -= 2;
 				return bad_json(c, "one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u");
 			}
 		}
