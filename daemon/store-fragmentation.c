@@ -60,10 +60,10 @@ static void frag_warn(struct store *s, struct tenant *t, const struct slot_class
 	char stranded[KVT_SIZE_LEN], block[KVT_SIZE_LEN];
 	uint32_t alert = s->config->fragmentation_alert_ppm;
 
-	log_warning("Tenant %s: host memory fragmented: blocks fill %u.%03u of its extents ([pool] fragmentation_alert %u.%03u) and %s of free slots are stranded in other block sizes, while %s blocks evict or are refused (%llu starved allocations, %llu since the last warning); "
+	log_warning("Tenant %s: host memory fragmented: blocks fill %u.%u%% of its extents ([pool] fragmentation_alert %u.%u%%) and %s of free slots are stranded in other block sizes, while %s blocks evict or are refused (%llu starved allocations, %llu since the last warning); "
 		    "give each block size a tenant of its own, lower [pool] extent_size, or restart kvtierd to return the extents (kvtierctl status shows each block size)",
-		    t->name, f->fill_ppm / 1000000, f->fill_ppm / 1000 % 1000, alert / 1000000,
-		    alert / 1000 % 1000, kvt_size_format(f->stranded_bytes, stranded, sizeof(stranded)),
+		    t->name, f->fill_ppm / 10000, f->fill_ppm / 1000 % 10, alert / 10000,
+		    alert / 1000 % 10, kvt_size_format(f->stranded_bytes, stranded, sizeof(stranded)),
 		    kvt_size_format(c->slot_bytes, block, sizeof(block)),
 		    (unsigned long long)c->starved, (unsigned long long)t->frag_unwarned);
 	s->frag_warnings++;
