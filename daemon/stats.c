@@ -132,17 +132,25 @@ static uint64_t tenant_starved(const struct tenant *t)
 	return n;
 }
 
+static uint64_t fragmented_tenants(const struct manager *m)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
+		struct frag_tenant f;
+		if (tenant_frag(m, m->store.tenants[i], &f, NULL, NULL) == 0)
+			n += f.fragmented;
+	}
+	return n;
+}
+
 static void emit_daemon(struct emitter *e, bool admin)
 {
 	const struct manager *m = e->m;
-	uint64_t now = 0, used = 0, blocks = 0, nss = 0, handles = 0, fragmented = 0;
+	uint64_t now = 0, used = 0, blocks = 0, nss = 0, handles = 0;
 
 	sd_event_now(m->event, CLOCK_MONOTONIC, &now);
 	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
 		struct tenant *t = m->store.tenants[i];
-		struct frag_tenant f;
-		if (admin && tenant_frag(m, t, &f, NULL, NULL) == 0)
-			fragmented += f.fragmented;
 		used += store_tenant_used(t);
 		blocks += tenant_blocks(t);
 		nss += t->n_ns;
@@ -191,7 +199,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "quarantined", m->c.quarantined_handles);
 	kvt_rec_u64(&e->b, "accept_failures", m->c.accept_failures);
 	kvt_rec_u64(&e->b, "fragmentation_alert_ppm", m->config->fragmentation_alert_ppm);
-	kvt_rec_u64(&e->b, "fragmented_tenants", fragmented);
+	kvt_rec_u64(&e->b, "fragmented_tenants", fragmented_tenants(m));
 	kvt_rec_u64(&e->b, "fragmentation_warnings", m->store.frag_warnings);
 	if (!nvme)
 		return;

@@ -139,17 +139,13 @@ static kvt_ns *open_ns(kvt_client *c, uint32_t block_tokens)
 	return ns;
 }
 
-int main(void)
-{
-	/* 8 MiB: four 2 MiB extents, 64 slots of 32 KiB each. */
-	daemon_start(&d, "[pool]\ncapacity = 8M\nextent_size = 2M\nfragmentation_alert = 0.3\n");
-	kvt_client *c = client_connect(&d, "fragmenter");
-	kvt_ns *small = open_ns(c, 16); /* tiny: 2 KiB a token, 32 KiB a block */
-	kvt_ns *large = open_ns(c, 48); /* 96 KiB a block */
-	const uint64_t S = 32 * KiB, L = 96 * KiB;
+#define S (32 * KiB) /* tiny: 2 KiB a token, 16 tokens a block */
+#define L (96 * KiB) /* 48 tokens a block */
 
-	/* Full and evicting its own blocks, the other block size holding
-	 * nothing: no memory is free anywhere, so none is stranded. */
+/* Full and evicting its own blocks, the other block size holding
+ * nothing: no memory is free anywhere, so none is stranded. */
+static void check_full(kvt_client *c, kvt_ns *small)
+{
 	CHECK(store(small, 1, S, 0, 320) == 320, "every small block stored");
 	CHECK(stat_get(c, "namespace", "evictions") == 64, "64 evictions");
 	CHECK(frag_stat(c, S, "extents") == 4 && frag_stat(c, S, "free_slots") == 0,
@@ -166,9 +162,12 @@ int main(void)
 	CHECK(json_num(json, "fill", 0) == 1 && json_num(json, "fragmented", 0) == 0 &&
 	      json_num(json, "fragmentation_alert", 0) == 0.3, "status --json, unfragmented:\n%s", json);
 	free(json);
+}
 
-	/* Keep every 16th of the blocks still there (64..319): 16 blocks,
-	 * four in each extent, so no extent is empty either. */
+/* Keep every 16th of the blocks still there (64..319): 16 blocks, four in
+ * each extent, so no extent is empty either; then the large stores. */
+static void fragment(kvt_client *c, kvt_ns *small, kvt_ns *large)
+{
 	for (uint32_t i = 64; i < 320; i++) {
 		uint8_t key[KVT_KEY_BYTES];
 		key_of(key, 1, i);
@@ -192,8 +191,12 @@ int main(void)
 	CHECK(stat_get(c, "daemon", "fragmentation_warnings") == 1, "one warning");
 	CHECK(daemon_log_contains(&d, WARNING) && daemon_log_contains(&d, "[pool] extent_size"),
 	      "the warning is logged and says what to do");
+}
 
-	json = ctl("--json status");
+/* The same figures through kvtierctl: --json, the tables, Prometheus. */
+static void check_ctl(void)
+{
+	char *json = ctl("--json status");
 	CHECK(json_num(json, "fill", 0) == 0.0625 && json_num(json, "stranded_bytes", 0) == 240 * S &&
 	      json_num(json, "fragmented", 0) == 1 && json_num(json, "fragmented_tenants", 0) == 1,
 	      "status --json, fragmented:\n%s", json);
@@ -216,6 +219,19 @@ int main(void)
 	      strstr(prom, "kvtier_fragmentation_alert_ratio 0.300000\n") &&
 	      strstr(prom, "kvtier_fragmented_tenants 1\n"), "kvtierctl metrics:\n%s", prom);
 	free(prom);
+}
+
+int main(void)
+{
+	/* 8 MiB: four 2 MiB extents, 64 slots of 32 KiB each. */
+	daemon_start(&d, "[pool]\ncapacity = 8M\nextent_size = 2M\nfragmentation_alert = 0.3\n");
+	kvt_client *c = client_connect(&d, "fragmenter");
+	kvt_ns *small = open_ns(c, 16);
+	kvt_ns *large = open_ns(c, 48);
+
+	check_full(c, small);
+	fragment(c, small, large);
+	check_ctl();
 
 	/* A lower level, live: the same pool is no longer below it. */
 	daemon_rewrite_config(&d, "[pool]\ncapacity = 8M\nextent_size = 2M\nfragmentation_alert = 5%\n");
