@@ -31,6 +31,8 @@ void config_dump(const struct config *c, FILE *f)
 		kvt_size_format_exact(c->capacity, a, sizeof(a)), kvt_size_format_exact(c->extent_size, b, sizeof(b)),
 		hp[c->hugepages], lk[c->lock], c->numa == NUMA_OFF ? "off" : "auto",
 		evict_policy_to_string(c->eviction));
+	fprintf(f, "fragmentation_alert = %u.%06u\n", c->fragmentation_alert_ppm / 1000000,
+		c->fragmentation_alert_ppm % 1000000);
 	if (c->sysfs_root)
 		fprintf(f, "topology_root = %s\n", c->sysfs_root);
 	fputc('\n', f);

@@ -60,6 +60,7 @@ void config_reload(struct config *cur, struct config *fresh, char *changed, size
 		NOTE(restart, name)
 
 	LIVE(capacity, "[pool] capacity");
+	LIVE(fragmentation_alert_ppm, "[pool] fragmentation_alert");
 	LIVE(quarantine_ms, "[daemon] quarantine_ms");
 	LIVE(log_level, "[daemon] log_level");
 	LIVE(handshake_timeout_ms, "[daemon] handshake_timeout_ms");

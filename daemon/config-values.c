@@ -126,6 +126,38 @@ int conf_percent(const char *v, void *field, const char **expect)
 	return 0;
 }
 
+/* "0.3" or "30%": parts per million, so that the daemon compares ratios
+ * without floating point and a dump reads back as the same value. */
+int conf_ratio(const char *v, void *field, const char **expect)
+{
+	uint64_t whole = 0, frac = 0, scale = 1000000;
+	const char *p = v;
+
+	*expect = "a ratio from 0 to 1 (such as 0.3) or a percentage (30%)";
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++)
+		if ((whole = whole * 10 + (uint64_t)(*p - '0')) > 100)
+			return -EINVAL;
+	if (*p == '.') {
+		/* Digits past the sixth are below a part per million. */
+		for (p++; *p >= '0' && *p <= '9'; p++)
+			if (scale > 1) {
+				scale /= 10;
+				frac += (uint64_t)(*p - '0') * scale;
+			}
+	}
+	uint64_t ppm = whole * 1000000 + frac;
+	if (*p == '%') {
+		ppm /= 100;
+		p++;
+	}
+	if (*p || ppm > 1000000)
+		return -EINVAL;
+	*(uint32_t *)field = (uint32_t)ppm;
+	return 0;
+}
+
 int conf_unknown(const char *v, void *field, const char **expect)
 {
 	*expect = "allow or refuse";

@@ -21,6 +21,7 @@ int conf_numa(const char *v, void *field, const char **expect);      /* enum */
 int conf_eviction(const char *v, void *field, const char **expect);  /* enum */
 int conf_engine(const char *v, void *field, const char **expect);    /* enum */
 int conf_percent(const char *v, void *field, const char **expect);   /* 0..100 */
+int conf_ratio(const char *v, void *field, const char **expect);     /* 0..1: ppm */
 int conf_unknown(const char *v, void *field, const char **expect);   /* bool */
 int conf_log_level(const char *v, void *field, const char **expect); /* LOG_* */
 /* "1000, alice 1002": numeric ids or names, for uids (or gids when

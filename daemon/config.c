@@ -72,6 +72,7 @@ static const struct conf_item {
 	{"pool", "numa", conf_numa, offsetof(struct config, numa)},
 	{"pool", "topology_root", conf_path, offsetof(struct config, sysfs_root)},
 	{"pool", "eviction", conf_eviction, offsetof(struct config, eviction)},
+	{"pool", "fragmentation_alert", conf_ratio, offsetof(struct config, fragmentation_alert_ppm)},
 	{"tenants", "default_quota", conf_size, offsetof(struct config, default_quota)},
 	{"tenants", "default_nvme_quota", conf_size, offsetof(struct config, default_nvme_quota)},
 	{"tenants", "unknown", conf_unknown, offsetof(struct config, refuse_unknown)},
@@ -122,6 +123,7 @@ int config_defaults(struct config *c)
 	c->hugepages = HUGEPAGES_AUTO;
 	c->eviction = EVICT_ARC; /* chosen on the traces of docs/workload.md */
 	c->lock = LOCK_AUTO;
+	c->fragmentation_alert_ppm = 300000; /* 0.3: where operators see large prefills fail */
 	c->default_quota = 0; /* a quarter of the capacity */
 	c->refuse_unknown = false;
 	c->max_connections = 1024;

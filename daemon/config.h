@@ -84,6 +84,9 @@ struct config {
 	enum numa_mode numa;
 	enum evict_policy eviction;
 	char *sysfs_root; /* topology source; NULL for the real /sys */
+	/* Warn when a tenant's fill falls below this while memory is stranded
+	 * (fragmentation.h); parts per million, 0: off. */
+	uint32_t fragmentation_alert_ppm;
 
 	/* [tenants] */
 	uint64_t default_quota;

@@ -95,6 +95,54 @@ static uint64_t tenant_blocks(const struct tenant *t)
 	return n;
 }
 
+/* A tenant's fragmentation (fragmentation.h): its totals in ret and, if
+ * ret_cls is not NULL, its classes' own ([t->n_classes], the caller's to
+ * free).  \return 0, or -ENOMEM */
+static int tenant_frag(const struct manager *m, const struct tenant *t, struct frag_tenant *ret,
+		       struct frag_class **ret_in, struct frag_class_ratios **ret_cls)
+{
+	size_t n = t->n_classes ? t->n_classes : 1;
+	struct frag_class *in = calloc(n, sizeof(*in));
+	struct frag_class_ratios *out = calloc(n, sizeof(*out));
+	uint64_t room;
+
+	if (!in || !out) {
+		free(in);
+		free(out);
+		return -ENOMEM;
+	}
+	store_frag_classes(&m->store, t, in, &room);
+	frag_tenant_compute(in, t->n_classes, room, m->config->fragmentation_alert_ppm, out, ret);
+	if (ret_in)
+		*ret_in = in;
+	else
+		free(in);
+	if (ret_cls)
+		*ret_cls = out;
+	else
+		free(out);
+	return 0;
+}
+
+static uint64_t tenant_starved(const struct tenant *t)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < t->n_classes; i++)
+		n += t->classes[i]->starved;
+	return n;
+}
+
+static uint64_t fragmented_tenants(const struct manager *m)
+{
+	uint64_t n = 0;
+	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
+		struct frag_tenant f;
+		if (tenant_frag(m, m->store.tenants[i], &f, NULL, NULL) == 0)
+			n += f.fragmented;
+	}
+	return n;
+}
+
 static void emit_daemon(struct emitter *e, bool admin)
 {
 	const struct manager *m = e->m;
@@ -119,7 +167,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	bool nvme = m->nvme != NULL;
 	if (nvme)
 		nvme_get_stats(m->nvme, &ns);
-	kvt_rec_begin(&e->b, "daemon", nvme ? 30 + 22 : 30);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 33 + 22 : 33);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -150,6 +198,9 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "handshake_timeouts", m->c.handshake_timeouts);
 	kvt_rec_u64(&e->b, "quarantined", m->c.quarantined_handles);
 	kvt_rec_u64(&e->b, "accept_failures", m->c.accept_failures);
+	kvt_rec_u64(&e->b, "fragmentation_alert_ppm", m->config->fragmentation_alert_ppm);
+	kvt_rec_u64(&e->b, "fragmented_tenants", fragmented_tenants(m));
+	kvt_rec_u64(&e->b, "fragmentation_warnings", m->store.frag_warnings);
 	if (!nvme)
 		return;
 	kvt_rec_str(&e->b, "nvme_engine", ns.engine);
@@ -207,9 +258,53 @@ static void emit_node(struct emitter *e, int node)
 	kvt_rec_u64(&e->b, "used", used);
 }
 
+/* One record per slot class of the tenant: what its extents hold. */
+static void emit_classes(struct emitter *e, const struct tenant *t)
+{
+	struct frag_class *in = NULL;
+	struct frag_class_ratios *out = NULL;
+	struct frag_tenant f;
+
+	if (t->n_classes == 0)
+		return;
+	if (tenant_frag(e->m, t, &f, &in, &out) < 0) {
+		e->b.error = -ENOMEM;
+		emit_flush(e, false);
+		return;
+	}
+	for (uint32_t i = 0; i < t->n_classes; i++) {
+		const struct slot_class *c = t->classes[i];
+		uint64_t empty = 0;
+		for (uint32_t k = 0; k < c->n_extents; k++)
+			empty += c->extents[k]->slots.n_free == c->extents[k]->slots.n;
+		kvt_rec_begin(&e->b, "class", 14);
+		kvt_rec_str(&e->b, "tenant", t->name);
+		kvt_rec_u64(&e->b, "slot_bytes", c->slot_bytes);
+		kvt_rec_u64(&e->b, "extents", c->n_extents);
+		kvt_rec_u64(&e->b, "empty_extents", empty);
+		kvt_rec_u64(&e->b, "extent_bytes", in[i].extent_bytes);
+		kvt_rec_u64(&e->b, "slots", in[i].slots);
+		kvt_rec_u64(&e->b, "free_slots", in[i].slots - in[i].used_slots);
+		kvt_rec_u64(&e->b, "data_bytes", in[i].data_bytes);
+		kvt_rec_u64(&e->b, "padding_bytes", out[i].padding_bytes);
+		kvt_rec_u64(&e->b, "tail_bytes", out[i].tail_bytes);
+		kvt_rec_u64(&e->b, "free_bytes", out[i].free_bytes);
+		kvt_rec_u64(&e->b, "fill_ppm", out[i].fill_ppm);
+		kvt_rec_u64(&e->b, "can_grow", out[i].can_grow);
+		kvt_rec_u64(&e->b, "starved", c->starved);
+		emit_flush(e, false);
+	}
+	free(in);
+	free(out);
+}
+
 static void emit_tenant(struct emitter *e, const struct tenant *t)
 {
 	struct ns_counters sum;
+	struct frag_tenant f = {.fill_ppm = FRAG_PPM};
+
+	if (tenant_frag(e->m, t, &f, NULL, NULL) < 0)
+		e->b.error = -ENOMEM;
 	memset(&sum, 0, sizeof(sum));
 	for (uint32_t i = 0; i < t->n_ns; i++) {
 		const struct ns_counters *c = &t->nss[i]->c;
@@ -219,7 +314,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 		sum.loads += c->loads;
 		sum.evictions += c->evictions;
 	}
-	kvt_rec_begin(&e->b, "tenant", t->store->tier ? 18 : 14);
+	kvt_rec_begin(&e->b, "tenant", t->store->tier ? 22 : 18);
 	kvt_rec_u64(&e->b, "id", t->id);
 	kvt_rec_str(&e->b, "name", t->name);
 	kvt_rec_u64(&e->b, "uid", t->uid);
@@ -234,6 +329,10 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 	kvt_rec_u64(&e->b, "misses", sum.misses);
 	kvt_rec_u64(&e->b, "stores", sum.stores);
 	kvt_rec_u64(&e->b, "evictions", sum.evictions);
+	kvt_rec_u64(&e->b, "fill_ppm", f.fill_ppm);
+	kvt_rec_u64(&e->b, "stranded_bytes", f.stranded_bytes);
+	kvt_rec_u64(&e->b, "starved", tenant_starved(t));
+	kvt_rec_u64(&e->b, "fragmented", f.fragmented);
 	if (t->store->tier) { /* the store's tier is the NVMe tier */
 		kvt_rec_u64(&e->b, "nvme_quota", t->nvme_quota);
 		kvt_rec_u64(&e->b, "nvme_used", t->disk_bytes);
@@ -320,6 +419,7 @@ int stats_build(const struct manager *m, const struct stats_query *q,
 		if (q->what & KVT_STATS_TENANTS) {
 			emit_tenant(&e, t);
 			emit_flush(&e, false);
+			emit_classes(&e, t);
 		}
 		if (q->what & KVT_STATS_NAMESPACES)
 			for (uint32_t j = 0; j < t->n_ns; j++) {

@@ -38,6 +38,8 @@ static int class_new_extent(struct store *s, struct tenant *t, struct slot_class
 	t->next_extent_id++;
 	e->cls = c;
 	c->extents[c->n_extents++] = e;
+	c->slots += e->slots.n;
+	c->extent_bytes += e->size;
 	t->allocated += e->size;
 	if (s->tier_ops)
 		s->tier_ops->extent_added(s->tier, e);
@@ -124,8 +126,10 @@ int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, i
 {
 	if (!(*ret_e = class_free_slot(c, node, ret_slot)) &&
 	    class_new_extent(s, t, c, node, ret_e, ret_slot) < 0 &&
-	    !(node >= 0 && (*ret_e = class_free_slot(c, -1, ret_slot))))
+	    !(node >= 0 && (*ret_e = class_free_slot(c, -1, ret_slot)))) {
+		store_frag_no_room(s, t, c);
 		TRY(class_evict(s, c, stage, ret_e, ret_slot));
+	}
 	c->used_slots++;
 	return 0;
 }

@@ -5,7 +5,7 @@
  *
  *   store-ops.c     -> store-tier.c, store-place.c, store-handles.c, store-blocks.c
  *   store-tier.c    -> store-tenants.c, store-ns.c, store-place.c, store-blocks.c
- *   store-place.c   -> store-blocks.c
+ *   store-place.c   -> store-blocks.c, store-fragmentation.c
  *   store-tenants.c -> store-ns.c
  *
  * store-blocks.c, store-handles.c and store-ns.c call no other file of the
@@ -61,6 +61,12 @@ void store_lru_maybe_insert(struct block *b);
  * \return 0, or -ENOSPC */
 int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
 		      bool stage, struct extent **ret_e, uint32_t *ret_slot);
+
+/* store-fragmentation.c: class c of tenant t found no free slot and no
+ * room for an extent; counts the allocation as starved when another class
+ * holds free slots, and warns (at most once a minute per tenant) when the
+ * tenant's fill is below [pool] fragmentation_alert. */
+void store_frag_no_room(struct store *s, struct tenant *t, struct slot_class *c);
 
 /* store-handles.c */
 /* \return 0, -ENOBUFS at [limits] handles, or -ENOMEM */

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include "evict.h"
+#include "fragmentation.h"
 #include "index.h"
 #include "keyhash.h"
 #include "kvt-proto.h"
@@ -88,6 +89,8 @@ struct slot_class {
 	uint32_t n_extents;
 	struct evict lru; /* the configured policy, over its resident blocks */
 	uint64_t used_slots;
+	uint64_t slots, extent_bytes; /* of its extents, kept as they are added */
+	uint64_t starved; /* allocations starved (fragmentation.h) */
 };
 
 struct ns {
@@ -134,6 +137,8 @@ struct tenant {
 	uint32_t handles_cap, n_handles_free, n_handles;
 	uint32_t n_sessions;
 	uint64_t refused;
+	uint64_t frag_warned_usec; /* last fragmentation warning (CLOCK_MONOTONIC) */
+	uint64_t frag_unwarned;    /* starved allocations since, not logged */
 };
 
 typedef void (*store_extent_added_fn)(void *userdata, struct tenant *t,
@@ -184,6 +189,7 @@ struct store {
 	struct keyhash keyhash;
 	/* Set by the manager: process.c keeps each process's handles. */
 	store_handle_owner_fn handle_taken, handle_ended;
+	uint64_t frag_warnings; /* fragmentation warnings logged */
 };
 
 int store_init(struct store *s, struct pool *p, const struct config *c,
@@ -267,3 +273,8 @@ void store_disk_linked(struct block *b);
 
 /* Totals for stats. */
 uint64_t store_tenant_used(const struct tenant *t);
+
+/* store-fragmentation.c: a tenant's classes as fragmentation.h counts them
+ * (ret [t->n_classes]), and the room it has for extents. */
+void store_frag_classes(const struct store *s, const struct tenant *t, struct frag_class *ret,
+			uint64_t *ret_room);

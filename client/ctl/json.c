@@ -153,6 +153,17 @@ void json_rec(struct json *j, const struct rec *r, bool with_hit_rate)
 	json_open(j, '{');
 	for (uint32_t i = 0; i < r->n_fields; i++) {
 		const struct field *f = &r->fields[i];
+		size_t len = strlen(f->name);
+		/* Ratios travel in parts per million (records carry integers);
+		 * a program reading JSON gets the ratio, under the name without
+		 * the unit. */
+		if (f->type == KVT_FIELD_U64 && len > 4 && !strcmp(f->name + len - 4, "_ppm")) {
+			char key[64];
+			snprintf(key, sizeof(key), "%.*s", (int)(len - 4), f->name);
+			json_key(j, key);
+			json_ratio(j, (double)f->u / 1e6);
+			continue;
+		}
 		json_key(j, f->name);
 		if (f->type == KVT_FIELD_STR)
 			json_str(j, f->s);

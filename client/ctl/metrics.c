@@ -19,7 +19,7 @@ struct metric {
 	const char *name;  /* after "kvtier_" */
 	const char *type;  /* gauge or counter */
 	const char *help;
-	unsigned divisor;  /* 1000: milliseconds to seconds; 0: as sent */
+	unsigned divisor;  /* 1000: milliseconds to seconds; 1000000: ppm to a ratio; 0: as sent */
 };
 
 static const struct metric daemon_metrics[] = {
@@ -47,6 +47,9 @@ static const struct metric daemon_metrics[] = {
 	{"accept_failures", "accept_failures_total", "counter", "Connections that could not be taken in for want of descriptors or memory.", 0},
 	{"nvme_refused", "nvme_writeback_refused_total", "counter", "Write-backs to NVMe refused for want of spill space (the tenant's blocks stay in host memory only).", 0},
 	{"nvme_reclaims", "nvme_regions_reclaimed_total", "counter", "Spill regions taken back from a tenant above its NVMe quota for one below it.", 0},
+	{"fragmentation_alert_ppm", "fragmentation_alert_ratio", "gauge", "[pool] fragmentation_alert: a tenant below this fill with memory stranded is fragmented (0: off).", 1000000},
+	{"fragmented_tenants", "fragmented_tenants", "gauge", "Tenants fragmented now (kvtier_tenant_fragmented).", 0},
+	{"fragmentation_warnings", "fragmentation_warnings_total", "counter", "Fragmentation warnings logged (at most one a minute per tenant).", 0},
 };
 /* Identity, not measurements: pid changes with every restart, and the
  * version and protocol are labels of kvtier_info. */
@@ -73,6 +76,10 @@ static const struct metric tenant_metrics[] = {
 	{"evictions", "tenant_evictions_total", "counter", "Blocks evicted, over the tenant's namespaces.", 0},
 	{"nvme_regions", "tenant_nvme_regions", "gauge", "Spill regions the tenant holds, weighed against its NVMe quota.", 0},
 	{"nvme_refused", "tenant_nvme_writeback_refused_total", "counter", "The tenant's write-backs to NVMe refused for want of spill space.", 0},
+	{"fill_ppm", "tenant_fill_ratio", "gauge", "Bytes of block payload over bytes of the tenant's extents (1 with no extents).", 1000000},
+	{"stranded_bytes", "tenant_stranded_bytes", "gauge", "Free slots of one block size while another block size of the tenant cannot get an extent.", 0},
+	{"starved", "tenant_starved_allocations_total", "counter", "Slots that had to be taken by eviction, or were refused, while another block size of the tenant held free slots.", 0},
+	{"fragmented", "tenant_fragmented", "gauge", "1 while the tenant's fill is below [pool] fragmentation_alert with memory stranded.", 0},
 };
 static const char *const tenant_skip[] = {"id", "uid", NULL};
 
@@ -98,6 +105,23 @@ static const struct metric ns_metrics[] = {
 /* Geometry and identity: labels of kvtier_namespace_info. */
 static const char *const ns_skip[] = {"id", "layer_first", "layer_end", "tp", "block_tokens", NULL};
 
+static const struct metric class_metrics[] = {
+	{"extents", "class_extents", "gauge", "Pool extents of this block size (slot class).", 0},
+	{"empty_extents", "class_empty_extents", "gauge", "Extents of this block size with every slot free (never returned before a restart).", 0},
+	{"extent_bytes", "class_extent_bytes", "gauge", "Bytes of the extents of this block size.", 0},
+	{"slots", "class_slots", "gauge", "Slots in the extents of this block size.", 0},
+	{"free_slots", "class_free_slots", "gauge", "Free slots in the extents of this block size.", 0},
+	{"data_bytes", "class_data_bytes", "gauge", "Payload bytes of the blocks in the used slots.", 0},
+	{"padding_bytes", "class_padding_bytes", "gauge", "Bytes of used slots beyond their blocks' payload (shards rounded up to 4 KiB).", 0},
+	{"tail_bytes", "class_tail_bytes", "gauge", "Bytes at the ends of extents that no slot fits in.", 0},
+	{"free_bytes", "class_free_bytes", "gauge", "Bytes of free slots (usable by this block size only).", 0},
+	{"fill_ppm", "class_fill_ratio", "gauge", "Payload bytes over extent bytes for this block size (1 with no extents).", 1000000},
+	{"can_grow", "class_can_grow", "gauge", "1 while one more extent of this block size fits the tenant's quota and the pool.", 0},
+	{"starved", "class_starved_allocations_total", "counter", "Slots of this block size taken by eviction, or refused, while another block size held free slots.", 0},
+};
+/* The block size is a label. */
+static const char *const class_skip[] = {"slot_bytes", NULL};
+
 struct kind {
 	const char *kind;
 	const char *prefix; /* of generic names: "tenant" */
@@ -110,6 +134,7 @@ static const struct kind kinds[] = {
 	{"daemon", "daemon", daemon_metrics, ARRAY_SIZE(daemon_metrics), daemon_skip},
 	{"node", "node", node_metrics, ARRAY_SIZE(node_metrics), node_skip},
 	{"tenant", "tenant", tenant_metrics, ARRAY_SIZE(tenant_metrics), tenant_skip},
+	{"class", "class", class_metrics, ARRAY_SIZE(class_metrics), class_skip},
 	{"namespace", "namespace", ns_metrics, ARRAY_SIZE(ns_metrics), ns_skip},
 };
 
@@ -171,6 +196,13 @@ static void put_labels(FILE *f, const struct rec *r)
 		fputs("{tenant=", f);
 		put_label_value(f, rec_str(r, "name"));
 		putc('}', f);
+	} else if (rec_is(r, "class")) {
+		snprintf(id, sizeof(id), "%" PRIu64, rec_u64(r, "slot_bytes"));
+		fputs("{tenant=", f);
+		put_label_value(f, rec_str(r, "tenant"));
+		fputs(",slot_bytes=", f);
+		put_label_value(f, id);
+		putc('}', f);
 	} else if (rec_is(r, "namespace")) {
 		snprintf(id, sizeof(id), "%" PRIu64, rec_u64(r, "id"));
 		fputs("{tenant=", f);
@@ -191,7 +223,7 @@ static bool numeric(const struct field *fl)
 static void put_value(FILE *f, const struct field *fl, unsigned divisor)
 {
 	if (divisor > 1)
-		fprintf(f, " %.3f\n", (double)fl->u / divisor);
+		fprintf(f, " %.*f\n", divisor >= 1000000 ? 6 : 3, (double)fl->u / divisor);
 	else if (fl->type == KVT_FIELD_I64)
 		fprintf(f, " %" PRId64 "\n", (int64_t)fl->u);
 	else
@@ -341,11 +373,14 @@ static int metrics_run(struct ctx *x)
 static void metrics_help(FILE *f)
 {
 	fputs("metrics:\n"
-	      "  Prometheus text format 0.0.4: pool, NUMA node, tenant and namespace\n"
-	      "  gauges and counters (kvtier_pool_used_bytes, kvtier_node_used_bytes{node},\n"
-	      "  kvtier_tenant_used_bytes{tenant}, kvtier_namespace_hits_total{tenant,\n"
-	      "  namespace,model}, ...).  For node_exporter's textfile collector, write a\n"
-	      "  temporary file and rename it, so the collector never reads half a file:\n"
+	      "  Prometheus text format 0.0.4: pool, NUMA node, tenant, block size and\n"
+	      "  namespace gauges and counters (kvtier_pool_used_bytes,\n"
+	      "  kvtier_node_used_bytes{node}, kvtier_tenant_used_bytes{tenant},\n"
+	      "  kvtier_namespace_hits_total{tenant,namespace,model},\n"
+	      "  kvtier_class_fill_ratio{tenant,slot_bytes},\n"
+	      "  kvtier_tenant_fragmented{tenant}, ...).  For node_exporter's textfile\n"
+	      "  collector, write a temporary file and rename it, so the collector never\n"
+	      "  reads half a file:\n"
 	      "    kvtierctl metrics > /var/lib/node_exporter/textfile/kvtier.prom.$$ &&\n"
 	      "      mv /var/lib/node_exporter/textfile/kvtier.prom.$$ \\\n"
 	      "         /var/lib/node_exporter/textfile/kvtier.prom\n"

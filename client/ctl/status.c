@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvtierctl status: the daemon summary, the host pool and the NVMe tier,
- * then the NUMA nodes, tenants and namespaces; or all of it as one JSON
- * object.
+ * then the NUMA nodes, tenants, block sizes (their fragmentation) and
+ * namespaces; or all of it as one JSON object.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -75,6 +75,16 @@ static void print_pool(const struct rec *d)
 		printf("%-13s%s\n", "Lock:", rec_str(d, "lock"));
 	if (rec_has(d, "eviction"))
 		printf("%-13s%s\n", "Eviction:", rec_str(d, "eviction"));
+	if (rec_has(d, "fragmentation_alert_ppm")) {
+		uint64_t alert = rec_u64(d, "fragmentation_alert_ppm");
+		char a[32];
+		printf("%-13s%" PRIu64 " tenant(s), %" PRIu64 " warning(s); ", "Fragmented:",
+		       rec_u64(d, "fragmented_tenants"), rec_u64(d, "fragmentation_warnings"));
+		if (alert)
+			printf("alert below %s fill\n", fmt_pct(a, sizeof(a), (double)alert / 1e6));
+		else
+			printf("alert off\n");
+	}
 }
 
 static void print_daemon(const struct ctx *x, const struct rec *d)
@@ -107,6 +117,48 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 		printf("\n(Only your own tenant is shown; run as root or as kvtierd's user for the whole daemon.)\n");
 }
 
+/* Per tenant and block size: what its extents hold, and what they hold
+ * that no other block size can use. */
+static int print_classes(FILE *f, const struct snapshot *s)
+{
+	static const struct column cols[] = {
+		{"TENANT", false}, {"SLOT", true},    {"EXTENTS", true}, {"EMPTY", true},
+		{"ALLOCATED", true}, {"FILL", true},  {"FREE", true},    {"PADDING", true},
+		{"STARVED", true},
+	};
+	struct table t = TABLE_INIT(cols, ARRAY_SIZE(cols));
+	char a[KVT_SIZE_LEN], b[KVT_SIZE_LEN], c[KVT_SIZE_LEN], d[KVT_SIZE_LEN], p[32];
+	int r;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct rec *x = &s->recs[i];
+		if (!rec_is(x, "class"))
+			continue;
+		table_add(&t, "%s", rec_str(x, "tenant"));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "slot_bytes"), a, sizeof(a)));
+		table_add(&t, "%" PRIu64, rec_u64(x, "extents"));
+		table_add(&t, "%" PRIu64, rec_u64(x, "empty_extents"));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "extent_bytes"), b, sizeof(b)));
+		/* No extents: nothing to fill (JSON says 1, a table "-"). */
+		table_add(&t, "%s", fmt_pct(p, sizeof(p), rec_u64(x, "extent_bytes") ?
+					(double)rec_u64(x, "fill_ppm") / 1e6 : -1));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "free_bytes"), c, sizeof(c)));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "padding_bytes"), d, sizeof(d)));
+		table_add(&t, "%" PRIu64, rec_u64(x, "starved"));
+	}
+	r = table_print(&t, f);
+	table_free(&t);
+	for (size_t i = 0; r >= 0 && i < s->n; i++) {
+		const struct rec *x = &s->recs[i];
+		if (!rec_is(x, "tenant") || !rec_u64(x, "fragmented"))
+			continue;
+		fprintf(f, "Tenant %s is fragmented: blocks fill %s of its extents and %s of free slots are stranded in other block sizes (see kvtierctl(1), FRAGMENTATION).\n",
+			rec_str(x, "name"), fmt_pct(p, sizeof(p), (double)rec_u64(x, "fill_ppm") / 1e6),
+			kvt_size_format(rec_u64(x, "stranded_bytes"), a, sizeof(a)));
+	}
+	return r;
+}
+
 static void status_json(const struct snapshot *s)
 {
 	const struct rec *d = snapshot_find(s, "daemon");
@@ -124,6 +176,8 @@ static void status_json(const struct snapshot *s)
 	json_recs(&j, s, "tenant", true);
 	json_key(&j, "namespaces");
 	json_recs(&j, s, "namespace", true);
+	json_key(&j, "classes");
+	json_recs(&j, s, "class", false);
 	if (snapshot_find(s, "client")) {
 		json_key(&j, "clients");
 		json_recs(&j, s, "client", false);
@@ -147,6 +201,8 @@ static int status_run(struct ctx *x)
 	}
 	printf("\nTenants:\n");
 	TRY(print_tenants(stdout, &x->snap));
+	printf("\nBlock sizes:\n");
+	TRY(print_classes(stdout, &x->snap));
 	printf("\nNamespaces:\n");
 	return print_namespaces(stdout, &x->snap, false);
 }
@@ -157,6 +213,6 @@ const struct ctl_command ctl_cmd_status = {
 	.needs = CTL_NEEDS_STATS,
 	.what = STATS_STATUS,
 	.json = true,
-	.summary = "daemon summary, host pool, NUMA nodes, tenants and namespaces",
+	.summary = "daemon summary, host pool, NUMA nodes, tenants, block sizes and namespaces",
 	.run = status_run,
 };

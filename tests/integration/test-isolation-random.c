@@ -462,6 +462,10 @@ static int stats_cb(const kvt_record *r, void *userdata)
 		TCHECK(t, name && !strcmp(name, t->name), "stats show a namespace of '%s'",
 		       name ? name : "?");
 		kvt_record_get_u64(r, "reserved", &s->reserved);
+	} else if (!strcmp(kind, "class")) {
+		const char *name = kvt_record_get_str(r, "tenant");
+		TCHECK(t, name && !strcmp(name, t->name), "stats show a slot class of '%s'",
+		       name ? name : "?");
 	} else if (!strcmp(kind, "client")) {
 		const char *name = kvt_record_get_str(r, "tenant");
 		TCHECK(t, name && !strcmp(name, t->name), "stats show a client of '%s'",
