@@ -15,10 +15,10 @@
  * end of each window of sampled requests the filter takes the side whose
  * shadow hit more, by a margin so that it does not flap on noise.
  *
- * Memory: two shadows of at most max(size/64, 2048) entries of 32 bytes
- * and a table of 4 bytes per two entries... bounded by the main tier's size
- * (about 1.5 bytes per block at 10^6 blocks).  Pure: no I/O; a failed
- * allocation leaves the filter where it was.
+ * Memory: two shadows of size/2^shift entries (at least 1024 unless the
+ * tier is smaller, at most size/64), each entry 32 bytes and two table
+ * slots of 4: about 1.3 bytes per block of the tier at 10^6 blocks.  Pure:
+ * no I/O; a failed allocation leaves the filter where it was.
  */
 #pragma once
 
