@@ -522,7 +522,8 @@ int main(int argc, char **argv)
 
 	if (csv) {
 		printf("capacity_fraction,capacity_blocks,partition,policy,hit_rate,tokens_saved,"
-		       "of_belady,evictions,rejected,stray\n");
+		       "of_belady,evictions,rejected,stray,refused,admit_windows,admit_switches,"
+		       "admit_on_tiers,policy_bytes\n");
 	} else {
 		printf("# trace %s: %" PRIu64 " requests, %u tenants, %u distinct blocks (the working set), "
 		       "%" PRIu64 " blocks looked up, %u tokens per block\n",
