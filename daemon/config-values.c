@@ -92,7 +92,7 @@ int conf_numa(const char *v, void *field, const char **expect)
 int conf_eviction(const char *v, void *field, const char **expect)
 {
 	int p = evict_policy_from_string(v);
-	*expect = "arc, lru, s3fifo or sieve";
+	*expect = "arc, lru, s3fifo, sieve, lrfu or lrfu-admit";
 	if (p < 0)
 		return p;
 	*(enum evict_policy *)field = (enum evict_policy)p;

@@ -7,44 +7,6 @@
 #include "evict.h"
 #include "keyhash.h"
 
-void evict_lru_init(struct evict_lru *l)
-{
-	l->head.next = l->head.prev = &l->head;
-	l->n = 0;
-}
-
-void evict_lru_insert(struct evict_lru *l, struct evict_node *n)
-{
-	n->next = l->head.next;
-	n->prev = &l->head;
-	l->head.next->prev = n;
-	l->head.next = n;
-	l->n++;
-}
-
-void evict_lru_remove(struct evict_lru *l, struct evict_node *n)
-{
-	if (!evict_node_linked(n))
-		return;
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	n->next = n->prev = NULL;
-	l->n--;
-}
-
-void evict_lru_touch(struct evict_lru *l, struct evict_node *n)
-{
-	if (!evict_node_linked(n))
-		return;
-	evict_lru_remove(l, n);
-	evict_lru_insert(l, n);
-}
-
-struct evict_node *evict_lru_victim(const struct evict_lru *l)
-{
-	return l->n ? l->head.prev : NULL;
-}
-
 /* ---- the ghost list ------------------------------------------------ */
 
 #define GHOST_MIN_SLOTS 64
@@ -145,7 +107,7 @@ static bool ghost_take(struct evict_ghost *g, uint64_t fp)
 
 /* ---- policy-generic ------------------------------------------------ */
 
-#define entry_of(n) ((struct evict_entry *)((char *)(n) - offsetof(struct evict_entry, node)))
+#define entry_of(n) evict_entry_of(n)
 
 static struct evict_lru *queue_of(struct evict *e, uint8_t q)
 {
@@ -160,6 +122,9 @@ void evict_init(struct evict *e, enum evict_policy policy, const struct keyhash 
 	e->small_percent = EVICT_S3FIFO_SMALL_PERCENT;
 	evict_lru_init(&e->q[0]);
 	evict_lru_init(&e->q[1]);
+	evict_lrfu_init(&e->lrfu);
+	count_sketch_init(&e->sketch);
+	evict_admit_init(&e->admit);
 }
 
 void evict_done(struct evict *e)
@@ -168,6 +133,50 @@ void evict_done(struct evict *e)
 		free(e->ghost[i].slots);
 		e->ghost[i] = (struct evict_ghost){.hash = e->ghost[i].hash};
 	}
+	count_sketch_done(&e->sketch);
+	evict_admit_done(&e->admit);
+}
+
+static bool is_lrfu(const struct evict *e)
+{
+	return e->policy == EVICT_LRFU || e->policy == EVICT_LRFU_ADMIT;
+}
+
+/*
+ * A request of x's block (a hit, or a new block stored): counted in the
+ * sketch, shown to the admission filter's shadows.  \return its level;
+ * ret_seen tells whether the sketch had counted it before.
+ */
+static unsigned lrfu_request(struct evict *e, const struct evict_entry *x, bool *ret_seen)
+{
+	uint64_t h = keyhash(e->ghost[0].hash, &x->fp, sizeof(x->fp));
+
+	/* Blocks come back long after they were evicted, and their counts
+	 * are what tells them apart: the sketch covers EVICT_SKETCH_COLUMNS
+	 * times the tier, so that the keys of several turnovers fit before
+	 * a halving without filling every counter. */
+	if (e->sketch.width < EVICT_SKETCH_COLUMNS * e->lrfu.size &&
+	    e->sketch.width < e->sketch.max_width)
+		(void)count_sketch_reserve(&e->sketch, EVICT_SKETCH_COLUMNS * e->lrfu.size);
+	bool seen = count_sketch_get(&e->sketch, h) > 0;
+	unsigned level = evict_lrfu_level(count_sketch_add(&e->sketch, h));
+	evict_lrfu_tick(&e->lrfu);
+	if (e->policy == EVICT_LRFU_ADMIT)
+		evict_admit_observe(&e->admit, e->lrfu.size, h, seen, level);
+	*ret_seen = seen;
+	return level;
+}
+
+static void lrfu_insert(struct evict *e, struct evict_entry *x)
+{
+	bool seen = true;
+	unsigned level = 0;
+
+	if (x->queue == EVICT_Q_NONE)
+		level = lrfu_request(e, x, &seen);
+	bool refused = !seen && e->policy == EVICT_LRFU_ADMIT && e->admit.on;
+	e->refused += refused;
+	evict_lrfu_insert(&e->lrfu, x, level, refused);
 }
 
 /* ARC's ghost lists are nominally as long as the other queue is (T1 + B1
@@ -203,6 +212,10 @@ static void arc_admit(struct evict *e, struct evict_entry *x)
 
 void evict_insert(struct evict *e, struct evict_entry *x)
 {
+	if (is_lrfu(e)) {
+		lrfu_insert(e, x);
+		return;
+	}
 	if (x->queue == EVICT_Q_NONE) {
 		x->freq = 0;
 		if (e->policy == EVICT_ARC)
@@ -221,6 +234,10 @@ void evict_remove(struct evict *e, struct evict_entry *x)
 {
 	if (!evict_entry_linked(x))
 		return;
+	if (is_lrfu(e)) {
+		evict_lrfu_remove(&e->lrfu, x);
+		return;
+	}
 	if (e->hand == &x->node)
 		e->hand = x->node.prev == &e->q[0].head ? NULL : x->node.prev;
 	evict_lru_remove(queue_of(e, x->queue), &x->node);
@@ -241,6 +258,12 @@ void evict_touch(struct evict *e, struct evict_entry *x)
 	case EVICT_SIEVE:
 		x->freq = 1;
 		break;
+	case EVICT_LRFU:
+	case EVICT_LRFU_ADMIT: {
+		bool seen;
+		evict_lrfu_touch(&e->lrfu, x, lrfu_request(e, x, &seen));
+		break;
+	}
 	case EVICT_ARC:
 		/* Hit since it was stored: T2's young end. */
 		evict_lru_remove(queue_of(e, x->queue), &x->node);
@@ -318,6 +341,9 @@ struct evict_entry *evict_victim(struct evict *e)
 		return sieve_victim(e);
 	case EVICT_ARC:
 		return arc_victim(e);
+	case EVICT_LRFU:
+	case EVICT_LRFU_ADMIT:
+		return evict_lrfu_victim(&e->lrfu);
 	default: {
 		struct evict_node *n = evict_lru_victim(&e->q[0]);
 		return n ? entry_of(n) : NULL;
@@ -327,6 +353,8 @@ struct evict_entry *evict_victim(struct evict *e)
 
 struct evict_entry *evict_oldest(const struct evict *e)
 {
+	if (is_lrfu(e))
+		return evict_lrfu_oldest(&e->lrfu);
 	for (int q = 1; q >= 0; q--)
 		if (e->q[q].n)
 			return entry_of(e->q[q].head.prev);
@@ -337,6 +365,8 @@ struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_en
 {
 	int q = x->queue == EVICT_Q_SMALL ? 1 : 0;
 
+	if (is_lrfu(e))
+		return evict_lrfu_walk_next(&e->lrfu, x);
 	if (!evict_entry_linked(x))
 		return NULL;
 	if (x->node.prev != &e->q[q].head)
@@ -361,6 +391,8 @@ static const char *const policy_names[_EVICT_POLICY_MAX] = {
 	[EVICT_S3FIFO] = "s3fifo",
 	[EVICT_SIEVE] = "sieve",
 	[EVICT_ARC] = "arc",
+	[EVICT_LRFU] = "lrfu",
+	[EVICT_LRFU_ADMIT] = "lrfu-admit",
 };
 
 const char *evict_policy_to_string(enum evict_policy p)

@@ -5,9 +5,10 @@
  * caller embeds; pinned blocks (leased or reserved) are never on the list,
  * so any victim it names can be dropped at once.
  *
- * Two layers: the plain LRU list (struct evict_lru), which the NVMe tier
- * uses as is, and the policy-generic struct evict, which runs LRU, S3-FIFO,
- * SIEVE or ARC behind one set of calls.  tests/workload/kvt-policy-sim links
+ * Two layers: the plain LRU list (struct evict_lru, evict-list.h), which
+ * the NVMe tier uses as is, and the policy-generic struct evict, which runs
+ * LRU, S3-FIFO, SIEVE, ARC or LRFU (evict-lrfu.h, with or without the
+ * admission of evict-admit.h) behind one set of calls.  tests/workload/kvt-policy-sim links
  * this file, so the hit rates docs/workload.md reports are those of this
  * code.
  */
@@ -16,32 +17,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "count-sketch.h"
+#include "evict-admit.h"
+#include "evict-list.h"
+#include "evict-lrfu.h"
+
 struct keyhash;
 
-struct evict_node {
-	struct evict_node *prev, *next;
-};
-
-/* LRU: the head's next is the most recently used, its prev the victim. */
-struct evict_lru {
-	struct evict_node head;
-	uint64_t n;
-};
-
-void evict_lru_init(struct evict_lru *l);
-/* Insert as most recently used; the node must not be linked. */
-void evict_lru_insert(struct evict_lru *l, struct evict_node *n);
-/* Unlink; a no-op for an unlinked node. */
-void evict_lru_remove(struct evict_lru *l, struct evict_node *n);
-/* Mark used: move to the most recently used end if linked. */
-void evict_lru_touch(struct evict_lru *l, struct evict_node *n);
-/* The least recently used node, or NULL when nothing is evictable. */
-struct evict_node *evict_lru_victim(const struct evict_lru *l);
-
-static inline bool evict_node_linked(const struct evict_node *n)
-{
-	return n->next != 0;
-}
+/* LRFU's count sketch: counters per row for each entry the tier can list
+ * (32 bytes a block in all), up to the sketch's max_width.  With 4 on the
+ * Mooncake trace of docs/workload.md the counters fill between halvings
+ * and every block looks seen before. */
+#define EVICT_SKETCH_COLUMNS 16
 
 /* ---- policy-generic ------------------------------------------------ */
 
@@ -64,6 +51,13 @@ enum evict_policy {
 	 * remembered it, so the split between recency and frequency follows
 	 * the traffic. */
 	EVICT_ARC,
+	/* Recency and a log-scaled request count (evict-lrfu.h), the count
+	 * kept in a sketch for resident and evicted blocks alike. */
+	EVICT_LRFU,
+	/* The same with the admission filter that turns itself on and off
+	 * (evict-admit.h): a block not seen before is stored on probation,
+	 * evicted first, while shadow tiers find the filter pays. */
+	EVICT_LRFU_ADMIT,
 	_EVICT_POLICY_MAX,
 };
 
@@ -71,29 +65,6 @@ enum evict_policy {
  * docs/workload.md a larger one gains when the tier holds the live
  * conversations and loses when it does not. */
 #define EVICT_S3FIFO_SMALL_PERCENT 10
-
-/* The queue an entry is on, or was on before it was pinned. */
-enum {
-	EVICT_Q_NONE,  /* never inserted: a new block */
-	EVICT_Q_MAIN,  /* LRU and SIEVE keep everything here */
-	EVICT_Q_SMALL, /* S3-FIFO's probation queue, ARC's T1 */
-};
-
-/*
- * What the caller embeds in each block.  Zero it when the block is created
- * and set fp before the first insert.  Removing an entry (a pin) keeps its
- * queue and hit count, so a block that comes back from a lease, or from
- * NVMe, resumes where it was rather than starting over as new.
- */
-struct evict_entry {
-	struct evict_node node;
-	/* A fingerprint of the block's key, which the ghost list remembers
-	 * after eviction: distinct keys should have distinct ones (the store
-	 * takes the keyed hash of the whole key). */
-	uint64_t fp;
-	uint8_t queue; /* EVICT_Q_* */
-	uint8_t freq;  /* S3-FIFO: hits while queued, at most 3; SIEVE: visited */
-};
 
 struct evict_ghost_slot {
 	uint64_t fp;
@@ -131,6 +102,12 @@ struct evict {
 	/* S3-FIFO: the small queue's share of the entries, in percent; set
 	 * by evict_init, may be changed at any time. */
 	uint32_t small_percent;
+	/* LRFU: the queues, how often each block was requested lately, and
+	 * the admission filter's shadows (EVICT_LRFU_ADMIT only). */
+	struct evict_lrfu lrfu;
+	struct count_sketch sketch;
+	struct evict_admit admit;
+	uint64_t refused; /* new blocks the filter put on probation */
 };
 
 /* hash places fingerprints in the ghost lists; it is the caller's and
@@ -177,7 +154,7 @@ static inline bool evict_entry_linked(const struct evict_entry *x)
 /* Entries on the lists: the evictable blocks. */
 static inline uint64_t evict_count(const struct evict *e)
 {
-	return e->q[0].n + e->q[1].n;
+	return e->q[0].n + e->q[1].n + e->lrfu.n;
 }
 
 const char *evict_policy_to_string(enum evict_policy p);

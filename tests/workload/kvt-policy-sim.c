@@ -72,6 +72,10 @@ struct result {
 	uint64_t evictions;
 	uint64_t rejected;    /* blocks not stored: the tier was all pinned */
 	uint64_t stray;       /* resident blocks after a request's first miss */
+	/* lrfu-admit: new blocks put on probation, the filter's windows
+	 * and turns, tiers with it on at the end; lrfu*: bytes of the
+	 * count sketches and shadow tiers */
+	uint64_t refused, windows, switches, filter_on, policy_bytes;
 };
 
 /* One tier: the whole capacity (shared) or one tenant's part of it. */
@@ -331,6 +335,16 @@ static int run(const struct trace *t, const uint32_t *next, int policy, uint64_t
 	*ret = s->res;
 	r = 0;
 out:
+	if (r < 0)
+		memset(ret, 0, sizeof(*ret));
+	for (uint32_t i = 0; i < s->n_tiers && policy != POL_BELADY; i++) {
+		const struct evict *ev = &s->tiers[i].ev;
+		ret->refused += ev->refused;
+		ret->windows += ev->admit.windows;
+		ret->switches += ev->admit.switches;
+		ret->filter_on += ev->admit.on;
+		ret->policy_bytes += count_sketch_bytes(&ev->sketch) + evict_admit_bytes(&ev->admit);
+	}
 	for (uint32_t i = 0; i < s->n_tiers; i++) {
 		if (policy != POL_BELADY)
 			evict_done(&s->tiers[i].ev);
@@ -367,7 +381,8 @@ static void usage(FILE *f)
 		"                       (its working set), comma-separated\n"
 		"                       (default 0.05,0.1,0.25,0.5)\n"
 		"  --blocks LIST        tier sizes in blocks instead\n"
-		"  --policies LIST      of lru, s3fifo, sieve, arc, belady (default: all)\n"
+		"  --policies LIST      of lru, s3fifo, sieve, arc, lrfu, lrfu-admit, belady\n"
+		"                       (default: all)\n"
 		"  --partition MODE     shared: one tier for all tenants (default); tenant:\n"
 		"                       one per tenant, the capacity split by traffic\n"
 		"  --release-order O    forward: leases on a lookup's hits released head\n"
@@ -507,7 +522,8 @@ int main(int argc, char **argv)
 
 	if (csv) {
 		printf("capacity_fraction,capacity_blocks,partition,policy,hit_rate,tokens_saved,"
-		       "of_belady,evictions,rejected,stray\n");
+		       "of_belady,evictions,rejected,stray,refused,admit_windows,admit_switches,"
+		       "admit_on_tiers,policy_bytes\n");
 	} else {
 		printf("# trace %s: %" PRIu64 " requests, %u tenants, %u distinct blocks (the working set), "
 		       "%" PRIu64 " blocks looked up, %u tokens per block\n",
@@ -518,7 +534,7 @@ int main(int argc, char **argv)
 		       partitioned ? "one per tenant, capacity split by traffic" : "shared by all tenants",
 		       reverse ? "; leases released tail first" : "");
 		printf("# belady: clairvoyant reference, not a proven optimum for prefix chains\n");
-		printf("%-9s %10s  %-7s %9s %15s %10s\n", "capacity", "blocks", "policy", "hit rate",
+		printf("%-9s %10s  %-10s %9s %15s %10s\n", "capacity", "blocks", "policy", "hit rate",
 		       "tokens saved", "of belady");
 	}
 
@@ -550,14 +566,23 @@ int main(int argc, char **argv)
 			double frac = (double)cap / (double)t.n_blocks;
 			if (csv)
 				printf("%.4f,%" PRIu64 ",%s,%s,%.6f,%" PRIu64 ",%.4f,%" PRIu64 ",%" PRIu64
+				       ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
 				       ",%" PRIu64 "\n",
 				       frac, cap, partitioned ? "tenant" : "shared", policy_name(q), rate,
 				       res[q].hits * t.block_tokens, of, res[q].evictions, res[q].rejected,
-				       res[q].stray);
+				       res[q].stray, res[q].refused, res[q].windows, res[q].switches,
+				       res[q].filter_on, res[q].policy_bytes);
 			else
-				printf("%8.1f%% %10" PRIu64 "  %-7s %9.4f %15" PRIu64 " %10.3f\n",
+				printf("%8.1f%% %10" PRIu64 "  %-10s %9.4f %15" PRIu64 " %10.3f\n",
 				       100 * frac, cap, policy_name(q), rate, res[q].hits * t.block_tokens,
 				       of);
+			if (!csv && q == EVICT_LRFU_ADMIT)
+				printf("#   lrfu-admit: %" PRIu64 " new blocks on probation; the filter "
+				       "turned %" PRIu64 " times in %" PRIu64 " windows, on at the end "
+				       "in %" PRIu64 " of %u tiers; sketch and shadows %.1f bytes a "
+				       "block of the tier\n", res[q].refused, res[q].switches,
+				       res[q].windows, res[q].filter_on, partitioned ? t.n_tenants : 1,
+				       (double)res[q].policy_bytes / (double)cap);
 		}
 		if (!check)
 			continue;

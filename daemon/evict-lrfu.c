@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <string.h>
+
+#include "evict-lrfu.h"
+
+void evict_lrfu_init(struct evict_lrfu *f)
+{
+	memset(f, 0, sizeof(*f));
+	for (unsigned l = 0; l < EVICT_LRFU_LEVELS; l++)
+		evict_lru_init(&f->level[l]);
+	evict_lru_init(&f->refused);
+	f->weight = EVICT_LRFU_WEIGHT;
+}
+
+unsigned evict_lrfu_level(unsigned count)
+{
+	unsigned l = 0;
+
+	while (count > 1 && l + 1 < EVICT_LRFU_LEVELS) {
+		count >>= 1;
+		l++;
+	}
+	return l;
+}
+
+void evict_lrfu_tick(struct evict_lrfu *f)
+{
+	uint64_t per = f->size / EVICT_LRFU_TICKS;
+
+	if (++f->refs >= (per ? per : 1)) {
+		f->refs = 0;
+		f->clock++;
+	}
+}
+
+static struct evict_lru *queue_of(struct evict_lrfu *f, const struct evict_entry *x)
+{
+	return x->queue == EVICT_Q_SMALL ? &f->refused : &f->level[x->freq];
+}
+
+static void link_young(struct evict_lrfu *f, struct evict_entry *x)
+{
+	/* A stamp per use keeps each queue in stamp order: its old end is
+	 * the least recently used of its level. */
+	x->stamp = f->clock;
+	evict_lru_insert(queue_of(f, x), &x->node);
+	if (++f->n > f->size)
+		f->size = f->n;
+}
+
+void evict_lrfu_insert(struct evict_lrfu *f, struct evict_entry *x, unsigned level, bool refused)
+{
+	if (x->queue == EVICT_Q_NONE) {
+		x->queue = refused ? EVICT_Q_SMALL : EVICT_Q_MAIN;
+		x->freq = (uint8_t)(level < EVICT_LRFU_LEVELS ? level : EVICT_LRFU_LEVELS - 1);
+	}
+	link_young(f, x);
+}
+
+void evict_lrfu_touch(struct evict_lrfu *f, struct evict_entry *x, unsigned level)
+{
+	if (!evict_node_linked(&x->node))
+		return;
+	evict_lrfu_remove(f, x);
+	x->queue = EVICT_Q_MAIN;
+	x->freq = (uint8_t)(level < EVICT_LRFU_LEVELS ? level : EVICT_LRFU_LEVELS - 1);
+	link_young(f, x);
+}
+
+void evict_lrfu_remove(struct evict_lrfu *f, struct evict_entry *x)
+{
+	if (!evict_node_linked(&x->node))
+		return;
+	evict_lru_remove(queue_of(f, x), &x->node);
+	f->n--;
+}
+
+struct evict_entry *evict_lrfu_victim(const struct evict_lrfu *f)
+{
+	const struct evict_entry *best = NULL;
+	int64_t best_score = 0;
+
+	if (f->refused.n)
+		return evict_entry_of(f->refused.head.prev);
+	for (unsigned l = 0; l < EVICT_LRFU_LEVELS; l++) {
+		if (!f->level[l].n)
+			continue;
+		const struct evict_entry *x = evict_entry_of(f->level[l].head.prev);
+		int64_t score = (int64_t)(uint32_t)(f->clock - x->stamp) - (int64_t)f->weight * l;
+		/* Ties to the lower level: the less requested goes. */
+		if (!best || score > best_score) {
+			best = x;
+			best_score = score;
+		}
+	}
+	return (struct evict_entry *)best;
+}
+
+/* The refused queue is number -1 of the walk, the levels 0 up. */
+static const struct evict_lru *walk_queue(const struct evict_lrfu *f, int q)
+{
+	return q < 0 ? &f->refused : &f->level[q];
+}
+
+static struct evict_entry *walk_from(const struct evict_lrfu *f, int q)
+{
+	for (; q < EVICT_LRFU_LEVELS; q++)
+		if (walk_queue(f, q)->n)
+			return evict_entry_of(walk_queue(f, q)->head.prev);
+	return NULL;
+}
+
+struct evict_entry *evict_lrfu_oldest(const struct evict_lrfu *f)
+{
+	return walk_from(f, -1);
+}
+
+struct evict_entry *evict_lrfu_walk_next(const struct evict_lrfu *f, const struct evict_entry *x)
+{
+	int q = x->queue == EVICT_Q_SMALL ? -1 : x->freq;
+
+	if (!evict_node_linked(&x->node))
+		return NULL;
+	if (x->node.prev != &walk_queue(f, q)->head)
+		return evict_entry_of(x->node.prev);
+	return walk_from(f, q + 1);
+}

@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * LRFU and its admission filter (daemon/evict-lrfu.c, evict-admit.c, the
+ * count sketch): a block requested once goes before one requested often
+ * even when it is the more recent; counts halve; pinned blocks are never
+ * named, over a random walk checked against a model of which entries are
+ * listed; a block not seen before goes on probation while the filter is
+ * on; and the filter turns itself off on traffic it hurts and on on
+ * traffic it helps.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "count-sketch.h"
+#include "evict.h"
+#include "keyhash.h"
+
+static struct keyhash test_hash;
+
+static uint64_t rng_state = UINT64_C(0x243f6a8885a308d3);
+
+static uint64_t rnd(void)
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
+}
+
+static void fresh(struct evict_entry *x, uint64_t fp)
+{
+	memset(x, 0, sizeof(*x));
+	x->fp = fp;
+}
+
+static void test_sketch(void)
+{
+	struct count_sketch s;
+
+	count_sketch_init(&s);
+	CHECK(count_sketch_get(&s, 42) == 0);
+	CHECK(count_sketch_reserve(&s, 4096) == 0);
+	CHECK(s.width == 4096 && s.period == 2048);
+	for (unsigned i = 1; i <= 20; i++)
+		CHECK(count_sketch_add(&s, 42) == (i < COUNT_SKETCH_MAX ? i : COUNT_SKETCH_MAX));
+	for (unsigned i = 0; i < 9; i++)
+		count_sketch_add(&s, 7);
+	CHECK(count_sketch_get(&s, 7) == 9);
+	count_sketch_halve(&s);
+	CHECK(count_sketch_get(&s, 42) == 7);
+	CHECK(count_sketch_get(&s, 7) == 4);
+	/* Growing keeps every count an upper bound: exact here, where no
+	 * other key shares a counter. */
+	CHECK(count_sketch_reserve(&s, 1 << 16) == 0);
+	CHECK(s.width == 1 << 16);
+	CHECK(count_sketch_get(&s, 42) == 7 && count_sketch_get(&s, 7) == 4);
+	/* The period: w/2 requests of other keys halve it again, and a key
+	 * requested once is forgotten. */
+	count_sketch_add(&s, 99);
+	uint64_t h0 = s.halvings;
+	for (uint64_t i = 0; i < s.width / 2; i++)
+		count_sketch_add(&s, rnd());
+	CHECK(s.halvings == h0 + 1);
+	CHECK(count_sketch_get(&s, 42) <= 3);
+	CHECK_MSG(count_sketch_get(&s, 99) == 0, "%u", count_sketch_get(&s, 99));
+	/* Keys never counted mostly read 0 at half a period's load. */
+	unsigned seen = 0;
+	for (unsigned i = 0; i < 10000; i++)
+		seen += count_sketch_get(&s, rnd()) > 0;
+	CHECK_MSG(seen < 1000, "%u of 10000 unseen keys pass for seen", seen);
+	count_sketch_done(&s);
+}
+
+/* Requested once and recent, against requested often and older: the
+ * one-hit block goes first, where LRU would take the other. */
+static void test_frequency_wins(void)
+{
+	static struct evict_entry x[16];
+	struct evict e;
+
+	evict_init(&e, EVICT_LRFU, &test_hash);
+	for (int i = 0; i < 16; i++)
+		fresh(&x[i], (uint64_t)i);
+	evict_insert(&e, &x[0]);
+	for (int k = 0; k < 6; k++)
+		evict_touch(&e, &x[0]);
+	CHECK(x[0].freq == 2); /* 7 requests: level log2(7) */
+	for (int i = 1; i < 4; i++)
+		evict_insert(&e, &x[i]);
+	CHECK(evict_victim(&e) == &x[1]);
+	evict_evicted(&e, &x[1]);
+	CHECK(evict_victim(&e) == &x[2]);
+	/* The same with LRU: the frequent one is the oldest. */
+	struct evict l;
+	evict_init(&l, EVICT_LRU, &test_hash);
+	for (int i = 4; i < 8; i++) {
+		evict_insert(&l, &x[i]);
+		if (i == 4)
+			for (int k = 0; k < 6; k++)
+				evict_touch(&l, &x[i]);
+	}
+	CHECK(evict_victim(&l) == &x[4]);
+	evict_done(&l);
+	evict_done(&e);
+}
+
+/* After halving the counts, a touch puts a block at a lower level. */
+static void test_decay(void)
+{
+	static struct evict_entry x;
+	struct evict e;
+
+	evict_init(&e, EVICT_LRFU, &test_hash);
+	fresh(&x, 5);
+	evict_insert(&e, &x);
+	for (int k = 0; k < 8; k++)
+		evict_touch(&e, &x);
+	CHECK(x.freq == 3); /* 9 requests */
+	count_sketch_halve(&e.sketch);
+	count_sketch_halve(&e.sketch);
+	evict_touch(&e, &x); /* 9 -> 4 -> 2, +1 = 3 */
+	CHECK_MSG(x.freq == 1, "level %u", x.freq);
+	evict_done(&e);
+}
+
+/*
+ * A random walk of stores, hits, pins and evictions: the victim is always
+ * a listed entry (never a pinned or evicted one), asking twice names the
+ * same one, the count is the model's, and the walk from the oldest visits
+ * every listed entry once.
+ */
+static void test_random(enum evict_policy policy)
+{
+	enum { N = 512 };
+	static struct evict_entry x[N];
+	static bool listed[N];
+	struct evict e;
+	unsigned n_listed = 0, evictions = 0;
+
+	evict_init(&e, policy, &test_hash);
+	for (int i = 0; i < N; i++) {
+		fresh(&x[i], (uint64_t)i * 7919);
+		listed[i] = false;
+	}
+	for (unsigned op = 0; op < 200000; op++) {
+		int id = (int)(rnd() % N);
+		if (rnd() % 2)
+			id %= 32;
+		switch (rnd() % 8) {
+		case 0: case 1: case 2: /* store, or unpin */
+			if (listed[id])
+				break;
+			evict_insert(&e, &x[id]);
+			listed[id] = true;
+			n_listed++;
+			break;
+		case 3: case 4: /* hit */
+			evict_touch(&e, &x[id]);
+			break;
+		case 5: /* pin */
+			if (!listed[id])
+				break;
+			evict_remove(&e, &x[id]);
+			listed[id] = false;
+			n_listed--;
+			break;
+		case 6: { /* a full class */
+			struct evict_entry *v = evict_victim(&e);
+			if (!v) {
+				CHECK(n_listed == 0);
+				break;
+			}
+			int vid = (int)(v - x);
+			CHECK(vid >= 0 && vid < N && listed[vid]);
+			CHECK(evict_victim(&e) == v);
+			evict_evicted(&e, v);
+			fresh(v, (uint64_t)vid * 7919);
+			listed[vid] = false;
+			n_listed--;
+			evictions++;
+			break;
+		}
+		case 7:
+			if (op % 64 == 0) {
+				unsigned seen = 0;
+				for (struct evict_entry *w = evict_oldest(&e); w && seen <= n_listed;
+				     w = evict_walk_next(&e, w)) {
+					CHECK(listed[w - x]);
+					seen++;
+				}
+				CHECK(seen == n_listed);
+			}
+			break;
+		}
+		if (evict_count(&e) != n_listed) {
+			fprintf(stderr, "%s op %u: %" PRIu64 " listed, model %u\n",
+				evict_policy_to_string(policy), op, evict_count(&e), n_listed);
+			failures++;
+			break;
+		}
+	}
+	CHECK(evictions > 10000);
+	evict_done(&e);
+}
+
+/* With the filter on, a block never requested before goes on probation
+ * and is the next victim; one the sketch has seen does not. */
+static void test_filter_refuses(void)
+{
+	static struct evict_entry x[8];
+	struct evict e;
+
+	evict_init(&e, EVICT_LRFU_ADMIT, &test_hash);
+	for (int i = 0; i < 8; i++)
+		fresh(&x[i], (uint64_t)i + 100);
+	for (int i = 0; i < 4; i++)
+		evict_insert(&e, &x[i]);
+	CHECK(x[0].queue == EVICT_Q_MAIN && e.refused == 0);
+	e.admit.on = true;
+	evict_insert(&e, &x[4]);
+	CHECK(x[4].queue == EVICT_Q_SMALL && e.refused == 1);
+	CHECK(evict_victim(&e) == &x[4]);
+	/* Dropped, then stored again: seen once before, admitted. */
+	evict_evicted(&e, &x[4]);
+	fresh(&x[4], 104);
+	evict_insert(&e, &x[4]);
+	CHECK(x[4].queue == EVICT_Q_MAIN && e.refused == 1);
+	CHECK(evict_victim(&e) == &x[0]);
+	/* A hit on probation admits. */
+	evict_insert(&e, &x[5]);
+	CHECK(x[5].queue == EVICT_Q_SMALL);
+	evict_touch(&e, &x[5]);
+	CHECK(x[5].queue == EVICT_Q_MAIN && evict_victim(&e) != &x[5]);
+	evict_done(&e);
+}
+
+/* A tier of cap blocks serving a reference stream of keys, each an index
+ * into ents. */
+struct cache {
+	struct evict e;
+	struct evict_entry *ents;
+	uint64_t cap, hits, refs;
+};
+
+static void cache_ref(struct cache *c, uint64_t key)
+{
+	struct evict_entry *x = &c->ents[key];
+
+	c->refs++;
+	if (evict_entry_linked(x)) {
+		c->hits++;
+		evict_touch(&c->e, x);
+		return;
+	}
+	if (evict_count(&c->e) >= c->cap) {
+		struct evict_entry *v = evict_victim(&c->e);
+		evict_evicted(&c->e, v);
+		fresh(v, (uint64_t)(v - c->ents));
+	}
+	evict_insert(&c->e, x);
+}
+
+static void cache_init(struct cache *c, uint64_t cap, uint64_t keys, bool on)
+{
+	memset(c, 0, sizeof(*c));
+	evict_init(&c->e, EVICT_LRFU_ADMIT, &test_hash);
+	c->e.admit.on = on;
+	c->cap = cap;
+	c->ents = calloc(keys, sizeof(*c->ents));
+	for (uint64_t i = 0; c->ents && i < keys; i++)
+		c->ents[i].fp = i;
+}
+
+/* Every block is requested twice, 64 requests apart, and never again: the
+ * filter would cost every second request.  It must turn off. */
+static void test_filter_turns_off(void)
+{
+	enum { CAP = 2048, STEPS = 150000 };
+	struct cache c;
+
+	cache_init(&c, CAP, STEPS, true);
+	if (!c.ents) {
+		CHECK(!"out of memory");
+		return;
+	}
+	for (uint64_t i = 0; i < STEPS; i++) {
+		cache_ref(&c, i);
+		if (i >= 32)
+			cache_ref(&c, i - 32);
+	}
+	CHECK_MSG(!c.e.admit.on && c.e.admit.windows >= 8,
+		  "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
+		  c.e.admit.on, c.e.admit.windows, c.e.admit.last_hits[0], c.e.admit.last_hits[1]);
+	/* Off, the second requests hit. */
+	CHECK_MSG(c.hits > c.refs / 3, "%" PRIu64 " hits of %" PRIu64, c.hits, c.refs);
+	free(c.ents);
+	evict_done(&c.e);
+}
+
+/* A hot set of half the tier, each block requested every four turnovers (8 x 1024 requests)
+ * between requests of blocks used once: without the filter the one-off
+ * blocks push the hot ones out.  It must turn on. */
+static void test_filter_turns_on(void)
+{
+	enum { CAP = 2048, HOT = CAP / 2, SCAN = 7, ROUNDS = 16 };
+	uint64_t keys = HOT + (uint64_t)HOT * SCAN * ROUNDS, next_scan = HOT;
+	struct cache c;
+
+	cache_init(&c, CAP, keys, false);
+	if (!c.ents) {
+		CHECK(!"out of memory");
+		return;
+	}
+	for (unsigned r = 0; r < ROUNDS; r++)
+		for (uint64_t h = 0; h < HOT; h++) {
+			cache_ref(&c, h);
+			for (unsigned k = 0; k < SCAN; k++)
+				cache_ref(&c, next_scan++);
+		}
+	CHECK_MSG(c.e.admit.on && c.e.admit.windows >= 4,
+		  "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
+		  c.e.admit.on, c.e.admit.windows, c.e.admit.last_hits[0], c.e.admit.last_hits[1]);
+	CHECK(c.e.refused > 0);
+	CHECK_MSG(c.e.admit.last_hits[1] > 4 * c.e.admit.last_hits[0], "shadow hits off %" PRIu64 ", on %" PRIu64, c.e.admit.last_hits[0], c.e.admit.last_hits[1]);
+	free(c.ents);
+	evict_done(&c.e);
+}
+
+int main(void)
+{
+	keyhash_init_seed(&test_hash, UINT64_C(0x7e57));
+	/* The entry every block embeds did not grow. */
+	CHECK(sizeof(struct evict_entry) == 32);
+	test_sketch();
+	test_frequency_wins();
+	test_decay();
+	test_random(EVICT_LRFU);
+	test_random(EVICT_LRFU_ADMIT);
+	test_filter_refuses();
+	test_filter_turns_off();
+	test_filter_turns_on();
+	if (failures) {
+		fprintf(stderr, "test-evict-lrfu: %d check(s) failed\n", failures);
+		return 1;
+	}
+	printf("test-evict-lrfu: ok\n");
+	return 0;
+}
