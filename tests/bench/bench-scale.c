@@ -75,6 +75,7 @@ static struct {
 	unsigned iters;   /* one-key lookups (and pings) per sample */
 	unsigned batches; /* 1024-key lookups per sample */
 	const char *dir;
+	const char *eviction; /* [pool] eviction of the index part, or the default */
 	bool index, recovery;
 	bool json;
 } opt = {
@@ -425,11 +426,12 @@ static void index_run(void)
 	IX.pool_bytes = pool_for(fit);
 
 	bench_daemon_config(&daemon_state,
-			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
+			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\n%s%s%s"
 			    "[limits]\nkeys_per_request = %d\n",
 			    (unsigned long long)(IX.pool_bytes / MIB),
 			    (unsigned long long)((IX.pool_bytes < GIB ? IX.pool_bytes : GIB) / MIB),
-			    STORE_BATCH);
+			    opt.eviction ? "eviction = " : "", opt.eviction ? opt.eviction : "",
+			    opt.eviction ? "\n" : "", STORE_BATCH);
 	bench_daemon_start(&daemon_state, WAIT_LIMIT_NS);
 	bench_daemon_log_find(&daemon_state, "Host pool: ", NULL, IX.pool, sizeof(IX.pool));
 	kvt_client *c = bench_daemon_connect(&daemon_state);
@@ -883,6 +885,8 @@ static void help(void)
 	       "      --iters N         one-key lookups per sample (default %u)\n"
 	       "      --batches N       1024-key lookups per sample (default %u)\n"
 	       "  -d, --dir DIR         where the spill file goes (default %s)\n"
+	       "      --eviction POLICY the index part's [pool] eviction (default: the\n"
+	       "                        daemon's), to measure a policy's memory per block\n"
 	       "      --no-index        skip the index part\n"
 	       "      --no-recovery     skip the recovery part\n"
 	       "  -j, --json            print one JSON line on stdout (the table goes to\n"
@@ -901,6 +905,7 @@ int main(int argc, char **argv)
 		{"iters", required_argument, NULL, 'I'},
 		{"batches", required_argument, NULL, 'B'},
 		{"dir", required_argument, NULL, 'd'},
+		{"eviction", required_argument, NULL, 'E'},
 		{"no-index", no_argument, NULL, 'X'},
 		{"no-recovery", no_argument, NULL, 'Y'},
 		{"json", no_argument, NULL, 'j'},
@@ -917,6 +922,7 @@ int main(int argc, char **argv)
 		case 'I': opt.iters = (unsigned)parse_u64(optarg, CHUNKS, 100000000, "--iters"); break;
 		case 'B': opt.batches = (unsigned)parse_u64(optarg, CHUNKS, 100000000, "--batches"); break;
 		case 'd': opt.dir = optarg; break;
+		case 'E': opt.eviction = optarg; break;
 		case 'X': opt.index = false; break;
 		case 'Y': opt.recovery = false; break;
 		case 'j': opt.json = true; break;
