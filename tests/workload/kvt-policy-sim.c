@@ -31,6 +31,7 @@
 
 #include "evict.h"
 #include "keyhash.h"
+#include "tier-model.h"
 #include "trace.h"
 
 #define NEVER UINT32_MAX
@@ -359,6 +360,71 @@ out:
 	return r;
 }
 
+/* ---- two tiers (tier-model.c) --------------------------------------- */
+
+static uint64_t to_blocks(double v, bool in_blocks, const struct trace *t)
+{
+	return in_blocks ? (uint64_t)v : (uint64_t)llround(v * (double)t->n_blocks);
+}
+
+static int two_tier_report(const struct trace *t, const char *path, const bool *want,
+			   const double *caps, unsigned n_caps, const double *nvme,
+			   unsigned n_nvme, bool in_blocks, bool reverse, uint32_t small_percent,
+			   const struct tier_cost *cost, bool csv)
+{
+	double lookups = (double)t->lookups, mb = cost->block_bytes / 1e9;
+
+	if (csv)
+		printf("capacity_fraction,capacity_blocks,nvme_fraction,nvme_blocks,policy,hit_rate,"
+		       "hits,host_hits,nvme_hits,stray,host_evictions,nvme_evictions,nvme_bytes_written,"
+		       "nvme_bytes_read,dropped,rejected,time_saved\n");
+	else
+		printf("# trace %s: %" PRIu64 " requests, %u distinct blocks (the working set)\n"
+		       "# host tier (the policy) in front of NVMe (LRU); a tier that never evicts "
+		       "gets %.4f\n"
+		       "# %.0f bytes a block; host %.1f GB/s, NVMe %.1f GB/s, recompute %.0f tokens/s\n"
+		       "%-9s %9s %-10s %9s %9s %9s %10s %10s %10s\n",
+		       path, t->n_req, t->n_blocks, (double)trace_unbounded_hits(t) / lookups,
+		       cost->block_bytes, cost->host_bytes_per_s / 1e9, cost->nvme_bytes_per_s / 1e9,
+		       cost->recompute_tokens_per_s, "host", "nvme", "policy", "hit rate", "host",
+		       "nvme", "GB written", "GB read", "time saved");
+	for (unsigned k = 0; k < n_caps; k++)
+		for (unsigned j = 0; j < n_nvme; j++)
+			for (int p = 0; p < _EVICT_POLICY_MAX; p++) {
+				struct tier_model_params tp = {
+					.policy = p,
+					.host_cap = to_blocks(caps[k], in_blocks, t),
+					.nvme_cap = to_blocks(nvme[j], in_blocks, t),
+					.release_reverse = reverse,
+					.small_percent = small_percent,
+				};
+				struct tier_model_result r;
+				if (!want[p])
+					continue;
+				if (tp.host_cap < 1)
+					tp.host_cap = 1;
+				if (tier_model_run(t, &tp, &r) < 0)
+					return -ENOMEM;
+				double hf = (double)tp.host_cap / (double)t->n_blocks;
+				double nf = (double)tp.nvme_cap / (double)t->n_blocks;
+				double saved = tier_cost_saved(cost, t, &r);
+				if (csv)
+					printf("%.4f,%" PRIu64 ",%.4f,%" PRIu64 ",%s,%.6f,%" PRIu64 ",%" PRIu64
+					       ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.0f,%.0f,%" PRIu64
+					       ",%" PRIu64 ",%.4f\n", hf, tp.host_cap, nf, tp.nvme_cap,
+					       policy_name(p), (double)r.hits / lookups, r.hits, r.host_hits,
+					       r.nvme_hits, r.stray, r.host_evictions, r.nvme_evictions,
+					       (double)r.written * cost->block_bytes,
+					       (double)r.read * cost->block_bytes, r.dropped, r.rejected, saved);
+				else
+					printf("%8.1f%% %8.1f%% %-10s %9.4f %9.4f %9.4f %10.1f %10.1f %10.3f\n",
+					       100 * hf, 100 * nf, policy_name(p), (double)r.hits / lookups,
+					       (double)r.host_hits / lookups, (double)r.nvme_hits / lookups,
+					       (double)r.written * mb, (double)r.read * mb, saved);
+			}
+	return 0;
+}
+
 /* ---- command line -------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -390,6 +456,17 @@ static void usage(FILE *f)
 		"                       tail first, so the head ends the most recent\n"
 		"  --s3fifo-small PCT   S3-FIFO's small queue, percent of the tier (default:\n"
 		"                       the daemon's, EVICT_S3FIFO_SMALL_PERCENT)\n"
+		"  --nvme LIST          an NVMe tier behind host, in the unit of the host\n"
+		"                       capacities (0 allowed); every pair of host and NVMe\n"
+		"                       capacity is run, online policies only (no Belady for\n"
+		"                       two tiers), with hits per tier, NVMe traffic and the\n"
+		"                       prefill time saved against recomputing everything\n"
+		"  --block-bytes N      bytes of KV per block (default 2097152: 16 tokens of a\n"
+		"                       Llama-3-8B-shaped model, 128 KiB a token)\n"
+		"  --host-gbps X        host to GPU, GB/s (default 25: PCIe 4.0 x16)\n"
+		"  --nvme-gbps X        NVMe to host, GB/s (default 6: one PCIe 4.0 drive)\n"
+		"  --recompute-tokens-per-s X\n"
+		"                       prefill throughput (default 10000)\n"
 		"  --csv                one line per capacity and policy, for programs\n"
 		"  --check              exit 1 unless: Belady >= every online policy and <=\n"
 		"                       the unbounded tier at every capacity; Belady and LRU\n"
@@ -424,7 +501,8 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	enum { O_CAPS = 256, O_BLOCKS, O_POLICIES, O_PARTITION, O_RELEASE, O_SMALL, O_CSV, O_CHECK };
+	enum { O_CAPS = 256, O_BLOCKS, O_POLICIES, O_PARTITION, O_RELEASE, O_SMALL, O_CSV, O_CHECK,
+	       O_NVME, O_BLOCK_BYTES, O_HOST_GBPS, O_NVME_GBPS, O_RECOMPUTE };
 	static const struct option opts[] = {
 		{"capacities", required_argument, NULL, O_CAPS},
 		{"blocks", required_argument, NULL, O_BLOCKS},
@@ -434,6 +512,11 @@ int main(int argc, char **argv)
 		{"s3fifo-small", required_argument, NULL, O_SMALL},
 		{"csv", no_argument, NULL, O_CSV},
 		{"check", no_argument, NULL, O_CHECK},
+		{"nvme", required_argument, NULL, O_NVME},
+		{"block-bytes", required_argument, NULL, O_BLOCK_BYTES},
+		{"host-gbps", required_argument, NULL, O_HOST_GBPS},
+		{"nvme-gbps", required_argument, NULL, O_NVME_GBPS},
+		{"recompute-tokens-per-s", required_argument, NULL, O_RECOMPUTE},
 		{"help", no_argument, NULL, 'h'},
 		{},
 	};
@@ -441,6 +524,9 @@ int main(int argc, char **argv)
 	unsigned n_caps = 4;
 	bool in_blocks = false, partitioned = false, reverse = false, csv = false, check = false;
 	uint32_t small_percent = 0;
+	double nvme[MAX_CAPS];
+	unsigned n_nvme = 0;
+	struct tier_cost cost = {2097152, 25e9, 6e9, 10000};
 	bool want[N_POLICIES];
 	int c;
 
@@ -495,6 +581,42 @@ int main(int argc, char **argv)
 			small_percent = (uint32_t)v;
 			break;
 		}
+		case O_NVME:
+			/* 0 is a host tier alone, through the two-tier model */
+			for (char *w = optarg;; w++) {
+				char *end;
+				errno = 0;
+				nvme[n_nvme] = strtod(w, &end);
+				if (errno || end == w || !(nvme[n_nvme] >= 0) || n_nvme >= MAX_CAPS - 1 ||
+				    (*end && *end != ',')) {
+					fprintf(stderr, "kvt-policy-sim: bad --nvme list '%s'\n", optarg);
+					return 2;
+				}
+				n_nvme++;
+				if (!*end)
+					break;
+				w = end;
+			}
+			break;
+		case O_BLOCK_BYTES:
+		case O_HOST_GBPS:
+		case O_NVME_GBPS:
+		case O_RECOMPUTE: {
+			char *end;
+			errno = 0;
+			double v = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(v > 0) || !(v < 1e15)) {
+				fprintf(stderr, "kvt-policy-sim: bad number '%s'\n", optarg);
+				return 2;
+			}
+			if (c == O_BLOCK_BYTES)
+				cost.block_bytes = v;
+			else if (c == O_RECOMPUTE)
+				cost.recompute_tokens_per_s = v;
+			else
+				*(c == O_HOST_GBPS ? &cost.host_bytes_per_s : &cost.nvme_bytes_per_s) = v * 1e9;
+			break;
+		}
 		case O_CSV: csv = true; break;
 		case O_CHECK: check = true; break;
 		case 'h': usage(stdout); return 0;
@@ -506,6 +628,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	qsort(caps, n_caps, sizeof(caps[0]), cmp_double);
+	if (n_nvme && (check || partitioned)) {
+		fprintf(stderr, "kvt-policy-sim: --nvme models one shared host tier; no --check, "
+			"no --partition tenant\n");
+		return 2;
+	}
 	if (check)
 		want[EVICT_LRU] = want[POL_BELADY] = true;
 
@@ -516,6 +643,15 @@ int main(int argc, char **argv)
 	if (!next) {
 		fprintf(stderr, "kvt-policy-sim: out of memory\n");
 		return 1;
+	}
+	if (n_nvme) {
+		int r = two_tier_report(&t, argv[optind], want, caps, n_caps, nvme, n_nvme, in_blocks,
+					reverse, small_percent, &cost, csv);
+		if (r < 0)
+			fprintf(stderr, "kvt-policy-sim: out of memory\n");
+		trace_free(&t);
+		free(next);
+		return r < 0;
 	}
 	uint64_t bound = trace_unbounded_hits(&t);
 	double lookups = (double)t.lookups;
