@@ -31,6 +31,7 @@
 
 #include "evict.h"
 #include "keyhash.h"
+#include "tier-report.h"
 #include "trace.h"
 
 #define NEVER UINT32_MAX
@@ -390,6 +391,17 @@ static void usage(FILE *f)
 		"                       tail first, so the head ends the most recent\n"
 		"  --s3fifo-small PCT   S3-FIFO's small queue, percent of the tier (default:\n"
 		"                       the daemon's, EVICT_S3FIFO_SMALL_PERCENT)\n"
+		"  --nvme LIST          an NVMe tier behind host, in the unit of the host\n"
+		"                       capacities (0 allowed); every pair of host and NVMe\n"
+		"                       capacity is run, online policies only (no Belady for\n"
+		"                       two tiers), with hits per tier, NVMe traffic and the\n"
+		"                       prefill time saved against recomputing everything\n"
+		"  --block-bytes N      bytes of KV per block (default 2097152: 16 tokens of a\n"
+		"                       Llama-3-8B-shaped model, 128 KiB a token)\n"
+		"  --host-gbps X        host to GPU, GB/s (default 25: PCIe 4.0 x16)\n"
+		"  --nvme-gbps X        NVMe to host, GB/s (default 6: one PCIe 4.0 drive)\n"
+		"  --recompute-tokens-per-s X\n"
+		"                       prefill throughput (default 10000)\n"
 		"  --csv                one line per capacity and policy, for programs\n"
 		"  --check              exit 1 unless: Belady >= every online policy and <=\n"
 		"                       the unbounded tier at every capacity; Belady and LRU\n"
@@ -424,7 +436,8 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	enum { O_CAPS = 256, O_BLOCKS, O_POLICIES, O_PARTITION, O_RELEASE, O_SMALL, O_CSV, O_CHECK };
+	enum { O_CAPS = 256, O_BLOCKS, O_POLICIES, O_PARTITION, O_RELEASE, O_SMALL, O_CSV, O_CHECK,
+	       O_NVME, O_BLOCK_BYTES, O_HOST_GBPS, O_NVME_GBPS, O_RECOMPUTE };
 	static const struct option opts[] = {
 		{"capacities", required_argument, NULL, O_CAPS},
 		{"blocks", required_argument, NULL, O_BLOCKS},
@@ -434,6 +447,11 @@ int main(int argc, char **argv)
 		{"s3fifo-small", required_argument, NULL, O_SMALL},
 		{"csv", no_argument, NULL, O_CSV},
 		{"check", no_argument, NULL, O_CHECK},
+		{"nvme", required_argument, NULL, O_NVME},
+		{"block-bytes", required_argument, NULL, O_BLOCK_BYTES},
+		{"host-gbps", required_argument, NULL, O_HOST_GBPS},
+		{"nvme-gbps", required_argument, NULL, O_NVME_GBPS},
+		{"recompute-tokens-per-s", required_argument, NULL, O_RECOMPUTE},
 		{"help", no_argument, NULL, 'h'},
 		{},
 	};
@@ -441,6 +459,9 @@ int main(int argc, char **argv)
 	unsigned n_caps = 4;
 	bool in_blocks = false, partitioned = false, reverse = false, csv = false, check = false;
 	uint32_t small_percent = 0;
+	double nvme[MAX_CAPS];
+	unsigned n_nvme = 0;
+	struct tier_cost cost = {2097152, 25e9, 6e9, 10000};
 	bool want[N_POLICIES];
 	int c;
 
@@ -495,6 +516,42 @@ int main(int argc, char **argv)
 			small_percent = (uint32_t)v;
 			break;
 		}
+		case O_NVME:
+			/* 0 is a host tier alone, through the two-tier model */
+			for (char *w = optarg;; w++) {
+				char *end;
+				errno = 0;
+				nvme[n_nvme] = strtod(w, &end);
+				if (errno || end == w || !(nvme[n_nvme] >= 0) || n_nvme >= MAX_CAPS - 1 ||
+				    (*end && *end != ',')) {
+					fprintf(stderr, "kvt-policy-sim: bad --nvme list '%s'\n", optarg);
+					return 2;
+				}
+				n_nvme++;
+				if (!*end)
+					break;
+				w = end;
+			}
+			break;
+		case O_BLOCK_BYTES:
+		case O_HOST_GBPS:
+		case O_NVME_GBPS:
+		case O_RECOMPUTE: {
+			char *end;
+			errno = 0;
+			double v = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(v > 0) || !(v < 1e15)) {
+				fprintf(stderr, "kvt-policy-sim: bad number '%s'\n", optarg);
+				return 2;
+			}
+			if (c == O_BLOCK_BYTES)
+				cost.block_bytes = v;
+			else if (c == O_RECOMPUTE)
+				cost.recompute_tokens_per_s = v;
+			else
+				*(c == O_HOST_GBPS ? &cost.host_bytes_per_s : &cost.nvme_bytes_per_s) = v * 1e9;
+			break;
+		}
 		case O_CSV: csv = true; break;
 		case O_CHECK: check = true; break;
 		case 'h': usage(stdout); return 0;
@@ -506,12 +563,25 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	qsort(caps, n_caps, sizeof(caps[0]), cmp_double);
+	if (n_nvme && (check || partitioned)) {
+		fprintf(stderr, "kvt-policy-sim: --nvme models one shared host tier; no --check, "
+			"no --partition tenant\n");
+		return 2;
+	}
 	if (check)
 		want[EVICT_LRU] = want[POL_BELADY] = true;
 
 	struct trace t;
 	if (trace_read(&t, argv[optind], false, "kvt-policy-sim") < 0)
 		return 1;
+	if (n_nvme) {
+		int r = tier_report(&t, argv[optind], want, caps, n_caps, nvme, n_nvme, in_blocks,
+					reverse, small_percent, &cost, csv);
+		if (r < 0)
+			fprintf(stderr, "kvt-policy-sim: out of memory\n");
+		trace_free(&t);
+		return r < 0;
+	}
 	uint32_t *next = next_uses(&t);
 	if (!next) {
 		fprintf(stderr, "kvt-policy-sim: out of memory\n");
