@@ -251,26 +251,6 @@ static int do_hello(struct session *s, const struct kvt_header *h, union request
 	return 0;
 }
 
-/*
- * The daemon's own limit on a block: a slot lies inside one io_uring fixed
- * buffer (CONFIG_SLOT_BYTES_MAX).  The wire's geometry has no such limit,
- * so it is checked here; an identity that does not decode is left to
- * store_ns_open, which says why.
- */
-static bool block_fits(struct session *s, const struct kvt_ns_open_req *req)
-{
-	struct kvt_identity id;
-	struct kvt_geometry geo;
-
-	if (kvt_identity_decode(req->identity, req->identity_len, &id) < 0 ||
-	    kvt_identity_geometry(&id, &geo) < 0 || geo.slot_bytes <= CONFIG_SLOT_BYTES_MAX)
-		return true;
-	log_info("Client %u (uid %u): namespace of model '%s' refused: one block is %llu MiB, more than the %llu MiB a slot can be (one io_uring buffer)",
-		 s->id, (unsigned)s->uid, id.model, (unsigned long long)(geo.slot_bytes >> 20),
-		 (unsigned long long)(CONFIG_SLOT_BYTES_MAX >> 20));
-	return false;
-}
-
 static int do_ns_open(struct session *s, const struct kvt_header *h, union request *rq,
 		      struct ns *unused)
 {
@@ -292,10 +272,6 @@ static int do_ns_open(struct session *s, const struct kvt_header *h, union reque
 			if (o->hello && !o->tenant && !o->dead &&
 			    !strcmp(o->choice.name, t->name))
 				session_join_tenant(o, t);
-	}
-	if (!block_fits(s, req)) {
-		reply_error(s, h, -EFBIG, "a block of this geometry exceeds 1 GiB; use fewer tokens per block");
-		return 0;
 	}
 	reason[0] = 0;
 	r = store_ns_open(&s->m->store, s->tenant, req->identity, req->identity_len,

@@ -109,6 +109,16 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	struct kvt_geometry geo;
 
 	TRY(identity_check(identity, len, &id, &geo, reason, reason_size));
+	/* The daemon's own limit, not the wire's: a slot lies inside one
+	 * io_uring fixed buffer. */
+	if (geo.slot_bytes > CONFIG_SLOT_BYTES_MAX) {
+		log_info("Tenant %s: namespace of model '%s' refused: one block is %llu MiB, more than the %llu MiB a slot can be (one io_uring buffer)",
+			 t->name, id.model, (unsigned long long)(geo.slot_bytes >> 20),
+			 (unsigned long long)(CONFIG_SLOT_BYTES_MAX >> 20));
+		snprintf(reason, reason_size,
+			 "a block of this geometry exceeds 1 GiB; use fewer tokens per block");
+		return -EFBIG;
+	}
 
 	/* The same identity in the same tenant is the same namespace: that is
 	 * how separate engine processes share blocks.  The decoder accepts
