@@ -5,7 +5,6 @@
  * (close-on-exec, limits, nothing leaked), the output queue of a full
  * socket, and the header flags it sets.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -15,19 +14,6 @@
 
 #include "check.h"
 #include "conn.h"
-
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
 
 static void pair(int sv[2])
 {
@@ -134,7 +120,7 @@ static void test_split_and_batched(void)
 
 static void test_fds(void)
 {
-	int before = open_fds();
+	int before = open_fd_count();
 	struct kvt_conn out, in;
 	struct kvt_header h;
 	struct kvt_cursor c;
@@ -185,14 +171,14 @@ static void test_fds(void)
 	kvt_conn_free(&in);
 	kvt_conn_free(&out);
 	kvt_buf_free(&b);
-	CHECK(open_fds() == before);
+	CHECK(open_fd_count() == before);
 }
 
 /* A socket that takes little: the rest queues, in order, with the
  * descriptors on the first byte of their message. */
 static void test_queue(void)
 {
-	int before = open_fds();
+	int before = open_fd_count();
 	struct kvt_conn out, in;
 	struct kvt_header h;
 	struct kvt_cursor c;
@@ -251,7 +237,7 @@ static void test_queue(void)
 	kvt_conn_free(&out);
 	kvt_conn_free(&in);
 	kvt_buf_free(&b);
-	CHECK(open_fds() == before);
+	CHECK(open_fd_count() == before);
 }
 
 static void *no_memory(void *p, size_t size, void *userdata)

@@ -7,7 +7,6 @@
  * appended, refused when unasked or too many, none leaked).  The
  * connection built on them is test-conn.c's.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -177,21 +176,6 @@ static void test_cursor(void)
 
 /* ---- descriptors over a socketpair -------------------------------- */
 
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 static int make_memfd(const char *name, const char *content)
 {
 	int fd = memfd_create(name, MFD_CLOEXEC);
@@ -259,14 +243,14 @@ static void check_two_fds(const int sv[2], const int mf[KVT_MAX_FDS], int before
 		      strcmp(buf, text) == 0);
 		close(got[i]);
 	}
-	CHECK(count_fds() == before);
+	CHECK(open_fd_count() == before);
 
 	/* Descriptors nobody asked for: refused, none left open. */
 	CHECK(kvt_sendmsg(sv[0], b.data, b.len, mf, 2) == (ssize_t)b.len);
 	n_got = 0;
 	CHECK(kvt_recvmsg(sv[1], in, sizeof(in), got, &n_got, 0) == -EPROTO);
 	CHECK(n_got == 0);
-	CHECK_MSG(count_fds() == before, "%d fds open, %d before", count_fds(),
+	CHECK_MSG(open_fd_count() == before, "%d fds open, %d before", open_fd_count(),
 		  before);
 }
 
@@ -285,7 +269,7 @@ static void check_appended(const int sv[2], const int mf[KVT_MAX_FDS], int befor
 		CHECK(same_file(got[i], mf[i - 1]));
 		close(got[i]);
 	}
-	CHECK(count_fds() == before);
+	CHECK(open_fd_count() == before);
 
 	/* More than fit after those already held. */
 	CHECK(kvt_sendmsg(sv[0], "x", 1, mf, 2) == 1);
@@ -293,7 +277,7 @@ static void check_appended(const int sv[2], const int mf[KVT_MAX_FDS], int befor
 	got[0] = -7;
 	CHECK(kvt_recvmsg(sv[1], in, sizeof(in), got, &n_got, 2) == -EPROTO);
 	CHECK(n_got == 1 && got[0] == -7);
-	CHECK(count_fds() == before);
+	CHECK(open_fd_count() == before);
 }
 
 /* No descriptors, too many, and a socket that is shut or closed. */
@@ -329,7 +313,7 @@ static void test_socket(void)
 		failures++;
 		return;
 	}
-	int before = count_fds();
+	int before = open_fd_count();
 	CHECK(before > 0);
 
 	check_two_fds(sv, mf, before);

@@ -13,7 +13,6 @@
  * Files live in a fresh directory under /var/tmp (O_DIRECT; tmpfs may refuse
  * it on older kernels).  Exit 77 when that file system refuses O_DIRECT.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -124,18 +123,6 @@ static const char *strrstr_failed(const char *text)
 	for (const char *p = text; (p = strstr(p, "' failed")); p++)
 		last = p;
 	return last;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
 }
 
 /*
@@ -1167,7 +1154,7 @@ out:
 
 int main(void)
 {
-	int fds = count_fds();
+	int fds = open_fd_count();
 
 	test_sizes();
 	test_region_header();
@@ -1191,7 +1178,7 @@ int main(void)
 	test_partly_used_first();
 	test_reclaim();
 	CHECK(rmdir(dir) == 0);
-	CHECK(count_fds() == fds);
+	CHECK(open_fd_count() == fds);
 
 	if (failures) {
 		fprintf(stderr, "test-spill: %d check(s) failed\n", failures);
