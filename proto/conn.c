@@ -99,8 +99,7 @@ void kvt_msg_add_flags(struct kvt_buf *b, uint16_t flags)
 {
 	if (b->error || b->len < KVT_HEADER_SIZE)
 		return;
-	b->data[HDR_FLAGS] |= (uint8_t)flags;
-	b->data[HDR_FLAGS + 1] |= (uint8_t)(flags >> 8);
+	put16(b->data + HDR_FLAGS, get16(b->data + HDR_FLAGS) | flags);
 }
 
 int kvt_header_parse(const uint8_t *p, struct kvt_header *ret)
