@@ -90,6 +90,8 @@ struct evict_entry {
 	/* S3-FIFO: hits while queued, at most 3; SIEVE: visited; LRFU: the
 	 * level (log2 of the request count) it is queued at */
 	uint8_t freq;
+	uint8_t band;   /* EVICT_BAND_*: the engine's retention hint (evict.h) */
+	bool reused;    /* hit since it was stored */
 	uint32_t stamp; /* LRFU: its queue's clock when it was last used */
 };
 

@@ -6,6 +6,7 @@
 
 #include "evict.h"
 #include "keyhash.h"
+#include "macro.h"
 
 /* ---- the ghost list ------------------------------------------------ */
 
@@ -122,6 +123,8 @@ void evict_init(struct evict *e, enum evict_policy policy, const struct keyhash 
 	e->small_percent = EVICT_S3FIFO_SMALL_PERCENT;
 	evict_lru_init(&e->q[0]);
 	evict_lru_init(&e->q[1]);
+	for (int b = 0; b < _EVICT_BANDS; b++)
+		evict_lru_init(&e->band[b]);
 	evict_lrfu_init(&e->lrfu);
 	count_sketch_init(&e->sketch);
 	evict_admit_init(&e->admit);
@@ -190,7 +193,7 @@ static uint64_t arc_ghost_len(const struct evict *e, int i)
 
 static void arc_admit(struct evict *e, struct evict_entry *x)
 {
-	uint64_t c = evict_count(e) + 1;
+	uint64_t c = evict_policy_count(e) + 1;
 
 	if (ghost_take(&e->ghost[1], x->fp)) {
 		/* Evicted from T1 too soon: give recency more room. */
@@ -210,7 +213,7 @@ static void arc_admit(struct evict *e, struct evict_entry *x)
 	}
 }
 
-void evict_insert(struct evict *e, struct evict_entry *x)
+static void policy_insert(struct evict *e, struct evict_entry *x)
 {
 	if (is_lrfu(e)) {
 		lrfu_insert(e, x);
@@ -230,7 +233,7 @@ void evict_insert(struct evict *e, struct evict_entry *x)
 	evict_lru_insert(queue_of(e, x->queue), &x->node);
 }
 
-void evict_remove(struct evict *e, struct evict_entry *x)
+static void policy_remove(struct evict *e, struct evict_entry *x)
 {
 	if (!evict_entry_linked(x))
 		return;
@@ -243,7 +246,7 @@ void evict_remove(struct evict *e, struct evict_entry *x)
 	evict_lru_remove(queue_of(e, x->queue), &x->node);
 }
 
-void evict_touch(struct evict *e, struct evict_entry *x)
+static void policy_touch(struct evict *e, struct evict_entry *x)
 {
 	if (!evict_entry_linked(x))
 		return;
@@ -291,7 +294,7 @@ static struct evict_entry *s3fifo_victim(struct evict *e)
 	/* Every turn either moves an entry out of small or takes a hit off
 	 * one in main: it ends. */
 	for (;;) {
-		if (small->n && (small->n * 100 >= evict_count(e) * e->small_percent || !main_q->n)) {
+		if (small->n && (small->n * 100 >= evict_policy_count(e) * e->small_percent || !main_q->n)) {
 			struct evict_entry *x = entry_of(small->head.prev);
 			if (x->freq == 0)
 				return x;
@@ -332,7 +335,7 @@ static struct evict_entry *sieve_victim(struct evict *e)
 	}
 }
 
-struct evict_entry *evict_victim(struct evict *e)
+static struct evict_entry *policy_victim(struct evict *e)
 {
 	switch (e->policy) {
 	case EVICT_S3FIFO:
@@ -351,7 +354,7 @@ struct evict_entry *evict_victim(struct evict *e)
 	}
 }
 
-struct evict_entry *evict_oldest(const struct evict *e)
+static struct evict_entry *policy_oldest(const struct evict *e)
 {
 	if (is_lrfu(e))
 		return evict_lrfu_oldest(&e->lrfu);
@@ -361,7 +364,7 @@ struct evict_entry *evict_oldest(const struct evict *e)
 	return NULL;
 }
 
-struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_entry *x)
+static struct evict_entry *policy_walk_next(const struct evict *e, const struct evict_entry *x)
 {
 	int q = x->queue == EVICT_Q_SMALL ? 1 : 0;
 
@@ -374,16 +377,150 @@ struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_en
 	return q == 1 && e->q[0].n ? entry_of(e->q[0].head.prev) : NULL;
 }
 
-void evict_evicted(struct evict *e, struct evict_entry *x)
+static void policy_evicted(struct evict *e, struct evict_entry *x)
 {
 	if (!evict_entry_linked(x))
 		return;
 	int q = x->queue == EVICT_Q_SMALL ? 1 : 0;
-	evict_remove(e, x);
+	policy_remove(e, x);
 	if (e->policy == EVICT_S3FIFO && q == 1)
-		ghost_put(&e->ghost[1], x->fp, evict_count(e) + 1);
+		ghost_put(&e->ghost[1], x->fp, evict_policy_count(e) + 1);
 	else if (e->policy == EVICT_ARC)
 		ghost_put(&e->ghost[q], x->fp, arc_ghost_len(e, q));
+}
+
+/* ---- retention bands ------------------------------------------------ */
+
+/* The order victims are taken in, and walks go. */
+static const uint8_t band_order[_EVICT_BANDS] = {
+	EVICT_BAND_LOW, EVICT_BAND_DEFAULT, EVICT_BAND_HIGH, EVICT_BAND_TOP,
+};
+
+void evict_insert(struct evict *e, struct evict_entry *x)
+{
+	if (x->band == EVICT_BAND_DEFAULT)
+		policy_insert(e, x);
+	else
+		evict_lru_insert(&e->band[x->band], &x->node);
+}
+
+void evict_remove(struct evict *e, struct evict_entry *x)
+{
+	if (x->band == EVICT_BAND_DEFAULT)
+		policy_remove(e, x);
+	else
+		evict_lru_remove(&e->band[x->band], &x->node);
+}
+
+void evict_touch(struct evict *e, struct evict_entry *x)
+{
+	x->reused = true;
+	if (x->band == EVICT_BAND_DEFAULT)
+		policy_touch(e, x);
+	else if (x->band == EVICT_BAND_LOW && evict_entry_linked(x))
+		evict_set_band(e, x, EVICT_BAND_DEFAULT);
+	else
+		evict_lru_touch(&e->band[x->band], &x->node);
+}
+
+void evict_set_band(struct evict *e, struct evict_entry *x, unsigned band)
+{
+	if (band >= _EVICT_BANDS || band == x->band)
+		return;
+	bool linked = evict_entry_linked(x);
+	if (linked)
+		evict_remove(e, x);
+	x->band = (uint8_t)band;
+	if (linked)
+		evict_insert(e, x);
+}
+
+void evict_retain(struct evict *e, struct evict_entry *x, unsigned priority)
+{
+	evict_set_band(e, x, evict_band_of_priority(priority));
+}
+
+void evict_end(struct evict *e, struct evict_entry *x, bool session)
+{
+	if (session || (x->band == EVICT_BAND_DEFAULT && !x->reused))
+		evict_set_band(e, x, EVICT_BAND_LOW);
+}
+
+uint64_t evict_lapse(struct evict *e, evict_lapsed_fn lapsed, void *userdata)
+{
+	static const uint8_t raised[] = {EVICT_BAND_HIGH, EVICT_BAND_TOP};
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < ARRAY_SIZE(raised); i++) {
+		struct evict_lru *l = &e->band[raised[i]];
+		for (struct evict_node *p = l->head.prev, *prev; p != &l->head; p = prev) {
+			prev = p->prev;
+			if (!lapsed(userdata, entry_of(p)))
+				continue;
+			evict_set_band(e, entry_of(p), EVICT_BAND_DEFAULT);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* The oldest entry of the band at position i of band_order or after. */
+static struct evict_entry *oldest_from(const struct evict *e, int i)
+{
+	for (; i < _EVICT_BANDS; i++) {
+		uint8_t b = band_order[i];
+		struct evict_entry *x = NULL;
+		if (b == EVICT_BAND_DEFAULT)
+			x = policy_oldest(e);
+		else if (e->band[b].n)
+			x = entry_of(e->band[b].head.prev);
+		if (x)
+			return x;
+	}
+	return NULL;
+}
+
+static int band_position(unsigned band)
+{
+	for (int i = 0; i < _EVICT_BANDS; i++)
+		if (band_order[i] == band)
+			return i;
+	return _EVICT_BANDS;
+}
+
+struct evict_entry *evict_victim(struct evict *e)
+{
+	if (e->band[EVICT_BAND_LOW].n)
+		return entry_of(e->band[EVICT_BAND_LOW].head.prev);
+	struct evict_entry *x = policy_victim(e);
+	return x ? x : oldest_from(e, band_position(EVICT_BAND_DEFAULT) + 1);
+}
+
+struct evict_entry *evict_oldest(const struct evict *e)
+{
+	return oldest_from(e, 0);
+}
+
+struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_entry *x)
+{
+	struct evict_entry *next = NULL;
+
+	if (!evict_entry_linked(x))
+		return NULL;
+	if (x->band == EVICT_BAND_DEFAULT)
+		next = policy_walk_next(e, x);
+	else if (x->node.prev != &e->band[x->band].head)
+		next = entry_of(x->node.prev);
+	return next ? next : oldest_from(e, band_position(x->band) + 1);
+}
+
+void evict_evicted(struct evict *e, struct evict_entry *x)
+{
+	/* A raised or demoted block is not the policy's to remember. */
+	if (x->band == EVICT_BAND_DEFAULT)
+		policy_evicted(e, x);
+	else
+		evict_lru_remove(&e->band[x->band], &x->node);
 }
 
 static const char *const policy_names[_EVICT_POLICY_MAX] = {

@@ -32,6 +32,36 @@ struct keyhash;
 
 /* ---- policy-generic ------------------------------------------------ */
 
+/*
+ * Retention bands: what the engine said of a block (a priority 0..100 as
+ * in TensorRT-LLM's retention configuration, or the end of the request or
+ * session that used it; docs/protocol.md).  Victims come from the lowest
+ * band that has any: the demoted blocks first, oldest first; then the
+ * configured policy over the blocks nobody said anything about; then the
+ * raised bands, each LRU.  A hit on a demoted block means it was wanted
+ * after all: it goes back to the policy.  Zero is the default band, so a
+ * zeroed entry is in it.
+ */
+enum evict_band {
+	EVICT_BAND_DEFAULT, /* priority 35: the policy decides */
+	EVICT_BAND_LOW,     /* priority 0..34, or its request or session ended */
+	EVICT_BAND_HIGH,    /* priority 36..79 */
+	EVICT_BAND_TOP,     /* priority 80..100 */
+	_EVICT_BANDS,
+};
+
+#define EVICT_PRIORITY_DEFAULT 35
+#define EVICT_PRIORITY_MAX 100
+
+static inline enum evict_band evict_band_of_priority(unsigned priority)
+{
+	if (priority < EVICT_PRIORITY_DEFAULT)
+		return EVICT_BAND_LOW;
+	if (priority == EVICT_PRIORITY_DEFAULT)
+		return EVICT_BAND_DEFAULT;
+	return priority < 80 ? EVICT_BAND_HIGH : EVICT_BAND_TOP;
+}
+
 enum evict_policy {
 	EVICT_LRU,
 	/* Yang et al., SOSP '23: new blocks enter a small FIFO (a tenth of
@@ -108,6 +138,8 @@ struct evict {
 	struct count_sketch sketch;
 	struct evict_admit admit;
 	uint64_t refused; /* new blocks the filter put on probation */
+	/* The bands other than the default one, each an LRU list. */
+	struct evict_lru band[_EVICT_BANDS];
 };
 
 /* hash places fingerprints in the ghost lists; it is the caller's and
@@ -123,7 +155,8 @@ void evict_insert(struct evict *e, struct evict_entry *x);
 /* Unlink, keeping the entry's queue and hit count (a pin, a spill, a
  * delete); a no-op for an unlinked entry. */
 void evict_remove(struct evict *e, struct evict_entry *x);
-/* A hit; a no-op for an unlinked entry. */
+/* A hit (it marks the entry reused); a no-op for the lists when the entry
+ * is unlinked. */
 void evict_touch(struct evict *e, struct evict_entry *x);
 /*
  * The entry to evict, or NULL when nothing is evictable.  Not a pure
@@ -151,8 +184,34 @@ static inline bool evict_entry_linked(const struct evict_entry *x)
 	return evict_node_linked(&x->node);
 }
 
+/* Move x to band (enum evict_band); an unlinked entry goes there when it
+ * is inserted.  Back in the default band, it resumes the queue it had. */
+void evict_set_band(struct evict *e, struct evict_entry *x, unsigned band);
+
+/*
+ * The engine's hints (docs/protocol.md, HINT).  Retain: the band of the
+ * priority.  End of a request: the blocks it used that no one has hit since
+ * they were stored, and that no hint raised, are its own; they are demoted.
+ * End of a session: every block it names is demoted, raised or not (the
+ * engine names only its private ones: what it shares, it retains).
+ */
+void evict_retain(struct evict *e, struct evict_entry *x, unsigned priority);
+void evict_end(struct evict *e, struct evict_entry *x, bool session);
+/* A raised entry whose retention has run out, by the caller's clock. */
+typedef bool (*evict_lapsed_fn)(void *userdata, const struct evict_entry *x);
+/* Return every raised entry, linked, that lapsed says has run out to the
+ * default band.  \return how many */
+uint64_t evict_lapse(struct evict *e, evict_lapsed_fn lapsed, void *userdata);
+
 /* Entries on the lists: the evictable blocks. */
 static inline uint64_t evict_count(const struct evict *e)
+{
+	return e->q[0].n + e->q[1].n + e->lrfu.n + e->band[EVICT_BAND_LOW].n +
+	       e->band[EVICT_BAND_HIGH].n + e->band[EVICT_BAND_TOP].n;
+}
+
+/* Evictable entries of the policy itself: the default band. */
+static inline uint64_t evict_policy_count(const struct evict *e)
 {
 	return e->q[0].n + e->q[1].n + e->lrfu.n;
 }

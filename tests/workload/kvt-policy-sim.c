@@ -31,6 +31,7 @@
 
 #include "evict.h"
 #include "keyhash.h"
+#include "sim-hints.h"
 #include "tier-report.h"
 #include "trace.h"
 
@@ -98,6 +99,7 @@ struct sim {
 	uint8_t *state;
 	struct evict_entry *ent;
 	uint32_t *heap_pos, *key_next, *key_depth;
+	struct sim_hints hints;
 	struct result res;
 };
 
@@ -134,6 +136,7 @@ static void online_store(struct sim *s, struct tier *tr, const uint32_t *ids, ui
 			uint32_t vid = id_of(s, v);
 			evict_evicted(&tr->ev, v);
 			fresh_entry(s, vid); /* the daemon frees the block */
+			sim_hints_forget(&s->hints, vid);
 			s->state[vid] = ABSENT;
 			tr->used--;
 			s->res.evictions++;
@@ -154,6 +157,9 @@ static void online_request(struct sim *s, const struct trace_req *r)
 	const uint32_t *ids = s->t->ids + r->off;
 	uint32_t n = r->n_lookup, lead = 0;
 
+	if (sim_hints_due(&s->hints, r->t_us))
+		for (uint32_t i = 0; i < s->n_tiers; i++)
+			sim_hints_lapse(&s->hints, &s->tiers[i].ev);
 	/* The lookup touches every resident key, tail first. */
 	for (uint32_t i = n; i-- > 0;)
 		if (s->state[ids[i]] == RESIDENT)
@@ -175,6 +181,7 @@ static void online_request(struct sim *s, const struct trace_req *r)
 
 	online_store(s, tr, ids + lead, n - lead);
 	online_store(s, tr, ids + n, r->n_new);
+	sim_hints_request(&s->hints, &tr->ev, s->ent, s->t, r, s->state, RESIDENT);
 }
 
 /* Belady: a max-heap on (next use, depth); NEVER is the farthest. */
@@ -271,18 +278,33 @@ static const char *policy_name(int p)
 	return p == POL_BELADY ? "belady" : evict_policy_to_string(p);
 }
 
+/* What a run is, beside its policy and capacity. */
+struct run_opts {
+	bool partitioned, release_reverse;
+	uint32_t small_percent;
+	unsigned hints; /* enum sim_hint, 0 none */
+	uint64_t hint_duration_us;
+};
+
 static int run(const struct trace *t, const uint32_t *next, int policy, uint64_t cap,
-	       bool partitioned, bool release_reverse, uint32_t small_percent, struct result *ret)
+	       const struct run_opts *o, struct result *ret)
 {
 	struct sim *s = calloc(1, sizeof(*s));
+	bool partitioned = o->partitioned;
+	uint32_t small_percent = o->small_percent;
 	int r = -ENOMEM;
 
 	if (!s)
 		return -ENOMEM;
+	if (sim_hints_init(&s->hints, t, policy == POL_BELADY ? 0 : o->hints,
+			   o->hint_duration_us) < 0) {
+		free(s);
+		return -ENOMEM;
+	}
 	s->t = t;
 	s->next = next;
 	s->partitioned = partitioned;
-	s->release_reverse = release_reverse;
+	s->release_reverse = o->release_reverse;
 	s->n_tiers = partitioned ? t->n_tenants : 1;
 	s->state = calloc(t->n_blocks, 1);
 	if (!s->state)
@@ -356,8 +378,43 @@ out:
 	free(s->heap_pos);
 	free(s->key_next);
 	free(s->key_depth);
+	sim_hints_done(&s->hints);
 	free(s);
 	return r;
+}
+
+/* ---- output -------------------------------------------------------- */
+
+static void print_row(const struct trace *t, uint64_t cap, const struct run_opts *o, int policy,
+		      unsigned hints, const struct result *res,
+		      const struct result *belady, double lookups, bool csv)
+{
+	double rate = (double)res->hits / lookups;
+	double of = belady && belady->hits ? (double)res->hits / (double)belady->hits : NAN;
+	double frac = (double)cap / (double)t->n_blocks;
+	char name[64], mode[48];
+
+	sim_hint_mode_name(hints, mode, sizeof(mode));
+	snprintf(name, sizeof(name), "%s%s%s", policy_name(policy), hints ? "/" : "",
+		 hints ? mode : "");
+	if (csv) {
+		printf("%.4f,%" PRIu64 ",%s,%s,%.6f,%" PRIu64 ",%.4f,%" PRIu64 ",%" PRIu64
+		       ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%s\n",
+		       frac, cap, o->partitioned ? "tenant" : "shared", policy_name(policy), rate,
+		       res->hits * t->block_tokens, of, res->evictions, res->rejected, res->stray,
+		       res->refused, res->windows, res->switches, res->filter_on, res->policy_bytes,
+		       mode);
+		return;
+	}
+	printf("%8.1f%% %10" PRIu64 "  %-28s %9.4f %15" PRIu64 " %10.3f\n", 100 * frac, cap, name,
+	       rate, res->hits * t->block_tokens, of);
+	if (policy == EVICT_LRFU_ADMIT)
+		printf("#   lrfu-admit: %" PRIu64 " new blocks on probation; the filter "
+		       "turned %" PRIu64 " times in %" PRIu64 " windows, on at the end "
+		       "in %" PRIu64 " of %u tiers; sketch and shadows %.1f bytes a "
+		       "block of the tier\n", res->refused, res->switches, res->windows,
+		       res->filter_on, o->partitioned ? t->n_tenants : 1,
+		       (double)res->policy_bytes / (double)cap);
 }
 
 /* ---- command line -------------------------------------------------- */
@@ -402,6 +459,15 @@ static void usage(FILE *f)
 		"  --nvme-gbps X        NVMe to host, GB/s (default 6: one PCIe 4.0 drive)\n"
 		"  --recompute-tokens-per-s X\n"
 		"                       prefill throughput (default 10000)\n"
+		"  --hints LIST         also run each online policy with the engine's lifecycle\n"
+		"                       hints (docs/workload.md); each item joins with '+'\n"
+		"                       any of: request (every request ends with an end of\n"
+		"                       request), end (a conversation's last turn ends its\n"
+		"                       session over its private blocks), turns (every\n"
+		"                       other turn retains its private blocks for the hint\n"
+		"                       duration), shared (the system prompt retained); or\n"
+		"                       all (end+turns+shared); shown as POLICY/HINTS\n"
+		"  --hint-duration S    how long a turn's retention lasts (default 120)\n"
 		"  --csv                one line per capacity and policy, for programs\n"
 		"  --check              exit 1 unless: Belady >= every online policy and <=\n"
 		"                       the unbounded tier at every capacity; Belady and LRU\n"
@@ -437,7 +503,8 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
 	enum { O_CAPS = 256, O_BLOCKS, O_POLICIES, O_PARTITION, O_RELEASE, O_SMALL, O_CSV, O_CHECK,
-	       O_NVME, O_BLOCK_BYTES, O_HOST_GBPS, O_NVME_GBPS, O_RECOMPUTE };
+	       O_NVME, O_BLOCK_BYTES, O_HOST_GBPS, O_NVME_GBPS, O_RECOMPUTE, O_HINTS,
+	       O_HINT_DURATION };
 	static const struct option opts[] = {
 		{"capacities", required_argument, NULL, O_CAPS},
 		{"blocks", required_argument, NULL, O_BLOCKS},
@@ -452,6 +519,8 @@ int main(int argc, char **argv)
 		{"host-gbps", required_argument, NULL, O_HOST_GBPS},
 		{"nvme-gbps", required_argument, NULL, O_NVME_GBPS},
 		{"recompute-tokens-per-s", required_argument, NULL, O_RECOMPUTE},
+		{"hints", required_argument, NULL, O_HINTS},
+		{"hint-duration", required_argument, NULL, O_HINT_DURATION},
 		{"help", no_argument, NULL, 'h'},
 		{},
 	};
@@ -463,6 +532,8 @@ int main(int argc, char **argv)
 	unsigned n_nvme = 0;
 	struct tier_cost cost = {2097152, 25e9, 6e9, 10000};
 	bool want[N_POLICIES];
+	unsigned hint_modes[MAX_CAPS], n_hint_modes = 0;
+	double hint_duration = 120;
 	int c;
 
 	for (int p = 0; p < N_POLICIES; p++)
@@ -552,6 +623,33 @@ int main(int argc, char **argv)
 				*(c == O_HOST_GBPS ? &cost.host_bytes_per_s : &cost.nvme_bytes_per_s) = v * 1e9;
 			break;
 		}
+		case O_HINTS: {
+			char *dup = strdup(optarg), *save = NULL;
+			for (char *w = strtok_r(dup, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+				int m = sim_hint_mode_from_name(w);
+				if (m < 0 || n_hint_modes == MAX_CAPS) {
+					fprintf(stderr, "kvt-policy-sim: bad hint mode '%s' (request, end, "
+						"turns, shared joined by '+', or all)\n", w);
+					free(dup);
+					return 2;
+				}
+				if (m)
+					hint_modes[n_hint_modes++] = (unsigned)m;
+			}
+			free(dup);
+			break;
+		}
+		case O_HINT_DURATION: {
+			char *end;
+			errno = 0;
+			hint_duration = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(hint_duration > 0) ||
+			    !(hint_duration < 1e7)) {
+				fprintf(stderr, "kvt-policy-sim: --hint-duration is seconds, above 0\n");
+				return 2;
+			}
+			break;
+		}
 		case O_CSV: csv = true; break;
 		case O_CHECK: check = true; break;
 		case 'h': usage(stdout); return 0;
@@ -570,6 +668,16 @@ int main(int argc, char **argv)
 	}
 	if (check)
 		want[EVICT_LRU] = want[POL_BELADY] = true;
+	if (n_hint_modes && n_nvme) {
+		fprintf(stderr, "kvt-policy-sim: --hints runs the one-tier model; no --nvme\n");
+		return 2;
+	}
+	struct run_opts o = {
+		.partitioned = partitioned,
+		.release_reverse = reverse,
+		.small_percent = small_percent,
+		.hint_duration_us = (uint64_t)(hint_duration * 1e6),
+	};
 
 	struct trace t;
 	if (trace_read(&t, argv[optind], false, "kvt-policy-sim") < 0)
@@ -593,7 +701,7 @@ int main(int argc, char **argv)
 	if (csv) {
 		printf("capacity_fraction,capacity_blocks,partition,policy,hit_rate,tokens_saved,"
 		       "of_belady,evictions,rejected,stray,refused,admit_windows,admit_switches,"
-		       "admit_on_tiers,policy_bytes\n");
+		       "admit_on_tiers,policy_bytes,hints\n");
 	} else {
 		printf("# trace %s: %" PRIu64 " requests, %u tenants, %u distinct blocks (the working set), "
 		       "%" PRIu64 " blocks looked up, %u tokens per block\n",
@@ -604,7 +712,7 @@ int main(int argc, char **argv)
 		       partitioned ? "one per tenant, capacity split by traffic" : "shared by all tenants",
 		       reverse ? "; leases released tail first" : "");
 		printf("# belady: clairvoyant reference, not a proven optimum for prefix chains\n");
-		printf("%-9s %10s  %-10s %9s %15s %10s\n", "capacity", "blocks", "policy", "hit rate",
+		printf("%-9s %10s  %-28s %9s %15s %10s\n", "capacity", "blocks", "policy", "hit rate",
 		       "tokens saved", "of belady");
 	}
 
@@ -619,7 +727,7 @@ int main(int argc, char **argv)
 		for (int p = N_POLICIES - 1; p >= 0; p--) {
 			if (!want[p])
 				continue;
-			int r = run(&t, next, p, cap, partitioned, reverse, small_percent, &res[p]);
+			int r = run(&t, next, p, cap, &o, &res[p]);
 			if (r < 0) {
 				fprintf(stderr, "kvt-policy-sim: out of memory\n");
 				return 1;
@@ -629,30 +737,19 @@ int main(int argc, char **argv)
 			int q = (p + N_POLICIES - 1) % N_POLICIES; /* belady first */
 			if (!want[q])
 				continue;
-			double rate = (double)res[q].hits / lookups;
-			double of = want[POL_BELADY] && res[POL_BELADY].hits
-					    ? (double)res[q].hits / (double)res[POL_BELADY].hits
-					    : NAN;
-			double frac = (double)cap / (double)t.n_blocks;
-			if (csv)
-				printf("%.4f,%" PRIu64 ",%s,%s,%.6f,%" PRIu64 ",%.4f,%" PRIu64 ",%" PRIu64
-				       ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
-				       ",%" PRIu64 "\n",
-				       frac, cap, partitioned ? "tenant" : "shared", policy_name(q), rate,
-				       res[q].hits * t.block_tokens, of, res[q].evictions, res[q].rejected,
-				       res[q].stray, res[q].refused, res[q].windows, res[q].switches,
-				       res[q].filter_on, res[q].policy_bytes);
-			else
-				printf("%8.1f%% %10" PRIu64 "  %-10s %9.4f %15" PRIu64 " %10.3f\n",
-				       100 * frac, cap, policy_name(q), rate, res[q].hits * t.block_tokens,
-				       of);
-			if (!csv && q == EVICT_LRFU_ADMIT)
-				printf("#   lrfu-admit: %" PRIu64 " new blocks on probation; the filter "
-				       "turned %" PRIu64 " times in %" PRIu64 " windows, on at the end "
-				       "in %" PRIu64 " of %u tiers; sketch and shadows %.1f bytes a "
-				       "block of the tier\n", res[q].refused, res[q].switches,
-				       res[q].windows, res[q].filter_on, partitioned ? t.n_tenants : 1,
-				       (double)res[q].policy_bytes / (double)cap);
+			const struct result *belady = want[POL_BELADY] ? &res[POL_BELADY] : NULL;
+			print_row(&t, cap, &o, q, 0, &res[q], belady, lookups, csv);
+			for (unsigned h = 0; q != POL_BELADY && h < n_hint_modes; h++) {
+				struct result hr;
+				o.hints = hint_modes[h];
+				int r = run(&t, next, q, cap, &o, &hr);
+				o.hints = 0;
+				if (r < 0) {
+					fprintf(stderr, "kvt-policy-sim: out of memory\n");
+					return 1;
+				}
+				print_row(&t, cap, &o, q, hint_modes[h], &hr, belady, lookups, csv);
+			}
 		}
 		if (!check)
 			continue;

@@ -260,6 +260,7 @@ struct conv {
 	uint32_t *ids;     /* full blocks so far */
 	uint32_t n_ids, cap_ids;
 	uint32_t next_user; /* the next turn's question, drawn with its time */
+	uint32_t shared;    /* full blocks of its system prompt */
 };
 
 struct gen {
@@ -352,7 +353,7 @@ static int conv_append(struct gen *g, struct conv *c, char kind, uint64_t a, uin
 
 /* One record: its blocks as runs of consecutive ids. */
 static void emit(struct gen *g, uint64_t seq, uint64_t t_us, const struct conv *c,
-		 uint32_t n_lookup, uint32_t n_new)
+		 uint32_t n_lookup, uint32_t n_new, bool last)
 {
 	struct trace_record rec = {
 		.seq = seq,
@@ -363,6 +364,8 @@ static void emit(struct gen *g, uint64_t seq, uint64_t t_us, const struct conv *
 		.kind = c->rag ? 'r' : 'c',
 		.n_lookup = n_lookup,
 		.n_new = n_new,
+		.shared = c->shared,
+		.last = last,
 	};
 
 	if (g->p.keys)
@@ -407,6 +410,7 @@ static int conv_new(struct gen *g, uint64_t id, struct conv **ret)
 	uint32_t sp = zipf_draw(&g->system_z, &g->rng);
 	r = conv_append(g, c, 'S', c->tenant, sp,
 			g->system_len[(size_t)c->tenant * p->system_prompts + sp]);
+	c->shared = c->n_ids;
 	/* Retrieved documents, most relevant first, after the system
 	 * prompt: shared with another conversation only as far as both
 	 * agree from the first token on. */
@@ -535,11 +539,11 @@ static int generate(struct gen *g)
 			conv_free(c);
 			break;
 		}
-		emit(g, seq++, ev.t_us, c, n_lookup, c->n_ids - n_lookup);
-
 		c->next_user = rng_len(&g->rng, p->user_len);
 		double think = rng_exp(&g->rng, p->think);
-		if (c->turn >= c->turns || c->tokens + c->next_user > p->max_context) {
+		bool last = c->turn >= c->turns || c->tokens + c->next_user > p->max_context;
+		emit(g, seq++, ev.t_us, c, n_lookup, c->n_ids - n_lookup, last);
+		if (last) {
 			conv_free(c);
 			continue;
 		}

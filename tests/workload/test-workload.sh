@@ -8,7 +8,9 @@
 # (Belady at least every online policy and at most a tier that never
 # evicts, Belady and LRU never losing hits as the tier grows, every policy
 # at the unbounded figure with room for the working set, Belady's tier
-# always prefix-closed).
+# always prefix-closed); the records say what the engine knows (system
+# prompt, last turn), and the engine's lifecycle hints lose no block with
+# room for everything and gain where the trace says they should.
 #
 # Usage: test-workload.sh KVT_TRACE KVT_POLICY_SIM
 set -eu
@@ -50,4 +52,39 @@ caps=0.01,0.02,0.05,0.1,0.25,0.5,1
 	fail "checks failed (a tier per tenant)"
 "$sim" --check --capacities $caps --release-order reverse --s3fifo-small 25 "$dir/c.trace" ||
 	fail "checks failed (seed 8, releases tail first, S3-FIFO small queue 25%)"
+
+# What the engine knows, in the records: a conversation's system prompt
+# ("s", at most the blocks looked up, the same on every turn) and its
+# last turn ("e", once, on the latest turn written).
+awk '/^R / {
+	s = 0; e = 0
+	for (i = 10; i <= NF; i++) {
+		if ($i ~ /^s[0-9]+$/) s = substr($i, 2) + 0
+		if ($i == "e") e = 1
+	}
+	if (s > $8) { print "s" s " beyond " $8 " looked up in record " $2; bad = 1 }
+	if (($5 in sys) && sys[$5] != s) { print "conversation " $5 " changed s"; bad = 1 }
+	sys[$5] = s
+	if ($5 in ended) { print "conversation " $5 " went on after its e"; bad = 1 }
+	if (e) ended[$5] = 1
+	n_e += e
+}
+END { if (!n_e) { print "no record ends a conversation"; bad = 1 } exit bad }' "$dir/a.trace" ||
+	fail "the records' s and e fields are wrong"
+
+# Lifecycle hints: with room for the working set no hint loses a block
+# (every mode reaches the figure without hints), and on this trace ending
+# sessions and retaining system prompts gains at 5 % (the hints reach the
+# policy at all).
+"$sim" --csv --capacities 0.05,1 --policies arc,lrfu-admit --hints request,end,turns,shared,end+shared,all \
+	"$dir/a.trace" >"$dir/hints.csv" || fail "the simulator failed with --hints"
+awk -F, 'NR > 1 {
+	key = $1 "," $4
+	if ($16 == "none") { base[key] = $6; next }
+	if ($1 == "1.0000" && $6 != base[key]) { print key "/" $16 ": " $6 " tokens, " base[key] " without"; bad = 1 }
+	if ($1 == "0.0500" && $16 == "end+shared" && !($6 > base[key])) { print key "/" $16 ": no gain"; bad = 1 }
+	rows++
+}
+END { if (rows != 24) { print rows " hint rows, not 24"; bad = 1 } exit bad }' "$dir/hints.csv" ||
+	fail "hints: see above"
 echo "test-workload: ok"

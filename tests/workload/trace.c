@@ -92,7 +92,7 @@ static int read_record(struct trace *t, const char *line, bool keys)
 		return -ENOMEM;
 	struct trace_req *q = &t->r[t->n_req];
 	*q = (struct trace_req){.off = t->n_pos, .n_lookup = rec.n_lookup, .n_new = rec.n_new,
-				.tenant = rec.tenant, .conv = rec.conv};
+				.tenant = rec.tenant, .conv = rec.conv, .t_us = rec.t_us};
 	uint64_t want = (uint64_t)q->n_lookup + q->n_new;
 	while (t->n_pos - q->off < want) {
 		while (*p == ' ')
@@ -117,8 +117,24 @@ static int read_record(struct trace *t, const char *line, bool keys)
 		if (first + count > t->n_blocks)
 			t->n_blocks = (uint32_t)(first + count);
 	}
-	while (*p == ' ' || *p == '\n')
-		p++;
+	/* What the engine knows: "s<blocks>" shared, "e" the last turn. */
+	for (;;) {
+		while (*p == ' ' || *p == '\n')
+			p++;
+		if (*p == 's') {
+			errno = 0;
+			uint64_t v = strtoull(p + 1, &end, 10);
+			if (errno || end == p + 1 || v > q->n_lookup + q->n_new)
+				return -EINVAL;
+			q->shared = (uint32_t)v;
+			p = end;
+		} else if (*p == 'e' && (p[1] == ' ' || p[1] == '\n' || !p[1])) {
+			q->last = true;
+			p++;
+		} else {
+			break;
+		}
+	}
 	if (*p)
 		return -EINVAL;
 	if (q->tenant >= t->n_tenants)
@@ -237,5 +253,9 @@ void trace_write_record(FILE *f, const struct trace_record *rec, const uint32_t 
 		fprintf(f, " %u+%u", ids[i], j - i);
 		i = j;
 	}
+	if (rec->shared)
+		fprintf(f, " s%u", rec->shared);
+	if (rec->last)
+		fputs(" e", f);
 	fputc('\n', f);
 }

@@ -20,6 +20,12 @@ struct trace_record {
 	uint64_t turn;
 	char kind; /* 'c' a plain chat, 'r' with retrieved documents */
 	uint32_t n_lookup, n_new;
+	/* What the engine knows that block history cannot: its leading
+	 * blocks that are the application's template (the system prompt),
+	 * shared with other conversations, and whether the conversation
+	 * ends with it.  0 and false where the trace does not say. */
+	uint32_t shared;
+	bool last;
 };
 
 /* A request as read: its blocks are trace.ids[off, off + n_lookup + n_new). */
@@ -28,6 +34,9 @@ struct trace_req {
 	uint32_t n_lookup, n_new;
 	uint32_t tenant;
 	uint64_t conv;
+	uint64_t t_us;
+	uint32_t shared; /* as in trace_record */
+	bool last;
 };
 
 struct trace {
@@ -61,5 +70,5 @@ void trace_write_params(FILE *f, uint32_t block_tokens, bool keys);
 /* A K line: the next id's key. */
 void trace_write_key(FILE *f, const uint8_t *key);
 /* An R line: rec, then its n_lookup + n_new ids as runs of consecutive
- * ids. */
+ * ids, then what the engine knows (shared, last) when there is any. */
 void trace_write_record(FILE *f, const struct trace_record *rec, const uint32_t *ids);
