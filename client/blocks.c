@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Block operations as batched requests: lookup, reserve and acquire, commit,
- * abort and release, touch, delete, prefetch and waiting for residency. */
+ * abort and release, touch, delete, prefetch, the engine's hints and
+ * waiting for residency. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,7 +371,7 @@ static int count_ok(const int32_t *st, size_t n)
 	return k;
 }
 
-static int keys_status_op(kvt_ns *ns, uint16_t op, const uint8_t *keys, size_t n)
+static int keys_status_op(kvt_ns *ns, uint16_t op, uint32_t arg, const uint8_t *keys, size_t n)
 {
 	if (!ns || (n && !keys))
 		return -EINVAL;
@@ -385,7 +386,7 @@ static int keys_status_op(kvt_ns *ns, uint16_t op, const uint8_t *keys, size_t n
 		struct status_ctx ctx = {st + off, k};
 		r = ns_ready(ns);
 		if (r == 0)
-			r = keys_call(ns, op, 0, keys + off * KVT_KEY_SIZE, k, status_reply, &ctx);
+			r = keys_call(ns, op, arg, keys + off * KVT_KEY_SIZE, k, status_reply, &ctx);
 		if (r < 0)
 			break;
 		found += count_ok(st + off, k);
@@ -397,12 +398,29 @@ static int keys_status_op(kvt_ns *ns, uint16_t op, const uint8_t *keys, size_t n
 
 KVT_EXPORT int kvt_touch(kvt_ns *ns, const uint8_t *keys, size_t n)
 {
-	return keys_status_op(ns, KVT_OP_TOUCH, keys, n);
+	return keys_status_op(ns, KVT_OP_TOUCH, 0, keys, n);
 }
 
 KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n)
 {
-	return keys_status_op(ns, KVT_OP_DELETE, keys, n);
+	return keys_status_op(ns, KVT_OP_DELETE, 0, keys, n);
+}
+
+KVT_EXPORT int kvt_retain(kvt_ns *ns, const uint8_t *keys, size_t n, unsigned priority,
+			  unsigned duration_s)
+{
+	if (priority > KVT_PRIORITY_MAX || duration_s > KVT_HINT_MAX_DURATION)
+		return -EINVAL;
+	return keys_status_op(ns, KVT_OP_HINT, KVT_HINT_ARG(KVT_HINT_RETAIN, priority, duration_s),
+			      keys, n);
+}
+
+KVT_EXPORT int kvt_end(kvt_ns *ns, const uint8_t *keys, size_t n, unsigned flags)
+{
+	if (flags & ~(unsigned)KVT_END_SESSION)
+		return -EINVAL;
+	unsigned kind = flags & KVT_END_SESSION ? KVT_HINT_END_SESSION : KVT_HINT_END_REQUEST;
+	return keys_status_op(ns, KVT_OP_HINT, KVT_HINT_ARG(kind, 0, 0), keys, n);
 }
 
 static uint64_t mono_ms(void)
@@ -457,5 +475,5 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 
 KVT_EXPORT int kvt_prefetch(kvt_ns *ns, const uint8_t *keys, size_t n)
 {
-	return keys_status_op(ns, KVT_OP_PREFETCH, keys, n);
+	return keys_status_op(ns, KVT_OP_PREFETCH, 0, keys, n);
 }

@@ -385,6 +385,44 @@ KVT_EXPORT int kvt_touch(kvt_ns *ns, const uint8_t *keys, size_t n);
 /** Delete blocks.  \return how many existed, or a negative errno */
 KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n);
 
+/*
+ * Lifecycle hints: what the engine knows that block history cannot.  When
+ * host memory is full the daemon evicts blocks of a lower priority first:
+ * those whose request or session ended, then the ones nobody said
+ * anything about (its eviction policy decides among them), then retained
+ * ones.  Hints only order evictions: no hint makes a block outlive its
+ * tenant's quota, and a lookup finds a block whatever its priority.
+ * docs/engines.md has the figures that say which hints pay.
+ */
+#define KVT_PRIORITY_DEFAULT 35 /* a block nobody said anything about */
+#define KVT_PRIORITY_MAX 100
+#define KVT_HINT_MAX_DURATION ((1u << 21) - 1) /* seconds: 24 days */
+#define KVT_END_SESSION 1 /* kvt_end: the session is over, not only the request */
+
+/**
+ * Retain stored blocks at a priority (0 to 100, as TensorRT-LLM's
+ * retention configuration): a system prompt every request shares, say, at
+ * 90; a conversation waiting for its next turn at 60.  After duration_s
+ * seconds (0: until changed) the blocks return to KVT_PRIORITY_DEFAULT.
+ * A priority below the default makes blocks go first.
+ * \return how many keys were stored (the others are not hinted), or a
+ *         negative errno (-EINVAL: priority or duration out of range)
+ */
+KVT_EXPORT int kvt_retain(kvt_ns *ns, const uint8_t *keys, size_t n, unsigned priority,
+			  unsigned duration_s);
+/**
+ * The request (flags 0) or the session (KVT_END_SESSION) that used these
+ * blocks has ended.  End of a request: the blocks nobody has hit since
+ * they were stored and nobody retained are its own, and go first.  End of
+ * a session: every block named goes first, so name only the session's own
+ * (what it shares with others, retain instead).  A later hit on a block
+ * that went first undoes it.  In conversations whose next turn comes, an
+ * end of request without a retention sends that turn's blocks first: on
+ * the traces of docs/workload.md it costs hits; end the session instead.
+ * \return how many keys were stored, or a negative errno
+ */
+KVT_EXPORT int kvt_end(kvt_ns *ns, const uint8_t *keys, size_t n, unsigned flags);
+
 /**
  * Stage blocks that are on NVMe (KVT_DISK) into host memory ahead of use;
  * kvt_lookup reports them KVT_HOST once there.

@@ -417,7 +417,7 @@ void evict_touch(struct evict *e, struct evict_entry *x)
 	x->reused = true;
 	if (x->band == EVICT_BAND_DEFAULT)
 		policy_touch(e, x);
-	else if (x->band == EVICT_BAND_LOW && evict_entry_linked(x))
+	else if (x->band == EVICT_BAND_LOW)
 		evict_set_band(e, x, EVICT_BAND_DEFAULT);
 	else
 		evict_lru_touch(&e->band[x->band], &x->node);
@@ -448,7 +448,7 @@ void evict_end(struct evict *e, struct evict_entry *x, bool session)
 
 uint64_t evict_lapse(struct evict *e, evict_lapsed_fn lapsed, void *userdata)
 {
-	static const uint8_t raised[] = {EVICT_BAND_HIGH, EVICT_BAND_TOP};
+	static const uint8_t raised[] = {EVICT_BAND_LOW, EVICT_BAND_HIGH, EVICT_BAND_TOP};
 	uint64_t n = 0;
 
 	for (unsigned i = 0; i < ARRAY_SIZE(raised); i++) {

@@ -21,6 +21,7 @@
 #include "evict-admit.h"
 #include "evict-list.h"
 #include "evict-lrfu.h"
+#include "kvt-proto.h"
 
 struct keyhash;
 
@@ -33,9 +34,9 @@ struct keyhash;
 /* ---- policy-generic ------------------------------------------------ */
 
 /*
- * Retention bands: what the engine said of a block (a priority 0..100 as
- * in TensorRT-LLM's retention configuration, or the end of the request or
- * session that used it; docs/protocol.md).  Victims come from the lowest
+ * Retention bands: what the engine said of a block (HINT, kvt-proto.h: a
+ * priority 0..100 as in TensorRT-LLM's retention configuration, or the end
+ * of the request or session that used it).  Victims come from the lowest
  * band that has any: the demoted blocks first, oldest first; then the
  * configured policy over the blocks nobody said anything about; then the
  * raised bands, each LRU.  A hit on a demoted block means it was wanted
@@ -50,14 +51,11 @@ enum evict_band {
 	_EVICT_BANDS,
 };
 
-#define EVICT_PRIORITY_DEFAULT 35
-#define EVICT_PRIORITY_MAX 100
-
 static inline enum evict_band evict_band_of_priority(unsigned priority)
 {
-	if (priority < EVICT_PRIORITY_DEFAULT)
+	if (priority < KVT_PRIORITY_DEFAULT)
 		return EVICT_BAND_LOW;
-	if (priority == EVICT_PRIORITY_DEFAULT)
+	if (priority == KVT_PRIORITY_DEFAULT)
 		return EVICT_BAND_DEFAULT;
 	return priority < 80 ? EVICT_BAND_HIGH : EVICT_BAND_TOP;
 }
@@ -155,8 +153,8 @@ void evict_insert(struct evict *e, struct evict_entry *x);
 /* Unlink, keeping the entry's queue and hit count (a pin, a spill, a
  * delete); a no-op for an unlinked entry. */
 void evict_remove(struct evict *e, struct evict_entry *x);
-/* A hit (it marks the entry reused); a no-op for the lists when the entry
- * is unlinked. */
+/* A hit: it marks the entry reused, and a demoted one goes back to the
+ * policy (linked or not); otherwise a no-op for an unlinked entry. */
 void evict_touch(struct evict *e, struct evict_entry *x);
 /*
  * The entry to evict, or NULL when nothing is evictable.  Not a pure
@@ -197,10 +195,10 @@ void evict_set_band(struct evict *e, struct evict_entry *x, unsigned band);
  */
 void evict_retain(struct evict *e, struct evict_entry *x, unsigned priority);
 void evict_end(struct evict *e, struct evict_entry *x, bool session);
-/* A raised entry whose retention has run out, by the caller's clock. */
+/* An entry whose retention has run out, by the caller's clock. */
 typedef bool (*evict_lapsed_fn)(void *userdata, const struct evict_entry *x);
-/* Return every raised entry, linked, that lapsed says has run out to the
- * default band.  \return how many */
+/* Return every linked entry outside the default band that lapsed says has
+ * run out to the default band.  \return how many */
 uint64_t evict_lapse(struct evict *e, evict_lapsed_fn lapsed, void *userdata);
 
 /* Entries on the lists: the evictable blocks. */

@@ -122,6 +122,7 @@ void manager_free(struct manager *m)
 	}
 	sd_event_source_disable_unref(m->reap_source);
 	sd_event_source_disable_unref(m->status_source);
+	sd_event_source_disable_unref(m->hints_source);
 	sd_event_source_disable_unref(m->accept_retry);
 	kvt_buf_free(&m->reply);
 	free(m->slots);
@@ -516,6 +517,7 @@ int manager_listen(struct manager *m)
 }
 
 #define STATUS_INTERVAL_USEC (5 * 1000000ULL)
+#define HINTS_INTERVAL_USEC (1000000ULL)
 
 static void notify_status(struct manager *m)
 {
@@ -536,6 +538,15 @@ static int on_status_timer(sd_event_source *src, uint64_t usec, void *userdata)
 	struct manager *m = userdata;
 	notify_status(m);
 	sd_event_source_set_time(src, usec + STATUS_INTERVAL_USEC);
+	return 0;
+}
+
+/* Once a second: the engine's retentions whose duration has passed. */
+static int on_hints_timer(sd_event_source *src, uint64_t usec, void *userdata)
+{
+	struct manager *m = userdata;
+	store_hints_lapse(&m->store);
+	sd_event_source_set_time(src, usec + HINTS_INTERVAL_USEC);
 	return 0;
 }
 
@@ -628,6 +639,11 @@ int manager_run(struct manager *m)
 	if (r < 0)
 		return log_error_errno(r, "Failed to add the status timer: %m");
 	sd_event_source_set_enabled(m->status_source, SD_EVENT_ON);
+	r = sd_event_add_time_relative(m->event, &m->hints_source, CLOCK_MONOTONIC,
+				       HINTS_INTERVAL_USEC, 0, on_hints_timer, m);
+	if (r < 0)
+		return log_error_errno(r, "Failed to add the hints timer: %m");
+	sd_event_source_set_enabled(m->hints_source, SD_EVENT_ON);
 	sd_notify(false, "READY=1");
 	notify_status(m);
 	r = sd_event_loop(m->event);

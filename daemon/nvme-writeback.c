@@ -328,7 +328,10 @@ int nvme_writeback_run(sd_event_source *src, void *userdata)
 			while (node && t->dirty > low && n->ops < limit) {
 				struct evict_entry *prev = evict_walk_next(lru, node);
 				struct block *b = (struct block *)((char *)node - offsetof(struct block, lru));
-				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !b->disk) {
+				/* Demoted blocks (the engine is done with them)
+				 * are not worth the NVMe bandwidth. */
+				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !b->disk &&
+				    b->lru.band != EVICT_BAND_LOW) {
 					int r = writeback_one(n, b);
 					if (r == -ENOMEM)
 						writeback_backoff(n);

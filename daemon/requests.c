@@ -370,6 +370,26 @@ static int do_keys_status(struct session *s, const struct kvt_header *h, union r
 	return 0;
 }
 
+/* HINT: a status per key; a hint this daemon does not know is refused
+ * with a reply, so that a newer library learns it is talking to an older
+ * daemon. */
+static int do_hint(struct session *s, const struct kvt_header *h, union request *rq,
+		   struct ns *ns)
+{
+	struct manager *m = s->m;
+	const struct kvt_keys_req *req = &rq->keys;
+	const char *why;
+
+	if (!store_hint_valid(req->arg, &why)) {
+		reply_error(s, h, -EINVAL, "%s", why);
+		return 0;
+	}
+	store_hint(&m->store, ns, req->arg, req->keys, req->n, m->status);
+	kvt_enc_status_rep(&m->reply, s->version, h->opcode, h->request_id, m->status, req->n);
+	reply(s);
+	return 0;
+}
+
 /* COMMIT, ABORT, RELEASE: handles, which cross the tenant's connections. */
 static int do_handles(struct session *s, const struct kvt_header *h, union request *rq,
 		      struct ns *unused)
@@ -495,6 +515,8 @@ static const struct op ops[] = {
 	   .decode = dec_evict, .handle = do_evict),
 	OP(PREFETCH, .flags = OP_NAMESPACE, .max_payload = KVT_MAX_PAYLOAD,
 	   .decode = dec_keys, .handle = do_keys_status),
+	OP(HINT, .flags = OP_NAMESPACE, .max_payload = KVT_MAX_PAYLOAD,
+	   .decode = dec_keys, .handle = do_hint),
 };
 #undef OP
 

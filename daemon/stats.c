@@ -344,7 +344,10 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 static void emit_ns(struct emitter *e, const struct ns *ns)
 {
 	const struct ns_counters *c = &ns->c;
-	kvt_rec_begin(&e->b, "namespace", 29);
+	uint64_t bands[_EVICT_BANDS];
+
+	store_ns_bands(ns, bands);
+	kvt_rec_begin(&e->b, "namespace", 35);
 	kvt_rec_str(&e->b, "tenant", ns->tenant->name);
 	kvt_rec_u64(&e->b, "id", ns->id);
 	kvt_rec_str(&e->b, "model", ns->ident.model);
@@ -374,6 +377,12 @@ static void emit_ns(struct emitter *e, const struct ns *ns)
 	kvt_rec_u64(&e->b, "restores", c->restores);
 	kvt_rec_u64(&e->b, "disk_hits", c->disk_hits);
 	kvt_rec_u64(&e->b, "dirty_drops", c->dirty_drops);
+	kvt_rec_u64(&e->b, "hints", c->hints);
+	kvt_rec_u64(&e->b, "retained", bands[EVICT_BAND_HIGH] + bands[EVICT_BAND_TOP]);
+	kvt_rec_u64(&e->b, "demoted", bands[EVICT_BAND_LOW]);
+	kvt_rec_u64(&e->b, "demotions", c->demotions);
+	kvt_rec_u64(&e->b, "demoted_evictions", c->demoted_evictions);
+	kvt_rec_u64(&e->b, "lapsed", c->lapsed);
 }
 
 static void emit_client(struct emitter *e, const struct session *c)

@@ -43,6 +43,8 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 			st = KVT_STATE_DISK;
 			ns->c.hits++;
 			ns->c.disk_hits++;
+			if (flags & KVT_LOOKUP_TOUCH)
+				evict_touch(&ns->cls->lru, &b->lru); /* off the list: its band */
 		} else if (b && b->state == BLOCK_RESIDENT) {
 			st = KVT_STATE_HOST;
 			ns->c.hits++;

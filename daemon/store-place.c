@@ -62,6 +62,10 @@ static struct block *class_victim(struct store *s, struct slot_class *c, bool st
 
 	for (int i = 0; i < 256 && n && !clean; i++, n = evict_walk_next(&c->lru, n)) {
 		struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
+		/* A clean block is worth looking for only among those the
+		 * engine's hints rank alike: never past a demoted one. */
+		if (b && cb->lru.band != b->lru.band)
+			break;
 		if (cb->io != BLOCK_IO_NONE)
 			continue;
 		if (stage && cb->staged) {
@@ -98,6 +102,7 @@ static int class_evict(struct store *s, struct slot_class *c, bool stage,
 		store_block_spilled(s, b);
 	} else {
 		b->ns->c.evictions++;
+		b->ns->c.demoted_evictions += b->lru.band == EVICT_BAND_LOW;
 		if (s->tier_ops)
 			b->ns->c.dirty_drops++;
 		evict_evicted(&c->lru, &b->lru); /* a policy may remember it */

@@ -57,6 +57,7 @@ struct block {
 	uint64_t shards_reserved; /* shards with an open reservation */
 	uint64_t shards_committed;
 	uint32_t handles;         /* leases + reservations on this block */
+	uint32_t hint_until;      /* when its retention lapses (store-hints.c); 0: never */
 	struct evict_entry lru;   /* linked while resident and unpinned */
 	struct evict_node disk_lru; /* linked while it has an NVMe copy */
 };
@@ -81,6 +82,9 @@ struct ns_counters {
 	uint64_t stores, store_bytes, loads, load_bytes;
 	uint64_t evictions, aborts, deletes, rejected;
 	uint64_t spills, restores, disk_hits, dirty_drops;
+	/* HINT (store-hints.c): keys hinted, blocks demoted by a hint and
+	 * evicted while demoted, retentions that ran out */
+	uint64_t hints, demotions, demoted_evictions, lapsed;
 };
 
 struct slot_class {
@@ -235,6 +239,17 @@ void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,
 		    uint32_t n, int32_t *ret);
 void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 		  uint32_t n, int32_t *ret);
+
+/* HINT: arg as KVT_HINT_ARG, valid by store_hint_valid (ret_reason: why
+ * not, a sentence for the client); per key 0, or -ENOENT (not stored). */
+bool store_hint_valid(uint32_t arg, const char **ret_reason);
+void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *keys,
+		uint32_t n, int32_t *ret);
+/* Retentions whose duration has passed return to the default priority;
+ * once a second.  \return how many */
+uint64_t store_hints_lapse(struct store *s);
+/* The namespace's evictable blocks in host memory per retention band. */
+void store_ns_bands(const struct ns *ns, uint64_t ret[_EVICT_BANDS]);
 
 /* Evict a namespace from host memory: blocks also on NVMe (and idle) stay
  * there, every other block is dropped (pinned ones when their last handle

@@ -62,6 +62,7 @@ enum kvt_opcode {
 	KVT_OP_PING = 12,
 	KVT_OP_ADMIN_EVICT = 13,
 	KVT_OP_PREFETCH = 14,
+	KVT_OP_HINT = 15,
 
 	/* Notifications, daemon to client, request id 0. */
 	KVT_OP_EXTENT_ADDED = 64,
@@ -86,6 +87,30 @@ enum kvt_state {
 
 /* LOOKUP flags. */
 #define KVT_LOOKUP_TOUCH 1 /* count hits as uses for eviction */
+
+/*
+ * HINT: what the engine knows of a namespace's blocks, for eviction.  The
+ * keys request's arg packs the kind (bits 0-3), a priority (bits 4-10,
+ * 0..100) and a duration in seconds (bits 11-31, 0: until changed).
+ * RETAIN sets the blocks' priority, as TensorRT-LLM's retention does:
+ * lower goes first, KVT_PRIORITY_DEFAULT is what a block has when nobody
+ * says anything, and after the duration it returns to that.  END_REQUEST:
+ * the request that used these blocks finished; those nobody has hit since
+ * they were stored and nobody raised go first.  END_SESSION: its session
+ * is over; every block named goes first (name only the session's own:
+ * what it shares, retain).  END kinds carry priority and duration 0.
+ */
+#define KVT_HINT_RETAIN 1
+#define KVT_HINT_END_REQUEST 2
+#define KVT_HINT_END_SESSION 3
+#define KVT_PRIORITY_DEFAULT 35
+#define KVT_PRIORITY_MAX 100
+#define KVT_HINT_MAX_DURATION ((1u << 21) - 1) /* seconds: 24 days */
+#define KVT_HINT_ARG(kind, priority, duration_s) \
+	((uint32_t)(kind) | (uint32_t)(priority) << 4 | (uint32_t)(duration_s) << 11)
+#define KVT_HINT_KIND(arg) ((arg) & 0xfu)
+#define KVT_HINT_PRIORITY(arg) (((arg) >> 4) & 0x7fu)
+#define KVT_HINT_DURATION(arg) ((arg) >> 11)
 
 /* STATS selector bits. */
 #define KVT_STATS_DAEMON 0x1
@@ -196,10 +221,11 @@ struct kvt_ns_open_rep {
 	uint64_t slot_bytes;   /* bytes of one slot in an extent */
 };
 
-/* LOOKUP, RESERVE, ACQUIRE, TOUCH, DELETE: a namespace and keys. */
+/* LOOKUP, RESERVE, ACQUIRE, TOUCH, DELETE, PREFETCH, HINT: a namespace
+ * and keys. */
 struct kvt_keys_req {
 	uint32_t ns_id;
-	uint32_t arg; /* LOOKUP: flags; RESERVE/ACQUIRE: shard; else 0 */
+	uint32_t arg; /* LOOKUP: flags; RESERVE/ACQUIRE: shard; HINT: KVT_HINT_ARG; else 0 */
 	uint32_t n;
 	const uint8_t *keys; /* [n][32], points into the message */
 };

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The engine's hints (HINT, kvt-proto.h): retention priorities, with a
+ * duration after which they lapse, and the ends of requests and sessions.
+ * The rules are the eviction policy's (evict_retain, evict_end,
+ * evict_lapse in evict.c, which the simulator runs too); this file finds
+ * the blocks, keeps their durations and counts what the hints did.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "store-private.h"
+#include "store.h"
+
+/* The hints' clock: whole seconds, CLOCK_MONOTONIC. */
+static uint32_t now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint32_t)ts.tv_sec;
+}
+
+static struct block *block_of(const struct evict_entry *x)
+{
+	return (struct block *)((char *)x - offsetof(struct block, lru));
+}
+
+bool store_hint_valid(uint32_t arg, const char **ret_reason)
+{
+	unsigned kind = KVT_HINT_KIND(arg), priority = KVT_HINT_PRIORITY(arg);
+
+	*ret_reason = NULL;
+	if (kind == KVT_HINT_RETAIN) {
+		if (priority > KVT_PRIORITY_MAX)
+			*ret_reason = "a retention priority is 0 to 100";
+	} else if (kind == KVT_HINT_END_REQUEST || kind == KVT_HINT_END_SESSION) {
+		if (priority || KVT_HINT_DURATION(arg))
+			*ret_reason = "an end of request or session carries no priority or duration";
+	} else {
+		*ret_reason = "unknown hint: this daemon knows retain (1), end of request (2) "
+			      "and end of session (3)";
+	}
+	return !*ret_reason;
+}
+
+static void hint_one(struct ns *ns, struct block *b, uint32_t arg, uint32_t now)
+{
+	struct evict *e = &ns->cls->lru;
+	unsigned kind = KVT_HINT_KIND(arg);
+	uint8_t was = b->lru.band;
+
+	if (kind == KVT_HINT_RETAIN) {
+		uint32_t duration = KVT_HINT_DURATION(arg);
+		evict_retain(e, &b->lru, KVT_HINT_PRIORITY(arg));
+		b->hint_until = duration && b->lru.band != EVICT_BAND_DEFAULT ? now + duration : 0;
+	} else {
+		evict_end(e, &b->lru, kind == KVT_HINT_END_SESSION);
+		if (b->lru.band == EVICT_BAND_LOW)
+			b->hint_until = 0;
+	}
+	ns->c.demotions += was != EVICT_BAND_LOW && b->lru.band == EVICT_BAND_LOW;
+}
+
+void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *keys,
+		uint32_t n, int32_t *ret)
+{
+	uint32_t now = now_s();
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		if (!b) {
+			ret[i] = -ENOENT;
+			continue;
+		}
+		hint_one(ns, b, arg, now);
+		ns->c.hints++;
+		ret[i] = 0;
+	}
+}
+
+static bool lapsed(void *userdata, const struct evict_entry *x)
+{
+	const uint32_t *now = userdata;
+	struct block *b = block_of(x);
+
+	if (!b->hint_until || b->hint_until > *now)
+		return false;
+	b->hint_until = 0;
+	b->ns->c.lapsed++;
+	return true;
+}
+
+uint64_t store_hints_lapse(struct store *s)
+{
+	uint32_t now = now_s();
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < s->n_tenants; i++) {
+		struct tenant *t = s->tenants[i];
+		for (uint32_t c = 0; c < t->n_classes; c++)
+			if (evict_count(&t->classes[c]->lru) != evict_policy_count(&t->classes[c]->lru))
+				n += evict_lapse(&t->classes[c]->lru, lapsed, &now);
+	}
+	return n;
+}
+
+void store_ns_bands(const struct ns *ns, uint64_t ret[_EVICT_BANDS])
+{
+	const struct evict *e = &ns->cls->lru;
+
+	for (unsigned band = 0; band < _EVICT_BANDS; band++) {
+		ret[band] = 0;
+		if (band == EVICT_BAND_DEFAULT)
+			continue;
+		const struct evict_lru *l = &e->band[band];
+		for (const struct evict_node *p = l->head.next; p != &l->head; p = p->next)
+			ret[band] += block_of(evict_entry_of(p))->ns == ns;
+	}
+}
