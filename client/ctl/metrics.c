@@ -101,6 +101,12 @@ static const struct metric ns_metrics[] = {
 	{"deletes", "namespace_deletes_total", "counter", "Blocks deleted by clients.", 0},
 	{"rejected", "namespace_rejected_total", "counter", "Requests refused for this namespace.", 0},
 	{"opens", "namespace_opens_total", "counter", "Times clients opened the namespace.", 0},
+	{"hints", "namespace_hints_total", "counter", "Keys named in the engine's lifecycle hints (kvt_retain, kvt_end).", 0},
+	{"retained", "namespace_retained_blocks", "gauge", "Evictable blocks in host memory retained above the default priority.", 0},
+	{"demoted", "namespace_demoted_blocks", "gauge", "Evictable blocks in host memory demoted by a hint: the first to go.", 0},
+	{"demotions", "namespace_demotions_total", "counter", "Blocks demoted by a hint (an end of request or session, or a low priority).", 0},
+	{"demoted_evictions", "namespace_demoted_evictions_total", "counter", "Blocks evicted while demoted: room the hints handed back.", 0},
+	{"lapsed", "namespace_lapsed_retentions_total", "counter", "Retentions whose duration ran out.", 0},
 };
 /* Geometry and identity: labels of kvtier_namespace_info. */
 static const char *const ns_skip[] = {"id", "layer_first", "layer_end", "tp", "block_tokens", NULL};

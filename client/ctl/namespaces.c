@@ -20,6 +20,9 @@ static const struct column ns_cols[] = {
 	{"KEYS", true}, {"HITS", true}, {"MISSES", true},
 	{"STORED", true}, {"LOADED", true}, {"ABORTS", true},
 	{"DELETES", true}, {"REJECTED", true}, {"OPENS", true},
+	/* the engine's hints */
+	{"HINTS", true}, {"RETAINED", true}, {"DEMOTED", true},
+	{"DEMOTIONS", true}, {"DEMOTED EVICTED", true}, {"LAPSED", true},
 };
 #define NS_MAIN_COLS 13
 
@@ -57,6 +60,12 @@ static void add_counters(struct table *t, const struct rec *x)
 	table_add(t, "%" PRIu64, rec_u64(x, "deletes"));
 	table_add(t, "%" PRIu64, rec_u64(x, "rejected"));
 	table_add(t, "%" PRIu64, rec_u64(x, "opens"));
+	table_add(t, "%" PRIu64, rec_u64(x, "hints"));
+	table_add(t, "%" PRIu64, rec_u64(x, "retained"));
+	table_add(t, "%" PRIu64, rec_u64(x, "demoted"));
+	table_add(t, "%" PRIu64, rec_u64(x, "demotions"));
+	table_add(t, "%" PRIu64, rec_u64(x, "demoted_evictions"));
+	table_add(t, "%" PRIu64, rec_u64(x, "lapsed"));
 }
 
 int print_namespaces(FILE *f, const struct snapshot *s, bool all)

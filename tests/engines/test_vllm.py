@@ -141,6 +141,28 @@ def test_altered_block_changes_vllm_output(env):
     assert dist(altered, computed) > max(1e-3, 10 * noise), (noise, altered, computed)
 
 
+def _ns_stats(sock):
+    import kvtier
+
+    with kvtier.Client(socket=sock, name="checker") as c:
+        recs = [r for r in c.stats(kvtier.STATS_NAMESPACES) if r.get("kind") == "namespace"]
+    return {k: sum(r.get(k, 0) for r in recs) for k in ("hints", "retained", "demotions")}
+
+
+def test_request_hints_reach_kvtierd(env):
+    """A request's kv_transfer_params: its shared tokens are retained and,
+    its session over, the rest demoted; kvtierd counts both."""
+    e = env["engine"]
+    before = _ns_stats(env["daemon"].socket)
+    r = e.ask(dict(seed=25, n=N, kvtier={"shared_tokens": 2 * BLOCK, "end": "session"}))
+    assert r["cached"] == 0 and r["stats"]["stored_blocks"] >= 6, r
+    after = _ns_stats(env["daemon"].socket)
+    assert r["stats"]["retained_blocks"] == 2 and r["stats"]["ended_blocks"] == 4, r
+    assert after["retained"] - before["retained"] == 2, (before, after)
+    assert after["demotions"] - before["demotions"] == 4, (before, after)
+    assert after["hints"] - before["hints"] == 6, (before, after)
+
+
 def test_daemon_killed_during_a_run(env, model, reference):
     d, e = env["daemon"], env["engine"]
     d.kill()

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """One vLLM engine (CPU, in-process) that runs the prompts it reads on
-stdin, one JSON line each ({"seed": S, "n": N} or {"ids": [...]}), and
+stdin, one JSON line each ({"seed": S, "n": N} or {"ids": [...]}, with
+"kvtier": the request's kv_transfer_params for the connector), and
 answers each with a JSON line: the generated tokens and their logprobs,
 the tokens vLLM found cached, the connector's counters.  argv: model dir, socket ("none": no
 kvtier), block size."""
@@ -49,8 +50,10 @@ print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     req = json.loads(line)
     ids = req.get("ids") or kvtd.prompt_ids(req["n"], req["seed"])
+    extra = {"kv_transfer_params": {"kvtier": req["kvtier"]}} if "kvtier" in req else None
     out = llm.generate([{"prompt_token_ids": ids}],
-                       SamplingParams(temperature=0, max_tokens=12, logprobs=0),
+                       SamplingParams(temperature=0, max_tokens=12, logprobs=0,
+                                      extra_args=extra),
                        use_tqdm=False)[0]
     logprobs = [lp[t].logprob for lp, t in zip(out.outputs[0].logprobs, out.outputs[0].token_ids)]
     print(json.dumps({"tokens": list(out.outputs[0].token_ids), "logprobs": logprobs,

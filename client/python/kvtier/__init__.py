@@ -25,6 +25,8 @@ from ._kvtier import (  # noqa: F401
     KEY_BYTES,
     MISS,
     PENDING,
+    PRIORITY_DEFAULT,
+    PRIORITY_MAX,
     STATS_ALL,
     STATS_CLIENTS,
     STATS_DAEMON,
@@ -50,5 +52,6 @@ __all__ = [
     "protocol_version", "default_socket", "DTYPES", "dtype_code",
     "weights_fingerprint", "ModelIdentity", "MISS", "HOST", "DISK", "PENDING",
     "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "STATS_ALL", "STATS_DAEMON",
-    "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS", "HAVE_CUDA",
+    "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS", "HAVE_CUDA", "PRIORITY_DEFAULT",
+    "PRIORITY_MAX",
 ] + (["CudaContext", "CudaJob"] if HAVE_CUDA else [])

@@ -133,6 +133,7 @@ PyMODINIT_FUNC PyInit__kvtier(void)
 		{"INDEX_SLOT", KVT_INDEX_SLOT}, {"STATS_DAEMON", KVT_STATS_DAEMON},
 		{"STATS_TENANTS", KVT_STATS_TENANTS}, {"STATS_NAMESPACES", KVT_STATS_NAMESPACES},
 		{"STATS_CLIENTS", KVT_STATS_CLIENTS}, {"STATS_ALL", KVT_STATS_ALL},
+		{"PRIORITY_DEFAULT", KVT_PRIORITY_DEFAULT}, {"PRIORITY_MAX", KVT_PRIORITY_MAX},
 	};
 	for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
 		if (PyModule_AddIntConstant(m, consts[i].name, consts[i].v) < 0)

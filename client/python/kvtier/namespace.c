@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* kvtier.Namespace: the blocks of one model and KV geometry. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,6 +207,48 @@ static PyObject *Namespace_delete(NamespaceObject *self, PyObject *k)
 static PyObject *Namespace_prefetch(NamespaceObject *self, PyObject *k)
 {
 	return Namespace_keys_op(self, k, kvt_prefetch, "prefetch");
+}
+
+/* retain and end: keys and the hint's arguments in, a count out. */
+static PyObject *hint_call(NamespaceObject *self, PyObject *keys_o, bool end, unsigned a,
+			   unsigned b, const char *what)
+{
+	struct mem km;
+	size_t n;
+	if (keys_get(keys_o, &km, &n) < 0)
+		return NULL;
+	PyObject *ret = NULL;
+	if (ns_enter(self) == 0) {
+		int r;
+		Py_BEGIN_ALLOW_THREADS
+		r = end ? kvt_end(self->ns, km.ptr, n, a) : kvt_retain(self->ns, km.ptr, n, a, b);
+		Py_END_ALLOW_THREADS
+		ret = r < 0 ? ns_error(self, r, what) : PyLong_FromLong(r);
+		ns_leave(self);
+	}
+	mem_release(&km);
+	return ret;
+}
+
+static PyObject *Namespace_retain(NamespaceObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"keys", "priority", "duration_s", NULL};
+	PyObject *keys_o;
+	unsigned int priority, duration = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|I:retain", kwlist, &keys_o, &priority,
+					 &duration))
+		return NULL;
+	return hint_call(self, keys_o, false, priority, duration, "retain");
+}
+
+static PyObject *Namespace_end(NamespaceObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"keys", "session", NULL};
+	PyObject *keys_o;
+	int session = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p:end", kwlist, &keys_o, &session))
+		return NULL;
+	return hint_call(self, keys_o, true, session ? KVT_END_SESSION : 0, 0, "end");
 }
 
 static PyObject *Namespace_wait_resident(NamespaceObject *self, PyObject *args, PyObject *kw)
@@ -444,6 +487,16 @@ static PyMethodDef Namespace_methods[] = {
 	 "delete(keys)\n--\n\nDelete blocks; returns how many existed."},
 	{"prefetch", (PyCFunction)Namespace_prefetch, METH_O,
 	 "prefetch(keys)\n--\n\nStage blocks on NVMe into host memory; returns how many are there."},
+	{"retain", (PyCFunction)(void (*)(void))Namespace_retain, METH_VARARGS | METH_KEYWORDS,
+	 "retain(keys, priority, duration_s=0)\n--\n\nRetain stored blocks at a priority, 0 to\n"
+	 "100 (PRIORITY_DEFAULT is a block nobody said anything about; lower goes\n"
+	 "first, higher last), for duration_s seconds (0: until changed).  Returns\n"
+	 "how many were stored."},
+	{"end", (PyCFunction)(void (*)(void))Namespace_end, METH_VARARGS | METH_KEYWORDS,
+	 "end(keys, session=False)\n--\n\nThe request (or, with session=True, the session)\n"
+	 "that used these blocks ended: the request's own blocks (nobody hit them\n"
+	 "since they were stored), or every block named for a session, go first.\n"
+	 "Returns how many were stored."},
 	{"wait_resident", (PyCFunction)(void (*)(void))Namespace_wait_resident,
 	 METH_VARARGS | METH_KEYWORDS,
 	 "wait_resident(keys, timeout_ms=30000)\n--\n\nWait until the leading hits are in host\n"

@@ -9,7 +9,18 @@ Extra config keys: ``socket`` (default $KVTIER_SOCKET or kvtierd's
 default), ``salt`` (a string that narrows sharing to engines that give the
 same one), ``model_name`` and ``weights`` (hex) to override the namespace
 identity (default: the model path and a fingerprint of its weight files, as
-kvtier.hf computes it, so that both engines share blocks).
+kvtier.hf computes it, so that both engines share blocks), and ``end``:
+what a finished request tells kvtierd of its blocks when the request
+itself does not say ("none", the default; "request"; "session").
+
+Lifecycle hints: a request may say, in its kv_transfer_params
+(``SamplingParams(extra_args={"kv_transfer_params": {"kvtier": {...}}})``),
+``shared_tokens`` (its leading prompt tokens that every request shares, a
+system prompt: retained at ``shared_priority``, default 90, for as long as
+kvtierd runs), and ``end``: when it finishes, "session" demotes its blocks
+after the shared ones (the conversation is over), "request" the ones
+nobody else used, "none" nothing.  On conversation traces an end of
+request costs the next turn its hits (docs/workload.md), hence the default.
 
 Per step: the scheduler asks kvtierd for the leading run of a new prompt's
 blocks (always leaving one prompt token to compute) and tells the workers
@@ -49,6 +60,10 @@ _RETRY_S = 1.0
 # How long a load waits for blocks staged from NVMe; later ones are
 # recomputed.
 _STAGE_TIMEOUT_MS = 10000
+# What a finished request may tell kvtierd (kvt_end), and the priority of
+# a request's shared tokens when it does not give one.
+_ENDS = ("none", "request", "session")
+_SHARED_PRIORITY = 90
 
 
 @dataclass
@@ -123,6 +138,10 @@ class KvtierConnector(KVConnectorBase_V1):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
         self._socket = extra.get("socket")
+        self._end = extra.get("end", "none")
+        if self._end not in _ENDS:
+            raise ValueError(f"kvtier.vllm: kv_connector_extra_config 'end' is {self._end!r}; "
+                             f"it is one of {', '.join(_ENDS)}")
         self._identity = identity_of(vllm_config, extra)
         self._block = self._identity.block_tokens
         self._client: Client | None = None
@@ -137,7 +156,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._unavailable = False  # warned that kvtierd cannot be reached
         self._load_errors: set[int] = set()
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
-                      "load_failures": 0, "stored_blocks": 0, "store_skipped": 0}
+                      "load_failures": 0, "stored_blocks": 0, "store_skipped": 0,
+                      "retained_blocks": 0, "ended_blocks": 0}
 
     # ---------------------------------------------------------------- common
 
@@ -251,9 +271,38 @@ class KvtierConnector(KVConnectorBase_V1):
         return meta
 
     def request_finished(self, request, block_ids):
-        self._requests.pop(request.request_id, None)
+        r = self._requests.pop(request.request_id, None)
         self._pending_loads.pop(request.request_id, None)
+        if r is not None and r.keys:
+            self._hint(request, r.keys)
         return False, None
+
+    def _hint(self, request, keys: bytes):
+        """The request's lifecycle hints (module docstring) for its stored
+        blocks; a hint that cannot be given is only logged."""
+        params = (getattr(request, "kv_transfer_params", None) or {}).get("kvtier") or {}
+        try:
+            shared = int(params.get("shared_tokens", 0)) // self._block
+            priority = int(params.get("shared_priority", _SHARED_PRIORITY))
+            end = params.get("end", self._end)
+            if end not in _ENDS or shared < 0:
+                raise ValueError(f"end is one of {', '.join(_ENDS)}, shared_tokens >= 0")
+        except (TypeError, ValueError) as e:
+            log.warning("kvtier: request %s: bad kv_transfer_params 'kvtier' (%s); no hints",
+                        request.request_id, e)
+            return
+        ns = self._ns  # a hint is not worth connecting for
+        n = len(keys) // 32
+        shared = min(shared, n)
+        if ns is None or (not shared and (end == "none" or shared == n)):
+            return
+        try:
+            if shared:
+                self.stats["retained_blocks"] += ns.retain(keys[: shared * 32], priority)
+            if end != "none" and shared < n:
+                self.stats["ended_blocks"] += ns.end(keys[shared * 32:], session=end == "session")
+        except Error as e:
+            log.warning("kvtier: hints for request %s failed: %s", request.request_id, e)
 
     # ----------------------------------------------------------------- worker
 
