@@ -282,7 +282,7 @@ static const char *policy_name(int p)
 struct run_opts {
 	bool partitioned, release_reverse;
 	uint32_t small_percent;
-	unsigned hints; /* enum sim_hint, 0 none */
+	unsigned hints; /* enum trace_hint, 0 none */
 	uint64_t hint_duration_us;
 };
 
@@ -394,7 +394,7 @@ static void print_row(const struct trace *t, uint64_t cap, const struct run_opts
 	double frac = (double)cap / (double)t->n_blocks;
 	char name[64], mode[48];
 
-	sim_hint_mode_name(hints, mode, sizeof(mode));
+	trace_hint_name(hints, mode, sizeof(mode));
 	snprintf(name, sizeof(name), "%s%s%s", policy_name(policy), hints ? "/" : "",
 		 hints ? mode : "");
 	if (csv) {
@@ -626,7 +626,7 @@ int main(int argc, char **argv)
 		case O_HINTS: {
 			char *dup = strdup(optarg), *save = NULL;
 			for (char *w = strtok_r(dup, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
-				int m = sim_hint_mode_from_name(w);
+				int m = trace_hint_from_name(w);
 				if (m < 0 || n_hint_modes == MAX_CAPS) {
 					fprintf(stderr, "kvt-policy-sim: bad hint mode '%s' (request, end, "
 						"turns, shared joined by '+', or all)\n", w);

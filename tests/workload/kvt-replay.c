@@ -16,6 +16,8 @@
  * bytes moved between the tiers, and the daemon's own counters over the
  * run.  Engines run at once, each on its share of the requests in trace
  * order, as fast as they can; with one engine the order is the trace's.
+ * With --hints, each request ends with the lifecycle hints an engine that
+ * knows its traffic would send (trace.h, docs/workload.md).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +46,7 @@ struct counts {
 	uint64_t load_bytes, store_bytes; /* host → GPU, GPU → host */
 	uint64_t stored, store_busy, store_failed, load_failed, lookup_failed;
 	uint64_t wrong_bytes;
+	uint64_t hint_failed;
 	uint64_t elapsed_ns;
 };
 
@@ -52,6 +55,7 @@ struct counts {
 struct engine {
 	const struct trace *t;
 	const char *salt;
+	unsigned hints; /* enum trace_hint */
 	const struct engine_model *m;
 	kvt_client *c;
 	kvt_ns *ns[TRACE_MAX_TENANTS];
@@ -182,6 +186,23 @@ static int engine_scratch(struct engine *e, uint64_t blocks)
 	return 0;
 }
 
+/* The request's hints, for its keys in e->keys; a refused one is counted
+ * (no hint changes what is served). */
+static void engine_hints(struct engine *e, kvt_ns *ns, const struct trace_req *q)
+{
+	uint32_t all = q->n_lookup + q->n_new, shared = q->shared < all ? q->shared : all;
+	const uint8_t *own = e->keys + (size_t)shared * TRACE_KEY_BYTES;
+	int r = 0;
+
+	if ((e->hints & TRACE_HINT_SHARED) && shared)
+		r = kvt_retain(ns, e->keys, shared, TRACE_HINT_SHARED_PRIORITY, 0);
+	if (r >= 0 && (e->hints & TRACE_HINT_END) && q->last && all > shared)
+		r = kvt_end(ns, own, all - shared, KVT_END_SESSION);
+	if (r >= 0 && (e->hints & TRACE_HINT_REQUEST))
+		r = kvt_end(ns, e->keys, all, 0);
+	e->n.hint_failed += r < 0;
+}
+
 static int engine_request(struct engine *e, const struct trace_req *q, uint32_t wait_ms)
 {
 	const uint32_t *ids = e->t->ids + q->off;
@@ -269,6 +290,8 @@ static int engine_request(struct engine *e, const struct trace_req *q, uint32_t 
 		}
 	}
 
+	if (e->hints)
+		engine_hints(e, ns, q);
 	/* The whole request is in GPU memory now, its head the most
 	 * recent. */
 	for (uint32_t i = all; i-- > 0;)
@@ -319,7 +342,7 @@ static int engine_run(struct engine *e, const char *socket, const char *name,
 struct daemon_counts {
 	const char *model; /* count namespaces of this model only */
 	uint64_t loads, load_bytes, stores, store_bytes, evictions, spills, restores, disk_hits;
-	uint64_t dirty_drops;
+	uint64_t dirty_drops, demotions, demoted_evictions;
 	uint64_t nvme_write_bytes, nvme_read_bytes;
 	bool nvme;
 };
@@ -350,6 +373,8 @@ static int add_record(const kvt_record *r, void *userdata)
 	ADD(restores);
 	ADD(disk_hits);
 	ADD(dirty_drops);
+	ADD(demotions);
+	ADD(demoted_evictions);
 #undef ADD
 	return 0;
 }
@@ -397,6 +422,10 @@ static void usage(FILE *f)
 		"  --salt STR         namespace salt prefix (default kvt-replay): a new one\n"
 		"                     starts from an empty tier, the same one reuses what an\n"
 		"                     earlier run left\n"
+		"  --hints H          each request ends with the engine's lifecycle hints, any\n"
+		"                     of request, end, shared joined by '+' (docs/workload.md;\n"
+		"                     turns needs the trace's clock, which a replay as fast as\n"
+		"                     it can go does not keep: kvt-policy-sim has it)\n"
 		"\n"
 		"Trace tenants map to namespaces salted STR-tenant-N, under the caller's own\n"
 		"kvtierd tenant.  The daemon's counters are differences over the run, for\n"
@@ -406,7 +435,7 @@ static void usage(FILE *f)
 /* Run the engines over trace t and print what each tier saved. */
 static int replay(const struct trace *t, const char *path, const char *socket, const char *salt,
 		  const struct engine_model *model, uint32_t engines, uint64_t gpu_blocks,
-		  bool by_conversation, uint32_t wait_ms)
+		  bool by_conversation, uint32_t wait_ms, unsigned hints)
 {
 	if (t->block_tokens != ENGINE_BLOCK_TOKENS) {
 		fprintf(stderr, "kvt-replay: the trace has %u tokens per block, the engine's "
@@ -439,7 +468,8 @@ static int replay(const struct trace *t, const char *path, const char *socket, c
 			return 1;
 		}
 		if (pids[i] == 0) {
-			struct engine e = {.t = t, .salt = salt, .m = model, .cap = gpu_blocks};
+			struct engine e = {.t = t, .salt = salt, .hints = hints, .m = model,
+					   .cap = gpu_blocks};
 			char name[32];
 			close(p[0]);
 			snprintf(name, sizeof(name), "kvt-replay-%u", i);
@@ -481,6 +511,7 @@ static int replay(const struct trace *t, const char *path, const char *socket, c
 		sum.load_failed += n.load_failed;
 		sum.lookup_failed += n.lookup_failed;
 		sum.wrong_bytes += n.wrong_bytes;
+		sum.hint_failed += n.hint_failed;
 		if (n.stored)
 			shard_bytes = n.store_bytes / n.stored;
 	}
@@ -522,6 +553,13 @@ static int replay(const struct trace *t, const char *path, const char *socket, c
 	       after.loads - before.loads, after.stores - before.stores,
 	       after.evictions - before.evictions, after.dirty_drops - before.dirty_drops,
 	       after.spills - before.spills, after.restores - before.restores);
+	if (hints) {
+		char name[48];
+		trace_hint_name(hints, name, sizeof(name));
+		printf("hints %s: %" PRIu64 " blocks demoted, %" PRIu64 " evicted while demoted, %"
+		       PRIu64 " hint requests failed\n", name, after.demotions - before.demotions,
+		       after.demoted_evictions - before.demoted_evictions, sum.hint_failed);
+	}
 	printf("%.1f s, %.0f requests/s; %" PRIu64 " lookups failed, %" PRIu64 " loads failed, %"
 	       PRIu64 " stores failed, %" PRIu64 " left to another engine storing the block\n",
 	       secs, (double)sum.requests / secs, sum.lookup_failed, sum.load_failed,
@@ -530,11 +568,13 @@ static int replay(const struct trace *t, const char *path, const char *socket, c
 	       " host_hits=%" PRIu64 " nvme_hits=%" PRIu64 " misses=%" PRIu64
 	       " unbounded_hits=%" PRIu64 " load_bytes=%" PRIu64 " store_bytes=%" PRIu64
 	       " daemon_load_bytes=%" PRIu64 " daemon_store_bytes=%" PRIu64
-	       " evictions=%" PRIu64 " wrong_bytes=%" PRIu64 "\n",
+	       " evictions=%" PRIu64 " wrong_bytes=%" PRIu64 " demotions=%" PRIu64
+	       " demoted_evictions=%" PRIu64 " hint_failed=%" PRIu64 "\n",
 	       sum.requests, sum.lookups, sum.gpu_hits, host_only, sum.nvme_hits, misses, bound,
 	       sum.load_bytes, sum.store_bytes, after.load_bytes - before.load_bytes,
 	       after.store_bytes - before.store_bytes, after.evictions - before.evictions,
-	       sum.wrong_bytes);
+	       sum.wrong_bytes, after.demotions - before.demotions,
+	       after.demoted_evictions - before.demoted_evictions, sum.hint_failed);
 	if (sum.wrong_bytes) {
 		fprintf(stderr, "kvt-replay: %" PRIu64 " loaded bytes differ from what was stored\n",
 			sum.wrong_bytes);
@@ -545,7 +585,7 @@ static int replay(const struct trace *t, const char *path, const char *socket, c
 
 int main(int argc, char **argv)
 {
-	enum { O_SOCKET = 256, O_ENGINES, O_GPU, O_MODEL, O_ROUTE, O_WAIT, O_SALT };
+	enum { O_SOCKET = 256, O_ENGINES, O_GPU, O_MODEL, O_ROUTE, O_WAIT, O_SALT, O_HINTS };
 	static const struct option opts[] = {
 		{"socket", required_argument, NULL, O_SOCKET},
 		{"engines", required_argument, NULL, O_ENGINES},
@@ -554,6 +594,7 @@ int main(int argc, char **argv)
 		{"route", required_argument, NULL, O_ROUTE},
 		{"wait-ms", required_argument, NULL, O_WAIT},
 		{"salt", required_argument, NULL, O_SALT},
+		{"hints", required_argument, NULL, O_HINTS},
 		{"help", no_argument, NULL, 'h'},
 		{},
 	};
@@ -562,6 +603,7 @@ int main(int argc, char **argv)
 	uint32_t engines = 1, wait_ms = 10000;
 	uint64_t gpu_blocks = 256;
 	bool by_conversation = true;
+	unsigned hints = 0;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
@@ -610,6 +652,16 @@ int main(int argc, char **argv)
 			}
 			salt = optarg;
 			break;
+		case O_HINTS: {
+			int h = trace_hint_from_name(optarg);
+			if (h < 0 || (h & TRACE_HINT_TURNS)) {
+				fprintf(stderr, "kvt-replay: --hints is request, end and shared, joined "
+					"by '+' (turns: kvt-policy-sim --hints)\n");
+				return 2;
+			}
+			hints = (unsigned)h;
+			break;
+		}
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -623,7 +675,7 @@ int main(int argc, char **argv)
 	if (trace_read(&t, argv[optind], true, "kvt-replay") < 0)
 		return 1;
 	int ret = replay(&t, argv[optind], socket, salt, model, engines, gpu_blocks,
-			 by_conversation, wait_ms);
+			 by_conversation, wait_ms, hints);
 	trace_free(&t);
 	return ret;
 }

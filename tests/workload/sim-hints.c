@@ -1,5 +1,4 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,14 +76,14 @@ void sim_hints_request(struct sim_hints *h, struct evict *e, struct evict_entry 
 	const uint32_t *ids = t->ids + r->off;
 	uint32_t all = r->n_lookup + r->n_new, shared = r->shared < all ? r->shared : all;
 
-	if (h->mode & SIM_HINT_SHARED)
-		retain(h, e, ent, ids, 0, shared, state, stored, SIM_HINT_SHARED_PRIORITY, 0);
-	if ((h->mode & SIM_HINT_TURNS) && !r->last)
-		retain(h, e, ent, ids, shared, all, state, stored, SIM_HINT_TURN_PRIORITY,
+	if (h->mode & TRACE_HINT_SHARED)
+		retain(h, e, ent, ids, 0, shared, state, stored, TRACE_HINT_SHARED_PRIORITY, 0);
+	if ((h->mode & TRACE_HINT_TURNS) && !r->last)
+		retain(h, e, ent, ids, shared, all, state, stored, TRACE_HINT_TURN_PRIORITY,
 		       h->duration_us);
-	if ((h->mode & SIM_HINT_END) && r->last)
+	if ((h->mode & TRACE_HINT_END) && r->last)
 		end(h, e, ent, ids, shared, all, state, stored, true);
-	if (h->mode & SIM_HINT_REQUEST)
+	if (h->mode & TRACE_HINT_REQUEST)
 		end(h, e, ent, ids, 0, all, state, stored, false);
 }
 
@@ -92,39 +91,4 @@ void sim_hints_forget(struct sim_hints *h, uint32_t id)
 {
 	if (h->until)
 		h->until[id] = 0;
-}
-
-static const char *const names[] = {"request", "end", "turns", "shared"};
-
-void sim_hint_mode_name(unsigned mode, char *buf, size_t size)
-{
-	size_t len = 0;
-
-	snprintf(buf, size, "none");
-	for (unsigned i = 0; mode && i < sizeof(names) / sizeof(names[0]); i++)
-		if (mode & (1u << i))
-			len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%s%s",
-						len ? "+" : "", names[i]);
-}
-
-int sim_hint_mode_from_name(const char *s)
-{
-	unsigned mode = 0;
-
-	if (!strcmp(s, "none"))
-		return 0;
-	if (!strcmp(s, "all"))
-		return SIM_HINT_END | SIM_HINT_TURNS | SIM_HINT_SHARED;
-	while (*s) {
-		size_t n = strcspn(s, "+");
-		unsigned i = 0;
-		while (i < sizeof(names) / sizeof(names[0]) &&
-		       (strlen(names[i]) != n || strncmp(s, names[i], n)))
-			i++;
-		if (i == sizeof(names) / sizeof(names[0]))
-			return -1;
-		mode |= 1u << i;
-		s += n + (s[n] == '+');
-	}
-	return mode ? (int)mode : -1;
 }

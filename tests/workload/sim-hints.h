@@ -8,35 +8,13 @@
 #pragma once
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 
 #include "evict.h"
 #include "trace.h"
 
-/* What the engine says, any combination ("end+shared"). */
-enum sim_hint {
-	/* Every request ends with an end of request over all its blocks:
-	 * vLLM's request_finished passed through, nothing else known. */
-	SIM_HINT_REQUEST = 1 << 0,
-	/* A conversation's last turn ends its session over its private
-	 * blocks (those after its system prompt). */
-	SIM_HINT_END = 1 << 1,
-	/* Every turn but the last retains its private blocks (priority
-	 * SIM_HINT_TURN_PRIORITY) for the hint duration: the conversation
-	 * continues. */
-	SIM_HINT_TURNS = 1 << 2,
-	/* The system prompt's blocks retained (SIM_HINT_SHARED_PRIORITY),
-	 * with no end. */
-	SIM_HINT_SHARED = 1 << 3,
-	_SIM_HINT_ALL = (1 << 4) - 1,
-};
-
-#define SIM_HINT_TURN_PRIORITY 60
-#define SIM_HINT_SHARED_PRIORITY 90
-
 struct sim_hints {
-	unsigned mode; /* enum sim_hint, or 0 for none */
+	unsigned mode; /* enum trace_hint, or 0 for none */
 	uint64_t duration_us;  /* of a turn's retention */
 	uint64_t *until;       /* [n_blocks] when its retention lapses, 0: never */
 	uint64_t now_us, swept_us;
@@ -59,7 +37,3 @@ void sim_hints_request(struct sim_hints *h, struct evict *e, struct evict_entry 
 /* Block id left the tier. */
 void sim_hints_forget(struct sim_hints *h, uint32_t id);
 
-/* "none", or the hints' names joined by '+' */
-void sim_hint_mode_name(unsigned mode, char *buf, size_t size);
-/* "none", "all" or names joined by '+'.  \return the mode or -1 */
-int sim_hint_mode_from_name(const char *s);

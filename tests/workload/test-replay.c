@@ -10,6 +10,9 @@
  *    the counts add up.
  * 3. A small host tier in front of an NVMe tier: blocks come back from
  *    NVMe, byte-exact.
+ * 4. A small host tier and the engine's lifecycle hints: ended sessions
+ *    are demoted and evicted first, every hint is taken, every loaded byte
+ *    right.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,7 +25,7 @@
 struct summary {
 	uint64_t requests, lookups, gpu_hits, host_hits, nvme_hits, misses, unbounded_hits;
 	uint64_t load_bytes, store_bytes, daemon_load_bytes, daemon_store_bytes, evictions;
-	uint64_t wrong_bytes;
+	uint64_t wrong_bytes, demotions, demoted_evictions, hint_failed;
 };
 
 static uint64_t field(const char *line, const char *name)
@@ -58,6 +61,9 @@ static int run(const char *cmd, struct summary *s)
 	F(misses);
 	F(unbounded_hits);
 	F(load_bytes);
+	F(demotions);
+	F(demoted_evictions);
+	F(hint_failed);
 	F(store_bytes);
 	F(daemon_load_bytes);
 	F(daemon_store_bytes);
@@ -135,6 +141,25 @@ int main(void)
 	CHECK(run(cmd, &s) == 0, "NVMe");
 	check_sums(&s, "NVMe");
 	CHECK(s.nvme_hits > 0, "no block came back from NVMe");
+	daemon_stop(&d);
+	daemon_cleanup(&d);
+
+	/* 16 MiB again, host only, with hints. */
+	daemon_start(&d, "[pool]\ncapacity = 16M\nextent_size = 2M\n");
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --seed 3 --requests 400 --rate 2 --think 10 --docs 200 --system-len 256 "
+		 "--doc-len 256 -o '%s/t.trace' 2>&1",
+		 trace, d.dir);
+	CHECK(system(cmd) == 0, "%s", cmd);
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --socket '%s' --gpu-blocks 128 --hints end+shared '%s/t.trace' 2>&1", replay,
+		 d.socket, d.dir);
+	CHECK(run(cmd, &s) == 0, "hints");
+	check_sums(&s, "hints");
+	CHECK(s.hint_failed == 0, "%" PRIu64 " hint requests failed", s.hint_failed);
+	CHECK(s.demotions > 0, "no block was demoted by an end of session");
+	CHECK(s.demoted_evictions > 0 && s.demoted_evictions <= s.evictions,
+	      "%" PRIu64 " demoted of %" PRIu64 " evictions", s.demoted_evictions, s.evictions);
 	daemon_stop(&d);
 	daemon_cleanup(&d);
 	printf("test-replay: ok\n");

@@ -259,3 +259,40 @@ void trace_write_record(FILE *f, const struct trace_record *rec, const uint32_t 
 		fputs(" e", f);
 	fputc('\n', f);
 }
+
+/* ---- hints ----------------------------------------------------------- */
+
+static const char *const names[] = {"request", "end", "turns", "shared"};
+
+void trace_hint_name(unsigned mode, char *buf, size_t size)
+{
+	size_t len = 0;
+
+	snprintf(buf, size, "none");
+	for (unsigned i = 0; mode && i < sizeof(names) / sizeof(names[0]); i++)
+		if (mode & (1u << i))
+			len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "%s%s",
+						len ? "+" : "", names[i]);
+}
+
+int trace_hint_from_name(const char *s)
+{
+	unsigned mode = 0;
+
+	if (!strcmp(s, "none"))
+		return 0;
+	if (!strcmp(s, "all"))
+		return TRACE_HINT_END | TRACE_HINT_TURNS | TRACE_HINT_SHARED;
+	while (*s) {
+		size_t n = strcspn(s, "+");
+		unsigned i = 0;
+		while (i < sizeof(names) / sizeof(names[0]) &&
+		       (strlen(names[i]) != n || strncmp(s, names[i], n)))
+			i++;
+		if (i == sizeof(names) / sizeof(names[0]))
+			return -1;
+		mode |= 1u << i;
+		s += n + (s[n] == '+');
+	}
+	return mode ? (int)mode : -1;
+}

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -64,6 +65,36 @@ int trace_read(struct trace *t, const char *path, bool keys, const char *prog);
 void trace_free(struct trace *t);
 /* Leading hits of a tier that never evicts: only first uses miss. */
 uint64_t trace_unbounded_hits(const struct trace *t);
+
+/* ---- what an engine that knows its requests would tell kvtierd ----- */
+
+/* The lifecycle hints (kvt_retain, kvt_end) an engine sends for a trace's
+ * requests, from what the records say (shared, last); kvt-policy-sim and
+ * kvt-replay apply them, any combination ("end+shared"). */
+enum trace_hint {
+	/* Every request ends with an end of request over all its blocks:
+	 * vLLM's request_finished passed through, nothing else known. */
+	TRACE_HINT_REQUEST = 1 << 0,
+	/* A conversation's last turn ends its session over its private
+	 * blocks (those after its system prompt). */
+	TRACE_HINT_END = 1 << 1,
+	/* Every turn but the last retains its private blocks (priority
+	 * TRACE_HINT_TURN_PRIORITY) for the hint duration: the conversation
+	 * continues. */
+	TRACE_HINT_TURNS = 1 << 2,
+	/* The system prompt's blocks retained (TRACE_HINT_SHARED_PRIORITY),
+	 * with no end. */
+	TRACE_HINT_SHARED = 1 << 3,
+};
+
+#define TRACE_HINT_TURN_PRIORITY 60
+#define TRACE_HINT_SHARED_PRIORITY 90
+
+/* "none", or the hints' names joined by '+' */
+void trace_hint_name(unsigned hints, char *buf, size_t size);
+/* "none", "all" (end+turns+shared) or names joined by '+'.
+ * \return the hints or -1 */
+int trace_hint_from_name(const char *s);
 
 /* The block_tokens and keys lines, after the writer's comments. */
 void trace_write_params(FILE *f, uint32_t block_tokens, bool keys);
