@@ -2,9 +2,12 @@
 /*
  * Submission of CUDA load and store jobs (kvtier-cuda.h), on the caller's
  * thread: it leases (load) or reserves (store) the keys, translates each
- * slot to a device address, uploads the job's small arrays (layer bases,
- * indices, block addresses) in one copy and queues the data copies on the
- * context's load or store stream.  cuda-jobs.c sees them complete.
+ * slot to a device address (a binary search in the context's
+ * registrations; nothing is registered here), picks the copy path (the
+ * cost model of kernels/layout_plan.c), and queues the data copies on the
+ * context's load or store stream: a run list for the copy engines, or the
+ * job's small arrays (bases, indices, block addresses) uploaded in one
+ * copy for the kernel.  cuda-jobs.c sees them complete.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -30,28 +33,32 @@ static void drop_handles(kvt_cuda_ctx *ctx, enum job_kind kind,
 		kvt_abort(ctx->c, handles, n, NULL);
 }
 
+/* Counts the job among g's users, once; with ctx->lock held.  Jobs use
+ * few registrations (a 1 GiB chunk holds many blocks), so the list stays
+ * short. */
 static void job_use_reg(kvt_cuda_job *job, struct reg *g)
 {
-	for (size_t i = 0; i < job->n_regs; i++)
+	for (size_t i = job->n_regs; i-- > 0;)
 		if (job->regs[i] == g)
 			return;
 	job->regs[job->n_regs++] = g;
+	g->users++;
 }
 
 /* The arrays a kernel launch reads, laid out in one buffer so that one
  * copy uploads them. */
 struct job_arrays {
-	void **layer_base; /* [n_layers] */
+	void **layer_base; /* [n_bases] */
 	int64_t *indices;  /* [n_q * per] */
 	void **blocks;     /* [n_q] device addresses */
 };
 
-static void arrays_at(uint8_t *base, uint32_t n_layers, size_t n_idx,
+static void arrays_at(uint8_t *base, size_t n_bases, size_t n_idx,
 		      struct job_arrays *ret)
 {
 	ret->layer_base = (void **)base;
-	ret->indices = (int64_t *)(base + n_layers * sizeof(void *));
-	ret->blocks = (void **)(base + n_layers * sizeof(void *) +
+	ret->indices = (int64_t *)(base + n_bases * sizeof(void *));
+	ret->blocks = (void **)(base + n_bases * sizeof(void *) +
 				n_idx * sizeof(int64_t));
 }
 
@@ -60,14 +67,14 @@ static void arrays_at(uint8_t *base, uint32_t n_layers, size_t n_idx,
  * where they are on the device, *ret_align the alignment that the layer
  * bases and the block addresses have in common.
  */
-static int job_upload(kvt_cuda_job *job, const kvt_layout *layout,
-		      const int64_t *idx_host, size_t per,
-		      void *const *blk_dev, cudaStream_t st,
+static int job_upload(kvt_cuda_job *job, const struct kvt_geom *g,
+		      const kvt_layout *layout, const int64_t *idx_host,
+		      size_t per, void *const *blk_dev, cudaStream_t st,
 		      struct job_arrays *ret_dev, uint32_t *ret_align)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
-	uint32_t nl = layout->n_layers, align;
-	size_t n_idx = job->n_q * per, bytes;
+	size_t nl = (size_t)kvt_geom_n_bases(g), n_idx = job->n_q * per, bytes;
+	uint32_t align;
 	struct job_arrays ha;
 	cudaError_t e;
 	int r;
@@ -86,7 +93,8 @@ static int job_upload(kvt_cuda_job *job, const kvt_layout *layout,
 			    cudaMemcpyHostToDevice, st);
 	if (e != cudaSuccess)
 		return cuda_fail(ctx, e, "cudaMemcpyAsync");
-	align = kvt_ptr_align((const void *const *)layout->layer_base, nl);
+	align = kvt_ptr_align((const void *const *)layout->layer_base,
+			      (int64_t)nl);
 	if (kvt_ptr_align((const void *const *)blk_dev, (int64_t)job->n_q) <
 	    align)
 		align = kvt_ptr_align((const void *const *)blk_dev,
@@ -95,57 +103,98 @@ static int job_upload(kvt_cuda_job *job, const kvt_layout *layout,
 	return 0;
 }
 
+/* The path of layers [l0, l0 + nl) of the job's copies: the context's
+ * policy, the cost model, and only pinned blocks on the copy engines
+ * (they would stage pageable memory synchronously). */
+static int job_path(const kvt_cuda_job *job, const struct kvt_geom *g,
+		    const kvt_layout *layout, int64_t l0, int64_t nl,
+		    cudaStream_t st)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+	int batch_ok = ctx->copy_path != KVT_CUDA_PATH_KERNEL &&
+		       !job->unpinned && g->index_kind == KVT_INDEX_PAGE &&
+		       kvt_cuda_batch_ok(st);
+
+	if (ctx->copy_path == KVT_CUDA_PATH_ENGINE)
+		return batch_ok ? KVT_PATH_BATCH : KVT_PATH_KERNEL;
+	return kvt_copy_path(g, l0, nl, layout->layer_base,
+			     (int64_t)job->n_q, &ctx->model, batch_ok);
+}
+
+/* Layers [l0, l0 + nl) of every queued block on the copy engines, through
+ * the context's run list. */
+static int job_runs(kvt_cuda_job *job, const struct kvt_geom *g, int dir,
+		    const kvt_layout *layout, const int64_t *idx_host,
+		    void *const *blk_host, int64_t l0, int64_t nl,
+		    cudaStream_t st)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+	int64_t n = kvt_batch_count(g, l0, nl, layout->layer_base,
+				    (int64_t)job->n_q);
+	int r;
+
+	if (n < 0)
+		return (int)n;
+	r = cuda_runs_reserve(ctx, (size_t)n);
+	if (r < 0)
+		return r;
+	n = kvt_batch_build(g, dir, l0, nl, layout->layer_base, idx_host,
+			    blk_host, (int64_t)job->n_q, ctx->run_dst,
+			    ctx->run_src, ctx->run_size);
+	if (n < 0)
+		return (int)n;
+	return kvt_cuda_copy_runs(dir, ctx->run_dst, ctx->run_src,
+				  ctx->run_size, n, st);
+}
+
 /*
- * Queues the copies of a job on st.  blk_dev and blk_host are the queued
- * blocks' addresses as the kernel and as cudaMemcpyBatchAsync see them.
+ * Queues the copies of a job on st: a store at once, a load layer by
+ * layer with an event after each.  blk_dev and blk_host are the queued
+ * blocks' addresses as the kernel and as the copy engines see them.
+ * *ret_path gets the path taken.
  */
 static int job_queue(kvt_cuda_job *job, const struct kvt_geom *g,
 		     const kvt_layout *layout, const int64_t *idx_host,
 		     size_t per, void *const *blk_dev, void *const *blk_host,
-		     cudaStream_t st)
+		     cudaStream_t st, int *ret_path)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
-	uint32_t nl = layout->n_layers;
+	bool load = job->kind == JOB_LOAD;
+	int64_t nl = load ? 1 : g->n_layers, steps = load ? g->n_layers : 1;
+	int dir = load ? KVT_COPY_SCATTER : KVT_COPY_GATHER;
+	uint32_t budget = ctx->model.max_ctas, align = 1;
 	struct job_arrays da = {0};
-	uint32_t align = 1;
 	int path, r = 0;
 	cudaError_t e;
 
-	if (job->kind == JOB_LOAD)
-		path = kvt_cuda_path(g, 0, 1, layout->layer_base, st);
-	else
-		path = kvt_cuda_path(g, 0, nl, layout->layer_base, st);
-
+	path = job_path(job, g, layout, 0, nl, st);
+	*ret_path = path;
 	if (path == KVT_PATH_KERNEL) {
-		r = job_upload(job, layout, idx_host, per, blk_dev, st, &da,
+		r = job_upload(job, g, layout, idx_host, per, blk_dev, st, &da,
 			       &align);
 		if (r < 0)
 			return r;
 	}
-
-	if (job->kind == JOB_STORE) {
+	for (int64_t l = 0; l < steps; l++) {
 		if (path == KVT_PATH_BATCH)
-			r = kvt_cuda_gather_batch(g, 0, nl, layout->layer_base,
-						  idx_host, blk_host,
-						  (int64_t)job->n_q, st);
-		else
-			r = kvt_cuda_gather(g, 0, nl, da.layer_base,
-					    da.indices, da.blocks,
-					    (int64_t)job->n_q, align, st);
-		return r;
-	}
-
-	for (uint32_t l = 0; l < nl; l++) {
-		if (path == KVT_PATH_BATCH)
-			r = kvt_cuda_scatter_batch(g, l, 1, layout->layer_base,
-						   idx_host, blk_host,
-						   (int64_t)job->n_q, st);
-		else
-			r = kvt_cuda_scatter(g, l, 1, da.layer_base,
+			r = job_runs(job, g, dir, layout, idx_host, blk_host,
+				     l, nl, st);
+		else if (load)
+			r = kvt_cuda_scatter(g, l, nl, da.layer_base,
 					     da.indices, da.blocks,
-					     (int64_t)job->n_q, align, st);
+					     (int64_t)job->n_q, align, budget,
+					     st);
+		else
+			r = kvt_cuda_gather(g, l, nl, da.layer_base, da.indices,
+					    da.blocks, (int64_t)job->n_q, align,
+					    budget, st);
 		if (r < 0)
-			return r;
+			return cuda_fail_errno(ctx, r,
+					       path == KVT_PATH_BATCH
+						       ? "cudaMemcpyBatchAsync"
+						       : "a copy kernel launch");
+		if (!load)
+			break;
 		e = cudaEventRecord(job->layer_ev[l], st);
 		if (e != cudaSuccess)
 			return cuda_fail(ctx, e, "cudaEventRecord");
@@ -174,14 +223,31 @@ static void submit_done(struct submit *s)
 	free(s->idx);
 }
 
+static int opts_check(const kvt_cuda_submit_opts *o)
+{
+	if (o->size < offsetof(kvt_cuda_submit_opts, event))
+		return -EINVAL;
+	switch (o->after) {
+	case KVT_CUDA_AFTER_STREAM:
+	case KVT_CUDA_AFTER_NONE:
+		return 0;
+	case KVT_CUDA_AFTER_EVENT:
+		return o->size >= sizeof(*o) && o->event ? 0 : -EINVAL;
+	default:
+		return -EINVAL;
+	}
+}
+
 /* Every argument is checked, and every index, before a key is leased or
  * reserved; fills s->g and s->per. */
 static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
 			const kvt_layout *layout, const uint8_t *keys,
 			size_t n, const int64_t *indices,
+			const kvt_cuda_submit_opts *opts,
 			kvt_cuda_job *const *ret_job, struct submit *s)
 {
-	if (!ctx || !ns || !layout || !ret_job || (n && (!keys || !indices)))
+	if (!ctx || !ns || !layout || !opts || !ret_job ||
+	    (n && (!keys || !indices)) || opts_check(opts) < 0)
 		return -EINVAL;
 	/* The count is returned as an int. */
 	if (ns->c != ctx->c || n > INT32_MAX)
@@ -191,7 +257,15 @@ static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
 		    ns->info.shard_bytes ||
 	    !layout->layer_base)
 		return -EINVAL;
-	for (uint32_t l = 0; l < layout->n_layers; l++)
+	/* An index past the cache would be written on the GPU, out of
+	 * bounds: the bound is required here. */
+	if (!layout->n_pages) {
+		client_log(ctx->c, KVT_LOG_WARNING,
+			   "CUDA: layout.n_pages is 0; set it to the pages of "
+			   "the engine's cache so that every index is checked");
+		return -EINVAL;
+	}
+	for (int64_t l = 0; l < kvt_geom_n_bases(&s->g); l++)
 		if (!layout->layer_base[l])
 			return -EINVAL;
 	if (kvt_geom_check_indices(&s->g, indices, (int64_t)n) < 0)
@@ -247,54 +321,68 @@ static int job_get_events(kvt_cuda_job *job)
 	return cuda_ev_get(job->ctx, &job->done);
 }
 
+/* The daemon instance the slots just handed out belong to. */
+static uint64_t client_instance(kvt_client *c)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&c->lock);
+	v = c->instance;
+	pthread_mutex_unlock(&c->lock);
+	return v;
+}
+
 /*
- * Takes the blocks the daemon handed out whose device address is known
- * into the job's queue; the others end at once, with their status.
+ * Takes the blocks the daemon handed out whose memory is registered into
+ * the job's queue; the others end at once, with their status (-EAGAIN:
+ * not pinned yet, which wakes the registration thread; -EFAULT).  One
+ * binary search per block, under the context's lock.
  */
 static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n,
 			  const int64_t *indices)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	kvt_slot_ref *refs = s->refs;
+	uint64_t instance = client_instance(ctx->c);
 	size_t per = s->per, n_bad = 0;
 
+	pthread_mutex_lock(&ctx->lock);
 	for (size_t i = 0; i < n; i++) {
-		struct reg *rg = NULL;
-		uint8_t *d;
+		struct reg *rg;
 		size_t q = job->n_q;
+		int err;
 
 		job->status[i] = refs[i].status;
 		if (refs[i].status != 0)
 			continue;
-		d = cuda_regs_dev_addr(ctx, refs[i].ptr, refs[i].bytes, &rg);
-		if (!d) {
-			/* Pool memory mapped anew over a range an unfinished
-			 * job still has pinned is usable once that job is
-			 * freed. */
-			job->status[i] =
-				cuda_regs_stale_overlap(ctx, refs[i].ptr,
-							refs[i].bytes)
-					? -EAGAIN
-					: -EFAULT;
+		rg = regs_lookup(&ctx->regs, refs[i].ptr, refs[i].bytes,
+				 refs[i].extent_id, instance, &err);
+		if (!rg) {
+			job->status[i] = err;
 			s->bad[n_bad++] = refs[i].handle;
+			ctx->blocks_unpinned++;
+			cuda_regs_kick_locked(ctx);
 			continue;
 		}
 		job->which[q] = i;
 		job->handles[q] = refs[i].handle;
-		s->blk_dev[q] = d;
+		s->blk_dev[q] = rg->dev + ((uint8_t *)refs[i].ptr - rg->r.host);
 		s->blk_host[q] = refs[i].ptr;
 		memcpy(s->idx + q * per, indices + i * per,
 		       per * sizeof(*s->idx));
 		job_use_reg(job, rg);
+		job->unpinned |= rg->pin == NULL;
 		job->status[i] = KVT_CUDA_IN_FLIGHT;
 		job->n_q++;
 	}
+	pthread_mutex_unlock(&ctx->lock);
 	drop_handles(ctx, job->kind, s->bad, n_bad);
 }
 
-/* Loads overwrite pages the compute stream may still read; stores read
- * pages it is still writing: st waits for what is queued on it now. */
-static int job_after(kvt_cuda_job *job, void *compute_stream,
+/* Loads overwrite pages the engine may still read, stores read pages it
+ * may still write: st waits for what opts says (by default, the work
+ * queued on the compute stream now). */
+static int job_after(kvt_cuda_job *job, const kvt_cuda_submit_opts *opts,
 		     cudaStream_t st)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
@@ -302,10 +390,18 @@ static int job_after(kvt_cuda_job *job, void *compute_stream,
 	cudaError_t e;
 	int r;
 
+	if (opts->after == KVT_CUDA_AFTER_NONE)
+		return 0;
+	if (opts->after == KVT_CUDA_AFTER_EVENT) {
+		e = cudaStreamWaitEvent(st, (cudaEvent_t)opts->event, 0);
+		return e == cudaSuccess
+			       ? 0
+			       : cuda_fail(ctx, e, "waiting for the event");
+	}
 	r = cuda_ev_get(ctx, &after);
 	if (r < 0)
 		return r;
-	e = cudaEventRecord(after, (cudaStream_t)compute_stream);
+	e = cudaEventRecord(after, (cudaStream_t)opts->stream);
 	if (e == cudaSuccess)
 		e = cudaStreamWaitEvent(st, after, 0);
 	/* The wait took the event's state when it was queued, so the event
@@ -322,13 +418,19 @@ static int job_enqueue(kvt_cuda_job *job, const struct submit *s,
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	cudaError_t e;
-	int r;
+	int path, r;
 
 	if (job->n_q) {
 		r = job_queue(job, &s->g, layout, s->idx, s->per, s->blk_dev,
-			      s->blk_host, st);
+			      s->blk_host, st, &path);
 		if (r < 0)
 			return r;
+		pthread_mutex_lock(&ctx->lock);
+		if (path == KVT_PATH_BATCH)
+			ctx->copies_engine++;
+		else
+			ctx->copies_kernel++;
+		pthread_mutex_unlock(&ctx->lock);
 	} else {
 		/* Nothing to copy; the layer events still mark this point of
 		 * the load stream, so waiting for them stays valid. */
@@ -358,6 +460,7 @@ static void job_unwind(kvt_cuda_job *job, cudaStream_t st, bool held,
 		(void)cudaGetLastError();
 		drop_handles(ctx, job->kind, job->handles, job->n_q);
 	}
+	cuda_job_unuse_regs(job);
 	if (entered) {
 		for (uint32_t l = 0; l < job->n_layers; l++)
 			cuda_ev_put(ctx, job->layer_ev[l]);
@@ -370,7 +473,7 @@ static void job_unwind(kvt_cuda_job *job, cudaStream_t st, bool held,
 static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 		      uint32_t shard, const kvt_layout *layout,
 		      const uint8_t *keys, size_t n, const int64_t *indices,
-		      void *compute_stream, kvt_cuda_job **ret_job)
+		      const kvt_cuda_submit_opts *opts, kvt_cuda_job **ret_job)
 {
 	_cleanup_(submit_done) struct submit s = {0};
 	kvt_cuda_job *job;
@@ -378,7 +481,7 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 	int prev = 0, r;
 	bool entered = false, held = false;
 
-	r = submit_check(ctx, ns, layout, keys, n, indices, ret_job, &s);
+	r = submit_check(ctx, ns, layout, keys, n, indices, opts, ret_job, &s);
 	if (r < 0)
 		return r;
 	st = kind == JOB_LOAD ? ctx->load : ctx->store;
@@ -400,19 +503,14 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 			goto out;
 	}
 	held = true;
-	/* Extents may have been added (or remapped by a reconnect) since
-	 * the last submission; the slots just handed out may be in them. */
-	cuda_regs_sync(ctx);
 	job_translate(job, &s, n, indices);
-	r = job_after(job, compute_stream, st);
+	r = job_after(job, opts, st);
 	if (r < 0)
 		goto out;
 	r = job_enqueue(job, &s, layout, st);
 	if (r < 0)
 		goto out;
 
-	for (size_t i = 0; i < job->n_regs; i++)
-		job->regs[i]->users++;
 	r = (int)job->n_q;
 	*ret_job = job;
 	job = NULL;
@@ -424,6 +522,14 @@ out:
 	return r;
 }
 
+/* What the submissions without options wait for. */
+static kvt_cuda_submit_opts after_stream(void *stream)
+{
+	return (kvt_cuda_submit_opts){.size = sizeof(kvt_cuda_submit_opts),
+				      .after = KVT_CUDA_AFTER_STREAM,
+				      .stream = stream};
+}
+
 KVT_EXPORT int kvt_cuda_load_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
 				    uint32_t shard, const kvt_layout *layout,
 				    const uint8_t *keys, size_t n,
@@ -431,8 +537,10 @@ KVT_EXPORT int kvt_cuda_load_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
 				    void *compute_stream,
 				    kvt_cuda_job **ret_job)
 {
+	kvt_cuda_submit_opts o = after_stream(compute_stream);
+
 	return job_submit(ctx, JOB_LOAD, ns, shard, layout, keys, n, indices,
-			  compute_stream, ret_job);
+			  &o, ret_job);
 }
 
 KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
@@ -442,6 +550,32 @@ KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
 				     void *compute_stream,
 				     kvt_cuda_job **ret_job)
 {
+	kvt_cuda_submit_opts o = after_stream(compute_stream);
+
 	return job_submit(ctx, JOB_STORE, ns, shard, layout, keys, n, indices,
-			  compute_stream, ret_job);
+			  &o, ret_job);
+}
+
+KVT_EXPORT int kvt_cuda_load_submit_opts(kvt_cuda_ctx *ctx, kvt_ns *ns,
+					 uint32_t shard,
+					 const kvt_layout *layout,
+					 const uint8_t *keys, size_t n,
+					 const int64_t *indices,
+					 const kvt_cuda_submit_opts *opts,
+					 kvt_cuda_job **ret_job)
+{
+	return job_submit(ctx, JOB_LOAD, ns, shard, layout, keys, n, indices,
+			  opts, ret_job);
+}
+
+KVT_EXPORT int kvt_cuda_store_submit_opts(kvt_cuda_ctx *ctx, kvt_ns *ns,
+					  uint32_t shard,
+					  const kvt_layout *layout,
+					  const uint8_t *keys, size_t n,
+					  const int64_t *indices,
+					  const kvt_cuda_submit_opts *opts,
+					  kvt_cuda_job **ret_job)
+{
+	return job_submit(ctx, JOB_STORE, ns, shard, layout, keys, n, indices,
+			  opts, ret_job);
 }
