@@ -82,10 +82,13 @@ typedef struct kvt_cuda_opts {
  * calling thread's current device is left as it was.
  *
  * A range the engine has already registered is used as it is
- * (cudaErrorHostMemoryAlreadyRegistered).  When pinning fails (e.g.
- * RLIMIT_MEMLOCK), copies use the pageable mapping where the device can
- * address it (cudaDevAttrPageableMemoryAccess), else the blocks of that
- * extent fail with -EFAULT.
+ * (cudaErrorHostMemoryAlreadyRegistered), and a range another context of
+ * the process registered is shared with it (the last one to let go
+ * unregisters it).  When pinning fails (e.g. RLIMIT_MEMLOCK), it is
+ * retried after 1 s, 2 s, ... up to 64 s; meanwhile copies use the
+ * pageable mapping where the device can address it
+ * (cudaDevAttrPageableMemoryAccess, and then never the copy engines),
+ * else the blocks of that range fail with -EFAULT.
  *
  * \return 0, -ENODEV (no such device, no driver, or a driver older than
  *         the CUDA runtime the library was built with: the log says
@@ -270,11 +273,15 @@ KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
  * failed, never as done).
  *
  * \param ret_status  [n] per key, or NULL.  Loads: 0 loaded, -ENOENT
- *                    miss, -EAGAIN not available yet (on NVMe, or in pool
- *                    memory mapped anew while an older job still holds
- *                    the old registration; submit it again later), -EFAULT
- *                    pool memory the GPU cannot address, -EIO the copy
- *                    failed, or kvt_acquire's status.  Stores: 0 stored,
+ *                    miss, -EAGAIN not available yet (on NVMe, in pool
+ *                    memory the registration thread has not pinned yet,
+ *                    or in memory mapped anew while an older job still
+ *                    holds the old registration; submit it again later,
+ *                    or kvt_cuda_ctx_wait_pinned first), -EFAULT pool
+ *                    memory whose pinning failed and that the GPU cannot
+ *                    read unpinned (pinning is retried; see
+ *                    kvt_cuda_ctx_stats), -EIO the copy failed, or
+ *                    kvt_acquire's status.  Stores: 0 stored,
  *                    -EEXIST already stored, -EAGAIN and -EFAULT as for
  *                    loads, -EIO, or kvt_reserve's and kvt_commit's
  *                    status (-ESTALE: reserved from a daemon that has
