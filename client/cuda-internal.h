@@ -9,7 +9,8 @@
  *   cuda-registry.c  the registration thread, the process's pins
  *   cuda-ctx.c       kvt_cuda_ctx_new / _free, options and stats
  *   cuda-jobs.c      a submitted job: waits, completion, its end
- *   cuda-submit.c    load and store submission: leases, copies queued
+ *   cuda-copy.c      a job's copies queued: paths, run lists, kernels
+ *   cuda-submit.c    load and store submission: checks, leases, lookups
  */
 #pragma once
 
@@ -100,6 +101,18 @@ struct kvt_cuda_job {
 };
 
 
+/* One layer group's share of a job's copies (a namespace whose groups
+ * differ in geometry has one per group, each with its own layout). */
+struct part {
+	struct kvt_geom g;
+	const kvt_layout *layout;
+	size_t per;             /* indices per block */
+	uint64_t offset;        /* of the group's bytes in a block */
+	uint32_t layer0;        /* its first layer among the job's */
+	const int64_t *indices; /* the caller's, [n * per] */
+	int64_t *idx;           /* [n_q * per] the queued blocks' */
+};
+
 /* ---- cuda-device.c ---- */
 
 /* Every entry point that creates or queues work runs on the context's
@@ -150,3 +163,12 @@ void cuda_regs_stats(kvt_cuda_ctx *ctx, kvt_cuda_stats *ret);
 void cuda_job_unuse_regs(kvt_cuda_job *job);
 /* Frees a job and its arrays; its events and handles are dealt with. */
 void cuda_job_free_arrays(kvt_cuda_job *job);
+
+/* ---- cuda-copy.c ---- */
+
+/* Queues the copies of the job's n_q blocks (at blk_dev for the kernel,
+ * blk_host for the copy engines) on st, part by part; a load's layer
+ * events after each layer. */
+int cuda_job_queue(kvt_cuda_job *job, const struct part *parts,
+		   uint32_t n_parts, void *const *blk_dev,
+		   void *const *blk_host, cudaStream_t st);

@@ -3,11 +3,9 @@
  * Submission of CUDA load and store jobs (kvtier-cuda.h), on the caller's
  * thread: it leases (load) or reserves (store) the keys, translates each
  * slot to a device address (a binary search in the context's
- * registrations; nothing is registered here), picks the copy path (the
- * cost model of kernels/layout_plan.c), and queues the data copies on the
- * context's load or store stream: a run list for the copy engines, or the
- * job's small arrays (bases, indices, block addresses) uploaded in one
- * copy for the kernel.  cuda-jobs.c sees them complete.
+ * registrations; nothing is registered here), and has cuda-copy.c queue
+ * the data copies on the context's load or store stream.  cuda-jobs.c
+ * sees them complete.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -45,173 +43,16 @@ static void job_use_reg(kvt_cuda_job *job, struct reg *g)
 	g->users++;
 }
 
-/* The arrays a kernel launch reads, laid out in one buffer so that one
- * copy uploads them. */
-struct job_arrays {
-	void **layer_base; /* [n_bases] */
-	int64_t *indices;  /* [n_q * per] */
-	void **blocks;     /* [n_q] device addresses */
-};
-
-static void arrays_at(uint8_t *base, size_t n_bases, size_t n_idx,
-		      struct job_arrays *ret)
-{
-	ret->layer_base = (void **)base;
-	ret->indices = (int64_t *)(base + n_bases * sizeof(void *));
-	ret->blocks = (void **)(base + n_bases * sizeof(void *) +
-				n_idx * sizeof(int64_t));
-}
-
-/*
- * Uploads the arrays the kernels read, in one copy on st: *ret_dev gets
- * where they are on the device, *ret_align the alignment that the layer
- * bases and the block addresses have in common.
- */
-static int job_upload(kvt_cuda_job *job, const struct kvt_geom *g,
-		      const kvt_layout *layout, const int64_t *idx_host,
-		      size_t per, void *const *blk_dev, cudaStream_t st,
-		      struct job_arrays *ret_dev, uint32_t *ret_align)
-{
-	kvt_cuda_ctx *ctx = job->ctx;
-	size_t nl = (size_t)kvt_geom_n_bases(g), n_idx = job->n_q * per, bytes;
-	uint32_t align;
-	struct job_arrays ha;
-	cudaError_t e;
-	int r;
-
-	bytes = nl * sizeof(void *) + n_idx * sizeof(int64_t) +
-		job->n_q * sizeof(void *);
-	r = cuda_meta_get(ctx, bytes, &job->meta);
-	if (r < 0)
-		return r;
-	arrays_at(job->meta->host, nl, n_idx, &ha);
-	arrays_at(job->meta->dev, nl, n_idx, ret_dev);
-	memcpy(ha.layer_base, layout->layer_base, nl * sizeof(void *));
-	memcpy(ha.indices, idx_host, n_idx * sizeof(int64_t));
-	memcpy(ha.blocks, blk_dev, job->n_q * sizeof(void *));
-	e = cudaMemcpyAsync(job->meta->dev, job->meta->host, bytes,
-			    cudaMemcpyHostToDevice, st);
-	if (e != cudaSuccess)
-		return cuda_fail(ctx, e, "cudaMemcpyAsync");
-	align = kvt_ptr_align((const void *const *)layout->layer_base,
-			      (int64_t)nl);
-	if (kvt_ptr_align((const void *const *)blk_dev, (int64_t)job->n_q) <
-	    align)
-		align = kvt_ptr_align((const void *const *)blk_dev,
-				      (int64_t)job->n_q);
-	*ret_align = align;
-	return 0;
-}
-
-/* The path of layers [l0, l0 + nl) of the job's copies: the context's
- * policy, the cost model, and only pinned blocks on the copy engines
- * (they would stage pageable memory synchronously). */
-static int job_path(const kvt_cuda_job *job, const struct kvt_geom *g,
-		    const kvt_layout *layout, int64_t l0, int64_t nl,
-		    cudaStream_t st)
-{
-	kvt_cuda_ctx *ctx = job->ctx;
-	int batch_ok = ctx->copy_path != KVT_CUDA_PATH_KERNEL &&
-		       !job->unpinned && g->index_kind == KVT_INDEX_PAGE &&
-		       kvt_cuda_batch_ok(st);
-
-	if (ctx->copy_path == KVT_CUDA_PATH_ENGINE)
-		return batch_ok ? KVT_PATH_BATCH : KVT_PATH_KERNEL;
-	return kvt_copy_path(g, l0, nl, layout->layer_base,
-			     (int64_t)job->n_q, &ctx->model, batch_ok);
-}
-
-/* Layers [l0, l0 + nl) of every queued block on the copy engines, through
- * the context's run list. */
-static int job_runs(kvt_cuda_job *job, const struct kvt_geom *g, int dir,
-		    const kvt_layout *layout, const int64_t *idx_host,
-		    void *const *blk_host, int64_t l0, int64_t nl,
-		    cudaStream_t st)
-{
-	kvt_cuda_ctx *ctx = job->ctx;
-	int64_t n = kvt_batch_count(g, l0, nl, layout->layer_base,
-				    (int64_t)job->n_q);
-	int r;
-
-	if (n < 0)
-		return (int)n;
-	r = cuda_runs_reserve(ctx, (size_t)n);
-	if (r < 0)
-		return r;
-	n = kvt_batch_build(g, dir, l0, nl, layout->layer_base, idx_host,
-			    blk_host, (int64_t)job->n_q, ctx->run_dst,
-			    ctx->run_src, ctx->run_size);
-	if (n < 0)
-		return (int)n;
-	return kvt_cuda_copy_runs(dir, ctx->run_dst, ctx->run_src,
-				  ctx->run_size, n, st);
-}
-
-/*
- * Queues the copies of a job on st: a store at once, a load layer by
- * layer with an event after each.  blk_dev and blk_host are the queued
- * blocks' addresses as the kernel and as the copy engines see them.
- * *ret_path gets the path taken.
- */
-static int job_queue(kvt_cuda_job *job, const struct kvt_geom *g,
-		     const kvt_layout *layout, const int64_t *idx_host,
-		     size_t per, void *const *blk_dev, void *const *blk_host,
-		     cudaStream_t st, int *ret_path)
-{
-	kvt_cuda_ctx *ctx = job->ctx;
-	bool load = job->kind == JOB_LOAD;
-	int64_t nl = load ? 1 : g->n_layers, steps = load ? g->n_layers : 1;
-	int dir = load ? KVT_COPY_SCATTER : KVT_COPY_GATHER;
-	uint32_t budget = ctx->model.max_ctas, align = 1;
-	struct job_arrays da = {0};
-	int path, r = 0;
-	cudaError_t e;
-
-	path = job_path(job, g, layout, 0, nl, st);
-	*ret_path = path;
-	if (path == KVT_PATH_KERNEL) {
-		r = job_upload(job, g, layout, idx_host, per, blk_dev, st, &da,
-			       &align);
-		if (r < 0)
-			return r;
-	}
-	for (int64_t l = 0; l < steps; l++) {
-		if (path == KVT_PATH_BATCH)
-			r = job_runs(job, g, dir, layout, idx_host, blk_host,
-				     l, nl, st);
-		else if (load)
-			r = kvt_cuda_scatter(g, l, nl, da.layer_base,
-					     da.indices, da.blocks,
-					     (int64_t)job->n_q, align, budget,
-					     st);
-		else
-			r = kvt_cuda_gather(g, l, nl, da.layer_base, da.indices,
-					    da.blocks, (int64_t)job->n_q, align,
-					    budget, st);
-		if (r < 0)
-			return cuda_fail_errno(ctx, r,
-					       path == KVT_PATH_BATCH
-						       ? "cudaMemcpyBatchAsync"
-						       : "a copy kernel launch");
-		if (!load)
-			break;
-		e = cudaEventRecord(job->layer_ev[l], st);
-		if (e != cudaSuccess)
-			return cuda_fail(ctx, e, "cudaEventRecord");
-	}
-	return 0;
-}
-
 /* What a submission needs only until its copies are queued; the arrays
  * are sized for n keys, of which the first n_q are queued. */
 struct submit {
-	struct kvt_geom g;
-	size_t per;          /* indices per block */
+	struct part parts[KVT_MAX_GROUPS];
+	uint32_t n_parts;
+	uint32_t n_layers;   /* of all parts */
 	kvt_slot_ref *refs;  /* [n] what kvt_acquire / kvt_reserve gave */
 	void **blk_dev;      /* [n_q] the queued blocks' device addresses */
 	void **blk_host;     /* [n_q] and their host addresses */
 	uint64_t *bad;       /* handles of blocks the GPU cannot address */
-	int64_t *idx;        /* [n_q * per] the queued blocks' indices */
 };
 
 static void submit_done(struct submit *s)
@@ -220,12 +61,14 @@ static void submit_done(struct submit *s)
 	free(s->blk_dev);
 	free(s->blk_host);
 	free(s->bad);
-	free(s->idx);
+	for (uint32_t k = 0; k < s->n_parts; k++)
+		free(s->parts[k].idx);
 }
 
 static int opts_check(const kvt_cuda_submit_opts *o)
 {
-	if (o->size < offsetof(kvt_cuda_submit_opts, event))
+	if (o->size < offsetof(kvt_cuda_submit_opts, event) ||
+	    (o->size >= offsetof(kvt_cuda_submit_opts, layouts) && o->reserved))
 		return -EINVAL;
 	switch (o->after) {
 	case KVT_CUDA_AFTER_STREAM:
@@ -238,24 +81,14 @@ static int opts_check(const kvt_cuda_submit_opts *o)
 	}
 }
 
-/* Every argument is checked, and every index, before a key is leased or
- * reserved; fills s->g and s->per. */
-static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
-			const kvt_layout *layout, const uint8_t *keys,
-			size_t n, const int64_t *indices,
-			const kvt_cuda_submit_opts *opts,
-			kvt_cuda_job *const *ret_job, struct submit *s)
+/* A part per layout: its geometry, its bounds, its place in the block;
+ * every index checked before a key is leased or reserved. */
+static int part_init(const kvt_cuda_ctx *ctx, const kvt_layout *layout,
+		     uint32_t block_tokens, const int64_t *indices, size_t n,
+		     struct part *p, uint64_t offset, uint32_t layer0)
 {
-	if (!ctx || !ns || !layout || !opts || !ret_job ||
-	    (n && (!keys || !indices)) || opts_check(opts) < 0)
-		return -EINVAL;
-	/* The count is returned as an int. */
-	if (ns->c != ctx->c || n > INT32_MAX)
-		return -EINVAL;
-	if (kvt_geom_from_layout(layout, ns->info.block_tokens, &s->g) < 0 ||
-	    kvt_layout_block_bytes(layout, ns->info.block_tokens) !=
-		    ns->info.shard_bytes ||
-	    !layout->layer_base)
+	if (!layout || kvt_geom_from_layout(layout, block_tokens, &p->g) < 0 ||
+	    !layout->layer_base || (n && !indices))
 		return -EINVAL;
 	/* An index past the cache would be written on the GPU, out of
 	 * bounds: the bound is required here. */
@@ -265,29 +98,81 @@ static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
 			   "the engine's cache so that every index is checked");
 		return -EINVAL;
 	}
-	for (int64_t l = 0; l < kvt_geom_n_bases(&s->g); l++)
+	for (int64_t l = 0; l < kvt_geom_n_bases(&p->g); l++)
 		if (!layout->layer_base[l])
 			return -EINVAL;
-	if (kvt_geom_check_indices(&s->g, indices, (int64_t)n) < 0)
+	if (kvt_geom_check_indices(&p->g, indices, (int64_t)n) < 0)
 		return -EINVAL;
-	s->per = s->g.index_kind == KVT_INDEX_SLOT ? (size_t)s->g.block_tokens
+	p->layout = layout;
+	p->indices = indices;
+	p->per = p->g.index_kind == KVT_INDEX_SLOT ? (size_t)p->g.block_tokens
 						   : 1;
+	p->offset = offset;
+	p->layer0 = layer0;
 	return 0;
+}
+
+/* Every argument is checked, and every index, before a key is leased or
+ * reserved; fills s->parts: one for layout, or one per layer group of
+ * opts, whose blocks follow each other in the namespace's block. */
+static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
+			const kvt_layout *layout, const uint8_t *keys,
+			size_t n, const int64_t *indices,
+			const kvt_cuda_submit_opts *opts,
+			kvt_cuda_job *const *ret_job, struct submit *s)
+{
+	uint32_t bt, groups = 0;
+	uint64_t off = 0;
+	int r;
+
+	if (!ctx || !ns || !opts || !ret_job || (n && !keys) ||
+	    opts_check(opts) < 0)
+		return -EINVAL;
+	/* The count is returned as an int. */
+	if (ns->c != ctx->c || n > INT32_MAX)
+		return -EINVAL;
+	if (opts->size >= offsetof(kvt_cuda_submit_opts, group_indices) +
+				  sizeof(opts->group_indices))
+		groups = opts->n_groups;
+	if (groups ? layout || !opts->layouts || groups > KVT_MAX_GROUPS
+		   : !layout)
+		return -EINVAL;
+	bt = ns->info.block_tokens;
+	s->n_parts = groups ? groups : 1;
+	for (uint32_t k = 0; k < s->n_parts; k++) {
+		const kvt_layout *lk = groups ? opts->layouts[k] : layout;
+		const int64_t *ik = groups && opts->group_indices
+					    ? opts->group_indices[k]
+					    : indices;
+
+		r = lk && lk->n_layers <= UINT32_MAX - s->n_layers
+			    ? part_init(ctx, lk, bt, ik, n, &s->parts[k], off,
+					s->n_layers)
+			    : -EINVAL;
+		if (r < 0) {
+			s->n_parts = k;
+			return r;
+		}
+		off += (uint64_t)kvt_geom_block_bytes(&s->parts[k].g);
+		s->n_layers += lk->n_layers;
+	}
+	return off == ns->info.shard_bytes ? 0 : -EINVAL;
 }
 
 /* A job of n keys and its arrays, and the submission's; NULL when out of
  * memory (and nothing kept). */
 static kvt_cuda_job *job_new(kvt_cuda_ctx *ctx, enum job_kind kind,
-			     size_t n, uint32_t n_layers, struct submit *s)
+			     size_t n, struct submit *s)
 {
 	kvt_cuda_job *job = calloc(1, sizeof(*job));
+	bool idx_ok = true;
 
 	if (!job)
 		return NULL;
 	job->ctx = ctx;
 	job->kind = kind;
 	job->n = n;
-	job->n_layers = kind == JOB_LOAD ? n_layers : 0;
+	job->n_layers = kind == JOB_LOAD ? s->n_layers : 0;
 	job->status = calloc(n ? n : 1, sizeof(*job->status));
 	job->which = calloc(n ? n : 1, sizeof(*job->which));
 	job->handles = calloc(n ? n : 1, sizeof(*job->handles));
@@ -298,10 +183,15 @@ static kvt_cuda_job *job_new(kvt_cuda_ctx *ctx, enum job_kind kind,
 	s->blk_dev = calloc(n ? n : 1, sizeof(*s->blk_dev));
 	s->blk_host = calloc(n ? n : 1, sizeof(*s->blk_host));
 	s->bad = calloc(n ? n : 1, sizeof(*s->bad));
-	s->idx = calloc(n ? n * s->per : 1, sizeof(*s->idx));
+	for (uint32_t k = 0; k < s->n_parts; k++) {
+		struct part *p = &s->parts[k];
+
+		p->idx = calloc(n ? n * p->per : 1, sizeof(*p->idx));
+		idx_ok &= p->idx != NULL;
+	}
 	if (!job->status || !job->which || !job->handles || !job->regs ||
 	    !job->layer_ev || !s->refs || !s->blk_dev || !s->blk_host ||
-	    !s->bad || !s->idx) {
+	    !s->bad || !idx_ok) {
 		cuda_job_free_arrays(job);
 		return NULL;
 	}
@@ -338,13 +228,12 @@ static uint64_t client_instance(kvt_client *c)
  * not pinned yet, which wakes the registration thread; -EFAULT).  One
  * binary search per block, under the context's lock.
  */
-static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n,
-			  const int64_t *indices)
+static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	kvt_slot_ref *refs = s->refs;
 	uint64_t instance = client_instance(ctx->c);
-	size_t per = s->per, n_bad = 0;
+	size_t n_bad = 0;
 
 	pthread_mutex_lock(&ctx->lock);
 	for (size_t i = 0; i < n; i++) {
@@ -368,8 +257,12 @@ static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n,
 		job->handles[q] = refs[i].handle;
 		s->blk_dev[q] = rg->dev + ((uint8_t *)refs[i].ptr - rg->r.host);
 		s->blk_host[q] = refs[i].ptr;
-		memcpy(s->idx + q * per, indices + i * per,
-		       per * sizeof(*s->idx));
+		for (uint32_t k = 0; k < s->n_parts; k++) {
+			struct part *p = &s->parts[k];
+
+			memcpy(p->idx + q * p->per, p->indices + i * p->per,
+			       p->per * sizeof(*p->idx));
+		}
 		job_use_reg(job, rg);
 		job->unpinned |= rg->pin == NULL;
 		job->status[i] = KVT_CUDA_IN_FLIGHT;
@@ -414,23 +307,17 @@ static int job_after(kvt_cuda_job *job, const kvt_cuda_submit_opts *opts,
 
 /* Queues the job's copies on st, and its events after them. */
 static int job_enqueue(kvt_cuda_job *job, const struct submit *s,
-		       const kvt_layout *layout, cudaStream_t st)
+		       cudaStream_t st)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	cudaError_t e;
-	int path, r;
+	int r;
 
 	if (job->n_q) {
-		r = job_queue(job, &s->g, layout, s->idx, s->per, s->blk_dev,
-			      s->blk_host, st, &path);
+		r = cuda_job_queue(job, s->parts, s->n_parts, s->blk_dev,
+				   s->blk_host, st);
 		if (r < 0)
 			return r;
-		pthread_mutex_lock(&ctx->lock);
-		if (path == KVT_PATH_BATCH)
-			ctx->copies_engine++;
-		else
-			ctx->copies_kernel++;
-		pthread_mutex_unlock(&ctx->lock);
 	} else {
 		/* Nothing to copy; the layer events still mark this point of
 		 * the load stream, so waiting for them stays valid. */
@@ -485,7 +372,7 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 	if (r < 0)
 		return r;
 	st = kind == JOB_LOAD ? ctx->load : ctx->store;
-	job = job_new(ctx, kind, n, layout->n_layers, &s);
+	job = job_new(ctx, kind, n, &s);
 	if (!job)
 		return -ENOMEM;
 
@@ -503,11 +390,11 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 			goto out;
 	}
 	held = true;
-	job_translate(job, &s, n, indices);
+	job_translate(job, &s, n);
 	r = job_after(job, opts, st);
 	if (r < 0)
 		goto out;
-	r = job_enqueue(job, &s, layout, st);
+	r = job_enqueue(job, &s, st);
 	if (r < 0)
 		goto out;
 

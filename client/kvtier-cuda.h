@@ -33,7 +33,8 @@
  * kvtier.h: 0 (or a count) on success, a negative errno on failure.
  *
  * A context and its jobs are used by one thread at a time (the context's
- * own registration thread aside).
+ * own registration thread aside, which may call the client's log handler
+ * too).
  */
 #ifndef KVTIER_CUDA_H
 #define KVTIER_CUDA_H
@@ -198,14 +199,31 @@ typedef struct kvt_cuda_submit_opts {
 	uint32_t after;   /* KVT_CUDA_AFTER_* */
 	void *stream;     /* AFTER_STREAM: cudaStream_t (NULL: legacy) */
 	void *event;      /* AFTER_EVENT: cudaEvent_t, not NULL */
+	/* A namespace whose layer groups differ in geometry (sliding-window
+	 * and full attention, MLA beside MHA): one layout per group, in
+	 * layer order, and the submission's own layout NULL.  A block is
+	 * then each group's block (kvt_layout_block_bytes of its layout)
+	 * after the other, which is the namespace's block; a load's layers
+	 * (kvt_cuda_wait_layer) are counted across the groups.  0: the
+	 * submission's layout covers the whole block. */
+	uint32_t n_groups;                    /* 0..16 */
+	uint32_t reserved;                    /* 0 */
+	const kvt_layout *const *layouts;     /* [n_groups] */
+	/* [n_groups] each group's indices, for engines with a block table
+	 * per group; NULL: the submission's indices for every group */
+	const int64_t *const *group_indices;
 } kvt_cuda_submit_opts;
 
 /**
  * kvt_cuda_load_submit, starting when opts says: with
  * KVT_CUDA_AFTER_EVENT the prefetch of the next step's blocks can run
  * while the compute stream still works on this step, as long as the
- * event marks when the destination pages were last read.
- * \return as kvt_cuda_load_submit; -EINVAL for bad opts
+ * event marks when the destination pages were last read.  With
+ * opts->n_groups, layout is NULL (one layout per group in opts), and
+ * indices may be NULL when opts->group_indices is set.  Every layout's
+ * n_pages must be set.
+ * \return as kvt_cuda_load_submit; -EINVAL for bad opts, or groups whose
+ *         blocks do not add up to the namespace's shard
  */
 KVT_EXPORT int kvt_cuda_load_submit_opts(kvt_cuda_ctx *ctx, kvt_ns *ns,
 					 uint32_t shard,

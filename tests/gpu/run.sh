@@ -22,14 +22,18 @@
 #             from 64 KiB to 4 MiB blocks, overlap beside compute on every
 #             SM, prefetch after the caller's event (figures.txt);
 #   memcheck  compute-sanitizer --tool memcheck on the reduced sweep;
-#   e2e       the whole tree with -Dcuda=enabled and the gpu suite
-#             (test-gpu-client: the client's CUDA path against a real
-#             kvtierd).  Where the daemon's -dev packages are missing, the
+#   e2e       the whole tree with -Dcuda=enabled, and test-gpu-client and
+#             test-gpu-groups: the client's CUDA path against a real
+#             kvtierd (every copy path, the submit options, two contexts,
+#             layer groups of different geometry).  Where the daemon's -dev packages are missing, the
 #             .deb files in tests/gpu/debs (or $KVT_DEBS), fetched on a
 #             machine with the registry by tests/gpu/fetch-debs.sh, are
 #             unpacked into a private root with `dpkg -x` and built
 #             against (KVT_USE_DEBS=1 uses them even where meson would
-#             find the machine's own).
+#             find the machine's own);
+#   hf        where a Python with torch, transformers and pytest is found
+#             (KVT_PYTHON), tests/engines/test_hf.py's CUDA cases through
+#             the library's CUDA path.
 #
 # Usage: tests/gpu/run.sh OUTDIR
 # OUTDIR gets summary.txt first (a line per step as it ends, so a run cut
@@ -213,7 +217,7 @@ sysroot_setup() {
 }
 
 e2e() {
-	local opts="-Dcuda=enabled -Dpython=disabled" native=""
+	local opts="-Dcuda=enabled -Dpython=auto" native=""
 	# shellcheck disable=SC2086
 	if [ -n "${KVT_USE_DEBS:-}" ] ||
 		! meson setup "$build/meson" "$root" $opts >"$out/e2e-setup.log" 2>&1; then
@@ -228,7 +232,7 @@ e2e() {
 	fi
 	ninja -C "$build/meson" || return 1
 	# test-gpu-layout ran above from the direct build.
-	meson test -C "$build/meson" --print-errorlogs test-gpu-client
+	meson test -C "$build/meson" --print-errorlogs test-gpu-client test-gpu-groups
 	local rc=$?
 	cp "$build/meson/meson-logs/testlog.txt" "$out/e2e-testlog.txt" 2>/dev/null
 	return "$rc"
@@ -242,6 +246,25 @@ if command -v meson >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
 else
 	say "e2e: FAILED: meson or ninja missing"
 	failed=1
+fi
+
+# ---- hf -----------------------------------------------------------------------
+# transformers on the GPU through the library's CUDA path, where a Python
+# with torch, transformers and pytest is at hand (KVT_PYTHON, default
+# python3) and the tree was built with its Python package.
+hf() {
+	local py=${KVT_PYTHON:-python3}
+	if ! "$py" -c 'import torch, transformers, pytest' >/dev/null 2>&1 ||
+		[ ! -d "$build/meson/client/python" ]; then
+		echo "no torch, transformers and pytest for $py, or no Python package built"
+		return 77
+	fi
+	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python" \
+		"$py" -m pytest -q -p no:cacheprovider -k cuda "$root/tests/engines/test_hf.py"
+}
+if [ "$gpu" -eq 1 ] && [ -d "$build/meson" ]; then
+	export -f hf
+	step hf 120 hf
 fi
 
 if [ "$failed" -ne 0 ]; then

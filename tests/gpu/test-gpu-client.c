@@ -9,9 +9,9 @@
  * after completion (the blocks are invisible until polled), a GPU-side
  * wait for a store, the CPU copy path reading what the GPU stored, loads
  * after the caller's event and at once, a layout without n_pages or with
- * a page past it refused, two contexts on one client (the first one's end
- * leaves the second copying), the registration statistics, and
- * registration after the daemon restarted and the pool was mapped anew.
+ * a page past it refused, two contexts on one client (the first one's end leaves the second copying), the
+ * registration statistics, and registration after the daemon restarted
+ * and the pool was mapped anew.
  *
  * Without a device: checks the arguments of every entry point and that
  * the context refuses with -ENODEV, then exits 77 (1 when the driver is
@@ -466,7 +466,7 @@ int main(void)
 		round_trip(c, ns, ck, &nhd, &fi, 0x44, compute, AFTER_NONE);
 		round_trip(c, ns, ce, &fi, &nhd, 0x55, compute, AFTER_EVENT);
 		CHECK(kvt_cuda_ctx_stats(ck, &sk) == 0, "stats");
-		CHECK(sk.copies_engine == 0 && sk.copies_kernel >= 3,
+		CHECK(sk.copies_engine == 0 && sk.copies_kernel >= 2,
 		      "forced kernel: %llu kernel, %llu engine copies",
 		      (unsigned long long)sk.copies_kernel,
 		      (unsigned long long)sk.copies_engine);

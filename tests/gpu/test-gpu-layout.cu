@@ -947,7 +947,7 @@ static void run_case(struct tcase *tc, const struct gpu *gp)
 
 	/* Phase 2. */
 	if (gp) {
-		struct dengine de;
+		struct dengine de = {};
 
 		dengine_init(tc, idx, n_idx, &de);
 		for (int pinned = 0; pinned < MEM_COUNT; pinned++) {

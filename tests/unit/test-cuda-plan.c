@@ -14,7 +14,10 @@
  *     side's locate;
  *   - K and V in separate allocations (a base per plane) gather and
  *     scatter the same bytes as one allocation with a plane stride, on the
- *     CPU path and through the copy engines' run list.
+ *     CPU path and through the copy engines' run list;
+ *   - a namespace whose layer groups differ in geometry: the groups'
+ *     blocks one after the other make kvtierd's shard, layer-major, as
+ *     the CUDA path's parts (kvt_cuda_submit_opts.layouts) copy them.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvt-proto.h"
 #include "kvtier-layout.h"
 #include "layout_cuda.h"
 #include "check.h"
@@ -286,36 +290,36 @@ static void test_bounds(void)
 
 /* ---- a base per plane -------------------------------------------------- */
 
-#define L 3
-#define H 2
-#define BT 4
-#define KNP 5
-#define PLANE (KNP * BT * H * HB)
+#define PL_L 3
+#define PL_H 2
+#define PL_BT 4
+#define PL_NP 5
+#define PL_PLANE (PL_NP * PL_BT * PL_H * HB)
 
 static void test_plane_bases(void)
 {
-	/* One allocation per layer, K then V (stride_plane = PLANE), and the
+	/* One allocation per layer, K then V (stride_plane = PL_PLANE), and the
 	 * same bytes as separate K and V allocations. */
-	static uint8_t joint[L][2 * PLANE], split[L][2][PLANE];
-	void *jbase[L], *sbase[2 * L];
-	static uint8_t bj[2][L * 2 * BT * H * HB], bs[2][L * 2 * BT * H * HB];
+	static uint8_t joint[PL_L][2 * PL_PLANE], split[PL_L][2][PL_PLANE];
+	void *jbase[PL_L], *sbase[2 * PL_L];
+	static uint8_t bj[2][PL_L * 2 * PL_BT * PL_H * HB], bs[2][PL_L * 2 * PL_BT * PL_H * HB];
 	void *bjp[2] = {bj[0], bj[1]}, *bsp[2] = {bs[0], bs[1]};
 	const void *src[2] = {bj[0], bj[1]};
 	int64_t pages[2] = {3, 1};
-	kvt_layout lj = {.n_layers = L, .planes = 2, .heads = H,
-			 .head_bytes = HB, .page_tokens = BT,
+	kvt_layout lj = {.n_layers = PL_L, .planes = 2, .heads = PL_H,
+			 .head_bytes = HB, .page_tokens = PL_BT,
 			 .index_kind = KVT_INDEX_PAGE, .layer_base = jbase,
-			 .stride_plane = PLANE, .stride_page = BT * H * HB,
-			 .stride_token = H * HB, .stride_head = HB,
-			 .n_pages = KNP};
+			 .stride_plane = PL_PLANE, .stride_page = PL_BT * PL_H * HB,
+			 .stride_token = PL_H * HB, .stride_head = HB,
+			 .n_pages = PL_NP};
 	kvt_layout ls = lj;
 	struct kvt_geom g;
 	int64_t n;
 
-	for (int l = 0; l < L; l++) {
+	for (int l = 0; l < PL_L; l++) {
 		fill(joint[l], sizeof(joint[l]));
-		memcpy(split[l][0], joint[l], PLANE);
-		memcpy(split[l][1], joint[l] + PLANE, PLANE);
+		memcpy(split[l][0], joint[l], PL_PLANE);
+		memcpy(split[l][1], joint[l] + PL_PLANE, PL_PLANE);
 		jbase[l] = joint[l];
 		sbase[2 * l] = split[l][0];
 		sbase[2 * l + 1] = split[l][1];
@@ -323,48 +327,141 @@ static void test_plane_bases(void)
 	ls.layer_base = sbase;
 	ls.flags = KVT_LAYOUT_PLANE_BASES;
 	ls.stride_plane = -77; /* not used */
-	CHECK(kvt_layout_block_bytes(&ls, BT) == kvt_layout_block_bytes(&lj, BT));
+	CHECK(kvt_layout_block_bytes(&ls, PL_BT) == kvt_layout_block_bytes(&lj, PL_BT));
 
-	CHECK(kvt_layout_gather(&lj, BT, pages, 2, bjp) == 0);
+	CHECK(kvt_layout_gather(&lj, PL_BT, pages, 2, bjp) == 0);
 	memset(bs, 0xff, sizeof(bs));
-	CHECK(kvt_layout_gather(&ls, BT, pages, 2, bsp) == 0);
+	CHECK(kvt_layout_gather(&ls, PL_BT, pages, 2, bsp) == 0);
 	CHECK(memcmp(bj, bs, sizeof(bj)) == 0);
 
 	/* The copy engines' run list over the split layout, moved with
 	 * memcpy, gives the CPU path's blocks, and scatters back into the
 	 * right allocations. */
-	CHECK(kvt_geom_from_layout(&ls, BT, &g) == 0);
+	CHECK(kvt_geom_from_layout(&ls, PL_BT, &g) == 0);
 	CHECK(g.plane_bases && g.stride_plane == 0);
-	CHECK(kvt_geom_n_bases(&g) == 2 * L);
-	n = kvt_batch_count(&g, 0, L, sbase, 2);
-	CHECK(n == 2 * L * 2); /* a run per layer, plane and block */
+	CHECK(kvt_geom_n_bases(&g) == 2 * PL_L);
+	n = kvt_batch_count(&g, 0, PL_L, sbase, 2);
+	CHECK(n == 2 * PL_L * 2); /* a run per layer, plane and block */
 	{
-		void *d[2 * L * 2];
-		const void *s[2 * L * 2];
-		size_t z[2 * L * 2];
+		void *d[2 * PL_L * 2];
+		const void *s[2 * PL_L * 2];
+		size_t z[2 * PL_L * 2];
 
 		memset(bs, 0xff, sizeof(bs));
-		CHECK(kvt_batch_build(&g, KVT_COPY_GATHER, 0, L, sbase, pages,
+		CHECK(kvt_batch_build(&g, KVT_COPY_GATHER, 0, PL_L, sbase, pages,
 				      bsp, 2, d, s, z) == n);
 		for (int64_t i = 0; i < n; i++)
 			memcpy(d[i], s[i], z[i]);
 		CHECK(memcmp(bj, bs, sizeof(bj)) == 0);
 
 		fill(bj[0], sizeof(bj));
-		CHECK(kvt_layout_scatter(&lj, BT, pages, 2, src) == 0);
+		CHECK(kvt_layout_scatter(&lj, PL_BT, pages, 2, src) == 0);
 		memcpy(bs, bj, sizeof(bj));
-		CHECK(kvt_batch_build(&g, KVT_COPY_SCATTER, 0, L, sbase, pages,
+		CHECK(kvt_batch_build(&g, KVT_COPY_SCATTER, 0, PL_L, sbase, pages,
 				      bsp, 2, d, s, z) == n);
 		for (int64_t i = 0; i < n; i++)
 			memcpy(d[i], s[i], z[i]);
-		for (int l = 0; l < L; l++) {
-			CHECK(memcmp(split[l][0], joint[l], PLANE) == 0);
-			CHECK(memcmp(split[l][1], joint[l] + PLANE, PLANE) == 0);
+		for (int l = 0; l < PL_L; l++) {
+			CHECK(memcmp(split[l][0], joint[l], PL_PLANE) == 0);
+			CHECK(memcmp(split[l][1], joint[l] + PL_PLANE, PL_PLANE) == 0);
 		}
 	}
 	/* A missing plane base is refused. */
 	sbase[3] = NULL;
-	CHECK(kvt_layout_gather(&ls, BT, pages, 2, bsp) == -EINVAL);
+	CHECK(kvt_layout_gather(&ls, PL_BT, pages, 2, bsp) == -EINVAL);
+}
+
+/* ---- layer groups of different geometry -------------------------------- */
+
+/*
+ * A namespace of two groups, 2 layers of K and V with 2 heads of 16 bytes,
+ * then 3 layers of one 48-byte latent: its block is the first group's
+ * block followed by the second's, which is the namespace's layer-major
+ * block (every layer's slice contiguous, at the sum of the slices before
+ * it), and its size is kvtierd's shard.
+ */
+static void test_groups(void)
+{
+	enum { G1L = 2, G2L = 3, GNP = 4, GBT = 4 };
+	static uint8_t c1[G1L][2 * GNP * GBT * 2 * 16], c2[G2L][GNP * GBT * 48];
+	static uint8_t blk[2][4096], one[4096];
+	void *b1[G1L], *b2[G2L];
+	kvt_layout l1 = {.n_layers = G1L, .planes = 2, .heads = 2,
+			 .head_bytes = 16, .page_tokens = GBT,
+			 .index_kind = KVT_INDEX_PAGE, .layer_base = b1,
+			 .stride_plane = GNP * GBT * 2 * 16,
+			 .stride_page = GBT * 2 * 16, .stride_token = 2 * 16,
+			 .stride_head = 16, .n_pages = GNP};
+	kvt_layout l2 = {.n_layers = G2L, .planes = 1, .heads = 1,
+			 .head_bytes = 48, .page_tokens = GBT,
+			 .index_kind = KVT_INDEX_PAGE, .layer_base = b2,
+			 .stride_page = GBT * 48, .stride_token = 48,
+			 .stride_head = 48, .n_pages = GNP};
+	int64_t pages[2] = {2, 0}, pages2[2] = {1, 3};
+	uint64_t s1 = kvt_layout_block_bytes(&l1, GBT);
+	uint64_t s2 = kvt_layout_block_bytes(&l2, GBT), at;
+	struct kvt_identity id;
+	struct kvt_geometry geo;
+	void *p1[2], *p2[2];
+
+	for (int l = 0; l < G1L; l++) {
+		fill(c1[l], sizeof(c1[l]));
+		b1[l] = c1[l];
+	}
+	for (int l = 0; l < G2L; l++) {
+		fill(c2[l], sizeof(c2[l]));
+		b2[l] = c2[l];
+	}
+	memset(&id, 0, sizeof(id));
+	id.key_scheme = 1;
+	snprintf(id.model, sizeof(id.model), "groups");
+	id.layer_end = G1L + G2L;
+	id.tp_size = 1;
+	id.cp_size = 1;
+	id.block_tokens = GBT;
+	id.n_groups = 2;
+	id.groups[0] = (struct kvt_id_group){.n_layers = G1L,
+					     .attn = KVT_ATTN_SWA,
+					     .window = 64, .planes = 2,
+					     .kv_heads = 2, .head_bytes = 16,
+					     .dtype = 1};
+	id.groups[1] = (struct kvt_id_group){.n_layers = G2L,
+					     .attn = KVT_ATTN_MLA, .planes = 1,
+					     .kv_heads = 1, .head_bytes = 48,
+					     .dtype = 1};
+	CHECK(kvt_identity_geometry(&id, &geo) == 0);
+	CHECK(geo.shard_bytes == s1 + s2);
+
+	/* Each group into its place in the blocks; group 2 with its own
+	 * block table. */
+	for (int b = 0; b < 2; b++) {
+		p1[b] = blk[b];
+		p2[b] = blk[b] + s1;
+	}
+	CHECK(kvt_layout_gather(&l1, GBT, pages, 2, p1) == 0);
+	CHECK(kvt_layout_gather(&l2, GBT, pages2, 2, p2) == 0);
+
+	/* Layer by layer, against a one-layer gather of that layer. */
+	for (int b = 0; b < 2; b++) {
+		at = 0;
+		for (int ly = 0; ly < G1L + G2L; ly++) {
+			kvt_layout one_l = ly < G1L ? l1 : l2;
+			void *base1 = ly < G1L ? b1[ly] : b2[ly - G1L];
+			void *dst[1] = {one};
+			uint64_t n;
+
+			one_l.n_layers = 1;
+			one_l.layer_base = &base1;
+			n = kvt_layout_block_bytes(&one_l, GBT);
+			CHECK(kvt_layout_gather(&one_l, GBT,
+						ly < G1L ? &pages[b] : &pages2[b],
+						1, dst) == 0);
+			CHECK_MSG(memcmp(blk[b] + at, one, n) == 0,
+				  "block %d layer %d", b, ly);
+			at += n;
+		}
+		CHECK(at == geo.shard_bytes);
+	}
 }
 
 int main(void)
@@ -373,6 +470,7 @@ int main(void)
 	test_launch_plan();
 	test_bounds();
 	test_plane_bases();
+	test_groups();
 	if (failures) {
 		fprintf(stderr, "%d check(s) failed\n", failures);
 		return 1;

@@ -246,6 +246,7 @@ static void test_shared_pins(void)
 	CHECK(ps.t.n == 0);
 
 	/* A range the engine registered is used, never unregistered. */
+	rangetab_free(&ps.t);
 	pins_init(&ps, &rec);
 	rec.foreign = true;
 	a = (struct regs){.owner = &client, .chunk = 64 * MIB};
