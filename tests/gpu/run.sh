@@ -112,14 +112,15 @@ command -v nvidia-smi >/dev/null 2>&1 &&
 build_all() {
 	set -ex
 	"$NVCC" --version
-	local cflags="-std=c17 -O2 -Wall -Wextra -D_GNU_SOURCE -I$root/client -I$root/kernels -I$root/tests/unit"
+	local cflags="-std=c17 -O2 -Wall -Wextra -D_GNU_SOURCE -I$root/client -I$root/kernels -I$root/proto -I$root/tests/unit"
 	# shellcheck disable=SC2086
 	"$CC" $cflags -c "$root/kernels/layout_cpu.c" -o "$build/layout_cpu.o"
 	# shellcheck disable=SC2086
 	"$CC" $cflags -c "$root/kernels/layout_plan.c" -o "$build/layout_plan.o"
 	# shellcheck disable=SC2086
 	"$CC" $cflags "$root/tests/unit/test-cuda-plan.c" "$build/layout_plan.o" \
-		"$build/layout_cpu.o" -o "$build/test-cuda-plan"
+		"$build/layout_cpu.o" "$root/proto/identity.c" \
+		"$root/proto/wire.c" -o "$build/test-cuda-plan"
 	# shellcheck disable=SC2086
 	"$CC" $cflags -pthread "$root/tests/unit/test-cuda-regtab.c" \
 		"$root/client/cuda-regtab.c" -o "$build/test-cuda-regtab"
@@ -127,14 +128,18 @@ build_all() {
 	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
 		-I"$root/client" -I"$root/kernels" \
 		-c "$root/kernels/layout_cuda.cu" -o "$build/layout_cuda.o"
-	for prog in test-gpu-layout bench-gpu; do
-		# shellcheck disable=SC2086
-		"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
-			-I"$root/client" -I"$root/kernels" \
-			"$here/$prog.cu" "$build/layout_cuda.o" \
-			"$build/layout_plan.o" "$build/layout_cpu.o" \
-			-o "$build/$prog"
-	done
+	# shellcheck disable=SC2086
+	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
+		-I"$root/client" -I"$root/kernels" \
+		"$here/test-gpu-layout.cu" "$here/layout-case.cu" \
+		"$build/layout_cuda.o" "$build/layout_plan.o" \
+		"$build/layout_cpu.o" -o "$build/test-gpu-layout"
+	# shellcheck disable=SC2086
+	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
+		-I"$root/client" -I"$root/kernels" \
+		"$here/bench-gpu.cu" "$build/layout_cuda.o" \
+		"$build/layout_plan.o" "$build/layout_cpu.o" \
+		-o "$build/bench-gpu"
 	"$NVCC" -O2 "$here/gpu-probe.c" -o "$build/gpu-probe"
 }
 export here root out build NVCC CC gencode
