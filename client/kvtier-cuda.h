@@ -24,6 +24,8 @@
  *     or at once, so that the next step's prefetch overlaps this step;
  *   - stores wait for an event of the compute stream, copy on a store
  *     stream, and commit a block only after its copy has completed;
+ *   - a namespace whose layer groups differ in geometry is copied with a
+ *     layout (and, if the engine keeps one, a block table) per group;
  *   - completion is observed by polling (kvt_cuda_job_poll), on the
  *     caller's thread: commits and releases talk to the daemon from there,
  *     never from a CUDA callback.
