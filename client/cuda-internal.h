@@ -30,6 +30,9 @@
  * most 1 GiB and slots never cross them, so no copy spans two, and no
  * driver call pins more than this at once. */
 #define REG_CHUNK (UINT64_C(1) << 30)
+/* How often the registration thread looks whether the client mapped
+ * new extents, when nothing else wakes it. */
+#define REG_POLL_NS (UINT64_C(100) * 1000 * 1000)
 /* Smallest job array buffer; they are kept and reused. */
 #define META_MIN (64u * 1024)
 
@@ -61,6 +64,7 @@ struct kvt_cuda_ctx {
 	bool thread_started;
 	bool quit;
 	uint64_t sync_req, sync_done;
+	uint64_t seen_gen; /* the client's extents_gen at the last look */
 	struct regs regs;
 	uint64_t copies_kernel, copies_engine, blocks_unpinned;
 

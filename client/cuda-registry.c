@@ -3,12 +3,14 @@
  * The registration thread of a CUDA context, and the process's pins.
  *
  * Pinning a pool with cudaHostRegister costs about a second per few GiB,
- * so no submission does it: a submission that finds a block in memory
- * not registered yet refuses that block (-EAGAIN) and wakes this thread,
- * which looks at the client's extents, registers new ones a chunk of at
- * most REG_CHUNK at a time, retries failed chunks with a backoff and
- * unregisters the chunks of extents that are gone once no job uses them
- * (cuda-regtab.c has the bookkeeping).
+ * so no submission does it: this thread looks at the client's extents
+ * when they change (the client's extents_gen, checked every REG_POLL_NS
+ * and by every submission, which wakes it; a submission that finds a
+ * block in memory not registered yet refuses that block with -EAGAIN and
+ * wakes it too), registers new ones a chunk of at most REG_CHUNK at a
+ * time, retries failed chunks with a backoff and unregisters the chunks
+ * of extents that are gone once no job uses them (cuda-regtab.c has the
+ * bookkeeping).
  *
  * Extents of a restarted daemon replace the old ones, whose ids start
  * over; an old extent stays mapped while the client holds handles in it
@@ -91,13 +93,15 @@ struct pins *cuda_pins(void)
 /* The client's extents as they are now, and the daemon instance they
  * belong to. */
 static int snapshot_extents(kvt_client *c, struct ext_snap **ret,
-			    uint32_t *ret_n, uint64_t *ret_instance)
+			    uint32_t *ret_n, uint64_t *ret_instance,
+			    uint64_t *ret_gen)
 {
 	struct ext_snap *s;
 	uint32_t n;
 
 	pthread_mutex_lock(&c->lock);
 	*ret_instance = c->instance;
+	*ret_gen = c->extents_gen;
 	n = c->n_extents;
 	s = calloc(n ? n : 1, sizeof(*s));
 	if (s)
@@ -117,13 +121,15 @@ static int snapshot_extents(kvt_client *c, struct ext_snap **ret,
 static void regs_look(kvt_cuda_ctx *ctx)
 {
 	struct ext_snap *ext = NULL;
-	uint64_t instance = 0;
+	uint64_t instance = 0, gen = 0;
 	uint32_t n = 0;
 	int r;
 
 	pthread_mutex_unlock(&ctx->lock);
-	r = snapshot_extents(ctx->c, &ext, &n, &instance);
+	r = snapshot_extents(ctx->c, &ext, &n, &instance, &gen);
 	pthread_mutex_lock(&ctx->lock);
+	if (r == 0)
+		ctx->seen_gen = gen;
 	if (r == 0)
 		r = regs_sync(&ctx->regs, cuda_pins(), ext, n, instance);
 	if (r < 0)
@@ -163,14 +169,27 @@ static void regs_work(kvt_cuda_ctx *ctx, uint64_t *ret_next_ns)
 	}
 }
 
+/* Whether the client's extents changed since the last look. */
+static bool extents_moved(kvt_cuda_ctx *ctx)
+{
+	uint64_t gen;
+
+	pthread_mutex_lock(&ctx->c->lock);
+	gen = ctx->c->extents_gen;
+	pthread_mutex_unlock(&ctx->c->lock);
+	return gen != ctx->seen_gen;
+}
+
+/* Sleeps until at_ns, a kick, or the next look at the extents: new ones
+ * are pinned soon after they are mapped, not only once a submission
+ * finds a block in them. */
 static void wait_until(kvt_cuda_ctx *ctx, uint64_t at_ns)
 {
+	uint64_t poll = now_ns() + REG_POLL_NS;
 	struct timespec ts;
 
-	if (at_ns == UINT64_MAX) {
-		pthread_cond_wait(&ctx->wake, &ctx->lock);
-		return;
-	}
+	if (at_ns > poll)
+		at_ns = poll;
 	ts.tv_sec = (time_t)(at_ns / 1000000000u);
 	ts.tv_nsec = (long)(at_ns % 1000000000u);
 	pthread_cond_timedwait(&ctx->wake, &ctx->lock, &ts);
@@ -190,6 +209,7 @@ static void *regs_thread(void *arg)
 	pthread_mutex_lock(&ctx->lock);
 	while (!ctx->quit) {
 		uint64_t next = UINT64_MAX, want = ctx->sync_req;
+		bool moved;
 
 		if (want != ctx->sync_done)
 			regs_look(ctx);
@@ -198,8 +218,18 @@ static void *regs_thread(void *arg)
 			ctx->sync_done = want;
 			pthread_cond_broadcast(&ctx->synced);
 		}
-		if (!ctx->quit && ctx->sync_req == ctx->sync_done)
+		if (!ctx->quit && ctx->sync_req == ctx->sync_done) {
 			wait_until(ctx, next);
+			if (ctx->quit)
+				break;
+			/* Without the context's lock: the client's is never
+			 * taken inside it. */
+			pthread_mutex_unlock(&ctx->lock);
+			moved = extents_moved(ctx);
+			pthread_mutex_lock(&ctx->lock);
+			if (moved && ctx->sync_req == ctx->sync_done)
+				ctx->sync_req++;
+		}
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return NULL;

@@ -211,13 +211,15 @@ static int job_get_events(kvt_cuda_job *job)
 	return cuda_ev_get(job->ctx, &job->done);
 }
 
-/* The daemon instance the slots just handed out belong to. */
-static uint64_t client_instance(kvt_client *c)
+/* The daemon instance the slots just handed out belong to, and the
+ * generation of the client's extents. */
+static uint64_t client_instance(kvt_client *c, uint64_t *ret_gen)
 {
 	uint64_t v;
 
 	pthread_mutex_lock(&c->lock);
 	v = c->instance;
+	*ret_gen = c->extents_gen;
 	pthread_mutex_unlock(&c->lock);
 	return v;
 }
@@ -232,10 +234,13 @@ static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	kvt_slot_ref *refs = s->refs;
-	uint64_t instance = client_instance(ctx->c);
+	uint64_t gen, instance = client_instance(ctx->c, &gen);
 	size_t n_bad = 0;
 
 	pthread_mutex_lock(&ctx->lock);
+	/* Extents the thread has not seen: it looks now. */
+	if (gen != ctx->seen_gen)
+		cuda_regs_kick_locked(ctx);
 	for (size_t i = 0; i < n; i++) {
 		struct reg *rg;
 		size_t q = job->n_q;
