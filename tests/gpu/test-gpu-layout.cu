@@ -28,9 +28,9 @@
  * both grids and checks every vector is moved exactly once.
  *
  * KVT_GPU_SWEEP=reduced runs a subset, without the 70,000 blocks (for
- * compute-sanitizer).  Without a
- * device the test reports phase 1 and exits 77 (1 when the driver is too
- * old or CUDA fails otherwise: tests/gpu/gpu-probe.h).
+ * compute-sanitizer).  Without a device the test reports phase 1 and
+ * exits 77 (1 when the driver is too old or CUDA fails otherwise:
+ * tests/gpu/gpu-probe.h).
  */
 #include <errno.h>
 #include <inttypes.h>
