@@ -128,8 +128,9 @@ typedef struct kvt_cuda_stats {
 	uint64_t bytes_pinned;
 	uint64_t bytes_pending;
 	uint64_t bytes_failed;
-	uint64_t pin_calls;      /* pins made (or shared with another context) */
-	uint64_t pin_failures;
+	uint64_t pin_calls;      /* pin attempts, a pin shared with another
+				  * context of the process included */
+	uint64_t pin_failures;   /* attempts the driver refused */
 	uint64_t pin_ns;         /* time spent pinning, in all */
 	uint64_t pin_max_ns;     /* the longest single pin */
 	uint64_t copies_kernel;  /* copies queued through the kernel */
