@@ -33,6 +33,9 @@
 /* How often the registration thread looks whether the client mapped
  * new extents, when nothing else wakes it. */
 #define REG_POLL_NS (UINT64_C(100) * 1000 * 1000)
+/* How long a submission with KVT_CUDA_SUBMIT_WAIT_PINNED waits for the
+ * registration thread at most. */
+#define SUBMIT_WAIT_MS 30000
 /* Smallest job array buffer; they are kept and reused. */
 #define META_MIN (64u * 1024)
 

@@ -68,7 +68,8 @@ static void submit_done(struct submit *s)
 static int opts_check(const kvt_cuda_submit_opts *o)
 {
 	if (o->size < offsetof(kvt_cuda_submit_opts, event) ||
-	    (o->size >= offsetof(kvt_cuda_submit_opts, layouts) && o->reserved))
+	    (o->size >= offsetof(kvt_cuda_submit_opts, layouts) &&
+	     (o->flags & ~KVT_CUDA_SUBMIT_WAIT_PINNED)))
 		return -EINVAL;
 	switch (o->after) {
 	case KVT_CUDA_AFTER_STREAM:
@@ -230,7 +231,25 @@ static uint64_t client_instance(kvt_client *c, uint64_t *ret_gen)
  * not pinned yet, which wakes the registration thread; -EFAULT).  One
  * binary search per block, under the context's lock.
  */
-static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n)
+/* Whether a block handed out is in memory not pinned yet (with
+ * ctx->lock held). */
+static bool refs_unpinned(const kvt_cuda_ctx *ctx, const kvt_slot_ref *refs,
+			  size_t n, uint64_t instance)
+{
+	for (size_t i = 0; i < n; i++) {
+		int err;
+
+		if (refs[i].status == 0 &&
+		    !regs_lookup(&ctx->regs, refs[i].ptr, refs[i].bytes,
+				 refs[i].extent_id, instance, &err) &&
+		    err == -EAGAIN)
+			return true;
+	}
+	return false;
+}
+
+static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n,
+			  bool wait_pinned)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	kvt_slot_ref *refs = s->refs;
@@ -241,6 +260,13 @@ static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n)
 	/* Extents the thread has not seen: it looks now. */
 	if (gen != ctx->seen_gen)
 		cuda_regs_kick_locked(ctx);
+	/* The pool grew under these blocks: the thread pins the new memory
+	 * while this submission waits, when the caller would rather wait. */
+	if (wait_pinned && refs_unpinned(ctx, refs, n, instance)) {
+		pthread_mutex_unlock(&ctx->lock);
+		(void)cuda_regs_wait(ctx, SUBMIT_WAIT_MS);
+		pthread_mutex_lock(&ctx->lock);
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct reg *rg;
 		size_t q = job->n_q;
@@ -395,7 +421,9 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 			goto out;
 	}
 	held = true;
-	job_translate(job, &s, n);
+	job_translate(job, &s, n,
+		      opts->size >= offsetof(kvt_cuda_submit_opts, layouts) &&
+			      (opts->flags & KVT_CUDA_SUBMIT_WAIT_PINNED));
 	r = job_after(job, opts, st);
 	if (r < 0)
 		goto out;
@@ -419,7 +447,8 @@ static kvt_cuda_submit_opts after_stream(void *stream)
 {
 	return (kvt_cuda_submit_opts){.size = sizeof(kvt_cuda_submit_opts),
 				      .after = KVT_CUDA_AFTER_STREAM,
-				      .stream = stream};
+				      .stream = stream,
+				      .flags = KVT_CUDA_SUBMIT_WAIT_PINNED};
 }
 
 KVT_EXPORT int kvt_cuda_load_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,

@@ -159,7 +159,9 @@ KVT_EXPORT void kvt_cuda_ctx_free(kvt_cuda_ctx *ctx);
  * of that layer of every leased block on the load stream, followed by an
  * event for the layer.  Returns without waiting for the GPU.  Blocks on
  * NVMe are not waited for: they are reported -EAGAIN (submit them again
- * later) and nothing is copied for them.
+ * later) and nothing is copied for them.  Blocks in memory the pool has
+ * just grown into are waited for until the registration thread has pinned
+ * it (KVT_CUDA_SUBMIT_WAIT_PINNED).
  *
  * \param layout          engine cache; layer_base are device pointers;
  *                        kvt_layout_block_bytes(layout, block_tokens)
@@ -193,6 +195,13 @@ KVT_EXPORT int kvt_cuda_load_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
 #define KVT_CUDA_AFTER_NONE 2   /* at once: the caller vouches that nothing
 				 * on the GPU uses the pages */
 
+/** kvt_cuda_submit_opts.flags: a block in memory the pool has just grown
+ * into, which the registration thread has not pinned yet, makes the
+ * submission wait (at most 30 s) for it to be pinned, instead of being
+ * refused with -EAGAIN at once.  What kvt_cuda_load_submit and
+ * kvt_cuda_store_submit do. */
+#define KVT_CUDA_SUBMIT_WAIT_PINNED 0x1u
+
 /**
  * Options of kvt_cuda_load_submit_opts / kvt_cuda_store_submit_opts.
  * Zero-initialise it and set size to sizeof(kvt_cuda_submit_opts).
@@ -210,7 +219,7 @@ typedef struct kvt_cuda_submit_opts {
 	 * (kvt_cuda_wait_layer) are counted across the groups.  0: the
 	 * submission's layout covers the whole block. */
 	uint32_t n_groups;                    /* 0..16 */
-	uint32_t reserved;                    /* 0 */
+	uint32_t flags;                       /* KVT_CUDA_SUBMIT_* */
 	const kvt_layout *const *layouts;     /* [n_groups] */
 	/* [n_groups] each group's indices, for engines with a block table
 	 * per group; NULL: the submission's indices for every group */
