@@ -104,6 +104,9 @@ struct kvt_client {
 	/* Daemon instances seen: a reconnect to a restarted daemon counts
 	 * one more, a reconnect to the same daemon does not (pool.c). */
 	uint64_t instance;
+	/* Bumped whenever the extents below change, so that the CUDA path's
+	 * registration thread knows to look at them again (pool.c). */
+	uint64_t extents_gen;
 
 	struct kvt_buf out; /* the request being sent */
 

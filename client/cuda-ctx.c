@@ -1,34 +1,73 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A CUDA context of libkvtier-client (kvtier-cuda.h): its device, its load
- * and store streams, and the registration of the pool at its start.
+ * and store streams, its copy policy, the registration thread, and what it
+ * reports.
  */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
 #include "cuda-internal.h"
 
-KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device,
-				kvt_cuda_ctx **ret)
+static int opts_check(const kvt_cuda_opts *o)
 {
-	kvt_cuda_ctx *ctx;
-	int n_dev = 0, prev = 0, least = 0, greatest = 0, pageable = 0, r;
+	if (!o)
+		return 0;
+	if (o->size < sizeof(uint32_t) * 4 ||
+	    (o->flags & ~KVT_CUDA_PIN_BACKGROUND) ||
+	    o->copy_path > KVT_CUDA_PATH_ENGINE || o->max_ctas > 65535)
+		return -EINVAL;
+	return 0;
+}
+
+static int streams_new(kvt_cuda_ctx *ctx)
+{
+	int least = 0, greatest = 0;
 	cudaError_t e;
 
-	if (!c || !ret || device < 0)
-		return -EINVAL;
-	e = cudaGetDeviceCount(&n_dev);
+	/* Non-blocking: the engine's work on the legacy default stream must
+	 * not serialise with our copies.  Loads are on the critical path of
+	 * the next forward pass, stores are not; the CTA budget, not the
+	 * priority, is what leaves the SMs to compute. */
+	e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
-		client_log(c, KVT_LOG_DEBUG, "CUDA: no device: %s",
-			   cudaGetErrorString(e));
-		return -ENODEV;
+		least = greatest = 0;
 	}
-	if (device >= n_dev)
-		return -ENODEV;
+	e = cudaStreamCreateWithPriority(&ctx->load, cudaStreamNonBlocking,
+					 greatest);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithPriority(&ctx->store,
+						 cudaStreamNonBlocking, least);
+	return e == cudaSuccess ? 0 : cuda_fail(ctx, e, "cudaStreamCreate");
+}
+
+static void ctx_destroy(kvt_cuda_ctx *ctx)
+{
+	if (ctx->load)
+		cudaStreamDestroy(ctx->load);
+	if (ctx->store)
+		cudaStreamDestroy(ctx->store);
+	cuda_freelist_free(ctx);
+	(void)cudaGetLastError();
+}
+
+KVT_EXPORT int kvt_cuda_ctx_new_opts(kvt_client *c, int device,
+				     const kvt_cuda_opts *opts,
+				     kvt_cuda_ctx **ret)
+{
+	kvt_cuda_ctx *ctx;
+	int prev = 0, pageable = 0, r;
+
+	if (!c || !ret || device < 0 || opts_check(opts) < 0)
+		return -EINVAL;
+	r = cuda_dev_check(c, device);
+	if (r < 0)
+		return r;
 
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
@@ -37,6 +76,12 @@ KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device,
 	 * either order, neither touches freed memory. */
 	ctx->c = client_ref(c);
 	ctx->device = device;
+	kvt_copy_model_default(&ctx->model);
+	if (opts) {
+		ctx->copy_path = opts->copy_path;
+		if (opts->max_ctas)
+			ctx->model.max_ctas = opts->max_ctas;
+	}
 
 	r = cuda_dev_enter(ctx, &prev);
 	if (r < 0) {
@@ -50,40 +95,51 @@ KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device,
 		pageable = 0;
 	}
 	ctx->pageable = pageable != 0;
-
-	/* Non-blocking: the engine's work on the legacy default stream must
-	 * not serialise with our copies.  Loads are on the critical path of
-	 * the next forward pass, stores are not. */
-	e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-	if (e != cudaSuccess) {
-		(void)cudaGetLastError();
-		least = greatest = 0;
+	r = streams_new(ctx);
+	if (r == 0)
+		r = cuda_regs_start(ctx);
+	if (r < 0) {
+		ctx_destroy(ctx);
+		cuda_dev_leave(ctx, prev);
+		client_unref(ctx->c);
+		free(ctx);
+		return r;
 	}
-	e = cudaStreamCreateWithPriority(&ctx->load, cudaStreamNonBlocking,
-					 greatest);
-	if (e == cudaSuccess)
-		e = cudaStreamCreateWithPriority(&ctx->store,
-						 cudaStreamNonBlocking, least);
-	if (e != cudaSuccess) {
-		r = cuda_fail(ctx, e, "cudaStreamCreate");
-		goto fail;
-	}
-	r = cuda_regs_sync(ctx);
-	if (r < 0)
-		goto fail;
 	cuda_dev_leave(ctx, prev);
+	if (!opts || !(opts->flags & KVT_CUDA_PIN_BACKGROUND))
+		(void)cuda_regs_wait(ctx, -1);
 	*ret = ctx;
 	return 0;
+}
 
-fail:
-	if (ctx->load)
-		cudaStreamDestroy(ctx->load);
-	if (ctx->store)
-		cudaStreamDestroy(ctx->store);
-	cuda_dev_leave(ctx, prev);
-	client_unref(ctx->c);
-	free(ctx);
-	return r;
+KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device,
+				kvt_cuda_ctx **ret)
+{
+	return kvt_cuda_ctx_new_opts(c, device, NULL, ret);
+}
+
+KVT_EXPORT int kvt_cuda_ctx_wait_pinned(kvt_cuda_ctx *ctx, int timeout_ms)
+{
+	if (!ctx)
+		return -EINVAL;
+	return cuda_regs_wait(ctx, timeout_ms);
+}
+
+KVT_EXPORT int kvt_cuda_ctx_stats(kvt_cuda_ctx *ctx, kvt_cuda_stats *ret)
+{
+	kvt_cuda_stats s = {0};
+
+	if (!ctx || !ret || ret->size < sizeof(uint32_t))
+		return -EINVAL;
+	pthread_mutex_lock(&ctx->lock);
+	cuda_regs_stats(ctx, &s);
+	s.copies_kernel = ctx->copies_kernel;
+	s.copies_engine = ctx->copies_engine;
+	s.blocks_unpinned = ctx->blocks_unpinned;
+	pthread_mutex_unlock(&ctx->lock);
+	s.size = ret->size < sizeof(s) ? ret->size : (uint32_t)sizeof(s);
+	memcpy(ret, &s, s.size);
+	return 0;
 }
 
 KVT_EXPORT void kvt_cuda_ctx_free(kvt_cuda_ctx *ctx)
@@ -96,11 +152,8 @@ KVT_EXPORT void kvt_cuda_ctx_free(kvt_cuda_ctx *ctx)
 	entered = cuda_dev_enter(ctx, &prev) == 0;
 	cudaStreamSynchronize(ctx->load);
 	cudaStreamSynchronize(ctx->store);
-	cuda_regs_free(ctx);
-	cuda_freelist_free(ctx);
-	cudaStreamDestroy(ctx->load);
-	cudaStreamDestroy(ctx->store);
-	(void)cudaGetLastError();
+	cuda_regs_stop(ctx);
+	ctx_destroy(ctx);
 	if (entered)
 		cuda_dev_leave(ctx, prev);
 	client_unref(ctx->c);

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Events and job array buffers of a CUDA context, kept on free lists:
- * creating an event or pinning a buffer costs more than a job's copies
- * of a few blocks, and every job needs them.
+ * Events, job array buffers and the copy engines' run list of a CUDA
+ * context, kept for reuse: creating an event or pinning a buffer costs
+ * more than a job's copies of a few blocks, every job needs them, and a
+ * load needs a run list per layer.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <cuda_runtime_api.h>
@@ -86,8 +88,42 @@ void cuda_meta_put(kvt_cuda_ctx *ctx, struct meta *m)
 	ctx->free_meta = m;
 }
 
+int cuda_runs_reserve(kvt_cuda_ctx *ctx, size_t n)
+{
+	size_t cap = ctx->run_cap ? ctx->run_cap : 256;
+	void **d;
+	const void **s;
+	size_t *z;
+
+	if (n <= ctx->run_cap)
+		return 0;
+	while (cap < n) {
+		if (cap > SIZE_MAX / 2 / sizeof(void *))
+			return -ENOMEM;
+		cap *= 2;
+	}
+	/* Each array keeps what it had if a later one fails. */
+	d = realloc(ctx->run_dst, cap * sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	ctx->run_dst = d;
+	s = realloc(ctx->run_src, cap * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	ctx->run_src = s;
+	z = realloc(ctx->run_size, cap * sizeof(*z));
+	if (!z)
+		return -ENOMEM;
+	ctx->run_size = z;
+	ctx->run_cap = cap;
+	return 0;
+}
+
 void cuda_freelist_free(kvt_cuda_ctx *ctx)
 {
+	free(ctx->run_dst);
+	free(ctx->run_src);
+	free(ctx->run_size);
 	while (ctx->free_meta) {
 		struct meta *m = ctx->free_meta;
 

@@ -16,6 +16,20 @@
 
 #include "cuda-internal.h"
 
+void cuda_job_unuse_regs(kvt_cuda_job *job)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+
+	if (!job->n_regs)
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < job->n_regs; i++)
+		job->regs[i]->users--;
+	job->n_regs = 0;
+	regs_collect(&ctx->regs, cuda_pins());
+	pthread_mutex_unlock(&ctx->lock);
+}
+
 void cuda_job_free_arrays(kvt_cuda_job *job)
 {
 	free(job->status);
@@ -82,36 +96,42 @@ static void job_finish(kvt_cuda_job *job, int copy_err)
 	if (copy_err && job->result == 0)
 		job->result = copy_err;
 
-	for (size_t i = 0; i < job->n_regs; i++)
-		job->regs[i]->users--;
-	cuda_regs_collect(ctx);
+	cuda_job_unuse_regs(job);
 	cuda_meta_put(ctx, job->meta);
 	job->meta = NULL;
 	job->finished = true;
 }
 
+/* stream waits for ev, on the context's device (where a NULL stream is
+ * that device's legacy stream). */
+static int stream_wait(kvt_cuda_job *job, void *stream, cudaEvent_t ev)
+{
+	kvt_cuda_ctx *ctx = job->ctx;
+	cudaError_t e;
+	int prev = 0, r;
+
+	r = cuda_dev_enter(ctx, &prev);
+	if (r < 0)
+		return r;
+	e = cudaStreamWaitEvent((cudaStream_t)stream, ev, 0);
+	r = e == cudaSuccess ? 0 : cuda_fail(ctx, e, "cudaStreamWaitEvent");
+	cuda_dev_leave(ctx, prev);
+	return r;
+}
+
 KVT_EXPORT int kvt_cuda_wait_layer(kvt_cuda_job *job, uint32_t layer,
 				   void *compute_stream)
 {
-	cudaError_t e;
-
 	if (!job || job->kind != JOB_LOAD || layer >= job->n_layers)
 		return -EINVAL;
-	e = cudaStreamWaitEvent((cudaStream_t)compute_stream,
-				job->layer_ev[layer], 0);
-	return e == cudaSuccess ? 0
-				: cuda_fail(job->ctx, e, "cudaStreamWaitEvent");
+	return stream_wait(job, compute_stream, job->layer_ev[layer]);
 }
 
 KVT_EXPORT int kvt_cuda_job_wait_stream(kvt_cuda_job *job, void *stream)
 {
-	cudaError_t e;
-
 	if (!job)
 		return -EINVAL;
-	e = cudaStreamWaitEvent((cudaStream_t)stream, job->done, 0);
-	return e == cudaSuccess ? 0
-				: cuda_fail(job->ctx, e, "cudaStreamWaitEvent");
+	return stream_wait(job, stream, job->done);
 }
 
 static int job_report(const kvt_cuda_job *job, int32_t *ret_status)
@@ -123,35 +143,42 @@ static int job_report(const kvt_cuda_job *job, int32_t *ret_status)
 	return job->result < 0 ? job->result : 1;
 }
 
-KVT_EXPORT int kvt_cuda_job_poll(kvt_cuda_job *job, int32_t *ret_status)
+/* Sees whether (block) or when the job's copies completed, and finishes
+ * it then; on the context's device, since finishing may unregister
+ * memory. */
+static void job_check(kvt_cuda_job *job, bool block)
 {
+	kvt_cuda_ctx *ctx = job->ctx;
 	cudaError_t e;
+	int prev = 0;
+	bool entered;
 
-	if (!job)
-		return -EINVAL;
-	if (!job->finished) {
-		e = cudaEventQuery(job->done);
-		if (e == cudaErrorNotReady)
-			return job_report(job, ret_status);
+	entered = cuda_dev_enter(ctx, &prev) == 0;
+	e = block ? cudaEventSynchronize(job->done) : cudaEventQuery(job->done);
+	if (e != cudaErrorNotReady) {
 		if (e != cudaSuccess)
-			cuda_fail(job->ctx, e, "a copy");
+			cuda_fail(ctx, e, "a copy");
 		job_finish(job, e == cudaSuccess ? 0 : -EIO);
 	}
+	if (entered)
+		cuda_dev_leave(ctx, prev);
+}
+
+KVT_EXPORT int kvt_cuda_job_poll(kvt_cuda_job *job, int32_t *ret_status)
+{
+	if (!job)
+		return -EINVAL;
+	if (!job->finished)
+		job_check(job, false);
 	return job_report(job, ret_status);
 }
 
 KVT_EXPORT int kvt_cuda_job_wait(kvt_cuda_job *job, int32_t *ret_status)
 {
-	cudaError_t e;
-
 	if (!job)
 		return -EINVAL;
-	if (!job->finished) {
-		e = cudaEventSynchronize(job->done);
-		if (e != cudaSuccess)
-			cuda_fail(job->ctx, e, "a copy");
-		job_finish(job, e == cudaSuccess ? 0 : -EIO);
-	}
+	if (!job->finished)
+		job_check(job, true);
 	return job_report(job, ret_status);
 }
 

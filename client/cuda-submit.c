@@ -2,9 +2,10 @@
 /*
  * Submission of CUDA load and store jobs (kvtier-cuda.h), on the caller's
  * thread: it leases (load) or reserves (store) the keys, translates each
- * slot to a device address, uploads the job's small arrays (layer bases,
- * indices, block addresses) in one copy and queues the data copies on the
- * context's load or store stream.  cuda-jobs.c sees them complete.
+ * slot to a device address (a binary search in the context's
+ * registrations; nothing is registered here), and has cuda-copy.c queue
+ * the data copies on the context's load or store stream.  cuda-jobs.c
+ * sees them complete.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -30,139 +31,28 @@ static void drop_handles(kvt_cuda_ctx *ctx, enum job_kind kind,
 		kvt_abort(ctx->c, handles, n, NULL);
 }
 
+/* Counts the job among g's users, once; with ctx->lock held.  Jobs use
+ * few registrations (a 1 GiB chunk holds many blocks), so the list stays
+ * short. */
 static void job_use_reg(kvt_cuda_job *job, struct reg *g)
 {
-	for (size_t i = 0; i < job->n_regs; i++)
+	for (size_t i = job->n_regs; i-- > 0;)
 		if (job->regs[i] == g)
 			return;
 	job->regs[job->n_regs++] = g;
-}
-
-/* The arrays a kernel launch reads, laid out in one buffer so that one
- * copy uploads them. */
-struct job_arrays {
-	void **layer_base; /* [n_layers] */
-	int64_t *indices;  /* [n_q * per] */
-	void **blocks;     /* [n_q] device addresses */
-};
-
-static void arrays_at(uint8_t *base, uint32_t n_layers, size_t n_idx,
-		      struct job_arrays *ret)
-{
-	ret->layer_base = (void **)base;
-	ret->indices = (int64_t *)(base + n_layers * sizeof(void *));
-	ret->blocks = (void **)(base + n_layers * sizeof(void *) +
-				n_idx * sizeof(int64_t));
-}
-
-/*
- * Uploads the arrays the kernels read, in one copy on st: *ret_dev gets
- * where they are on the device, *ret_align the alignment that the layer
- * bases and the block addresses have in common.
- */
-static int job_upload(kvt_cuda_job *job, const kvt_layout *layout,
-		      const int64_t *idx_host, size_t per,
-		      void *const *blk_dev, cudaStream_t st,
-		      struct job_arrays *ret_dev, uint32_t *ret_align)
-{
-	kvt_cuda_ctx *ctx = job->ctx;
-	uint32_t nl = layout->n_layers, align;
-	size_t n_idx = job->n_q * per, bytes;
-	struct job_arrays ha;
-	cudaError_t e;
-	int r;
-
-	bytes = nl * sizeof(void *) + n_idx * sizeof(int64_t) +
-		job->n_q * sizeof(void *);
-	r = cuda_meta_get(ctx, bytes, &job->meta);
-	if (r < 0)
-		return r;
-	arrays_at(job->meta->host, nl, n_idx, &ha);
-	arrays_at(job->meta->dev, nl, n_idx, ret_dev);
-	memcpy(ha.layer_base, layout->layer_base, nl * sizeof(void *));
-	memcpy(ha.indices, idx_host, n_idx * sizeof(int64_t));
-	memcpy(ha.blocks, blk_dev, job->n_q * sizeof(void *));
-	e = cudaMemcpyAsync(job->meta->dev, job->meta->host, bytes,
-			    cudaMemcpyHostToDevice, st);
-	if (e != cudaSuccess)
-		return cuda_fail(ctx, e, "cudaMemcpyAsync");
-	align = kvt_ptr_align((const void *const *)layout->layer_base, nl);
-	if (kvt_ptr_align((const void *const *)blk_dev, (int64_t)job->n_q) <
-	    align)
-		align = kvt_ptr_align((const void *const *)blk_dev,
-				      (int64_t)job->n_q);
-	*ret_align = align;
-	return 0;
-}
-
-/*
- * Queues the copies of a job on st.  blk_dev and blk_host are the queued
- * blocks' addresses as the kernel and as cudaMemcpyBatchAsync see them.
- */
-static int job_queue(kvt_cuda_job *job, const struct kvt_geom *g,
-		     const kvt_layout *layout, const int64_t *idx_host,
-		     size_t per, void *const *blk_dev, void *const *blk_host,
-		     cudaStream_t st)
-{
-	kvt_cuda_ctx *ctx = job->ctx;
-	uint32_t nl = layout->n_layers;
-	struct job_arrays da = {0};
-	uint32_t align = 1;
-	int path, r = 0;
-	cudaError_t e;
-
-	if (job->kind == JOB_LOAD)
-		path = kvt_cuda_path(g, 0, 1, layout->layer_base, st);
-	else
-		path = kvt_cuda_path(g, 0, nl, layout->layer_base, st);
-
-	if (path == KVT_PATH_KERNEL) {
-		r = job_upload(job, layout, idx_host, per, blk_dev, st, &da,
-			       &align);
-		if (r < 0)
-			return r;
-	}
-
-	if (job->kind == JOB_STORE) {
-		if (path == KVT_PATH_BATCH)
-			r = kvt_cuda_gather_batch(g, 0, nl, layout->layer_base,
-						  idx_host, blk_host,
-						  (int64_t)job->n_q, st);
-		else
-			r = kvt_cuda_gather(g, 0, nl, da.layer_base,
-					    da.indices, da.blocks,
-					    (int64_t)job->n_q, align, st);
-		return r;
-	}
-
-	for (uint32_t l = 0; l < nl; l++) {
-		if (path == KVT_PATH_BATCH)
-			r = kvt_cuda_scatter_batch(g, l, 1, layout->layer_base,
-						   idx_host, blk_host,
-						   (int64_t)job->n_q, st);
-		else
-			r = kvt_cuda_scatter(g, l, 1, da.layer_base,
-					     da.indices, da.blocks,
-					     (int64_t)job->n_q, align, st);
-		if (r < 0)
-			return r;
-		e = cudaEventRecord(job->layer_ev[l], st);
-		if (e != cudaSuccess)
-			return cuda_fail(ctx, e, "cudaEventRecord");
-	}
-	return 0;
+	g->users++;
 }
 
 /* What a submission needs only until its copies are queued; the arrays
  * are sized for n keys, of which the first n_q are queued. */
 struct submit {
-	struct kvt_geom g;
-	size_t per;          /* indices per block */
+	struct part parts[KVT_MAX_GROUPS];
+	uint32_t n_parts;
+	uint32_t n_layers;   /* of all parts */
 	kvt_slot_ref *refs;  /* [n] what kvt_acquire / kvt_reserve gave */
 	void **blk_dev;      /* [n_q] the queued blocks' device addresses */
 	void **blk_host;     /* [n_q] and their host addresses */
 	uint64_t *bad;       /* handles of blocks the GPU cannot address */
-	int64_t *idx;        /* [n_q * per] the queued blocks' indices */
 };
 
 static void submit_done(struct submit *s)
@@ -171,49 +61,119 @@ static void submit_done(struct submit *s)
 	free(s->blk_dev);
 	free(s->blk_host);
 	free(s->bad);
-	free(s->idx);
+	for (uint32_t k = 0; k < s->n_parts; k++)
+		free(s->parts[k].idx);
+}
+
+static int opts_check(const kvt_cuda_submit_opts *o)
+{
+	if (o->size < offsetof(kvt_cuda_submit_opts, event) ||
+	    (o->size >= offsetof(kvt_cuda_submit_opts, layouts) &&
+	     (o->flags & ~KVT_CUDA_SUBMIT_WAIT_PINNED)))
+		return -EINVAL;
+	switch (o->after) {
+	case KVT_CUDA_AFTER_STREAM:
+	case KVT_CUDA_AFTER_NONE:
+		return 0;
+	case KVT_CUDA_AFTER_EVENT:
+		return o->size >= sizeof(*o) && o->event ? 0 : -EINVAL;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* A part per layout: its geometry, its bounds, its place in the block;
+ * every index checked before a key is leased or reserved. */
+static int part_init(const kvt_cuda_ctx *ctx, const kvt_layout *layout,
+		     uint32_t block_tokens, const int64_t *indices, size_t n,
+		     struct part *p, uint64_t offset, uint32_t layer0)
+{
+	if (!layout || kvt_geom_from_layout(layout, block_tokens, &p->g) < 0 ||
+	    !layout->layer_base || (n && !indices))
+		return -EINVAL;
+	/* An index past the cache would be written on the GPU, out of
+	 * bounds: the bound is required here. */
+	if (!layout->n_pages) {
+		client_log(ctx->c, KVT_LOG_WARNING,
+			   "CUDA: layout.n_pages is 0; set it to the pages of "
+			   "the engine's cache so that every index is checked");
+		return -EINVAL;
+	}
+	for (int64_t l = 0; l < kvt_geom_n_bases(&p->g); l++)
+		if (!layout->layer_base[l])
+			return -EINVAL;
+	if (kvt_geom_check_indices(&p->g, indices, (int64_t)n) < 0)
+		return -EINVAL;
+	p->layout = layout;
+	p->indices = indices;
+	p->per = p->g.index_kind == KVT_INDEX_SLOT ? (size_t)p->g.block_tokens
+						   : 1;
+	p->offset = offset;
+	p->layer0 = layer0;
+	return 0;
 }
 
 /* Every argument is checked, and every index, before a key is leased or
- * reserved; fills s->g and s->per. */
+ * reserved; fills s->parts: one for layout, or one per layer group of
+ * opts, whose blocks follow each other in the namespace's block. */
 static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
 			const kvt_layout *layout, const uint8_t *keys,
 			size_t n, const int64_t *indices,
+			const kvt_cuda_submit_opts *opts,
 			kvt_cuda_job *const *ret_job, struct submit *s)
 {
-	if (!ctx || !ns || !layout || !ret_job || (n && (!keys || !indices)))
+	uint32_t bt, groups = 0;
+	uint64_t off = 0;
+	int r;
+
+	if (!ctx || !ns || !opts || !ret_job || (n && !keys) ||
+	    opts_check(opts) < 0)
 		return -EINVAL;
 	/* The count is returned as an int. */
 	if (ns->c != ctx->c || n > INT32_MAX)
 		return -EINVAL;
-	if (kvt_geom_from_layout(layout, ns->info.block_tokens, &s->g) < 0 ||
-	    kvt_layout_block_bytes(layout, ns->info.block_tokens) !=
-		    ns->info.shard_bytes ||
-	    !layout->layer_base)
+	if (opts->size >= offsetof(kvt_cuda_submit_opts, group_indices) +
+				  sizeof(opts->group_indices))
+		groups = opts->n_groups;
+	if (groups ? layout || !opts->layouts || groups > KVT_MAX_GROUPS
+		   : !layout)
 		return -EINVAL;
-	for (uint32_t l = 0; l < layout->n_layers; l++)
-		if (!layout->layer_base[l])
-			return -EINVAL;
-	if (kvt_geom_check_indices(&s->g, indices, (int64_t)n) < 0)
-		return -EINVAL;
-	s->per = s->g.index_kind == KVT_INDEX_SLOT ? (size_t)s->g.block_tokens
-						   : 1;
-	return 0;
+	bt = ns->info.block_tokens;
+	s->n_parts = groups ? groups : 1;
+	for (uint32_t k = 0; k < s->n_parts; k++) {
+		const kvt_layout *lk = groups ? opts->layouts[k] : layout;
+		const int64_t *ik = groups && opts->group_indices
+					    ? opts->group_indices[k]
+					    : indices;
+
+		r = lk && lk->n_layers <= UINT32_MAX - s->n_layers
+			    ? part_init(ctx, lk, bt, ik, n, &s->parts[k], off,
+					s->n_layers)
+			    : -EINVAL;
+		if (r < 0) {
+			s->n_parts = k;
+			return r;
+		}
+		off += (uint64_t)kvt_geom_block_bytes(&s->parts[k].g);
+		s->n_layers += lk->n_layers;
+	}
+	return off == ns->info.shard_bytes ? 0 : -EINVAL;
 }
 
 /* A job of n keys and its arrays, and the submission's; NULL when out of
  * memory (and nothing kept). */
 static kvt_cuda_job *job_new(kvt_cuda_ctx *ctx, enum job_kind kind,
-			     size_t n, uint32_t n_layers, struct submit *s)
+			     size_t n, struct submit *s)
 {
 	kvt_cuda_job *job = calloc(1, sizeof(*job));
+	bool idx_ok = true;
 
 	if (!job)
 		return NULL;
 	job->ctx = ctx;
 	job->kind = kind;
 	job->n = n;
-	job->n_layers = kind == JOB_LOAD ? n_layers : 0;
+	job->n_layers = kind == JOB_LOAD ? s->n_layers : 0;
 	job->status = calloc(n ? n : 1, sizeof(*job->status));
 	job->which = calloc(n ? n : 1, sizeof(*job->which));
 	job->handles = calloc(n ? n : 1, sizeof(*job->handles));
@@ -224,10 +184,15 @@ static kvt_cuda_job *job_new(kvt_cuda_ctx *ctx, enum job_kind kind,
 	s->blk_dev = calloc(n ? n : 1, sizeof(*s->blk_dev));
 	s->blk_host = calloc(n ? n : 1, sizeof(*s->blk_host));
 	s->bad = calloc(n ? n : 1, sizeof(*s->bad));
-	s->idx = calloc(n ? n * s->per : 1, sizeof(*s->idx));
+	for (uint32_t k = 0; k < s->n_parts; k++) {
+		struct part *p = &s->parts[k];
+
+		p->idx = calloc(n ? n * p->per : 1, sizeof(*p->idx));
+		idx_ok &= p->idx != NULL;
+	}
 	if (!job->status || !job->which || !job->handles || !job->regs ||
 	    !job->layer_ev || !s->refs || !s->blk_dev || !s->blk_host ||
-	    !s->bad || !s->idx) {
+	    !s->bad || !idx_ok) {
 		cuda_job_free_arrays(job);
 		return NULL;
 	}
@@ -247,54 +212,101 @@ static int job_get_events(kvt_cuda_job *job)
 	return cuda_ev_get(job->ctx, &job->done);
 }
 
+/* The daemon instance the slots just handed out belong to, and the
+ * generation of the client's extents. */
+static uint64_t client_instance(kvt_client *c, uint64_t *ret_gen)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&c->lock);
+	v = c->instance;
+	*ret_gen = c->extents_gen;
+	pthread_mutex_unlock(&c->lock);
+	return v;
+}
+
 /*
- * Takes the blocks the daemon handed out whose device address is known
- * into the job's queue; the others end at once, with their status.
+ * Takes the blocks the daemon handed out whose memory is registered into
+ * the job's queue; the others end at once, with their status (-EAGAIN:
+ * not pinned yet, which wakes the registration thread; -EFAULT).  One
+ * binary search per block, under the context's lock.
  */
+/* Whether a block handed out is in memory not pinned yet (with
+ * ctx->lock held). */
+static bool refs_unpinned(const kvt_cuda_ctx *ctx, const kvt_slot_ref *refs,
+			  size_t n, uint64_t instance)
+{
+	for (size_t i = 0; i < n; i++) {
+		int err;
+
+		if (refs[i].status == 0 &&
+		    !regs_lookup(&ctx->regs, refs[i].ptr, refs[i].bytes,
+				 refs[i].extent_id, instance, &err) &&
+		    err == -EAGAIN)
+			return true;
+	}
+	return false;
+}
+
 static void job_translate(kvt_cuda_job *job, struct submit *s, size_t n,
-			  const int64_t *indices)
+			  bool wait_pinned)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	kvt_slot_ref *refs = s->refs;
-	size_t per = s->per, n_bad = 0;
+	uint64_t gen, instance = client_instance(ctx->c, &gen);
+	size_t n_bad = 0;
 
+	pthread_mutex_lock(&ctx->lock);
+	/* Extents the thread has not seen: it looks now. */
+	if (gen != ctx->seen_gen)
+		cuda_regs_kick_locked(ctx);
+	/* The pool grew under these blocks: the thread pins the new memory
+	 * while this submission waits, when the caller would rather wait. */
+	if (wait_pinned && refs_unpinned(ctx, refs, n, instance)) {
+		pthread_mutex_unlock(&ctx->lock);
+		(void)cuda_regs_wait(ctx, SUBMIT_WAIT_MS);
+		pthread_mutex_lock(&ctx->lock);
+	}
 	for (size_t i = 0; i < n; i++) {
-		struct reg *rg = NULL;
-		uint8_t *d;
+		struct reg *rg;
 		size_t q = job->n_q;
+		int err;
 
 		job->status[i] = refs[i].status;
 		if (refs[i].status != 0)
 			continue;
-		d = cuda_regs_dev_addr(ctx, refs[i].ptr, refs[i].bytes, &rg);
-		if (!d) {
-			/* Pool memory mapped anew over a range an unfinished
-			 * job still has pinned is usable once that job is
-			 * freed. */
-			job->status[i] =
-				cuda_regs_stale_overlap(ctx, refs[i].ptr,
-							refs[i].bytes)
-					? -EAGAIN
-					: -EFAULT;
+		rg = regs_lookup(&ctx->regs, refs[i].ptr, refs[i].bytes,
+				 refs[i].extent_id, instance, &err);
+		if (!rg) {
+			job->status[i] = err;
 			s->bad[n_bad++] = refs[i].handle;
+			ctx->blocks_unpinned++;
+			cuda_regs_kick_locked(ctx);
 			continue;
 		}
 		job->which[q] = i;
 		job->handles[q] = refs[i].handle;
-		s->blk_dev[q] = d;
+		s->blk_dev[q] = rg->dev + ((uint8_t *)refs[i].ptr - rg->r.host);
 		s->blk_host[q] = refs[i].ptr;
-		memcpy(s->idx + q * per, indices + i * per,
-		       per * sizeof(*s->idx));
+		for (uint32_t k = 0; k < s->n_parts; k++) {
+			struct part *p = &s->parts[k];
+
+			memcpy(p->idx + q * p->per, p->indices + i * p->per,
+			       p->per * sizeof(*p->idx));
+		}
 		job_use_reg(job, rg);
+		job->unpinned |= rg->pin == NULL;
 		job->status[i] = KVT_CUDA_IN_FLIGHT;
 		job->n_q++;
 	}
+	pthread_mutex_unlock(&ctx->lock);
 	drop_handles(ctx, job->kind, s->bad, n_bad);
 }
 
-/* Loads overwrite pages the compute stream may still read; stores read
- * pages it is still writing: st waits for what is queued on it now. */
-static int job_after(kvt_cuda_job *job, void *compute_stream,
+/* Loads overwrite pages the engine may still read, stores read pages it
+ * may still write: st waits for what opts says (by default, the work
+ * queued on the compute stream now). */
+static int job_after(kvt_cuda_job *job, const kvt_cuda_submit_opts *opts,
 		     cudaStream_t st)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
@@ -302,10 +314,18 @@ static int job_after(kvt_cuda_job *job, void *compute_stream,
 	cudaError_t e;
 	int r;
 
+	if (opts->after == KVT_CUDA_AFTER_NONE)
+		return 0;
+	if (opts->after == KVT_CUDA_AFTER_EVENT) {
+		e = cudaStreamWaitEvent(st, (cudaEvent_t)opts->event, 0);
+		return e == cudaSuccess
+			       ? 0
+			       : cuda_fail(ctx, e, "waiting for the event");
+	}
 	r = cuda_ev_get(ctx, &after);
 	if (r < 0)
 		return r;
-	e = cudaEventRecord(after, (cudaStream_t)compute_stream);
+	e = cudaEventRecord(after, (cudaStream_t)opts->stream);
 	if (e == cudaSuccess)
 		e = cudaStreamWaitEvent(st, after, 0);
 	/* The wait took the event's state when it was queued, so the event
@@ -318,15 +338,15 @@ static int job_after(kvt_cuda_job *job, void *compute_stream,
 
 /* Queues the job's copies on st, and its events after them. */
 static int job_enqueue(kvt_cuda_job *job, const struct submit *s,
-		       const kvt_layout *layout, cudaStream_t st)
+		       cudaStream_t st)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	cudaError_t e;
 	int r;
 
 	if (job->n_q) {
-		r = job_queue(job, &s->g, layout, s->idx, s->per, s->blk_dev,
-			      s->blk_host, st);
+		r = cuda_job_queue(job, s->parts, s->n_parts, s->blk_dev,
+				   s->blk_host, st);
 		if (r < 0)
 			return r;
 	} else {
@@ -358,6 +378,7 @@ static void job_unwind(kvt_cuda_job *job, cudaStream_t st, bool held,
 		(void)cudaGetLastError();
 		drop_handles(ctx, job->kind, job->handles, job->n_q);
 	}
+	cuda_job_unuse_regs(job);
 	if (entered) {
 		for (uint32_t l = 0; l < job->n_layers; l++)
 			cuda_ev_put(ctx, job->layer_ev[l]);
@@ -370,7 +391,7 @@ static void job_unwind(kvt_cuda_job *job, cudaStream_t st, bool held,
 static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 		      uint32_t shard, const kvt_layout *layout,
 		      const uint8_t *keys, size_t n, const int64_t *indices,
-		      void *compute_stream, kvt_cuda_job **ret_job)
+		      const kvt_cuda_submit_opts *opts, kvt_cuda_job **ret_job)
 {
 	_cleanup_(submit_done) struct submit s = {0};
 	kvt_cuda_job *job;
@@ -378,11 +399,11 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 	int prev = 0, r;
 	bool entered = false, held = false;
 
-	r = submit_check(ctx, ns, layout, keys, n, indices, ret_job, &s);
+	r = submit_check(ctx, ns, layout, keys, n, indices, opts, ret_job, &s);
 	if (r < 0)
 		return r;
 	st = kind == JOB_LOAD ? ctx->load : ctx->store;
-	job = job_new(ctx, kind, n, layout->n_layers, &s);
+	job = job_new(ctx, kind, n, &s);
 	if (!job)
 		return -ENOMEM;
 
@@ -400,19 +421,16 @@ static int job_submit(kvt_cuda_ctx *ctx, enum job_kind kind, kvt_ns *ns,
 			goto out;
 	}
 	held = true;
-	/* Extents may have been added (or remapped by a reconnect) since
-	 * the last submission; the slots just handed out may be in them. */
-	cuda_regs_sync(ctx);
-	job_translate(job, &s, n, indices);
-	r = job_after(job, compute_stream, st);
+	job_translate(job, &s, n,
+		      opts->size >= offsetof(kvt_cuda_submit_opts, layouts) &&
+			      (opts->flags & KVT_CUDA_SUBMIT_WAIT_PINNED));
+	r = job_after(job, opts, st);
 	if (r < 0)
 		goto out;
-	r = job_enqueue(job, &s, layout, st);
+	r = job_enqueue(job, &s, st);
 	if (r < 0)
 		goto out;
 
-	for (size_t i = 0; i < job->n_regs; i++)
-		job->regs[i]->users++;
 	r = (int)job->n_q;
 	*ret_job = job;
 	job = NULL;
@@ -424,6 +442,15 @@ out:
 	return r;
 }
 
+/* What the submissions without options wait for. */
+static kvt_cuda_submit_opts after_stream(void *stream)
+{
+	return (kvt_cuda_submit_opts){.size = sizeof(kvt_cuda_submit_opts),
+				      .after = KVT_CUDA_AFTER_STREAM,
+				      .stream = stream,
+				      .flags = KVT_CUDA_SUBMIT_WAIT_PINNED};
+}
+
 KVT_EXPORT int kvt_cuda_load_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
 				    uint32_t shard, const kvt_layout *layout,
 				    const uint8_t *keys, size_t n,
@@ -431,8 +458,10 @@ KVT_EXPORT int kvt_cuda_load_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
 				    void *compute_stream,
 				    kvt_cuda_job **ret_job)
 {
+	kvt_cuda_submit_opts o = after_stream(compute_stream);
+
 	return job_submit(ctx, JOB_LOAD, ns, shard, layout, keys, n, indices,
-			  compute_stream, ret_job);
+			  &o, ret_job);
 }
 
 KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
@@ -442,6 +471,32 @@ KVT_EXPORT int kvt_cuda_store_submit(kvt_cuda_ctx *ctx, kvt_ns *ns,
 				     void *compute_stream,
 				     kvt_cuda_job **ret_job)
 {
+	kvt_cuda_submit_opts o = after_stream(compute_stream);
+
 	return job_submit(ctx, JOB_STORE, ns, shard, layout, keys, n, indices,
-			  compute_stream, ret_job);
+			  &o, ret_job);
+}
+
+KVT_EXPORT int kvt_cuda_load_submit_opts(kvt_cuda_ctx *ctx, kvt_ns *ns,
+					 uint32_t shard,
+					 const kvt_layout *layout,
+					 const uint8_t *keys, size_t n,
+					 const int64_t *indices,
+					 const kvt_cuda_submit_opts *opts,
+					 kvt_cuda_job **ret_job)
+{
+	return job_submit(ctx, JOB_LOAD, ns, shard, layout, keys, n, indices,
+			  opts, ret_job);
+}
+
+KVT_EXPORT int kvt_cuda_store_submit_opts(kvt_cuda_ctx *ctx, kvt_ns *ns,
+					  uint32_t shard,
+					  const kvt_layout *layout,
+					  const uint8_t *keys, size_t n,
+					  const int64_t *indices,
+					  const kvt_cuda_submit_opts *opts,
+					  kvt_cuda_job **ret_job)
+{
+	return job_submit(ctx, JOB_STORE, ns, shard, layout, keys, n, indices,
+			  opts, ret_job);
 }

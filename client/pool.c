@@ -241,6 +241,7 @@ int pool_map_extent(kvt_client *c, const struct kvt_extent_note *n, int fd)
 			return r;
 		c->prev[i] = c->prev[--c->n_prev];
 		e->carried = true;
+		c->extents_gen++;
 		return 0;
 	}
 
@@ -272,6 +273,7 @@ int pool_map_extent(kvt_client *c, const struct kvt_extent_note *n, int fd)
 		extent_unmap(e);
 		return r;
 	}
+	c->extents_gen++;
 	/* First touch of a mapping is paid per mapping, not per page: pay it
 	 * here, once, rather than in the first copy.  A read per page maps
 	 * the page without changing its bytes. */
@@ -309,6 +311,7 @@ void pool_reconnect_begin(kvt_client *c)
 	c->n_prev = c->n_extents;
 	c->extents = NULL;
 	c->n_extents = 0;
+	c->extents_gen++;
 }
 
 void pool_reconnect_fail(kvt_client *c)
@@ -328,6 +331,7 @@ void pool_reconnect_fail(kvt_client *c)
 	c->n_extents = c->n_prev;
 	c->prev = NULL;
 	c->n_prev = 0;
+	c->extents_gen++;
 }
 
 bool pool_reconnect_end(kvt_client *c)
@@ -374,6 +378,7 @@ bool pool_reconnect_end(kvt_client *c)
 	free(c->prev);
 	c->prev = NULL;
 	c->n_prev = 0;
+	c->extents_gen++;
 	return same;
 }
 

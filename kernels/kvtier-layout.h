@@ -34,13 +34,25 @@ extern "C" {
 /**
  * Where an engine keeps one rank's KV cache.  One descriptor covers vLLM
  * FlashAttention (NHD and HND), FlashInfer, MLA, cross-layer and dense
- * [B, H, S, D] caches through per-layer base pointers and byte strides.
+ * [B, H, S, D] caches through per-layer base pointers and byte strides,
+ * and separate K and V allocations per layer (SGLang's k_buffer and
+ * v_buffer) through per-plane base pointers.
  *
  * Element (layer l, plane p, page g, token t, head h) starts at
  *   layer_base[l] + p*stride_plane + g*stride_page + t*stride_token
  *                 + h*stride_head
+ * or, with KVT_LAYOUT_PLANE_BASES in flags, at
+ *   layer_base[l*planes + p] + g*stride_page + t*stride_token
+ *                            + h*stride_head
  * and is head_bytes long.  With KVT_INDEX_SLOT, a block's indices are token
  * slots s (page = s / page_tokens, token = s % page_tokens; -1 = padding).
+ *
+ * n_pages bounds the indices: a page (or a slot's page) at or past it is
+ * refused with -EINVAL before anything is copied.  0 means unknown: the
+ * CPU path then only refuses pages whose offset leaves int64 (the fields
+ * were appended; zero-initialise the struct), and the CUDA path
+ * (kvtier-cuda.h) refuses the layout, since a wild index there would
+ * write outside the engine's cache and end its CUDA context.
  *
  * kvtier's block layout is [layer][plane][token][head][head_bytes],
  * contiguous.
@@ -52,12 +64,20 @@ typedef struct kvt_layout {
 	uint32_t head_bytes;  /* bytes of one head of one token */
 	uint32_t page_tokens; /* tokens per engine page */
 	uint32_t index_kind;  /* KVT_INDEX_PAGE or KVT_INDEX_SLOT */
-	void *const *layer_base; /* [n_layers] */
+	void *const *layer_base; /* [n_layers], or [n_layers * planes] with
+				  * KVT_LAYOUT_PLANE_BASES */
 	int64_t stride_plane; /* bytes */
 	int64_t stride_page;  /* bytes */
 	int64_t stride_token; /* bytes */
 	int64_t stride_head;  /* bytes */
+	uint64_t n_pages;     /* pages of the cache (B for dense); 0 unknown */
+	uint32_t flags;       /* KVT_LAYOUT_* */
+	uint32_t reserved;    /* 0 */
 } kvt_layout;
+
+/** flags: layer_base is [n_layers * planes], one base per (layer, plane);
+ * stride_plane is not used. */
+#define KVT_LAYOUT_PLANE_BASES 0x1u
 
 /** \return bytes of one kvtier block of block_tokens tokens for layout. */
 KVT_EXPORT uint64_t kvt_layout_block_bytes(const kvt_layout *layout,

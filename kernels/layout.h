@@ -50,8 +50,23 @@ struct kvt_geom {
 	int64_t stride_page;
 	int64_t stride_token;
 	int64_t stride_head;
+	int64_t n_pages;      /* pages of the engine cache; 0 unknown */
 	int32_t index_kind;   /* KVT_INDEX_PAGE or KVT_INDEX_SLOT */
+	int32_t plane_bases;  /* one base per (layer, plane); stride_plane 0 */
 };
+
+/* Which base pointer (layer_base[]) element (layer, plane) is relative to. */
+KVT_HD static inline int64_t kvt_geom_base_index(const struct kvt_geom *g,
+						 int64_t layer, int64_t plane)
+{
+	return g->plane_bases ? layer * g->planes + plane : layer;
+}
+
+/* Entries of layer_base[]. */
+KVT_HD static inline int64_t kvt_geom_n_bases(const struct kvt_geom *g)
+{
+	return g->plane_bases ? g->n_layers * g->planes : g->n_layers;
+}
 
 /* Bytes of one token of one plane of one layer in a kvtier block. */
 KVT_HD static inline int64_t kvt_geom_token_bytes(const struct kvt_geom *g)
@@ -67,8 +82,8 @@ KVT_HD static inline int64_t kvt_geom_block_bytes(const struct kvt_geom *g)
 }
 
 /*
- * Byte offset of element (plane, page, token, head) relative to the base of
- * its layer; the layer enters only through the caller's layer_base[layer],
+ * Byte offset of element (plane, page, token, head) relative to its base,
+ * layer_base[kvt_geom_base_index()]; the layer enters only through that,
  * which is how cross-layer caches (one buffer, layers interleaved inside a
  * page) and per-layer tensors share one descriptor.
  */
@@ -100,7 +115,8 @@ KVT_HD static inline int64_t kvt_geom_block_offset(const struct kvt_geom *g,
  *
  * indices: [n_blocks] (PAGE) or [n_blocks * block_tokens] (SLOT)
  * \return KVT_GEOM_TOKEN with *ret_page and *ret_token set, KVT_GEOM_PAD
- *         for a padding slot, or -EINVAL for a negative page or slot
+ *         for a padding slot, or -EINVAL for a negative page or slot, or
+ *         a page at or past n_pages when that is known
  */
 KVT_HD static inline int kvt_geom_locate(const struct kvt_geom *g,
 					 const int64_t *indices, int64_t block,
@@ -111,7 +127,7 @@ KVT_HD static inline int kvt_geom_locate(const struct kvt_geom *g,
 
 	if (g->index_kind == KVT_INDEX_PAGE) {
 		s = indices[block];
-		if (s < 0)
+		if (s < 0 || (g->n_pages && s >= g->n_pages))
 			return -EINVAL;
 		*ret_page = s;
 		*ret_token = t;
@@ -121,7 +137,7 @@ KVT_HD static inline int kvt_geom_locate(const struct kvt_geom *g,
 	s = indices[block * g->block_tokens + t];
 	if (s == -1)
 		return KVT_GEOM_PAD;
-	if (s < 0)
+	if (s < 0 || (g->n_pages && s / g->page_tokens >= g->n_pages))
 		return -EINVAL;
 	*ret_page = s / g->page_tokens;
 	*ret_token = s % g->page_tokens;

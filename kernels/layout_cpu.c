@@ -18,7 +18,7 @@
 
 struct copy_ctx {
 	struct kvt_geom g;
-	void *const *base;    /* [n_layers] layer_base */
+	void *const *base;    /* [kvt_geom_n_bases()] layer_base */
 	uint64_t page_extent; /* bytes a page spans past its start, |strides| */
 	size_t token_bytes;   /* heads * head_bytes */
 	int heads_contig;     /* heads of a token are back to back */
@@ -73,6 +73,9 @@ static int geom_init(const kvt_layout *layout, uint32_t block_tokens,
 		return -EINVAL;
 	if (layout->planes != 1 && layout->planes != 2)
 		return -EINVAL;
+	if ((layout->flags & ~KVT_LAYOUT_PLANE_BASES) || layout->reserved ||
+	    layout->n_pages > INT64_MAX)
+		return -EINVAL;
 	switch (layout->index_kind) {
 	case KVT_INDEX_PAGE:
 		/* A page is copied whole into one block. */
@@ -100,11 +103,16 @@ static int geom_init(const kvt_layout *layout, uint32_t block_tokens,
 		.head_bytes = layout->head_bytes,
 		.page_tokens = layout->page_tokens,
 		.block_tokens = block_tokens,
-		.stride_plane = layout->stride_plane,
+		/* With a base per plane, planes are apart by their bases. */
+		.stride_plane = (layout->flags & KVT_LAYOUT_PLANE_BASES)
+					? 0
+					: layout->stride_plane,
 		.stride_page = layout->stride_page,
 		.stride_token = layout->stride_token,
 		.stride_head = layout->stride_head,
+		.n_pages = (int64_t)layout->n_pages,
 		.index_kind = (int32_t)layout->index_kind,
+		.plane_bases = (layout->flags & KVT_LAYOUT_PLANE_BASES) != 0,
 	};
 	if (geom_page_extent(&g, &extent) < 0)
 		return -EINVAL;
@@ -124,7 +132,7 @@ static int ctx_init(struct copy_ctx *c, const kvt_layout *layout,
 		return r;
 	if (!layout->layer_base)
 		return -EINVAL;
-	for (uint32_t l = 0; l < layout->n_layers; l++)
+	for (int64_t l = 0; l < kvt_geom_n_bases(&c->g); l++)
 		if (!layout->layer_base[l])
 			return -EINVAL;
 
@@ -135,11 +143,11 @@ static int ctx_init(struct copy_ctx *c, const kvt_layout *layout,
 	return 0;
 }
 
-/* The engine cannot tell us how many pages it has; the most we can refuse
- * is a page whose offset would not fit in int64. */
+/* A page past the engine's pages (when it said how many it has), or
+ * whose offset would not fit in int64. */
 static int check_page(const struct kvt_geom *g, uint64_t extent, int64_t page)
 {
-	if (page < 0)
+	if (page < 0 || (g->n_pages && page >= g->n_pages))
 		return -EINVAL;
 	return span_add(&extent, (uint64_t)page, g->stride_page);
 }
@@ -220,7 +228,7 @@ static inline void copy_run(const struct copy_ctx *c, int to_block,
 			    uint8_t *block)
 {
 	const struct kvt_geom *g = &c->g;
-	uint8_t *eng = (uint8_t *)c->base[layer] +
+	uint8_t *eng = (uint8_t *)c->base[kvt_geom_base_index(g, layer, plane)] +
 		       kvt_geom_engine_offset(g, plane, page, token, 0);
 	uint8_t *blk = block + kvt_geom_block_offset(g, layer, plane, t, 0);
 	size_t tb = c->token_bytes;

@@ -7,9 +7,10 @@
  * chunk of one segment (layout_seg.h) of one block; a group of lanes moves
  * it with the widest access every segment start allows, so NHD caches move
  * whole pages in 16-byte accesses while HND or odd-sized heads fall back to
- * narrower ones without a second code path.  Long segments are cut into
- * chunks so that enough CTAs are in flight to cover PCIe latency when the
- * blocks are in pinned host memory.
+ * narrower ones without a second code path.  The launch takes at most its
+ * CTA budget (kvt_launch_plan(), layout_plan.c) and walks the rest of the
+ * work with the same CTAs, so that a copy over PCIe, which keeps its SMs
+ * waiting on the link, leaves the others to the engine's compute.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -21,21 +22,8 @@
 
 namespace {
 
-constexpr int kThreads = 256;
-/* Vectors one work item moves at most. */
-constexpr int64_t kChunkVecs = 4 * kThreads;
 /* Loads in flight per lane before their stores. */
 constexpr int kUnroll = 4;
-constexpr unsigned kMaxGridY = 65535;
-constexpr unsigned kMaxGridX = 1u << 20;
-
-struct launch_shape {
-	int64_t vps;        /* vectors per segment */
-	int64_t chunk_vecs; /* vectors per work item */
-	int64_t n_chunks;   /* work items per segment */
-	int64_t items;      /* work items per block */
-	int32_t lanes_log2; /* lanes per work item, log2 */
-};
 
 /*
  * Moves vectors [v, end) of src to dst with a stride of lanes, kUnroll
@@ -70,15 +58,17 @@ __device__ __forceinline__ void copy_vecs(V *dst, const V *src, int64_t v,
  * 31 bits, else int64_t.  Addresses are always computed in int64.
  */
 template <typename V, typename I>
-__global__ void __launch_bounds__(kThreads)
-copy_kernel(struct kvt_geom g, struct kvt_seg sg, struct launch_shape ln,
+__global__ void __launch_bounds__(KVT_CTA_THREADS)
+copy_kernel(struct kvt_geom g, struct kvt_seg sg, struct kvt_launch ln,
 	    int32_t gather, uint8_t *const *layer_base, const int64_t *indices,
 	    uint8_t *const *blocks, int64_t n_blocks)
 {
-	const int64_t lanes = (int64_t)1 << ln.lanes_log2;
-	const int64_t lane = threadIdx.x & (lanes - 1);
-	const I per_cta = (I)(kThreads >> ln.lanes_log2);
-	const I sub = (I)(threadIdx.x >> ln.lanes_log2);
+	/* A CTA has ln.threads = lanes * per_cta threads; the lanes of one
+	 * work item need not fill a power of two. */
+	const int64_t lanes = ln.lanes;
+	const int64_t lane = (int64_t)(threadIdx.x % (unsigned)ln.lanes);
+	const I per_cta = (I)ln.per_cta;
+	const I sub = (I)(threadIdx.x / (unsigned)ln.lanes);
 
 	for (int64_t b = blockIdx.y; b < n_blocks; b += gridDim.y) {
 		uint8_t *block = blocks[b];
@@ -111,7 +101,8 @@ copy_kernel(struct kvt_geom g, struct kvt_seg sg, struct launch_shape ln,
 						bp[v] = zero;
 				continue;
 			}
-			ep = reinterpret_cast<V *>(layer_base[l] + eng);
+			ep = reinterpret_cast<V *>(
+				layer_base[kvt_geom_base_index(&g, l, p)] + eng);
 			if (gather)
 				copy_vecs<V>(bp, ep, v0 + lane, v1, lanes);
 			else
@@ -122,14 +113,14 @@ copy_kernel(struct kvt_geom g, struct kvt_seg sg, struct launch_shape ln,
 
 template <typename V, typename I>
 cudaError_t launch_one(dim3 grid, const struct kvt_geom *g,
-		       const struct kvt_seg *sg, const struct launch_shape *ln,
+		       const struct kvt_seg *sg, const struct kvt_launch *ln,
 		       int32_t gather, void *const *layer_base,
 		       const int64_t *indices, void *const *blocks,
 		       int64_t n_blocks, cudaStream_t stream)
 {
 	struct kvt_geom gv = *g;
 	struct kvt_seg sv = *sg;
-	struct launch_shape lv = *ln;
+	struct kvt_launch lv = *ln;
 	void *args[] = {&gv, &sv, &lv, &gather, (void *)&layer_base,
 			(void *)&indices, (void *)&blocks, &n_blocks};
 
@@ -137,13 +128,13 @@ cudaError_t launch_one(dim3 grid, const struct kvt_geom *g,
 	 * with <<<>>> and cudaGetLastError() could also pick up (and clear)
 	 * an earlier error of the caller's. */
 	return cudaLaunchKernel((const void *)copy_kernel<V, I>, grid,
-				dim3(kThreads), args, 0, stream);
+				dim3(ln->threads), args, 0, stream);
 }
 
 template <typename I>
 cudaError_t launch_width(uint32_t width, dim3 grid, const struct kvt_geom *g,
 			 const struct kvt_seg *sg,
-			 const struct launch_shape *ln, int32_t gather,
+			 const struct kvt_launch *ln, int32_t gather,
 			 void *const *layer_base, const int64_t *indices,
 			 void *const *blocks, int64_t n_blocks,
 			 cudaStream_t stream)
@@ -179,14 +170,13 @@ int range_ok(const struct kvt_geom *g, int64_t layer_first, int64_t n_layers)
 int kernel_copy(int32_t gather, const struct kvt_geom *g, int64_t layer_first,
 		int64_t n_layers, void *const *layer_base,
 		const int64_t *indices, void *const *blocks, int64_t n_blocks,
-		uint32_t ptr_align, void *stream)
+		uint32_t ptr_align, uint32_t max_ctas, void *stream)
 {
 	struct kvt_seg sg;
-	struct launch_shape ln;
-	int64_t lanes, per_cta, ctas;
+	struct kvt_launch ln;
 	uint32_t width;
-	dim3 grid;
 	cudaError_t e;
+	dim3 grid;
 
 	if (!g || n_blocks < 0 || !range_ok(g, layer_first, n_layers))
 		return -EINVAL;
@@ -197,26 +187,10 @@ int kernel_copy(int32_t gather, const struct kvt_geom *g, int64_t layer_first,
 
 	kvt_seg_plan(g, layer_first, n_layers, &sg);
 	width = kvt_seg_vec_bytes(g, &sg, ptr_align);
-	ln.vps = sg.bytes / width;
-	ln.chunk_vecs = ln.vps < kChunkVecs ? ln.vps : kChunkVecs;
-	ln.n_chunks = (ln.vps + ln.chunk_vecs - 1) / ln.chunk_vecs;
-	if (sg.per_block > INT64_MAX / ln.n_chunks)
+	if (kvt_launch_plan(sg.bytes / width, sg.per_block, n_blocks, max_ctas,
+			    &ln) < 0)
 		return -EINVAL;
-	ln.items = sg.per_block * ln.n_chunks;
-
-	/* Lanes per item: enough to cover a chunk once, up to a CTA. */
-	ln.lanes_log2 = 0;
-	while (((int64_t)1 << ln.lanes_log2) < ln.chunk_vecs &&
-	       ((int64_t)1 << ln.lanes_log2) < kThreads)
-		ln.lanes_log2++;
-	lanes = (int64_t)1 << ln.lanes_log2;
-	per_cta = kThreads / lanes;
-
-	ctas = (ln.items + per_cta - 1) / per_cta;
-	grid.x = (unsigned)(ctas < kMaxGridX ? ctas : kMaxGridX);
-	grid.y = (unsigned)(n_blocks < kMaxGridY ? n_blocks : kMaxGridY);
-	grid.z = 1;
-
+	grid = dim3(ln.grid_x, ln.grid_y, 1);
 	if (ln.items <= INT32_MAX)
 		e = launch_width<uint32_t>(width, grid, g, &sg, &ln, gather,
 					   layer_base, indices, blocks,
@@ -228,26 +202,51 @@ int kernel_copy(int32_t gather, const struct kvt_geom *g, int64_t layer_first,
 	return e == cudaSuccess ? 0 : kvt_cuda_errno(e);
 }
 
-/* Copies per cudaMemcpyBatchAsync call, to bound one call's arrays. */
-constexpr int64_t kBatchMax = 4096;
+#if CUDART_VERSION >= 12080
+cudaError_t batch_call(int dir, void *const *dsts, const void *const *srcs,
+		       const size_t *sizes, size_t cnt, cudaStream_t stream)
+{
+	struct cudaMemcpyAttributes attr = {};
+	size_t attr_idx = 0;
+
+	/* A gather reads engine pages the compute stream has just written:
+	 * stream order.  A scatter reads pool memory nothing on the GPU
+	 * writes while the lease holds: any order, so the engines may start
+	 * reading before the stream reaches the copy.  Its writes stay in
+	 * stream order.  The location hints stay zero; they apply to
+	 * managed memory only. */
+	attr.srcAccessOrder = dir == KVT_COPY_SCATTER
+				      ? cudaMemcpySrcAccessOrderAny
+				      : cudaMemcpySrcAccessOrderStream;
+	attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+#if CUDART_VERSION >= 13000
+	return cudaMemcpyBatchAsync((void **)dsts, (const void **)srcs,
+				    sizes, cnt, &attr, &attr_idx, 1, stream);
+#else
+	/* 12.8 and 12.9 take non-const arrays and a failIdx. */
+	size_t fail_idx = 0;
+
+	return cudaMemcpyBatchAsync((void **)dsts, (void **)srcs,
+				    (size_t *)sizes, cnt, &attr, &attr_idx, 1,
+				    &fail_idx, stream);
+#endif
+}
+#endif
 
 int batch_copy(int dir, const struct kvt_geom *g, int64_t layer_first,
 	       int64_t n_layers, void *const *layer_base,
 	       const int64_t *indices, void *const *blocks, int64_t n_blocks,
 	       void *stream)
 {
-#if CUDART_VERSION >= 12080
 	void **dsts = NULL;
 	const void **srcs = NULL;
 	size_t *sizes = NULL;
 	int64_t n;
-	int r = 0;
+	int r;
 
 	if (!g || n_blocks < 0 || !range_ok(g, layer_first, n_layers))
 		return -EINVAL;
-	if (g->index_kind != KVT_INDEX_PAGE)
-		return -EOPNOTSUPP;
-	if (!kvt_cuda_batch_ok(stream))
+	if (g->index_kind != KVT_INDEX_PAGE || !kvt_cuda_batch_ok(stream))
 		return -EOPNOTSUPP;
 	if (n_blocks == 0)
 		return 0;
@@ -262,63 +261,19 @@ int batch_copy(int dir, const struct kvt_geom *g, int64_t layer_first,
 	dsts = (void **)malloc((size_t)n * sizeof(*dsts));
 	srcs = (const void **)malloc((size_t)n * sizeof(*srcs));
 	sizes = (size_t *)malloc((size_t)n * sizeof(*sizes));
-	if (!dsts || !srcs || !sizes) {
-		r = -ENOMEM;
-		goto out;
+	r = -ENOMEM;
+	if (dsts && srcs && sizes) {
+		n = kvt_batch_build(g, dir, layer_first, n_layers, layer_base,
+				    indices, blocks, n_blocks, dsts, srcs,
+				    sizes);
+		r = n < 0 ? (int)n
+			  : kvt_cuda_copy_runs(dir, dsts, srcs, sizes, n,
+					       stream);
 	}
-	n = kvt_batch_build(g, dir, layer_first, n_layers, layer_base,
-			    indices, blocks, n_blocks, dsts, srcs, sizes);
-	if (n < 0) {
-		r = (int)n;
-		goto out;
-	}
-
-	for (int64_t off = 0; off < n; off += kBatchMax) {
-		size_t cnt = (size_t)(n - off < kBatchMax ? n - off : kBatchMax);
-		struct cudaMemcpyAttributes attr = {};
-		size_t attr_idx = 0;
-		cudaError_t e;
-
-		/* Stream order: a store reads engine pages the compute
-		 * stream has just written, a load overwrites pages that
-		 * earlier work on this stream may still read.  The location
-		 * hints stay zero; they apply to managed memory only. */
-		attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-		attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-#if CUDART_VERSION >= 13000
-		e = cudaMemcpyBatchAsync(dsts + off, srcs + off, sizes + off,
-					 cnt, &attr, &attr_idx, 1,
-					 (cudaStream_t)stream);
-#else
-		/* 12.8 and 12.9 take non-const arrays and a failIdx. */
-		size_t fail_idx = 0;
-
-		e = cudaMemcpyBatchAsync(dsts + off, (void **)(srcs + off),
-					 sizes + off, cnt, &attr, &attr_idx, 1,
-					 &fail_idx, (cudaStream_t)stream);
-#endif
-		if (e != cudaSuccess) {
-			r = kvt_cuda_errno(e);
-			goto out;
-		}
-	}
-out:
 	free(dsts);
 	free(srcs);
 	free(sizes);
 	return r;
-#else
-	(void)dir;
-	(void)g;
-	(void)layer_first;
-	(void)n_layers;
-	(void)layer_base;
-	(void)indices;
-	(void)blocks;
-	(void)n_blocks;
-	(void)stream;
-	return -EOPNOTSUPP;
-#endif
 }
 
 } /* namespace */
@@ -367,29 +322,56 @@ int kvt_cuda_batch_ok(void *stream)
 #endif
 }
 
-int kvt_cuda_path(const struct kvt_geom *g, int64_t layer_first,
-		  int64_t n_layers, void *const *layer_base, void *stream)
+int kvt_cuda_copy_runs(int dir, void *const *dsts, const void *const *srcs,
+		       const size_t *sizes, int64_t n, void *stream)
 {
-	return kvt_copy_path(g, layer_first, n_layers, layer_base,
-			     kvt_cuda_batch_ok(stream));
+#if CUDART_VERSION >= 12080
+	if (n < 0 || (dir != KVT_COPY_GATHER && dir != KVT_COPY_SCATTER))
+		return -EINVAL;
+	if (!kvt_cuda_batch_ok(stream))
+		return -EOPNOTSUPP;
+	if (n && (!dsts || !srcs || !sizes))
+		return -EINVAL;
+	for (int64_t off = 0; off < n; off += KVT_BATCH_MAX) {
+		size_t cnt = (size_t)(n - off < KVT_BATCH_MAX ? n - off
+							      : KVT_BATCH_MAX);
+		cudaError_t e = batch_call(dir, dsts + off, srcs + off,
+					   sizes + off, cnt,
+					   (cudaStream_t)stream);
+
+		if (e != cudaSuccess)
+			return kvt_cuda_errno(e);
+	}
+	return 0;
+#else
+	(void)dir;
+	(void)dsts;
+	(void)srcs;
+	(void)sizes;
+	(void)n;
+	(void)stream;
+	return -EOPNOTSUPP;
+#endif
 }
 
 int kvt_cuda_gather(const struct kvt_geom *g, int64_t layer_first,
 		    int64_t n_layers, void *const *layer_base,
 		    const int64_t *indices, void *const *blocks,
-		    int64_t n_blocks, uint32_t ptr_align, void *stream)
+		    int64_t n_blocks, uint32_t ptr_align, uint32_t max_ctas,
+		    void *stream)
 {
 	return kernel_copy(1, g, layer_first, n_layers, layer_base, indices,
-			   blocks, n_blocks, ptr_align, stream);
+			   blocks, n_blocks, ptr_align, max_ctas, stream);
 }
 
 int kvt_cuda_scatter(const struct kvt_geom *g, int64_t layer_first,
 		     int64_t n_layers, void *const *layer_base,
 		     const int64_t *indices, void *const *blocks,
-		     int64_t n_blocks, uint32_t ptr_align, void *stream)
+		     int64_t n_blocks, uint32_t ptr_align, uint32_t max_ctas,
+		     void *stream)
 {
 	return kernel_copy(0, g, layer_first, n_layers, layer_base, indices,
-			   blocks, n_blocks, ptr_align, stream);
+			   blocks, n_blocks, ptr_align, max_ctas, stream);
 }
 
 int kvt_cuda_gather_batch(const struct kvt_geom *g, int64_t layer_first,

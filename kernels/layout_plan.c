@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Host-side planning of the GPU copy path: descriptor checks, access
- * width, run lengths, the path rule and the run list of a batched copy.
+ * Host-side planning of the GPU copy path: access width, run lengths, the
+ * cost model and the path rule, the shape of a kernel launch within its
+ * CTA budget, and the run list of a batched copy.
  * Plain C without CUDA, so the client and the tests can use it anywhere,
  * and every address still comes from layout.h through layout_seg.h.
  */
@@ -85,15 +86,97 @@ int64_t kvt_copy_run_bytes(const struct kvt_geom *g, int64_t layer_first,
 	return sg.bytes;
 }
 
-int kvt_copy_path(const struct kvt_geom *g, int64_t layer_first,
-		  int64_t n_layers, void *const *layer_base, int batch_ok)
+void kvt_copy_model_default(struct kvt_copy_model *ret)
 {
-	if (!batch_ok || g->index_kind != KVT_INDEX_PAGE)
+	/* PCIe 5.0 x16 as the copy engines reach it; a few microseconds
+	 * per call and launch; a CTA of 256 threads with 4 loads of 16 bytes
+	 * in flight each (16 KiB) against ~4 us of PCIe round trip. */
+	*ret = (struct kvt_copy_model){
+		.link_bpns = 50.0,
+		.call_ns = 4000.0,
+		.run_ns = 1000.0,
+		.launch_ns = 4000.0,
+		.cta_bpns = 4.0,
+		.max_ctas = KVT_CTA_BUDGET_DEFAULT,
+	};
+}
+
+void kvt_copy_cost(const struct kvt_copy_model *m, int64_t n_runs,
+		   int64_t bytes, struct kvt_copy_cost *ret)
+{
+	double calls = (double)((n_runs + KVT_BATCH_MAX - 1) / KVT_BATCH_MAX);
+	double kbw = m->link_bpns;
+
+	if (m->max_ctas && m->max_ctas * m->cta_bpns < kbw)
+		kbw = m->max_ctas * m->cta_bpns;
+	ret->batch_ns = calls * m->call_ns + (double)n_runs * m->run_ns +
+			(double)bytes / m->link_bpns;
+	ret->kernel_ns = m->launch_ns + (double)bytes / kbw;
+}
+
+int kvt_copy_path(const struct kvt_geom *g, int64_t layer_first,
+		  int64_t n_layers, void *const *layer_base, int64_t n_blocks,
+		  const struct kvt_copy_model *m, int batch_ok)
+{
+	struct kvt_copy_cost cost;
+	int64_t runs, bytes;
+
+	if (!batch_ok || g->index_kind != KVT_INDEX_PAGE || n_blocks <= 0)
 		return KVT_PATH_KERNEL;
-	if (kvt_copy_run_bytes(g, layer_first, n_layers, layer_base) <
-	    KVT_BATCH_MIN_RUN)
+	runs = kvt_batch_count(g, layer_first, n_layers, layer_base,
+			       n_blocks);
+	if (runs <= 0)
 		return KVT_PATH_KERNEL;
-	return KVT_PATH_BATCH;
+	/* Fits: the descriptor bounds a block to int64, and n_blocks blocks
+	 * are in memory. */
+	bytes = n_blocks * (kvt_geom_block_bytes(g) / g->n_layers) * n_layers;
+	kvt_copy_cost(m, runs, bytes, &cost);
+	return cost.batch_ns <= cost.kernel_ns ? KVT_PATH_BATCH
+					       : KVT_PATH_KERNEL;
+}
+
+/* Lanes per work item: as many as cover a chunk in the fewest rounds, not
+ * rounded up to a power of two, and as many items per CTA as fit. */
+static void lane_plan(struct kvt_launch *ln)
+{
+	int64_t rounds = (ln->chunk_vecs + KVT_CTA_THREADS - 1) /
+			 KVT_CTA_THREADS;
+
+	ln->lanes = (int32_t)((ln->chunk_vecs + rounds - 1) / rounds);
+	ln->per_cta = KVT_CTA_THREADS / ln->lanes;
+	ln->threads = (uint32_t)(ln->lanes * ln->per_cta);
+}
+
+int kvt_launch_plan(int64_t vps, int64_t per_block, int64_t n_blocks,
+		    uint32_t max_ctas, struct kvt_launch *ret)
+{
+	/* The grid's limits: 2^31 - 1 along x (kept to 2^20, plenty), 65,535
+	 * along y. */
+	const int64_t max_x = INT64_C(1) << 20, max_y = 65535;
+	struct kvt_launch ln = {0};
+	int64_t ctas, gy, gx;
+
+	if (vps < 1 || per_block < 1 || n_blocks < 1)
+		return -EINVAL;
+	ln.vps = vps;
+	ln.chunk_vecs = vps < KVT_CHUNK_VECS ? vps : KVT_CHUNK_VECS;
+	ln.n_chunks = (vps + ln.chunk_vecs - 1) / ln.chunk_vecs;
+	if (per_block > INT64_MAX / ln.n_chunks)
+		return -EINVAL;
+	ln.items = per_block * ln.n_chunks;
+	lane_plan(&ln);
+
+	ctas = (ln.items + ln.per_cta - 1) / ln.per_cta;
+	gy = n_blocks < max_y ? n_blocks : max_y;
+	if (max_ctas && gy > max_ctas)
+		gy = max_ctas;
+	gx = ctas < max_x ? ctas : max_x;
+	if (max_ctas && gx > max_ctas / gy)
+		gx = max_ctas / gy;
+	ln.grid_x = (uint32_t)(gx > 0 ? gx : 1);
+	ln.grid_y = (uint32_t)gy;
+	*ret = ln;
+	return 0;
 }
 
 static int range_ok(const struct kvt_geom *g, int64_t layer_first,
@@ -150,7 +233,8 @@ int64_t kvt_batch_build(const struct kvt_geom *g, int dir,
 			if (kvt_seg_locate(g, indices, b, l, p, t, h, &eng,
 					   &blk) != KVT_GEOM_TOKEN)
 				return -EINVAL;
-			e = (uint8_t *)layer_base[l] + eng;
+			e = (uint8_t *)layer_base[kvt_geom_base_index(g, l, p)] +
+			    eng;
 			k_blk = (uint8_t *)blocks[b] + blk;
 			dsts[k] = dir == KVT_COPY_GATHER ? (void *)k_blk
 							 : (void *)e;

@@ -49,9 +49,11 @@ KVT_HD static inline void kvt_seg_plan(const struct kvt_geom *g,
 		       (g->block_tokens == 1 ||
 			(g->index_kind == KVT_INDEX_PAGE &&
 			 g->stride_token == tb));
+	/* Planes with bases of their own are in separate allocations. */
 	planes_merge = tokens_merge &&
 		       (g->planes == 1 ||
-			g->stride_plane == g->block_tokens * tb);
+			(!g->plane_bases &&
+			 g->stride_plane == g->block_tokens * tb));
 
 	ret->layer_first = layer_first;
 	ret->n_l = n_layers;
@@ -90,7 +92,8 @@ KVT_HD static inline void kvt_seg_split(const struct kvt_seg *sg,
 
 /*
  * Where segment (l, p, t, h) of block b lives: *ret_blk is its offset in
- * the block, *ret_eng its offset from layer_base[l].
+ * the block, *ret_eng its offset from layer_base[kvt_geom_base_index(g, l,
+ * p)].
  *
  * indices: [n_blocks] (PAGE) or [n_blocks * block_tokens] (SLOT)
  * \return KVT_GEOM_TOKEN with both offsets set, KVT_GEOM_PAD with only

@@ -1,27 +1,28 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * GPU copy path benchmark.  Every figure is a ratio against a limit
- * measured in the same run on the same buffers:
+ * measured in the same run on the same buffers.
  *
- *   offload   engine cache -> pool (gather), against one cudaMemcpyAsync
- *             device -> pinned host of the same bytes;
- *   prefetch  pool -> engine cache (scatter), against one cudaMemcpyAsync
- *             pinned host -> device;
- *   d2d       gather/scatter with blocks in device memory, against one
- *             cudaMemcpyAsync device -> device;
- *   overlap   layer-wise prefetch: a synthetic per-layer compute kernel
- *             whose time is fixed at 1.5x the measured per-layer transfer,
- *             run after each layer's copy on one stream, then with the
- *             copies on a load stream and one event per layer; the saving
- *             as a fraction of the transfer time is the transfer hidden.
+ *   bandwidth  for block sizes of 64 KiB to 4 MiB and two layouts (vLLM
+ *              NHD pages, per layer and plane; MLA latent rows), each path
+ *              both ways between the engine cache and the pool: the kernel
+ *              within the default CTA budget, the kernel over the whole
+ *              grid (what it was before the budget), and the copy engines
+ *              (cudaMemcpyBatchAsync), against one cudaMemcpyAsync of the
+ *              same bytes; "model" marks the path kvt_copy_path() picks.
+ *              The model's constants measured here are printed too.
+ *   overlap    layer-wise prefetch beside a compute kernel that fills
+ *              every SM with FMA work: how much of the copy time is
+ *              hidden, and how much slower the compute gets, per path.
+ *   start      a prefetch for the next step, queued after this step's
+ *              compute: waiting on an event of the compute stream (the
+ *              old behaviour) against an event the caller recorded when
+ *              the pages became free (kvt_cuda_submit_opts).
  *
  * The pool is what kvtierd hands a client: a shared memfd mapping,
- * pre-faulted and registered with cudaHostRegister in 1 GiB chunks.  Each
- * copy path is measured (kernel; cudaMemcpyBatchAsync where the toolkit,
- * driver and layout allow), and "rule" marks the one kvt_copy_path()
- * picks, so a measured table says whether KVT_BATCH_MIN_RUN is right.
- *
- * Exits 77 without a device.  Not a pass/fail test.
+ * touched once and registered with cudaHostRegister in 1 GiB chunks.
+ * Lines starting "FIGURE" are for tests/gpu/run.sh.  Exits 77 without a
+ * device.  Not a pass/fail test.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -35,13 +36,12 @@
 
 #include "kvtier.h"
 #include "layout_cuda.h"
-#include "../skip.h"
+#include "gpu-probe.h"
 
-#define N_BLOCKS 256
-#define REPS 5
-#define REG_CHUNK (1ull << 30)
-#define MAX_LAYERS 64
-#define MAX_ROWS 64
+#define TOTAL (UINT64_C(256) << 20) /* bytes per measurement */
+#define REPS 3
+#define REG_CHUNK (UINT64_C(1) << 30)
+#define MAX_LAYERS 32
 
 #define CUDA_OK(call)                                                     \
 	do {                                                              \
@@ -53,152 +53,38 @@
 		}                                                         \
 	} while (0)
 
-enum kind { K_FA_NHD, K_FA_HND, K_FLASHINFER, K_MLA, K_CROSS };
+enum kind { K_NHD, K_MLA };
 
-/* Shapes of one tensor-parallel rank of common models. */
-struct shape {
-	const char *name;
-	enum kind kind;
-	uint32_t n_layers, planes, heads, head_bytes, page_tokens;
-};
-
-static const struct shape shapes[] = {
-	/* Llama-3-8B-like: 32 layers, 8 KV heads of 128 bf16, pages of 16 */
-	{ "fa-nhd", K_FA_NHD, 32, 2, 8, 256, 16 },
-	{ "fa-hnd", K_FA_HND, 32, 2, 8, 256, 16 },
-	{ "flashinfer", K_FLASHINFER, 32, 2, 8, 256, 16 },
-	{ "cross-layer", K_CROSS, 32, 2, 8, 256, 16 },
-	/* DeepSeek-like MLA: one 576-wide bf16 latent, pages of 64 */
-	{ "mla", K_MLA, 32, 1, 1, 1152, 64 },
-};
-
-struct row {
-	char layout[16], what[24], path[24];
-	double gbs, ratio;
-	int rule;
-};
-
-static struct row rows[MAX_ROWS];
-static int n_rows;
-
-struct olap {
-	char layout[16], path[16];
-	double xfer_ms, comp_ms, serial_ms, overlap_ms, hidden;
-};
-
-static struct olap olaps[8];
-static int n_olaps;
-
-/* One layout under test, with its engine cache, pool and arrays. */
 struct bench {
-	const struct shape *sh;
+	enum kind kind;
 	kvt_layout lay;
 	struct kvt_geom g;
 	uint64_t block_bytes, total;
-	int64_t n_pages;
-	uint8_t *engine;             /* device */
-	size_t engine_bytes;
-	void *base[MAX_LAYERS];      /* engine layer bases */
-	int64_t idx[N_BLOCKS];       /* pages */
-	uint8_t *pool;               /* registered memfd mapping */
+	int64_t n_blocks, n_pages;
+	uint8_t *engine;    /* device */
+	void *base[MAX_LAYERS];
+	int64_t *idx;       /* [n_blocks] pages, host */
+	uint8_t *pool;      /* registered memfd mapping */
 	size_t pool_bytes;
-	void *pool_blk[N_BLOCKS];    /* host addresses */
-	void *pool_dev[N_BLOCKS];    /* device addresses */
-	uint8_t *dblk;               /* device blocks */
-	void *dblk_ptr[N_BLOCKS];
-	uint8_t *flat;               /* device buffer for the memcpy limits */
-	void **d_base;               /* kernel-readable arrays */
+	void **pool_blk;    /* [n_blocks] host addresses */
+	uint8_t *flat;      /* device buffer of the memcpy limits */
+	void **d_base;      /* kernel-readable arrays */
 	int64_t *d_idx;
 	void **d_pool;
-	void **d_dblk;
-	uint32_t align_pool, align_dev;
+	uint32_t align;
 	cudaStream_t s, s2;
 	int batch_ok;
+	const char *name;
 };
 
-static void add_row(const struct bench *b, const char *what, const char *path,
-		    double gbs, double limit, int rule)
-{
-	struct row *r;
+static int n_sms;
 
-	if (n_rows == MAX_ROWS)
-		return;
-	r = &rows[n_rows++];
-	snprintf(r->layout, sizeof(r->layout), "%s", b->sh->name);
-	snprintf(r->what, sizeof(r->what), "%s", what);
-	snprintf(r->path, sizeof(r->path), "%s", path);
-	r->gbs = gbs;
-	r->ratio = limit > 0 ? gbs / limit : 0;
-	r->rule = rule;
-	printf("%-12s %-10s %-14s %8.2f GB/s  %5.2fx of %s%s\n", r->layout,
-	       r->what, r->path, gbs, r->ratio,
-	       strcmp(what, "d2d") == 0 ? "cudaMemcpy D2D"
-					: "cudaMemcpyAsync pinned",
-	       rule ? "  (rule)" : "");
-}
-
-static void setup_layout(struct bench *b)
-{
-	const struct shape *sh = b->sh;
-	int64_t hb = sh->head_bytes, H = sh->heads, bs = sh->page_tokens;
-	int64_t np = b->n_pages, layer_bytes, layer_step;
-
-	memset(&b->lay, 0, sizeof(b->lay));
-	b->lay.n_layers = sh->n_layers;
-	b->lay.planes = sh->planes;
-	b->lay.heads = sh->heads;
-	b->lay.head_bytes = sh->head_bytes;
-	b->lay.page_tokens = sh->page_tokens;
-	b->lay.index_kind = KVT_INDEX_PAGE;
-	b->lay.layer_base = b->base;
-	layer_bytes = np * sh->planes * bs * H * hb;
-	layer_step = layer_bytes;
-	switch (sh->kind) {
-	case K_FA_NHD:
-		b->lay.stride_plane = np * bs * H * hb;
-		b->lay.stride_page = bs * H * hb;
-		b->lay.stride_token = H * hb;
-		b->lay.stride_head = hb;
-		break;
-	case K_FA_HND:
-		b->lay.stride_plane = np * H * bs * hb;
-		b->lay.stride_page = H * bs * hb;
-		b->lay.stride_token = hb;
-		b->lay.stride_head = bs * hb;
-		break;
-	case K_FLASHINFER:
-		b->lay.stride_page = 2 * bs * H * hb;
-		b->lay.stride_plane = bs * H * hb;
-		b->lay.stride_token = H * hb;
-		b->lay.stride_head = hb;
-		break;
-	case K_MLA:
-		b->lay.stride_page = bs * hb;
-		b->lay.stride_token = hb;
-		break;
-	case K_CROSS:
-		b->lay.stride_page = (int64_t)sh->n_layers * 2 * bs * H * hb;
-		b->lay.stride_plane = bs * H * hb;
-		b->lay.stride_token = H * hb;
-		b->lay.stride_head = hb;
-		layer_step = 2 * bs * H * hb;
-		break;
-	}
-	b->engine_bytes = (size_t)layer_bytes * sh->n_layers;
-	CUDA_OK(cudaMalloc((void **)&b->engine, b->engine_bytes));
-	CUDA_OK(cudaMemset(b->engine, 0x3c, b->engine_bytes));
-	for (uint32_t l = 0; l < sh->n_layers; l++)
-		b->base[l] = b->engine + l * layer_step;
-}
-
-/* The pool as a client maps it: a shared memfd, touched once, pinned in
- * chunks no larger than a pool buffer. */
 static void setup_pool(struct bench *b)
 {
 	int fd = memfd_create("kvtier-bench-pool", MFD_CLOEXEC);
-	uint8_t *dev;
+	void **dev = (void **)malloc(b->n_blocks * sizeof(void *));
 
-	b->pool_bytes = ((size_t)b->total + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+	b->pool_bytes = (size_t)b->total;
 	if (fd < 0 || ftruncate(fd, (off_t)b->pool_bytes) < 0) {
 		perror("memfd");
 		exit(1);
@@ -211,83 +97,92 @@ static void setup_pool(struct bench *b)
 		exit(1);
 	}
 	memset(b->pool, 0x5a, b->pool_bytes);
-	for (size_t off = 0; off < b->pool_bytes; off += REG_CHUNK) {
-		size_t len = b->pool_bytes - off < REG_CHUNK ? b->pool_bytes - off
-							     : REG_CHUNK;
-
-		CUDA_OK(cudaHostRegister(b->pool + off, len,
-					 cudaHostRegisterPortable |
-						 cudaHostRegisterMapped));
-	}
-	for (int i = 0; i < N_BLOCKS; i++) {
-		uint8_t *h = b->pool + (size_t)i * b->block_bytes;
+	for (size_t off = 0; off < b->pool_bytes; off += REG_CHUNK)
+		CUDA_OK(cudaHostRegister(
+			b->pool + off,
+			b->pool_bytes - off < REG_CHUNK ? b->pool_bytes - off
+							: REG_CHUNK,
+			cudaHostRegisterPortable | cudaHostRegisterMapped));
+	b->pool_blk = (void **)malloc(b->n_blocks * sizeof(void *));
+	for (int64_t i = 0; i < b->n_blocks; i++) {
+		uint8_t *h = b->pool + i * b->block_bytes;
 		size_t chunk = (size_t)(h - b->pool) / REG_CHUNK * REG_CHUNK;
+		uint8_t *d;
 
-		CUDA_OK(cudaHostGetDevicePointer((void **)&dev,
-						 b->pool + chunk, 0));
+		CUDA_OK(cudaHostGetDevicePointer((void **)&d, b->pool + chunk,
+						 0));
 		b->pool_blk[i] = h;
-		b->pool_dev[i] = dev + ((h - b->pool) - chunk);
+		dev[i] = d + ((h - b->pool) - chunk);
 	}
+	CUDA_OK(cudaMalloc((void **)&b->d_pool, b->n_blocks * sizeof(void *)));
+	CUDA_OK(cudaMemcpy(b->d_pool, dev, b->n_blocks * sizeof(void *),
+			   cudaMemcpyHostToDevice));
+	b->align = kvt_ptr_align((const void *const *)dev, b->n_blocks);
+	free(dev);
 }
 
-static void bench_init(struct bench *b, const struct shape *sh)
+/*
+ * n_layers layers of tokens tokens per block: NHD with 2 KV heads of 256
+ * bytes (8 KiB per token over 8 layers), or one MLA row of 1152 bytes.
+ */
+static void bench_init(struct bench *b, enum kind kind, uint32_t n_layers,
+		       uint32_t tokens)
 {
-	uint8_t used[4 * N_BLOCKS] = {0};
+	int64_t hb = kind == K_MLA ? 1152 : 256, H = kind == K_MLA ? 1 : 2;
+	int64_t planes = kind == K_MLA ? 1 : 2, np, layer_bytes;
+	uint32_t a;
 
 	memset(b, 0, sizeof(*b));
-	b->sh = sh;
-	b->n_pages = 4 * N_BLOCKS;
-	setup_layout(b);
-	if (kvt_geom_from_layout(&b->lay, sh->page_tokens, &b->g) < 0) {
-		fprintf(stderr, "%s: descriptor refused\n", sh->name);
+	b->kind = kind;
+	b->name = kind == K_MLA ? "mla" : "fa-nhd";
+	b->block_bytes = (uint64_t)(n_layers * planes * tokens * H * hb);
+	b->n_blocks = (int64_t)(TOTAL / b->block_bytes);
+	b->total = b->block_bytes * (uint64_t)b->n_blocks;
+	b->n_pages = np = 2 * b->n_blocks;
+	b->lay = (kvt_layout){.n_layers = n_layers, .planes = (uint32_t)planes,
+			      .heads = (uint32_t)H, .head_bytes = (uint32_t)hb,
+			      .page_tokens = tokens,
+			      .index_kind = KVT_INDEX_PAGE, .layer_base = b->base,
+			      .stride_plane = np * tokens * H * hb,
+			      .stride_page = tokens * H * hb,
+			      .stride_token = H * hb, .stride_head = hb,
+			      .n_pages = (uint64_t)np, .flags = 0,
+			      .reserved = 0};
+	layer_bytes = np * planes * tokens * H * hb;
+	CUDA_OK(cudaMalloc((void **)&b->engine, (size_t)layer_bytes * n_layers));
+	CUDA_OK(cudaMemset(b->engine, 0x3c, (size_t)layer_bytes * n_layers));
+	for (uint32_t l = 0; l < n_layers; l++)
+		b->base[l] = b->engine + l * layer_bytes;
+	if (kvt_geom_from_layout(&b->lay, tokens, &b->g) < 0) {
+		fprintf(stderr, "%s: descriptor refused\n", b->name);
 		exit(1);
 	}
-	b->block_bytes = (uint64_t)kvt_geom_block_bytes(&b->g);
-	b->total = b->block_bytes * N_BLOCKS;
-	srand(42);
-	for (int i = 0; i < N_BLOCKS; i++) {
-		int64_t p;
-
-		do
-			p = rand() % b->n_pages;
-		while (used[p]);
-		used[p] = 1;
-		b->idx[i] = p;
-	}
+	/* Every other page, so that no two blocks are neighbours. */
+	b->idx = (int64_t *)malloc(b->n_blocks * sizeof(int64_t));
+	for (int64_t i = 0; i < b->n_blocks; i++)
+		b->idx[i] = (i * 2 + 1) % np;
 	setup_pool(b);
-	CUDA_OK(cudaMalloc((void **)&b->dblk, b->total));
 	CUDA_OK(cudaMalloc((void **)&b->flat, b->total));
-	for (int i = 0; i < N_BLOCKS; i++)
-		b->dblk_ptr[i] = b->dblk + (size_t)i * b->block_bytes;
-
-	CUDA_OK(cudaMalloc((void **)&b->d_base, sh->n_layers * sizeof(void *)));
-	CUDA_OK(cudaMalloc((void **)&b->d_idx, sizeof(b->idx)));
-	CUDA_OK(cudaMalloc((void **)&b->d_pool, sizeof(b->pool_dev)));
-	CUDA_OK(cudaMalloc((void **)&b->d_dblk, sizeof(b->dblk_ptr)));
-	CUDA_OK(cudaMemcpy(b->d_base, b->base, sh->n_layers * sizeof(void *),
+	CUDA_OK(cudaMalloc((void **)&b->d_base, n_layers * sizeof(void *)));
+	CUDA_OK(cudaMalloc((void **)&b->d_idx, b->n_blocks * sizeof(int64_t)));
+	CUDA_OK(cudaMemcpy(b->d_base, b->base, n_layers * sizeof(void *),
 			   cudaMemcpyHostToDevice));
-	CUDA_OK(cudaMemcpy(b->d_idx, b->idx, sizeof(b->idx),
+	CUDA_OK(cudaMemcpy(b->d_idx, b->idx, b->n_blocks * sizeof(int64_t),
 			   cudaMemcpyHostToDevice));
-	CUDA_OK(cudaMemcpy(b->d_pool, b->pool_dev, sizeof(b->pool_dev),
-			   cudaMemcpyHostToDevice));
-	CUDA_OK(cudaMemcpy(b->d_dblk, b->dblk_ptr, sizeof(b->dblk_ptr),
-			   cudaMemcpyHostToDevice));
-	b->align_pool = kvt_ptr_align((const void *const *)b->pool_dev,
-				      N_BLOCKS);
-	b->align_dev = kvt_ptr_align((const void *const *)b->dblk_ptr,
-				     N_BLOCKS);
+	a = kvt_ptr_align((const void *const *)b->base, n_layers);
+	b->align = a < b->align ? a : b->align;
+	/* Copies on a stream of the highest priority, as the client's load
+	 * stream: their CTAs get the first free slots. */
 	{
-		uint32_t a = kvt_ptr_align((const void *const *)b->base,
-					   sh->n_layers);
+		int least = 0, greatest = 0;
 
-		b->align_pool = a < b->align_pool ? a : b->align_pool;
-		b->align_dev = a < b->align_dev ? a : b->align_dev;
+		CUDA_OK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+		CUDA_OK(cudaStreamCreateWithPriority(
+			&b->s, cudaStreamNonBlocking, least));
+		CUDA_OK(cudaStreamCreateWithPriority(
+			&b->s2, cudaStreamNonBlocking, greatest));
 	}
-	CUDA_OK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
-	CUDA_OK(cudaStreamCreateWithFlags(&b->s2, cudaStreamNonBlocking));
 	b->batch_ok = kvt_cuda_batch_ok(b->s);
-	/* The set-up ran on the legacy stream; none of it may overlap a
-	 * measurement on the non-blocking ones. */
 	CUDA_OK(cudaDeviceSynchronize());
 }
 
@@ -299,89 +194,72 @@ static void bench_free(struct bench *b)
 		cudaHostUnregister(b->pool + off);
 	munmap(b->pool, b->pool_bytes);
 	cudaFree(b->engine);
-	cudaFree(b->dblk);
 	cudaFree(b->flat);
 	cudaFree(b->d_base);
 	cudaFree(b->d_idx);
 	cudaFree(b->d_pool);
-	cudaFree(b->d_dblk);
+	free(b->idx);
+	free(b->pool_blk);
 }
 
-enum op {
-	OP_GATHER,       /* kernel */
-	OP_SCATTER,
-	OP_GATHER_BATCH, /* cudaMemcpyBatchAsync */
-	OP_SCATTER_BATCH,
-	OP_D2H,          /* the limits */
-	OP_H2D,
-	OP_D2D,
-};
+enum path { P_BUDGET, P_GRID, P_ENGINE, P_COUNT };
+static const char *const path_name[P_COUNT] = {"kernel/8", "kernel/grid",
+					       "engines"};
 
-/* Queues one op over layers [l0, l0 + nl) on stream s; dev: blocks in
- * device memory instead of the pool. */
-static void queue_op(struct bench *b, enum op op, int dev, int64_t l0,
-		     int64_t nl, cudaStream_t s)
+/* Queues layers [l0, l0 + nl) of every block by path p (dir: gather or
+ * scatter), or, with p == P_COUNT, the cudaMemcpyAsync of the same bytes. */
+static void queue(struct bench *b, int p, int dir, int64_t l0, int64_t nl,
+		  cudaStream_t s)
 {
-	void **d_blk = dev ? b->d_dblk : b->d_pool;
-	void *const *h_blk = dev ? b->dblk_ptr : b->pool_blk;
-	uint32_t align = dev ? b->align_dev : b->align_pool;
+	size_t bytes = (size_t)(b->total / b->lay.n_layers * nl);
 	int r = 0;
 
-	switch (op) {
-	case OP_GATHER:
-		r = kvt_cuda_gather(&b->g, l0, nl, b->d_base, b->d_idx, d_blk,
-				    N_BLOCKS, align, s);
-		break;
-	case OP_SCATTER:
-		r = kvt_cuda_scatter(&b->g, l0, nl, b->d_base, b->d_idx, d_blk,
-				     N_BLOCKS, align, s);
-		break;
-	case OP_GATHER_BATCH:
-		r = kvt_cuda_gather_batch(&b->g, l0, nl, b->base, b->idx, h_blk,
-					  N_BLOCKS, s);
-		break;
-	case OP_SCATTER_BATCH:
-		r = kvt_cuda_scatter_batch(&b->g, l0, nl, b->base, b->idx,
-					   h_blk, N_BLOCKS, s);
-		break;
-	case OP_D2H:
-		CUDA_OK(cudaMemcpyAsync(b->pool, b->flat, b->total * nl /
-						  b->sh->n_layers,
-					cudaMemcpyDeviceToHost, s));
-		break;
-	case OP_H2D:
-		CUDA_OK(cudaMemcpyAsync(b->flat, b->pool, b->total * nl /
-						  b->sh->n_layers,
-					cudaMemcpyHostToDevice, s));
-		break;
-	case OP_D2D:
-		CUDA_OK(cudaMemcpyAsync(b->flat, b->dblk, b->total * nl /
-						  b->sh->n_layers,
-					cudaMemcpyDeviceToDevice, s));
-		break;
+	if (p == P_COUNT) {
+		CUDA_OK(cudaMemcpyAsync(
+			dir == KVT_COPY_GATHER ? (void *)b->pool : b->flat,
+			dir == KVT_COPY_GATHER ? (void *)b->flat : b->pool,
+			bytes,
+			dir == KVT_COPY_GATHER ? cudaMemcpyDeviceToHost
+					       : cudaMemcpyHostToDevice,
+			s));
+		return;
 	}
+	if (p == P_ENGINE)
+		r = dir == KVT_COPY_GATHER
+			    ? kvt_cuda_gather_batch(&b->g, l0, nl, b->base,
+						    b->idx, b->pool_blk,
+						    b->n_blocks, s)
+			    : kvt_cuda_scatter_batch(&b->g, l0, nl, b->base,
+						     b->idx, b->pool_blk,
+						     b->n_blocks, s);
+	else
+		r = (dir == KVT_COPY_GATHER ? kvt_cuda_gather
+					    : kvt_cuda_scatter)(
+			&b->g, l0, nl, b->d_base, b->d_idx, b->d_pool,
+			b->n_blocks, b->align,
+			p == P_BUDGET ? KVT_CTA_BUDGET_DEFAULT : 0, s);
 	if (r < 0) {
-		fprintf(stderr, "%s: op %d: %s\n", b->sh->name, (int)op,
+		fprintf(stderr, "%s: %s: %s\n", b->name, path_name[p],
 			strerror(-r));
 		exit(1);
 	}
 }
 
-/* Milliseconds of one op over all layers: the best of REPS after a warm
- * up, so that a stray delay does not count. */
-static double time_op(struct bench *b, enum op op, int dev)
+/* Milliseconds of one copy of every layer: the best of REPS after a warm
+ * up. */
+static double time_copy(struct bench *b, int p, int dir)
 {
 	cudaEvent_t e0, e1;
 	double best = 1e30;
 
 	CUDA_OK(cudaEventCreate(&e0));
 	CUDA_OK(cudaEventCreate(&e1));
-	queue_op(b, op, dev, 0, b->sh->n_layers, b->s);
+	queue(b, p, dir, 0, b->lay.n_layers, b->s);
 	for (int i = 0; i < REPS; i++) {
 		float ms;
 
 		CUDA_OK(cudaEventRecord(e0, b->s));
-		queue_op(b, op, dev, 0, b->sh->n_layers, b->s);
+		queue(b, p, dir, 0, b->lay.n_layers, b->s);
 		CUDA_OK(cudaEventRecord(e1, b->s));
 		CUDA_OK(cudaEventSynchronize(e1));
 		CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
@@ -392,216 +270,261 @@ static double time_op(struct bench *b, enum op op, int dev)
 	return best;
 }
 
-static double gbs(const struct bench *b, double ms)
-{
-	return (double)b->total / (ms * 1e6);
-}
+/* The model's constants as this run measures them, from the 4 MiB and
+ * 64 KiB NHD points: the link, a CTA's share, a run's cost. */
+static double fit_link, fit_cta, fit_run;
 
 static void bench_bandwidth(struct bench *b)
 {
-	int rule_batch = kvt_copy_path(&b->g, 0, b->sh->n_layers, b->base,
-				       b->batch_ok) == KVT_PATH_BATCH;
-	double d2h = gbs(b, time_op(b, OP_D2H, 0));
-	double h2d = gbs(b, time_op(b, OP_H2D, 0));
-	double d2d = gbs(b, time_op(b, OP_D2D, 1));
+	struct kvt_copy_model m;
+	int64_t runs = kvt_batch_count(&b->g, 0, b->lay.n_layers, b->base,
+				       b->n_blocks);
+	int model;
 
-	printf("%-12s block %.2f MiB, run %lld bytes; limits: D2H %.2f, H2D %.2f, D2D %.2f GB/s\n",
-	       b->sh->name, (double)b->block_bytes / (1 << 20),
-	       (long long)kvt_copy_run_bytes(&b->g, 0, b->sh->n_layers,
-					     b->base),
-	       d2h, h2d, d2d);
-	add_row(b, "offload", "kernel", gbs(b, time_op(b, OP_GATHER, 0)), d2h,
-		!rule_batch);
-	add_row(b, "prefetch", "kernel", gbs(b, time_op(b, OP_SCATTER, 0)),
-		h2d, !rule_batch);
-	if (b->batch_ok) {
-		add_row(b, "offload", "batch memcpy",
-			gbs(b, time_op(b, OP_GATHER_BATCH, 0)), d2h,
-			rule_batch);
-		add_row(b, "prefetch", "batch memcpy",
-			gbs(b, time_op(b, OP_SCATTER_BATCH, 0)), h2d,
-			rule_batch);
+	kvt_copy_model_default(&m);
+	model = kvt_copy_path(&b->g, 0, b->lay.n_layers, b->base, b->n_blocks,
+			      &m, b->batch_ok);
+	for (int dir = 0; dir < 2; dir++) {
+		double limit_ms = time_copy(b, P_COUNT, dir);
+		const char *what = dir == KVT_COPY_GATHER ? "offload" : "prefetch";
+
+		for (int p = 0; p < P_COUNT; p++) {
+			double ms;
+			int mine = p == P_BUDGET ? model == KVT_PATH_KERNEL
+						 : p == P_ENGINE &&
+							   model == KVT_PATH_BATCH;
+
+			if (p == P_ENGINE && !b->batch_ok)
+				continue;
+			ms = time_copy(b, p, dir);
+			printf("FIGURE bw %s %lluK %s %s %.2f GB/s %.3f of "
+			       "cudaMemcpyAsync (%.2f GB/s)%s\n",
+			       b->name,
+			       (unsigned long long)(b->block_bytes >> 10), what,
+			       path_name[p], b->total / (ms * 1e6),
+			       limit_ms / ms, b->total / (limit_ms * 1e6),
+			       mine ? " <- model" : "");
+			if (dir == KVT_COPY_SCATTER && b->kind == K_NHD &&
+			    p == P_BUDGET && b->block_bytes >= (4u << 20))
+				fit_cta = b->total / (ms * 1e6) /
+					  KVT_CTA_BUDGET_DEFAULT;
+			if (dir == KVT_COPY_SCATTER && b->kind == K_NHD &&
+			    p == P_ENGINE && b->block_bytes <= (64u << 10))
+				fit_run = (ms - limit_ms) * 1e6 / runs;
+		}
+		if (dir == KVT_COPY_SCATTER && b->kind == K_NHD)
+			fit_link = b->total / (limit_ms * 1e6);
 	}
-	add_row(b, "d2d", "kernel gather", gbs(b, time_op(b, OP_GATHER, 1)),
-		d2d, 0);
-	add_row(b, "d2d", "kernel scatter",
-		gbs(b, time_op(b, OP_SCATTER, 1)), d2d, 0);
 }
 
-/* ---- layer-wise overlap ----------------------------------------------- */
+/* ---- compute beside copies ---------------------------------------------- */
 
-__device__ __forceinline__ uint64_t global_ns(void)
+/* Stands in for attention and GEMMs: FMA work on every SM, so that its
+ * time grows when copies take SMs from it. */
+__global__ void burn(float *out, int iters)
 {
-	uint64_t t;
+	float a = threadIdx.x * 1e-3f, c = 1.0001f;
 
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
+	for (int i = 0; i < iters; i++)
+		a = fmaf(a, c, 1e-7f);
+	if (a == 42.0f)
+		out[0] = a;
 }
 
-/* Stands in for a layer's attention and MLP: busy for a fixed time
- * whatever else runs, one small CTA per SM so that the copy kernel can
- * still be resident next to it. */
-__global__ void compute_layer(uint64_t ns)
+static float *burn_out;
+
+static void queue_burn(int iters, cudaStream_t s)
 {
-	uint64_t t0 = global_ns();
-
-	while (global_ns() - t0 < ns)
-		;
-}
-
-static int n_sms;
-
-static void queue_compute(uint64_t ns, cudaStream_t s)
-{
-	compute_layer<<<n_sms, 64, 0, s>>>(ns);
+	/* 8 CTAs of 256 threads per SM fill an H100/H200 SM (2048 threads). */
+	burn<<<n_sms * 8, 256, 0, s>>>(burn_out, iters);
 	CUDA_OK(cudaGetLastError());
 }
 
-static void overlap_run(struct bench *b, int batch, const char *path)
+static float elapsed(cudaEvent_t a, cudaEvent_t b)
 {
-	uint32_t nl = b->sh->n_layers;
-	enum op op = batch ? OP_SCATTER_BATCH : OP_SCATTER;
-	cudaEvent_t e0, e1, start, ev[MAX_LAYERS];
-	float xfer_ms, comp_ms, serial_ms, overlap_ms;
-	uint64_t comp_ns;
-	struct olap *o;
+	float ms;
+
+	CUDA_OK(cudaEventSynchronize(b));
+	CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+	return ms;
+}
+
+/* A burn taking about ms milliseconds alone. */
+static int calibrate(cudaStream_t s, double ms)
+{
+	cudaEvent_t e0, e1;
+	int iters = 1 << 16;
+	float t;
 
 	CUDA_OK(cudaEventCreate(&e0));
 	CUDA_OK(cudaEventCreate(&e1));
-	CUDA_OK(cudaEventCreateWithFlags(&start, cudaEventDisableTiming));
-	for (uint32_t l = 0; l < nl; l++)
-		CUDA_OK(cudaEventCreateWithFlags(&ev[l],
-						 cudaEventDisableTiming));
+	queue_burn(iters, s);
+	CUDA_OK(cudaEventRecord(e0, s));
+	queue_burn(iters, s);
+	CUDA_OK(cudaEventRecord(e1, s));
+	t = elapsed(e0, e1);
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	return (int)(iters * ms / t) + 1;
+}
 
-	/* Calibrate: the per-layer transfer alone. */
-	for (uint32_t l = 0; l < nl; l++)
-		queue_op(b, op, 0, l, 1, b->s);
-	CUDA_OK(cudaEventRecord(e0, b->s));
-	for (uint32_t l = 0; l < nl; l++)
-		queue_op(b, op, 0, l, 1, b->s);
-	CUDA_OK(cudaEventRecord(e1, b->s));
-	CUDA_OK(cudaEventSynchronize(e1));
-	CUDA_OK(cudaEventElapsedTime(&xfer_ms, e0, e1));
-	xfer_ms /= nl;
-	comp_ns = (uint64_t)(xfer_ms * 1.5 * 1e6);
+/*
+ * Layer-wise prefetch by path p: compute of layer l waits for layer l's
+ * copy.  Alone: the copies, the compute.  Beside: the copies on s2 with
+ * an event per layer, the compute on s waiting for each; every compute
+ * kernel timed on its own.
+ */
+static void bench_overlap(struct bench *b, int p)
+{
+	uint32_t nl = b->lay.n_layers;
+	cudaEvent_t e0, e1, ev[MAX_LAYERS], c0[MAX_LAYERS], c1[MAX_LAYERS];
+	double xfer = 0, comp = 0, comp_beside = 0, total, hidden, slower;
+	int iters;
 
-	CUDA_OK(cudaEventRecord(e0, b->s));
-	for (uint32_t l = 0; l < nl; l++)
-		queue_compute(comp_ns, b->s);
-	CUDA_OK(cudaEventRecord(e1, b->s));
-	CUDA_OK(cudaEventSynchronize(e1));
-	CUDA_OK(cudaEventElapsedTime(&comp_ms, e0, e1));
-	comp_ms /= nl;
-
-	/* Without prefetch: each layer's copy, then its compute.  A gate
-	 * first holds the stream until everything is queued, so the CPU's
-	 * queueing is not what is measured. */
-	queue_compute(2000000, b->s);
-	CUDA_OK(cudaEventRecord(e0, b->s));
+	CUDA_OK(cudaEventCreate(&e0));
+	CUDA_OK(cudaEventCreate(&e1));
 	for (uint32_t l = 0; l < nl; l++) {
-		queue_op(b, op, 0, l, 1, b->s);
-		queue_compute(comp_ns, b->s);
+		CUDA_OK(cudaEventCreateWithFlags(&ev[l], cudaEventDisableTiming));
+		CUDA_OK(cudaEventCreate(&c0[l]));
+		CUDA_OK(cudaEventCreate(&c1[l]));
 	}
-	CUDA_OK(cudaEventRecord(e1, b->s));
-	CUDA_OK(cudaEventSynchronize(e1));
-	CUDA_OK(cudaEventElapsedTime(&serial_ms, e0, e1));
+	/* The copies alone, layer by layer as beside the compute. */
+	for (int rep = 0; rep <= REPS; rep++) {
+		double t;
 
-	/* With prefetch: copies on the load stream, one event per layer,
-	 * the compute stream waits for each layer on the GPU. */
-	queue_compute(2000000, b->s);
-	CUDA_OK(cudaEventRecord(e0, b->s));
-	CUDA_OK(cudaEventRecord(start, b->s));
-	CUDA_OK(cudaStreamWaitEvent(b->s2, start, 0));
+		CUDA_OK(cudaEventRecord(e0, b->s2));
+		for (uint32_t l = 0; l < nl; l++)
+			queue(b, p, KVT_COPY_SCATTER, l, 1, b->s2);
+		CUDA_OK(cudaEventRecord(e1, b->s2));
+		t = elapsed(e0, e1);
+		if (rep && (xfer == 0 || t < xfer))
+			xfer = t;
+	}
+	iters = calibrate(b->s, 1.5 * xfer / nl);
 	for (uint32_t l = 0; l < nl; l++) {
-		queue_op(b, op, 0, l, 1, b->s2);
+		CUDA_OK(cudaEventRecord(c0[l], b->s));
+		queue_burn(iters, b->s);
+		CUDA_OK(cudaEventRecord(c1[l], b->s));
+	}
+	for (uint32_t l = 0; l < nl; l++)
+		comp += elapsed(c0[l], c1[l]);
+
+	/* Beside: a first burn holds both streams until all is queued. */
+	queue_burn(iters, b->s);
+	CUDA_OK(cudaEventRecord(e0, b->s));
+	CUDA_OK(cudaStreamWaitEvent(b->s2, e0, 0));
+	for (uint32_t l = 0; l < nl; l++) {
+		queue(b, p, KVT_COPY_SCATTER, l, 1, b->s2);
 		CUDA_OK(cudaEventRecord(ev[l], b->s2));
 	}
 	for (uint32_t l = 0; l < nl; l++) {
 		CUDA_OK(cudaStreamWaitEvent(b->s, ev[l], 0));
-		queue_compute(comp_ns, b->s);
+		CUDA_OK(cudaEventRecord(c0[l], b->s));
+		queue_burn(iters, b->s);
+		CUDA_OK(cudaEventRecord(c1[l], b->s));
 	}
 	CUDA_OK(cudaEventRecord(e1, b->s));
-	CUDA_OK(cudaEventSynchronize(e1));
-	CUDA_OK(cudaEventElapsedTime(&overlap_ms, e0, e1));
-
-	if (n_olaps < (int)(sizeof(olaps) / sizeof(olaps[0]))) {
-		o = &olaps[n_olaps++];
-		snprintf(o->layout, sizeof(o->layout), "%s", b->sh->name);
-		snprintf(o->path, sizeof(o->path), "%s", path);
-		o->xfer_ms = xfer_ms;
-		o->comp_ms = comp_ms;
-		o->serial_ms = serial_ms;
-		o->overlap_ms = overlap_ms;
-		o->hidden = (serial_ms - overlap_ms) / (xfer_ms * nl);
-		printf("%-12s overlap %-6s: transfer %.3f ms/layer, compute %.3f ms/layer, "
-		       "serial %.2f ms, prefetched %.2f ms, hidden %.0f%% of the transfer "
-		       "(at most %.0f%%: the first layer cannot overlap)\n",
-		       o->layout, path, xfer_ms, comp_ms, serial_ms,
-		       overlap_ms, 100 * o->hidden, 100.0 * (nl - 1) / nl);
-	}
-
+	total = elapsed(e0, e1);
+	for (uint32_t l = 0; l < nl; l++)
+		comp_beside += elapsed(c0[l], c1[l]);
+	/* What the copies added to the compute's time, as a share of their
+	 * own time; the first layer's copy can never be hidden. */
+	hidden = 1.0 - (total - comp) / xfer;
+	slower = comp_beside / comp - 1.0;
+	printf("FIGURE overlap %s %s: copies %.2f ms, compute %.2f ms, together "
+	       "%.2f ms; hidden %.0f%% of the copy time (at most %.0f%%), "
+	       "compute %.1f%% slower\n",
+	       b->name, path_name[p], xfer, comp, total, 100 * hidden,
+	       100.0 * (nl - 1) / nl, 100 * slower);
 	cudaEventDestroy(e0);
 	cudaEventDestroy(e1);
-	cudaEventDestroy(start);
-	for (uint32_t l = 0; l < nl; l++)
+	for (uint32_t l = 0; l < nl; l++) {
 		cudaEventDestroy(ev[l]);
+		cudaEventDestroy(c0[l]);
+		cudaEventDestroy(c1[l]);
+	}
+}
+
+/*
+ * The next step's prefetch, queued after this step's compute: after an
+ * event recorded on the compute stream at submission (what every load
+ * waited for before kvt_cuda_submit_opts), or after the caller's event of
+ * when the pages became free (recorded before this step's compute).
+ */
+static void bench_start(struct bench *b)
+{
+	uint32_t nl = b->lay.n_layers;
+	double xfer = time_copy(b, P_BUDGET, KVT_COPY_SCATTER), t[2];
+	int iters = calibrate(b->s, xfer / nl);
+	cudaEvent_t e0, e1, free_ev, after;
+
+	CUDA_OK(cudaEventCreate(&e0));
+	CUDA_OK(cudaEventCreate(&e1));
+	CUDA_OK(cudaEventCreateWithFlags(&free_ev, cudaEventDisableTiming));
+	CUDA_OK(cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
+	for (int mode = 0; mode < 2; mode++) {
+		queue_burn(iters, b->s);
+		CUDA_OK(cudaEventRecord(e0, b->s));
+		CUDA_OK(cudaEventRecord(free_ev, b->s));
+		for (uint32_t l = 0; l < nl; l++)
+			queue_burn(iters, b->s);
+		CUDA_OK(cudaEventRecord(after, b->s));
+		CUDA_OK(cudaStreamWaitEvent(b->s2, mode ? free_ev : after, 0));
+		queue(b, P_BUDGET, KVT_COPY_SCATTER, 0, nl, b->s2);
+		CUDA_OK(cudaEventRecord(e1, b->s2));
+		CUDA_OK(cudaStreamWaitEvent(b->s, e1, 0));
+		CUDA_OK(cudaEventRecord(e1, b->s));
+		t[mode] = elapsed(e0, e1);
+	}
+	printf("FIGURE start %s: step and next prefetch %.2f ms after the "
+	       "compute stream, %.2f ms after the caller's event (%.2fx; "
+	       "copies alone %.2f ms)\n",
+	       b->name, t[0], t[1], t[0] / t[1], xfer);
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	cudaEventDestroy(free_ev);
+	cudaEventDestroy(after);
 }
 
 int main(void)
 {
+	static const uint32_t nhd_tokens[] = {8, 32, 128, 512};
+	static const uint32_t mla_tokens[] = {8, 32, 128, 448};
 	struct cudaDeviceProp prop;
-	cudaError_t e;
-	int n_dev = 0, driver = 0;
+	int probe = kvt_gpu_probe(), driver = 0;
+	struct bench b;
 
-	e = cudaGetDeviceCount(&n_dev);
-	if (e != cudaSuccess || n_dev == 0) {
-		printf("no CUDA device: %s\n",
-		       cudaGetErrorString(e != cudaSuccess ? e
-							   : cudaErrorNoDevice));
-		return KVT_TEST_SKIP;
-	}
+	if (probe)
+		return probe;
 	CUDA_OK(cudaSetDevice(0));
 	CUDA_OK(cudaGetDeviceProperties(&prop, 0));
 	CUDA_OK(cudaDriverGetVersion(&driver));
+	CUDA_OK(cudaMalloc((void **)&burn_out, sizeof(float)));
 	n_sms = prop.multiProcessorCount;
-	printf("device: %s, %d SMs; runtime %d, driver %d; %d blocks per copy\n",
-	       prop.name, n_sms, CUDART_VERSION, driver, N_BLOCKS);
+	printf("device: %s, %d SMs; runtime %d, driver %d; %llu MiB per copy\n",
+	       prop.name, n_sms, CUDART_VERSION, driver,
+	       (unsigned long long)(TOTAL >> 20));
 
-	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-		struct bench b;
-
-		bench_init(&b, &shapes[i]);
-		if (i == 0)
-			printf("cudaMemcpyBatchAsync: %s; the rule batches runs of %d bytes or more\n",
-			       b.batch_ok ? "available" : "unavailable",
-			       KVT_BATCH_MIN_RUN);
-		bench_bandwidth(&b);
-		/* Overlap: the NHD cache (kernel under the rule) and
-		 * FlashInfer (whole 64 KiB layers per block) both ways. */
-		if (shapes[i].kind == K_FA_NHD)
-			overlap_run(&b, 0, "kernel");
-		if (shapes[i].kind == K_FLASHINFER) {
-			overlap_run(&b, 0, "kernel");
-			if (b.batch_ok)
-				overlap_run(&b, 1, "batch");
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 4; i++) {
+			bench_init(&b, k ? K_MLA : K_NHD, 8,
+				   k ? mla_tokens[i] : nhd_tokens[i]);
+			bench_bandwidth(&b);
+			bench_free(&b);
 		}
-		bench_free(&b);
-	}
+	printf("FIGURE model measured: link %.1f GB/s, %.2f GB/s per CTA, "
+	       "%.0f ns per run (defaults 50, 4, 1000)\n",
+	       fit_link, fit_cta, fit_run);
 
-	printf("\n%-12s %-10s %-14s %10s %8s\n", "layout", "copy", "path",
-	       "GB/s", "ratio");
-	for (int i = 0; i < n_rows; i++)
-		printf("%-12s %-10s %-14s %10.2f %7.2fx%s\n", rows[i].layout,
-		       rows[i].what, rows[i].path, rows[i].gbs, rows[i].ratio,
-		       rows[i].rule ? "  <- rule" : "");
-	printf("\n%-12s %-7s %9s %9s %9s %9s %7s\n", "overlap", "path",
-	       "xfer/lyr", "comp/lyr", "serial", "prefetch", "hidden");
-	for (int i = 0; i < n_olaps; i++)
-		printf("%-12s %-7s %7.3fms %7.3fms %7.2fms %7.2fms %6.0f%%\n",
-		       olaps[i].layout, olaps[i].path, olaps[i].xfer_ms,
-		       olaps[i].comp_ms, olaps[i].serial_ms,
-		       olaps[i].overlap_ms, 100 * olaps[i].hidden);
-	printf("ratios: offload and prefetch against cudaMemcpyAsync of pinned memory, "
-	       "d2d against cudaMemcpy D2D, same bytes, same run\n");
+	/* 32 layers of 1 MiB blocks: a 70B-like layer count. */
+	bench_init(&b, K_NHD, 32, 32);
+	for (int p = 0; p < P_COUNT; p++)
+		if (p != P_ENGINE || b.batch_ok)
+			bench_overlap(&b, p);
+	bench_start(&b);
+	bench_free(&b);
+	cudaFree(burn_out);
+	printf("ratios: against cudaMemcpyAsync of the same bytes between the "
+	       "same memories, same run\n");
 	return 0;
 }

@@ -1,161 +1,284 @@
-#!/bin/sh
+#!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 #
-# GPU checks of kvtier's data path, in one run of a few minutes on one GPU:
+# Every GPU check of kvtier's data path, in one run of at most 8 minutes
+# on one GPU (KVT_GPU_LIMIT_S, default 470 s, bounds the whole run; each
+# step has its own limit within it):
 #
-#   1. builds tests/gpu/test-gpu-layout and tests/gpu/bench-gpu with nvcc
-#      alone (kernels/*.cu, kernels/layout_plan.c, kernels/layout_cpu.c):
-#      no daemon, no client library, none of liburing, libnuma, libsystemd,
-#      inih or libcrypto;
-#   2. where those are installed, also configures the whole tree with
-#      -Dcuda=enabled, builds it (the client's CUDA backend included) and
-#      runs test-gpu-client (the client's CUDA path against kvtierd);
-#      and, where a Python with torch, transformers and pytest is found
-#      (KVT_PYTHON), tests/engines/test_hf.py's exactness case on CUDA
-#      through the library's CUDA path;
-#   3. runs the layout test (every layout against the CPU path);
-#   4. runs the benchmark and prints its table last.
+#   build     kernels/*.cu, kernels/layout_plan.c, kernels/layout_cpu.c,
+#             tests/gpu/test-gpu-layout, bench-gpu and gpu-probe with nvcc
+#             alone, and the CPU unit tests of the planning and of the
+#             registration bookkeeping with cc: none of the daemon's
+#             dependencies needed;
+#   unit      test-cuda-plan, test-cuda-regtab (CPU);
+#   probe     no GPU (the GPU steps are skipped: exit 77) told apart from a
+#             driver older than the runtime or any other CUDA error (a
+#             failure), and the device named;
+#   layout    test-gpu-layout: every layout against the CPU path, by the
+#             kernel (whole grid and a budget of 3 CTAs) and the copy
+#             engines, with blocks in device memory, cudaHostAlloc memory
+#             and a cudaHostRegister'ed memfd, and 70,000 blocks;
+#   bench     bench-gpu: bandwidth of each path against cudaMemcpyAsync
+#             from 64 KiB to 4 MiB blocks, overlap beside compute on every
+#             SM, prefetch after the caller's event (figures.txt);
+#   memcheck  compute-sanitizer --tool memcheck on the reduced sweep;
+#   e2e       the whole tree with -Dcuda=enabled, and test-gpu-client and
+#             test-gpu-groups: the client's CUDA path against a real
+#             kvtierd (every copy path, the submit options, two contexts,
+#             layer groups of different geometry).  Where the daemon's -dev packages are missing, the
+#             .deb files in tests/gpu/debs (or $KVT_DEBS), fetched on a
+#             machine with the registry by tests/gpu/fetch-debs.sh, are
+#             unpacked into a private root with `dpkg -x` and built
+#             against (KVT_USE_DEBS=1 uses them even where meson would
+#             find the machine's own);
+#   hf        where a Python with torch, transformers and pytest is found
+#             (KVT_PYTHON), tests/engines/test_hf.py's CUDA cases through
+#             the library's CUDA path.
 #
-# Usage: tests/gpu/run.sh [OUTPUT_DIR]
-# OUTPUT_DIR (created if needed; default: a new temporary directory) gets
-# summary.txt, build.log, meson.log (and meson-testlog.txt),
-# test-gpu-layout.log, bench-gpu.log and table.txt.
-# Exit status: 0 passed, 1 failed, 77 no CUDA device (the build still ran).
+# Usage: tests/gpu/run.sh OUTDIR
+# OUTDIR gets summary.txt first (a line per step as it ends, so a run cut
+# short still reports), a log per step, figures.txt and table.txt.
+# Exit status: 0 passed, 1 a step failed or ran out of time, 77 no GPU
+# (the CPU steps passed).
 
-set -u
+# The step functions run through `bash -c` (exported), not inline.
+# shellcheck disable=SC2317
+set -u -o pipefail
 
-# Skipped, to meson (tests/skip.h).
 KVT_TEST_SKIP=77
+LIMIT=${KVT_GPU_LIMIT_S:-470}
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-out=${1:-$(mktemp -d "${TMPDIR:-/tmp}/kvtier-gpu.XXXXXX")}
-mkdir -p "$out" || exit 1
-out=$(cd "$out" && pwd)
+if [ $# -ne 1 ]; then
+	echo "usage: $0 OUTDIR" >&2
+	exit 2
+fi
+mkdir -p "$1" || exit 1
+out=$(cd "$1" && pwd)
 build=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-gpu-build.XXXXXX") || exit 1
-trap 'rm -rf "$build"' EXIT INT TERM
+trap 'rm -rf "$build"' EXIT
+t0=$(date +%s)
+failed=0
+gpu=0
 
 NVCC=${NVCC:-nvcc}
 CC=${CC:-cc}
 # The architectures meson builds for: sm_80, sm_90, and PTX for newer ones.
 gencode="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]"
 
+summary=$out/summary.txt
 say() {
-	printf '%s\n' "$*" | tee -a "$out/summary.txt"
+	printf '%s\n' "$*" | tee -a "$summary"
+}
+left() {
+	echo $((LIMIT - ($(date +%s) - t0)))
 }
 
-: >"$out/summary.txt"
-say "kvtier GPU run: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), output in $out"
-command -v nvidia-smi >/dev/null 2>&1 &&
-	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$out/summary.txt" 2>&1
+# step NAME CAP CMD...: runs CMD within min(CAP, what is left) seconds,
+# its output in OUTDIR/NAME.log, and says how it ended.  Sets step_rc.
+step() {
+	local name=$1 cap=$2 lim s
+	shift 2
+	lim=$(left)
+	[ "$lim" -gt "$cap" ] && lim=$cap
+	if [ "$lim" -le 5 ]; then
+		say "$name: not run (the run's ${LIMIT} s are spent)"
+		step_rc=124
+		failed=1
+		return
+	fi
+	s=$(date +%s)
+	# Functions of this script run in a bash of their own (exported).
+	if [ "$(type -t "$1")" = function ]; then
+		set -- bash -c "$1"
+	fi
+	timeout -k 10 "$lim" "$@" >"$out/$name.log" 2>&1
+	step_rc=$?
+	case $step_rc in
+	0) say "$name: ok ($(($(date +%s) - s)) s)" ;;
+	"$KVT_TEST_SKIP") say "$name: skipped: $(tail -n 1 "$out/$name.log")" ;;
+	124 | 137) say "$name: TIMED OUT after $lim s (see $name.log)"; failed=1 ;;
+	*) say "$name: FAILED, exit $step_rc (see $name.log)"; failed=1 ;;
+	esac
+}
 
-# ---- 1. direct build ------------------------------------------------------
-say "== build (nvcc, no project dependencies)"
-(
+: >"$summary"
+say "kvtier GPU run: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), limit $LIMIT s"
+command -v nvidia-smi >/dev/null 2>&1 &&
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$summary" 2>&1
+
+# ---- build ----------------------------------------------------------------
+build_all() {
 	set -ex
 	"$NVCC" --version
-	"$CC" -std=c17 -O2 -Wall -Wextra -I"$root/client" -I"$root/kernels" \
-		-c "$root/kernels/layout_cpu.c" -o "$build/layout_cpu.o"
-	"$CC" -std=c17 -O2 -Wall -Wextra -I"$root/client" -I"$root/kernels" \
-		-c "$root/kernels/layout_plan.c" -o "$build/layout_plan.o"
+	local cflags="-std=c17 -O2 -Wall -Wextra -D_GNU_SOURCE -I$root/client -I$root/kernels -I$root/proto -I$root/tests/unit"
+	# shellcheck disable=SC2086
+	"$CC" $cflags -c "$root/kernels/layout_cpu.c" -o "$build/layout_cpu.o"
+	# shellcheck disable=SC2086
+	"$CC" $cflags -c "$root/kernels/layout_plan.c" -o "$build/layout_plan.o"
+	# shellcheck disable=SC2086
+	"$CC" $cflags "$root/tests/unit/test-cuda-plan.c" "$build/layout_plan.o" \
+		"$build/layout_cpu.o" "$root/proto/identity.c" \
+		"$root/proto/wire.c" -o "$build/test-cuda-plan"
+	# shellcheck disable=SC2086
+	"$CC" $cflags -pthread "$root/tests/unit/test-cuda-regtab.c" \
+		"$root/client/cuda-regtab.c" -o "$build/test-cuda-regtab"
 	# shellcheck disable=SC2086
 	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
 		-I"$root/client" -I"$root/kernels" \
 		-c "$root/kernels/layout_cuda.cu" -o "$build/layout_cuda.o"
-	for prog in test-gpu-layout bench-gpu; do
-		# shellcheck disable=SC2086
-		"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
-			-I"$root/client" -I"$root/kernels" \
-			"$here/$prog.cu" "$build/layout_cuda.o" \
-			"$build/layout_plan.o" "$build/layout_cpu.o" \
-			-o "$build/$prog"
-	done
-) >"$out/build.log" 2>&1
-# Not `if ! ( ... )`: set -e does not apply inside a tested command.
-build_rc=$?
-if [ $build_rc -ne 0 ]; then
-	say "build FAILED; see $out/build.log"
+	# shellcheck disable=SC2086
+	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
+		-I"$root/client" -I"$root/kernels" \
+		"$here/test-gpu-layout.cu" "$here/layout-case.cu" \
+		"$build/layout_cuda.o" "$build/layout_plan.o" \
+		"$build/layout_cpu.o" -o "$build/test-gpu-layout"
+	# shellcheck disable=SC2086
+	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
+		-I"$root/client" -I"$root/kernels" \
+		"$here/bench-gpu.cu" "$build/layout_cuda.o" \
+		"$build/layout_plan.o" "$build/layout_cpu.o" \
+		-o "$build/bench-gpu"
+	"$NVCC" -O2 "$here/gpu-probe.c" -o "$build/gpu-probe"
+}
+export here root out build NVCC CC gencode
+export -f build_all
+step build 240 build_all
+if [ "$step_rc" -ne 0 ]; then
 	tail -n 30 "$out/build.log"
+	say "result: FAILED (build)"
 	exit 1
 fi
-say "build ok"
 
-# ---- 2. the whole tree, where its dependencies are installed ---------------
-meson_status="not run"
-if command -v meson >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
-	if meson setup "$build/meson" "$root" -Dcuda=enabled >"$out/meson.log" 2>&1; then
-		if ninja -C "$build/meson" >>"$out/meson.log" 2>&1; then
-			# test-gpu-layout runs below from the direct build;
-			# here the client's CUDA path against a real daemon.
-			if meson test -C "$build/meson" --print-errorlogs test-gpu-client >>"$out/meson.log" 2>&1; then
-				meson_status="built with -Dcuda=enabled; test-gpu-client passed (or skipped)"
-			else
-				meson_status="built with -Dcuda=enabled; test-gpu-client FAILED"
-			fi
-			# transformers on the GPU through the CUDA path, where a
-			# Python with torch, transformers and pytest is at hand
-			# (KVT_PYTHON, default python3).
-			py=${KVT_PYTHON:-python3}
-			if "$py" -c 'import torch, transformers, pytest, tokenizers' >/dev/null 2>&1; then
-				if KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python" \
-					"$py" -m pytest -q -p no:cacheprovider -k cuda \
-					"$root/tests/engines/test_hf.py" >"$out/engines-gpu.log" 2>&1; then
-					meson_status="$meson_status; transformers on CUDA passed"
-				else
-					meson_status="$meson_status; transformers on CUDA FAILED (engines-gpu.log)"
-				fi
-			else
-				meson_status="$meson_status; transformers on CUDA skipped (no torch/transformers/pytest for $py)"
-			fi
-			cp "$build/meson/meson-logs/testlog.txt" "$out/meson-testlog.txt" 2>/dev/null
-		else
-			meson_status="build with -Dcuda=enabled FAILED"
-		fi
+# ---- unit -------------------------------------------------------------------
+unit() {
+	"$build/test-cuda-plan" && "$build/test-cuda-regtab"
+}
+export -f unit
+step unit 60 unit
+
+# ---- probe ----------------------------------------------------------------
+step probe 30 "$build/gpu-probe"
+case $step_rc in
+0) gpu=1; cat "$out/probe.log" >>"$summary" ;;
+"$KVT_TEST_SKIP") gpu=0 ;;
+*) gpu=0 ;; # failed already: a driver too old, or another CUDA error
+esac
+
+# ---- layout -------------------------------------------------------------
+# Without a GPU it still runs its host emulation, and exits 77 after it.
+step layout 150 "$build/test-gpu-layout"
+[ "$step_rc" -ne "$KVT_TEST_SKIP" ] && tail -n 3 "$out/layout.log" >>"$summary"
+
+if [ "$gpu" -eq 1 ]; then
+	# ---- bench ----------------------------------------------------------
+	step bench 150 "$build/bench-gpu"
+	grep '^FIGURE' "$out/bench.log" | sed 's/^FIGURE //' >"$out/figures.txt"
+	grep '^FIGURE \(overlap\|start\|model\)' "$out/bench.log" |
+		sed 's/^FIGURE /  /' >>"$summary"
+	grep '^FIGURE bw' "$out/bench.log" | sed 's/^FIGURE bw //' >"$out/table.txt"
+
+	# ---- memcheck -------------------------------------------------------
+	sanitizer=$(command -v compute-sanitizer ||
+		ls "$(dirname "$(command -v "$NVCC")")"/compute-sanitizer 2>/dev/null ||
+		ls "$(dirname "$(command -v "$NVCC")")"/../compute-sanitizer/compute-sanitizer 2>/dev/null)
+	if [ -n "$sanitizer" ]; then
+		step memcheck 150 env KVT_GPU_SWEEP=reduced "$sanitizer" \
+			--tool memcheck --error-exitcode 1 "$build/test-gpu-layout"
+		tail -n 2 "$out/memcheck.log" >>"$summary"
 	else
-		meson_status="skipped: meson setup failed (the daemon's -dev packages are probably missing; see meson.log)"
+		say "memcheck: NOT RUN: no compute-sanitizer on PATH or next to $NVCC (counted as a failure: memory safety unproven)"
+		failed=1
 	fi
 fi
-say "== meson: $meson_status"
 
-# ---- 3. the layout test ----------------------------------------------------
-say "== test-gpu-layout"
-"$build/test-gpu-layout" >"$out/test-gpu-layout.log" 2>&1
-test_rc=$?
-tail -n 5 "$out/test-gpu-layout.log" | tee -a "$out/summary.txt"
-case $test_rc in
-0) say "test-gpu-layout passed" ;;
-"$KVT_TEST_SKIP") say "test-gpu-layout skipped" ;;
-*) say "test-gpu-layout FAILED (exit $test_rc); see $out/test-gpu-layout.log" ;;
-esac
+# ---- e2e --------------------------------------------------------------------
+# The daemon's dependencies from unpacked .deb files, when the machine
+# lacks them: a private root that pkg-config (or the unpacked pkgconf)
+# resolves every -I and -L into.
+sysroot_setup() {
+	local debs=${KVT_DEBS:-$here/debs} sys=$build/sysroot d tmp
+	ls "$debs"/*.deb >/dev/null 2>&1 || return 1
+	mkdir -p "$sys"
+	for d in "$debs"/*.deb; do
+		if command -v dpkg >/dev/null 2>&1; then
+			dpkg -x "$d" "$sys" || return 1
+		else
+			tmp=$(mktemp -d "$build/deb.XXXXXX")
+			(cd "$tmp" && ar x "$d" && tar -xf data.tar.* -C "$sys") || return 1
+		fi
+	done
+	local lib=$sys/usr/lib/x86_64-linux-gnu
+	export PKG_CONFIG_SYSROOT_DIR=$sys
+	export PKG_CONFIG_LIBDIR=$lib/pkgconfig:$sys/usr/share/pkgconfig
+	export LD_LIBRARY_PATH=$lib:$sys/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+	if ! command -v pkg-config >/dev/null 2>&1; then
+		printf '[binaries]\npkg-config = '"'%s'"'\n' "$sys/usr/bin/pkgconf" >"$build/native.ini"
+		native="--native-file $build/native.ini"
+	fi
+	echo "dependencies from $debs, unpacked in $sys"
+}
 
-# ---- 4. the benchmark ----------------------------------------------------------
-say "== bench-gpu"
-"$build/bench-gpu" >"$out/bench-gpu.log" 2>&1
-bench_rc=$?
-if [ $bench_rc -eq 0 ]; then
-	# The table is everything after the benchmark's first blank line.
-	sed -n '/^$/,$p' "$out/bench-gpu.log" >"$out/table.txt"
-elif [ $bench_rc -eq $KVT_TEST_SKIP ]; then
-	cat "$out/bench-gpu.log" >"$out/table.txt"
+e2e() {
+	local opts="-Dcuda=enabled -Dpython=auto" native=""
+	# shellcheck disable=SC2086
+	if [ -n "${KVT_USE_DEBS:-}" ] ||
+		! meson setup "$build/meson" "$root" $opts >"$out/e2e-setup.log" 2>&1; then
+		echo "meson setup failed with the machine's packages (e2e-setup.log)"
+		sysroot_setup || {
+			echo "no .deb files in ${KVT_DEBS:-$here/debs}: run tests/gpu/fetch-debs.sh where the registry is, and carry the folder"
+			return 1
+		}
+		rm -rf "$build/meson"
+		# shellcheck disable=SC2086
+		meson setup "$build/meson" "$root" $opts $native || return 1
+	fi
+	ninja -C "$build/meson" || return 1
+	# test-gpu-layout ran above from the direct build.
+	meson test -C "$build/meson" --print-errorlogs test-gpu-client test-gpu-groups
+	local rc=$?
+	cp "$build/meson/meson-logs/testlog.txt" "$out/e2e-testlog.txt" 2>/dev/null
+	return "$rc"
+}
+export -f sysroot_setup e2e
+if command -v meson >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
+	# Without a GPU test-gpu-client skips, after checking the arguments
+	# of every entry point against a real daemon.
+	step e2e 240 e2e
+	grep -E '^ *[0-9]+/[0-9]+ .*(OK|FAIL|SKIP)' "$out/e2e.log" >>"$summary"
 else
-	say "bench-gpu FAILED (exit $bench_rc); see $out/bench-gpu.log"
-	tail -n 20 "$out/bench-gpu.log"
+	say "e2e: FAILED: meson or ninja missing"
+	failed=1
 fi
 
-case $meson_status in
-*FAILED*) meson_failed=1 ;;
-*) meson_failed=0 ;;
-esac
+# ---- hf -----------------------------------------------------------------------
+# transformers on the GPU through the library's CUDA path, where a Python
+# with torch, transformers and pytest is at hand (KVT_PYTHON, default
+# python3) and the tree was built with its Python package.
+hf() {
+	local py=${KVT_PYTHON:-python3}
+	if ! "$py" -c 'import torch, transformers, pytest' >/dev/null 2>&1 ||
+		[ ! -d "$build/meson/client/python" ]; then
+		echo "no torch, transformers and pytest for $py, or no Python package built"
+		return 77
+	fi
+	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python" \
+		"$py" -m pytest -q -p no:cacheprovider -k cuda "$root/tests/engines/test_hf.py"
+}
+if [ "$gpu" -eq 1 ] && [ -d "$build/meson" ]; then
+	export -f hf
+	step hf 120 hf
+fi
 
-echo
-cat "$out/table.txt" 2>/dev/null
-if [ $test_rc -ne 0 ] && [ $test_rc -ne $KVT_TEST_SKIP ]; then
+if [ "$failed" -ne 0 ]; then
+	say "result: FAILED ($(($(date +%s) - t0)) s)"
 	exit 1
 fi
-if [ $meson_failed -ne 0 ] || { [ $bench_rc -ne 0 ] && [ $bench_rc -ne $KVT_TEST_SKIP ]; }; then
-	exit 1
-fi
-if [ $test_rc -eq $KVT_TEST_SKIP ]; then
+if [ "$gpu" -ne 1 ]; then
+	say "result: no GPU; the CPU steps passed ($(($(date +%s) - t0)) s)"
 	exit $KVT_TEST_SKIP
 fi
+say "result: passed ($(($(date +%s) - t0)) s)"
 exit 0

@@ -13,6 +13,7 @@ DISK: int
 PENDING: int
 INDEX_PAGE: int
 INDEX_SLOT: int
+LAYOUT_PLANE_BASES: int
 STATS_DAEMON: int
 STATS_TENANTS: int
 STATS_NAMESPACES: int
@@ -51,7 +52,8 @@ class Layout:
     def __init__(self, n_layers: int, planes: int, heads: int, head_bytes: int,
                  page_tokens: int, layer_base: Sequence[int], stride_plane: int,
                  stride_page: int, stride_token: int, stride_head: int,
-                 index_kind: int = ..., keep: Any = None) -> None: ...
+                 index_kind: int = ..., keep: Any = None, n_pages: int = 0,
+                 flags: int = 0) -> None: ...
     def block_bytes(self, block_tokens: int) -> int: ...
     def gather(self, block_tokens: int, indices: Ints, blocks: Sequence[Memory]) -> None: ...
     def scatter(self, block_tokens: int, indices: Ints, blocks: Sequence[Memory]) -> None: ...

@@ -57,12 +57,13 @@ def _layout(kv: torch.Tensor, block_tokens: int) -> Layout:
     """The Layout of a [layers, 2, heads, seq, head_dim] tensor whose
     pages are consecutive runs of block_tokens tokens."""
     e = kv.element_size()
-    n_layers, _, heads, _, dim = kv.shape
+    n_layers, _, heads, seq, dim = kv.shape
     base = kv.data_ptr()
     return Layout(n_layers, 2, heads, dim * e, block_tokens,
                   [base + l * kv.stride(0) * e for l in range(n_layers)],
                   kv.stride(1) * e, block_tokens * dim * e, dim * e,
-                  kv.stride(2) * e, INDEX_PAGE, keep=kv)
+                  kv.stride(2) * e, INDEX_PAGE, keep=kv,
+                  n_pages=seq // block_tokens)
 
 
 class KvtierCache:

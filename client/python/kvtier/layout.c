@@ -10,30 +10,33 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"n_layers", "planes", "heads", "head_bytes", "page_tokens",
 				 "layer_base", "stride_plane", "stride_page", "stride_token",
-				 "stride_head", "index_kind", "keep", NULL};
-	unsigned int nl, planes, heads, hb, pt, kind = KVT_INDEX_PAGE;
+				 "stride_head", "index_kind", "keep", "n_pages", "flags", NULL};
+	unsigned int nl, planes, heads, hb, pt, kind = KVT_INDEX_PAGE, flags = 0;
+	unsigned long long n_pages = 0;
 	PyObject *bases_o, *keep = Py_None;
 	long long sp, sg, st, sh;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "IIIIIOLLLL|IO:Layout", kwlist, &nl, &planes,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "IIIIIOLLLL|IOKI:Layout", kwlist, &nl, &planes,
 					 &heads, &hb, &pt, &bases_o, &sp, &sg, &st, &sh, &kind,
-					 &keep))
+					 &keep, &n_pages, &flags))
 		return -1;
+	/* One base per layer, or per layer and plane. */
+	size_t n_bases = (flags & KVT_LAYOUT_PLANE_BASES) ? (size_t)nl * planes : nl;
 	PyObject *seq = PySequence_Fast(bases_o, "kvtier: layer_base is a sequence of addresses");
 	if (!seq)
 		return -1;
-	if ((size_t)PySequence_Fast_GET_SIZE(seq) != nl) {
-		PyErr_Format(PyExc_ValueError, "kvtier: %u layers but %zd base addresses", nl,
-			     PySequence_Fast_GET_SIZE(seq));
+	if ((size_t)PySequence_Fast_GET_SIZE(seq) != n_bases) {
+		PyErr_Format(PyExc_ValueError, "kvtier: %zu base addresses expected, %zd given",
+			     n_bases, PySequence_Fast_GET_SIZE(seq));
 		Py_DECREF(seq);
 		return -1;
 	}
-	void **bases = calloc(nl ? nl : 1, sizeof(*bases));
+	void **bases = calloc(n_bases ? n_bases : 1, sizeof(*bases));
 	if (!bases) {
 		Py_DECREF(seq);
 		PyErr_NoMemory();
 		return -1;
 	}
-	for (unsigned int i = 0; i < nl; i++) {
+	for (size_t i = 0; i < n_bases; i++) {
 		bases[i] = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(seq, i));
 		if (PyErr_Occurred()) {
 			free(bases);
@@ -54,7 +57,9 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
 			       .stride_plane = sp,
 			       .stride_page = sg,
 			       .stride_token = st,
-			       .stride_head = sh};
+			       .stride_head = sh,
+			       .n_pages = n_pages,
+			       .flags = flags};
 	Py_INCREF(keep);
 	Py_XSETREF(self->keep, keep);
 	return 0;
@@ -151,7 +156,7 @@ PyTypeObject LayoutType = {
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "Layout(n_layers, planes, heads, head_bytes, page_tokens, layer_base,\n"
 		  "       stride_plane, stride_page, stride_token, stride_head,\n"
-		  "       index_kind=INDEX_PAGE, keep=None)\n--\n\n"
+		  "       index_kind=INDEX_PAGE, keep=None, n_pages=0, flags=0)\n--\n\n"
 		  "Where an engine keeps one rank's KV cache: element (layer l, plane p,\n"
 		  "page g, token t, head h) starts at layer_base[l] + p*stride_plane +\n"
 		  "g*stride_page + t*stride_token + h*stride_head (bytes) and is head_bytes\n"

@@ -319,9 +319,11 @@ class KvtierConnector(KVConnectorBase_V1):
             raise ValueError("kvtier: the layers' caches are laid out differently")
         plane, page, token, head = geoms.pop()
         tensors = [kv_caches[n] for n in names]
+        # CPU_ATTN (layer_geometry): pages are the first dimension.
         self._layout = Layout(len(names), 2, heads, ident.head_size * tensors[0].element_size(),
                               self._block, [t.data_ptr() for t in tensors], plane, page,
-                              token, head, INDEX_PAGE, keep=tensors)
+                              token, head, INDEX_PAGE, keep=tensors,
+                              n_pages=tensors[0].shape[0])
         log.info("kvtier: %d layers registered (%s)", len(names),
                  _backend_name(self._vllm_config, names[0]))
 
