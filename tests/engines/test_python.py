@@ -312,3 +312,31 @@ def test_cuda_context_without_a_gpu(daemon):
         with pytest.raises(kvtier.Error) as e:
             kvtier.CudaContext(c)
         assert e.value.errno == errno.ENODEV
+
+
+def test_lifecycle_hints():
+    """retain and end reach kvtierd: counted on the namespace, refused with
+    a clear error out of range, and what was retained still loads."""
+    import kvtd
+    import kvtier
+
+    with kvtd.Daemon() as d, kvtier.Client(socket=d.socket, name="hints") as c:
+        ns = c.open_namespace("hints-model", layers=2, kv_heads=2, head_bytes=64,
+                              block_tokens=16, dtype=kvtier.DTYPES["float16"])
+        keys = kvtier.hash_chain(list(range(16 * 6)), 16)
+        size = ns.info["shard_bytes"]
+        bufs = [bytes([i + 1]) * size for i in range(6)]
+        assert ns.store(0, keys, bufs)[0] == 6
+        assert ns.retain(keys[:64], 90) == 2
+        assert ns.retain(keys[64:96], kvtier.PRIORITY_DEFAULT, duration_s=5) == 1
+        assert ns.end(keys[96:], session=True) == 3
+        assert ns.end(kvtier.hash_chain(list(range(1000, 1016)), 16)) == 0  # not stored
+        with pytest.raises(kvtier.Error) as e:
+            ns.retain(keys[:32], kvtier.PRIORITY_MAX + 1)
+        assert e.value.errno == errno.EINVAL
+        rec = [r for r in c.stats(kvtier.STATS_NAMESPACES) if r.get("kind") == "namespace"][0]
+        assert rec["hints"] == 6 and rec["retained"] == 2 and rec["demoted"] == 3
+        out = [bytearray(size) for _ in range(2)]
+        assert ns.load(0, keys[:64], out)[0] == 2
+        assert [bytes(b) for b in out] == bufs[:2]
+        ns.close()

@@ -37,6 +37,17 @@ static uint64_t field(const char *line, const char *name)
 	return strtoull(p + strlen(key), NULL, 10);
 }
 
+/* The small trace every part replays, in the daemon's directory. */
+static void make_trace(const char *trace, const struct daemon *d)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --seed 3 --requests 400 --rate 2 --think 10 --docs 200 --system-len 256 "
+		 "--doc-len 256 -o '%s/t.trace' 2>&1",
+		 trace, d->dir);
+	CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 /* Run a shell command line; its summary line parsed into s. */
 static int run(const char *cmd, struct summary *s)
 {
@@ -99,11 +110,7 @@ int main(void)
 
 	/* 512 MiB: 16384 tiny blocks, more than the trace's 11561. */
 	daemon_start(&d, "[pool]\ncapacity = 512M\nextent_size = 2M\n");
-	snprintf(cmd, sizeof(cmd),
-		 "'%s' --seed 3 --requests 400 --rate 2 --think 10 --docs 200 --system-len 256 "
-		 "--doc-len 256 -o '%s/t.trace' 2>&1",
-		 trace, d.dir);
-	CHECK(system(cmd) == 0, "%s", cmd);
+	make_trace(trace, &d);
 
 	snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' --gpu-blocks 256 --salt one '%s/t.trace' 2>&1",
 		 replay, d.socket, d.dir);
@@ -130,11 +137,7 @@ int main(void)
 	daemon_start(&d, "[pool]\ncapacity = 16M\nextent_size = 2M\n"
 			 "[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
 			 "[spill.a]\npath = @DIR@/spill0\ncapacity = 512M\n");
-	snprintf(cmd, sizeof(cmd),
-		 "'%s' --seed 3 --requests 400 --rate 2 --think 10 --docs 200 --system-len 256 "
-		 "--doc-len 256 -o '%s/t.trace' 2>&1",
-		 trace, d.dir);
-	CHECK(system(cmd) == 0, "%s", cmd);
+	make_trace(trace, &d);
 	snprintf(cmd, sizeof(cmd),
 		 "'%s' --socket '%s' --engines 2 --gpu-blocks 128 '%s/t.trace' 2>&1", replay,
 		 d.socket, d.dir);
@@ -146,11 +149,7 @@ int main(void)
 
 	/* 16 MiB again, host only, with hints. */
 	daemon_start(&d, "[pool]\ncapacity = 16M\nextent_size = 2M\n");
-	snprintf(cmd, sizeof(cmd),
-		 "'%s' --seed 3 --requests 400 --rate 2 --think 10 --docs 200 --system-len 256 "
-		 "--doc-len 256 -o '%s/t.trace' 2>&1",
-		 trace, d.dir);
-	CHECK(system(cmd) == 0, "%s", cmd);
+	make_trace(trace, &d);
 	snprintf(cmd, sizeof(cmd),
 		 "'%s' --socket '%s' --gpu-blocks 128 --hints end+shared '%s/t.trace' 2>&1", replay,
 		 d.socket, d.dir);

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* kvtier.Namespace: the blocks of one model and KV geometry. */
 #include <errno.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,9 +172,23 @@ out:
 	return ret;
 }
 
-/* touch, delete, prefetch: keys in, a count out. */
-static PyObject *Namespace_keys_op(NamespaceObject *self, PyObject *keys_o,
-				   int (*fn)(kvt_ns *, const uint8_t *, size_t), const char *what)
+/* touch, delete, prefetch, retain and end: keys in, a count out. */
+enum keys_op { OP_TOUCH, OP_DELETE, OP_PREFETCH, OP_RETAIN, OP_END };
+
+static int keys_op_call(kvt_ns *ns, enum keys_op op, const uint8_t *keys, size_t n, unsigned a,
+			unsigned b)
+{
+	switch (op) {
+	case OP_TOUCH: return kvt_touch(ns, keys, n);
+	case OP_DELETE: return kvt_delete(ns, keys, n);
+	case OP_PREFETCH: return kvt_prefetch(ns, keys, n);
+	case OP_RETAIN: return kvt_retain(ns, keys, n, a, b);
+	default: return kvt_end(ns, keys, n, a);
+	}
+}
+
+static PyObject *Namespace_keys_op(NamespaceObject *self, PyObject *keys_o, enum keys_op op,
+				   unsigned a, unsigned b, const char *what)
 {
 	struct mem km;
 	size_t n;
@@ -185,7 +198,7 @@ static PyObject *Namespace_keys_op(NamespaceObject *self, PyObject *keys_o,
 	if (ns_enter(self) == 0) {
 		int r;
 		Py_BEGIN_ALLOW_THREADS
-		r = fn(self->ns, km.ptr, n);
+		r = keys_op_call(self->ns, op, km.ptr, n, a, b);
 		Py_END_ALLOW_THREADS
 		ret = r < 0 ? ns_error(self, r, what) : PyLong_FromLong(r);
 		ns_leave(self);
@@ -196,38 +209,17 @@ static PyObject *Namespace_keys_op(NamespaceObject *self, PyObject *keys_o,
 
 static PyObject *Namespace_touch(NamespaceObject *self, PyObject *k)
 {
-	return Namespace_keys_op(self, k, kvt_touch, "touch");
+	return Namespace_keys_op(self, k, OP_TOUCH, 0, 0, "touch");
 }
 
 static PyObject *Namespace_delete(NamespaceObject *self, PyObject *k)
 {
-	return Namespace_keys_op(self, k, kvt_delete, "delete");
+	return Namespace_keys_op(self, k, OP_DELETE, 0, 0, "delete");
 }
 
 static PyObject *Namespace_prefetch(NamespaceObject *self, PyObject *k)
 {
-	return Namespace_keys_op(self, k, kvt_prefetch, "prefetch");
-}
-
-/* retain and end: keys and the hint's arguments in, a count out. */
-static PyObject *hint_call(NamespaceObject *self, PyObject *keys_o, bool end, unsigned a,
-			   unsigned b, const char *what)
-{
-	struct mem km;
-	size_t n;
-	if (keys_get(keys_o, &km, &n) < 0)
-		return NULL;
-	PyObject *ret = NULL;
-	if (ns_enter(self) == 0) {
-		int r;
-		Py_BEGIN_ALLOW_THREADS
-		r = end ? kvt_end(self->ns, km.ptr, n, a) : kvt_retain(self->ns, km.ptr, n, a, b);
-		Py_END_ALLOW_THREADS
-		ret = r < 0 ? ns_error(self, r, what) : PyLong_FromLong(r);
-		ns_leave(self);
-	}
-	mem_release(&km);
-	return ret;
+	return Namespace_keys_op(self, k, OP_PREFETCH, 0, 0, "prefetch");
 }
 
 static PyObject *Namespace_retain(NamespaceObject *self, PyObject *args, PyObject *kw)
@@ -238,7 +230,7 @@ static PyObject *Namespace_retain(NamespaceObject *self, PyObject *args, PyObjec
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|I:retain", kwlist, &keys_o, &priority,
 					 &duration))
 		return NULL;
-	return hint_call(self, keys_o, false, priority, duration, "retain");
+	return Namespace_keys_op(self, keys_o, OP_RETAIN, priority, duration, "retain");
 }
 
 static PyObject *Namespace_end(NamespaceObject *self, PyObject *args, PyObject *kw)
@@ -248,7 +240,7 @@ static PyObject *Namespace_end(NamespaceObject *self, PyObject *args, PyObject *
 	int session = 0;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p:end", kwlist, &keys_o, &session))
 		return NULL;
-	return hint_call(self, keys_o, true, session ? KVT_END_SESSION : 0, 0, "end");
+	return Namespace_keys_op(self, keys_o, OP_END, session ? KVT_END_SESSION : 0, 0, "end");
 }
 
 static PyObject *Namespace_wait_resident(NamespaceObject *self, PyObject *args, PyObject *kw)
