@@ -277,7 +277,7 @@ static void emit_classes(struct emitter *e, const struct tenant *t)
 		uint64_t empty = 0;
 		for (uint32_t k = 0; k < c->n_extents; k++)
 			empty += c->extents[k]->slots.n_free == c->extents[k]->slots.n;
-		kvt_rec_begin(&e->b, "class", 14);
+		kvt_rec_begin(&e->b, "class", 16);
 		kvt_rec_str(&e->b, "tenant", t->name);
 		kvt_rec_u64(&e->b, "slot_bytes", c->slot_bytes);
 		kvt_rec_u64(&e->b, "extents", c->n_extents);
@@ -292,6 +292,11 @@ static void emit_classes(struct emitter *e, const struct tenant *t)
 		kvt_rec_u64(&e->b, "fill_ppm", out[i].fill_ppm);
 		kvt_rec_u64(&e->b, "can_grow", out[i].can_grow);
 		kvt_rec_u64(&e->b, "starved", c->starved);
+		/* The engine's hints: evictable blocks above and below the
+		 * default priority (evict.h's bands), across the class's
+		 * namespaces. */
+		kvt_rec_u64(&e->b, "retained", c->lru.band[EVICT_BAND_HIGH].n + c->lru.band[EVICT_BAND_TOP].n);
+		kvt_rec_u64(&e->b, "demoted", c->lru.band[EVICT_BAND_LOW].n);
 		emit_flush(e, false);
 	}
 	free(in);
@@ -344,10 +349,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 static void emit_ns(struct emitter *e, const struct ns *ns)
 {
 	const struct ns_counters *c = &ns->c;
-	uint64_t bands[_EVICT_BANDS];
-
-	store_ns_bands(ns, bands);
-	kvt_rec_begin(&e->b, "namespace", 35);
+	kvt_rec_begin(&e->b, "namespace", 33);
 	kvt_rec_str(&e->b, "tenant", ns->tenant->name);
 	kvt_rec_u64(&e->b, "id", ns->id);
 	kvt_rec_str(&e->b, "model", ns->ident.model);
@@ -378,8 +380,6 @@ static void emit_ns(struct emitter *e, const struct ns *ns)
 	kvt_rec_u64(&e->b, "disk_hits", c->disk_hits);
 	kvt_rec_u64(&e->b, "dirty_drops", c->dirty_drops);
 	kvt_rec_u64(&e->b, "hints", c->hints);
-	kvt_rec_u64(&e->b, "retained", bands[EVICT_BAND_HIGH] + bands[EVICT_BAND_TOP]);
-	kvt_rec_u64(&e->b, "demoted", bands[EVICT_BAND_LOW]);
 	kvt_rec_u64(&e->b, "demotions", c->demotions);
 	kvt_rec_u64(&e->b, "demoted_evictions", c->demoted_evictions);
 	kvt_rec_u64(&e->b, "lapsed", c->lapsed);

@@ -105,17 +105,3 @@ uint64_t store_hints_lapse(struct store *s)
 	}
 	return n;
 }
-
-void store_ns_bands(const struct ns *ns, uint64_t ret[_EVICT_BANDS])
-{
-	const struct evict *e = &ns->cls->lru;
-
-	for (unsigned band = 0; band < _EVICT_BANDS; band++) {
-		ret[band] = 0;
-		if (band == EVICT_BAND_DEFAULT)
-			continue;
-		const struct evict_lru *l = &e->band[band];
-		for (const struct evict_node *p = l->head.next; p != &l->head; p = p->next)
-			ret[band] += block_of(evict_entry_of(p))->ns == ns;
-	}
-}

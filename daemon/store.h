@@ -248,8 +248,6 @@ void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *key
 /* Retentions whose duration has passed return to the default priority;
  * once a second.  \return how many */
 uint64_t store_hints_lapse(struct store *s);
-/* The namespace's evictable blocks in host memory per retention band. */
-void store_ns_bands(const struct ns *ns, uint64_t ret[_EVICT_BANDS]);
 
 /* Evict a namespace from host memory: blocks also on NVMe (and idle) stay
  * there, every other block is dropped (pinned ones when their last handle

@@ -102,8 +102,6 @@ static const struct metric ns_metrics[] = {
 	{"rejected", "namespace_rejected_total", "counter", "Requests refused for this namespace.", 0},
 	{"opens", "namespace_opens_total", "counter", "Times clients opened the namespace.", 0},
 	{"hints", "namespace_hints_total", "counter", "Keys named in the engine's lifecycle hints (kvt_retain, kvt_end).", 0},
-	{"retained", "namespace_retained_blocks", "gauge", "Evictable blocks in host memory retained above the default priority.", 0},
-	{"demoted", "namespace_demoted_blocks", "gauge", "Evictable blocks in host memory demoted by a hint: the first to go.", 0},
 	{"demotions", "namespace_demotions_total", "counter", "Blocks demoted by a hint (an end of request or session, or a low priority).", 0},
 	{"demoted_evictions", "namespace_demoted_evictions_total", "counter", "Blocks evicted while demoted: room the hints handed back.", 0},
 	{"lapsed", "namespace_lapsed_retentions_total", "counter", "Retentions whose duration ran out.", 0},
@@ -124,6 +122,8 @@ static const struct metric class_metrics[] = {
 	{"fill_ppm", "class_fill_ratio", "gauge", "Payload bytes over extent bytes for this block size (1 with no extents).", 1000000},
 	{"can_grow", "class_can_grow", "gauge", "1 while one more extent of this block size fits the tenant's quota and the pool.", 0},
 	{"starved", "class_starved_allocations_total", "counter", "Slots of this block size taken by eviction, or refused, while another block size held free slots.", 0},
+	{"retained", "class_retained_blocks", "gauge", "Evictable blocks of this block size retained above the default priority by the engines' hints.", 0},
+	{"demoted", "class_demoted_blocks", "gauge", "Evictable blocks of this block size demoted by the engines' hints: the first to go.", 0},
 };
 /* The block size is a label. */
 static const char *const class_skip[] = {"slot_bytes", NULL};

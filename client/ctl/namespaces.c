@@ -21,8 +21,8 @@ static const struct column ns_cols[] = {
 	{"STORED", true}, {"LOADED", true}, {"ABORTS", true},
 	{"DELETES", true}, {"REJECTED", true}, {"OPENS", true},
 	/* the engine's hints */
-	{"HINTS", true}, {"RETAINED", true}, {"DEMOTED", true},
-	{"DEMOTIONS", true}, {"DEMOTED EVICTED", true}, {"LAPSED", true},
+	{"HINTS", true}, {"DEMOTIONS", true}, {"DEMOTED EVICTED", true},
+	{"LAPSED", true},
 };
 #define NS_MAIN_COLS 13
 
@@ -61,8 +61,6 @@ static void add_counters(struct table *t, const struct rec *x)
 	table_add(t, "%" PRIu64, rec_u64(x, "rejected"));
 	table_add(t, "%" PRIu64, rec_u64(x, "opens"));
 	table_add(t, "%" PRIu64, rec_u64(x, "hints"));
-	table_add(t, "%" PRIu64, rec_u64(x, "retained"));
-	table_add(t, "%" PRIu64, rec_u64(x, "demoted"));
 	table_add(t, "%" PRIu64, rec_u64(x, "demotions"));
 	table_add(t, "%" PRIu64, rec_u64(x, "demoted_evictions"));
 	table_add(t, "%" PRIu64, rec_u64(x, "lapsed"));

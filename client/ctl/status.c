@@ -124,7 +124,7 @@ static int print_classes(FILE *f, const struct snapshot *s)
 	static const struct column cols[] = {
 		{"TENANT", false}, {"SLOT", true},    {"EXTENTS", true}, {"EMPTY", true},
 		{"ALLOCATED", true}, {"FILL", true},  {"FREE", true},    {"PADDING", true},
-		{"STARVED", true},
+		{"STARVED", true}, {"RETAINED", true}, {"DEMOTED", true},
 	};
 	struct table t = TABLE_INIT(cols, ARRAY_SIZE(cols));
 	char a[KVT_SIZE_LEN], b[KVT_SIZE_LEN], c[KVT_SIZE_LEN], d[KVT_SIZE_LEN], p[32];
@@ -145,6 +145,8 @@ static int print_classes(FILE *f, const struct snapshot *s)
 		table_add(&t, "%s", kvt_size_format(rec_u64(x, "free_bytes"), c, sizeof(c)));
 		table_add(&t, "%s", kvt_size_format(rec_u64(x, "padding_bytes"), d, sizeof(d)));
 		table_add(&t, "%" PRIu64, rec_u64(x, "starved"));
+		table_add(&t, "%" PRIu64, rec_u64(x, "retained"));
+		table_add(&t, "%" PRIu64, rec_u64(x, "demoted"));
 	}
 	r = table_print(&t, f);
 	table_free(&t);

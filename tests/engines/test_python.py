@@ -334,8 +334,11 @@ def test_lifecycle_hints():
         with pytest.raises(kvtier.Error) as e:
             ns.retain(keys[:32], kvtier.PRIORITY_MAX + 1)
         assert e.value.errno == errno.EINVAL
-        rec = [r for r in c.stats(kvtier.STATS_NAMESPACES) if r.get("kind") == "namespace"][0]
-        assert rec["hints"] == 6 and rec["retained"] == 2 and rec["demoted"] == 3
+        recs = c.stats(kvtier.STATS_NAMESPACES | kvtier.STATS_TENANTS)
+        ns_rec = [r for r in recs if r.get("kind") == "namespace"][0]
+        cls = [r for r in recs if r.get("kind") == "class"][0]
+        assert ns_rec["hints"] == 6 and ns_rec["demotions"] == 3
+        assert cls["retained"] == 2 and cls["demoted"] == 3
         out = [bytearray(size) for _ in range(2)]
         assert ns.load(0, keys[:64], out)[0] == 2
         assert [bytes(b) for b in out] == bufs[:2]

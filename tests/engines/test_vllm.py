@@ -145,8 +145,11 @@ def _ns_stats(sock):
     import kvtier
 
     with kvtier.Client(socket=sock, name="checker") as c:
-        recs = [r for r in c.stats(kvtier.STATS_NAMESPACES) if r.get("kind") == "namespace"]
-    return {k: sum(r.get(k, 0) for r in recs) for k in ("hints", "retained", "demotions")}
+        recs = c.stats(kvtier.STATS_NAMESPACES | kvtier.STATS_TENANTS)
+    ns = [r for r in recs if r.get("kind") == "namespace"]
+    out = {k: sum(r.get(k, 0) for r in ns) for k in ("hints", "demotions")}
+    out["retained"] = sum(r.get("retained", 0) for r in recs if r.get("kind") == "class")
+    return out
 
 
 def test_request_hints_reach_kvtierd(env):
