@@ -403,8 +403,9 @@ KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n);
  * Retain stored blocks at a priority (0 to 100, as TensorRT-LLM's
  * retention configuration): a system prompt every request shares, say, at
  * 90; a conversation waiting for its next turn at 60.  After duration_s
- * seconds (0: until changed) the blocks return to KVT_PRIORITY_DEFAULT.
- * A priority below the default makes blocks go first.
+ * seconds (0: until changed) raised blocks return to KVT_PRIORITY_DEFAULT.
+ * A priority below the default makes blocks go first, until a hit or
+ * another hint (a duration does not apply to it).
  * \return how many keys were stored (the others are not hinted), or a
  *         negative errno (-EINVAL: priority or duration out of range)
  */

@@ -448,7 +448,7 @@ void evict_end(struct evict *e, struct evict_entry *x, bool session)
 
 uint64_t evict_lapse(struct evict *e, evict_lapsed_fn lapsed, void *userdata)
 {
-	static const uint8_t raised[] = {EVICT_BAND_LOW, EVICT_BAND_HIGH, EVICT_BAND_TOP};
+	static const uint8_t raised[] = {EVICT_BAND_HIGH, EVICT_BAND_TOP};
 	uint64_t n = 0;
 
 	for (unsigned i = 0; i < ARRAY_SIZE(raised); i++) {

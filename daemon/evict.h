@@ -197,8 +197,9 @@ void evict_retain(struct evict *e, struct evict_entry *x, unsigned priority);
 void evict_end(struct evict *e, struct evict_entry *x, bool session);
 /* An entry whose retention has run out, by the caller's clock. */
 typedef bool (*evict_lapsed_fn)(void *userdata, const struct evict_entry *x);
-/* Return every linked entry outside the default band that lapsed says has
- * run out to the default band.  \return how many */
+/* Return every linked entry of a raised band that lapsed says has run out
+ * to the default band (a demotion has no duration: a hit undoes it).
+ * \return how many */
 uint64_t evict_lapse(struct evict *e, evict_lapsed_fn lapsed, void *userdata);
 
 /* Entries on the lists: the evictable blocks. */

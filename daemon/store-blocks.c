@@ -77,6 +77,7 @@ void store_block_maybe_free(struct block *b)
 		store_disk_unlink(b);
 		store_disk_slot_drop(b->ns->tenant->store, b);
 	}
+	b->ns->tenant->store->timed_hints -= b->hint_until != 0;
 	free(b);
 }
 

@@ -45,7 +45,16 @@ bool store_hint_valid(uint32_t arg, const char **ret_reason)
 	return !*ret_reason;
 }
 
-static void hint_one(struct ns *ns, struct block *b, uint32_t arg, uint32_t now)
+/* When b's retention lapses: 0 for none.  The store counts the blocks
+ * with one, so that the sweep costs nothing while there are none. */
+static void set_until(struct store *s, struct block *b, uint32_t until)
+{
+	s->timed_hints += (until != 0) - (b->hint_until != 0);
+	b->hint_until = until;
+}
+
+static void hint_one(struct store *s, struct ns *ns, struct block *b, uint32_t arg,
+		     uint32_t now)
 {
 	struct evict *e = &ns->cls->lru;
 	unsigned kind = KVT_HINT_KIND(arg);
@@ -54,11 +63,12 @@ static void hint_one(struct ns *ns, struct block *b, uint32_t arg, uint32_t now)
 	if (kind == KVT_HINT_RETAIN) {
 		uint32_t duration = KVT_HINT_DURATION(arg);
 		evict_retain(e, &b->lru, KVT_HINT_PRIORITY(arg));
-		b->hint_until = duration && b->lru.band != EVICT_BAND_DEFAULT ? now + duration : 0;
+		bool raised = b->lru.band == EVICT_BAND_HIGH || b->lru.band == EVICT_BAND_TOP;
+		set_until(s, b, duration && raised ? now + duration : 0);
 	} else {
 		evict_end(e, &b->lru, kind == KVT_HINT_END_SESSION);
 		if (b->lru.band == EVICT_BAND_LOW)
-			b->hint_until = 0;
+			set_until(s, b, 0);
 	}
 	ns->c.demotions += was != EVICT_BAND_LOW && b->lru.band == EVICT_BAND_LOW;
 }
@@ -74,34 +84,42 @@ void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *key
 			ret[i] = -ENOENT;
 			continue;
 		}
-		hint_one(ns, b, arg, now);
+		hint_one(s, ns, b, arg, now);
 		ns->c.hints++;
 		ret[i] = 0;
 	}
 }
 
+struct lapse {
+	struct store *s;
+	uint32_t now;
+};
+
 static bool lapsed(void *userdata, const struct evict_entry *x)
 {
-	const uint32_t *now = userdata;
+	struct lapse *l = userdata;
 	struct block *b = block_of(x);
 
-	if (!b->hint_until || b->hint_until > *now)
+	if (!b->hint_until || b->hint_until > l->now)
 		return false;
-	b->hint_until = 0;
+	set_until(l->s, b, 0);
 	b->ns->c.lapsed++;
 	return true;
 }
 
 uint64_t store_hints_lapse(struct store *s)
 {
-	uint32_t now = now_s();
+	struct lapse l = {s, now_s()};
 	uint64_t n = 0;
 
+	if (!s->timed_hints)
+		return 0;
 	for (uint32_t i = 0; i < s->n_tenants; i++) {
 		struct tenant *t = s->tenants[i];
 		for (uint32_t c = 0; c < t->n_classes; c++)
-			if (evict_count(&t->classes[c]->lru) != evict_policy_count(&t->classes[c]->lru))
-				n += evict_lapse(&t->classes[c]->lru, lapsed, &now);
+			if (t->classes[c]->lru.band[EVICT_BAND_HIGH].n ||
+			    t->classes[c]->lru.band[EVICT_BAND_TOP].n)
+				n += evict_lapse(&t->classes[c]->lru, lapsed, &l);
 	}
 	return n;
 }

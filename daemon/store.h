@@ -194,6 +194,7 @@ struct store {
 	/* Set by the manager: process.c keeps each process's handles. */
 	store_handle_owner_fn handle_taken, handle_ended;
 	uint64_t frag_warnings; /* fragmentation warnings logged */
+	uint64_t timed_hints;   /* blocks whose retention has a duration (store-hints.c) */
 };
 
 int store_init(struct store *s, struct pool *p, const struct config *c,
