@@ -148,8 +148,9 @@ int config_remote_validate(const struct config *c, const char *path)
 			log_error("%s: [remote.%s] needs ceph_conf, pool and capacity", path, a->name);
 			r = -EINVAL;
 		}
-		if (a->timeout_ms < 100 || a->timeout_ms > 600000) {
-			log_error("%s: [remote.%s] timeout_ms must be 100..600000", path, a->name);
+		if (a->timeout_ms < 1000 || a->timeout_ms > 600000) {
+			log_error("%s: [remote.%s] timeout_ms must be 1000..600000 (whole seconds for librados)",
+				  path, a->name);
 			r = -EINVAL;
 		}
 		if (a->queue_depth == 0 || a->queue_depth > 1024) {

@@ -7,6 +7,7 @@
  * the event loop through a queue and an eventfd.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -32,6 +33,19 @@ static void on_complete(rados_completion_t comp, void *arg)
 	pthread_mutex_unlock(&rt->lock);
 	/* Cannot fail short of a bad descriptor: the counter only adds. */
 	(void)!write(rt->efd, &one, sizeof(one));
+}
+
+int remote_thread_create(pthread_t *ret, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+
+	/* Every signal blocked: the loop takes them through signalfd, and
+	 * librados's own threads, started from this one, inherit the mask. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int r = -pthread_create(ret, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return r;
 }
 
 void remote_op_complete(struct rop *op)

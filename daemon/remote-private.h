@@ -168,6 +168,9 @@ void remote_op_free(struct rop *op);
  * negative errno (the op is freed) */
 int remote_read(struct remote_tenant *t, struct rop *op, const struct ns *ns);
 int remote_write(struct remote_tenant *t, struct rop *op, const struct block *b);
+/* A thread with every signal blocked (librados's threads inherit it).
+ * \return 0 or a negative errno */
+int remote_thread_create(pthread_t *ret, void *(*fn)(void *), void *arg);
 /* The connect thread is done: hand op to the loop. */
 void remote_op_complete(struct rop *op);
 /* Wait until every submitted op's callback has run (shutdown). */

@@ -201,7 +201,7 @@ int remote_trim_start(struct remote_conn *c)
 	if (c->trim_running)
 		return 0;
 	c->trim_stop = false;
-	int r = -pthread_create(&c->trim_thread, NULL, trim_main, c);
+	int r = remote_thread_create(&c->trim_thread, trim_main, c);
 	c->trim_running = r == 0;
 	return r;
 }

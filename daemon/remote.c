@@ -31,7 +31,8 @@ static int client_configure(rados_t cl, const struct remote_conf *rc)
 		return r;
 	if (rc->keyring && (r = rados_conf_set(cl, "keyring", rc->keyring)) < 0)
 		return r;
-	snprintf(t, sizeof(t), "%u.%03u", rc->timeout_ms / 1000, rc->timeout_ms % 1000);
+	/* librados takes whole seconds here. */
+	snprintf(t, sizeof(t), "%u", (rc->timeout_ms + 999) / 1000);
 	static const char *timeouts[] = {"rados_osd_op_timeout", "rados_mon_op_timeout",
 					 "client_mount_timeout"};
 	for (size_t i = 0; i < sizeof(timeouts) / sizeof(timeouts[0]); i++)
@@ -78,7 +79,7 @@ static int connect_start(struct remote_conn *c)
 	if (!op)
 		return -ENOMEM;
 	c->connecting = true;
-	int r = -pthread_create(&c->connect_thread, NULL, connect_main, op);
+	int r = remote_thread_create(&c->connect_thread, connect_main, op);
 	if (r < 0) {
 		c->connecting = false;
 		c->connect_result = r;

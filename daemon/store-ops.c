@@ -121,6 +121,13 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		int r;
 
 		memset(out, 0, sizeof(*out));
+		if (b && b->io == BLOCK_IO_FETCH) {
+			/* The client computes it rather than wait for the remote
+			 * tier (a key before it missed): the fetch is dropped
+			 * when it lands. */
+			store_block_unindex(b);
+			b = NULL;
+		}
 		if (b && b->state == BLOCK_RESIDENT) {
 			out->status = -EEXIST;
 			continue;
