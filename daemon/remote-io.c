@@ -160,6 +160,14 @@ int remote_write(struct remote_tenant *t, struct rop *op, const struct block *b)
 	return r < 0 ? op_abandon(op, r) : 0;
 }
 
+int remote_probe(struct remote_tenant *t, struct rop *op)
+{
+	int r = rados_aio_create_completion2(op, on_complete, &op->comp);
+	if (r == 0)
+		r = rados_aio_stat(t->io, REMOTE_TRIM_OBJECT, op->comp, NULL, NULL);
+	return r < 0 ? op_abandon(op, r) : 0;
+}
+
 void remote_io_drain(struct remote *rt)
 {
 	pthread_mutex_lock(&rt->lock);

@@ -60,6 +60,7 @@ struct remote_conn {
 	int connect_result;  /* its result, read when its op comes back */
 	uint64_t backoff_usec, retry_at; /* CLOCK_MONOTONIC */
 	sd_event_source *retry;
+	sd_event_source *probe; /* when degraded: asks the cluster at retry_at */
 	unsigned in_flight;
 	struct remote_tenant *tenants;
 	uint32_t n_tenants;
@@ -77,6 +78,7 @@ enum rop_kind {
 	ROP_READ,
 	ROP_WRITE,
 	ROP_CONNECT, /* the connect thread finished */
+	ROP_PROBE,   /* is a degraded tier's cluster back? */
 };
 
 /* One operation on the cluster, from submission to its completion on the
@@ -168,6 +170,9 @@ void remote_op_free(struct rop *op);
  * negative errno (the op is freed) */
 int remote_read(struct remote_tenant *t, struct rop *op, const struct ns *ns);
 int remote_write(struct remote_tenant *t, struct rop *op, const struct block *b);
+/* Stat the trim lock's object: any answer (it may not exist) means the
+ * cluster serves again. */
+int remote_probe(struct remote_tenant *t, struct rop *op);
 /* A thread with every signal blocked (librados's threads inherit it).
  * \return 0 or a negative errno */
 int remote_thread_create(pthread_t *ret, void *(*fn)(void *), void *arg);

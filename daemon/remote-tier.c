@@ -78,6 +78,29 @@ static void conn_ok(struct remote_conn *c)
 	c->reason[0] = 0;
 }
 
+static int on_probe(sd_event_source *src, uint64_t usec, void *userdata)
+{
+	struct remote_conn *c = userdata;
+
+	c->probe = sd_event_source_disable_unref(c->probe);
+	if (c->state != REMOTE_DEGRADED || !c->n_tenants || !usable(c, &c->tenants[0]))
+		return 0;
+	struct rop *op = remote_op_new(c, ROP_PROBE, 0);
+	if (op && remote_probe(&c->tenants[0], op) < 0)
+		remote_conn_failed(c, -EIO, "probing");
+	return 0;
+}
+
+/* A degraded tier comes back by itself, engines asking or not. */
+static void probe_schedule(struct remote_conn *c)
+{
+	if (c->state != REMOTE_DEGRADED || c->probe)
+		return;
+	if (sd_event_add_time(c->rt->event, &c->probe, CLOCK_MONOTONIC, c->retry_at, 0, on_probe,
+			      c) < 0)
+		log_warning("Remote tier %s: cannot schedule a probe, ignoring", c->conf->name);
+}
+
 void remote_conn_failed(struct remote_conn *c, int error, const char *what)
 {
 	uint64_t now = remote_now(c->rt);
@@ -100,6 +123,7 @@ void remote_conn_failed(struct remote_conn *c, int error, const char *what)
 	}
 	if (c->state != REMOTE_CONNECTING)
 		c->state = REMOTE_DEGRADED;
+	probe_schedule(c);
 }
 
 /* Keys the pool did not have, remembered briefly (REMOTE_MISS_TTL_USEC). */
@@ -292,6 +316,10 @@ int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userda
 			read_done(rt, op);
 		else if (op->kind == ROP_WRITE)
 			write_done(rt, op);
+		else if (op->kind == ROP_PROBE && (op->result >= 0 || op->result == -ENOENT))
+			conn_ok(op->c);
+		else if (op->kind == ROP_PROBE)
+			remote_conn_failed(op->c, op->result, "probing");
 		else
 			rt->connected(op);
 		remote_op_free(op);

@@ -189,6 +189,7 @@ static void conn_free(struct remote_conn *c)
 {
 	remote_trim_stop(c);
 	sd_event_source_disable_unref(c->retry);
+	sd_event_source_disable_unref(c->probe);
 	for (uint32_t i = 0; i < c->n_tenants; i++)
 		if (c->tenants[i].io)
 			rados_ioctx_destroy(c->tenants[i].io);

@@ -8,6 +8,11 @@
 #                                (default kvtier) of size 1
 #   cluster.sh stop DIR          stop its daemons by pid and wait for them
 #   cluster.sh env DIR           print CEPH_CONF=... for a shell to eval
+#   cluster.sh osd-freeze DIR    stop the OSD in its tracks (SIGSTOP): every
+#                                operation hangs, as on a dead or stuck node
+#   cluster.sh osd-thaw DIR      let it go on (SIGCONT).  A memstore OSD
+#                                cannot be killed and restarted: it starts
+#                                again empty, its placement groups stale
 #
 # Size: memstore keeps everything in the OSD's memory, KVT_CEPH_BYTES of it
 # (default 512M); writes hang once it is full, so keep data well below it.
@@ -15,7 +20,7 @@
 set -eu
 
 usage() {
-	echo "usage: $0 start|stop|env DIR [POOL]" >&2
+	echo "usage: $0 start|stop|env|osd-freeze|osd-thaw DIR [POOL]" >&2
 	exit 2
 }
 [ $# -ge 2 ] || usage
@@ -43,7 +48,7 @@ stop() {
 	for f in "$dir"/run/*.pid; do
 		[ -f "$f" ] || continue
 		p=$(cat "$f" 2>/dev/null || true)
-		[ -n "$p" ] && kill "$p" 2>/dev/null && pids="$pids $p"
+		[ -n "$p" ] && kill "$p" 2>/dev/null && kill -CONT "$p" 2>/dev/null && pids="$pids $p"
 		rm -f "$f"
 	done
 	# Wait for them (not our children: poll), then make sure.
@@ -139,8 +144,14 @@ CONF
 	exit 1
 }
 
+osd_signal() {
+	kill "-$1" "$(cat "$dir/run/osd.$(cat "$dir/osd.id").pid")"
+}
+
 case $cmd in
 start) start ;;
+osd-freeze) osd_signal STOP ;;
+osd-thaw) osd_signal CONT ;;
 stop) stop ;;
 env) echo "CEPH_CONF=$(cd "$dir" && pwd)/ceph.conf" ;;
 *) usage ;;

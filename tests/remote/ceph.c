@@ -112,3 +112,35 @@ struct daemon node_tenant_socket(const struct daemon *d, const char *tenant)
 	snprintf(t.socket, sizeof(t.socket), "%s/%s.sock", d->dir, tenant);
 	return t;
 }
+
+struct named_query {
+	const char *kind, *name_field, *name, *field;
+	uint64_t value;
+	bool found;
+};
+
+static int named_cb(const kvt_record *r, void *userdata)
+{
+	struct named_query *q = userdata;
+	const char *name = NULL;
+
+	if (q->found || strcmp(kvt_record_kind(r), q->kind))
+		return 0;
+	for (uint32_t i = 0; i < kvt_record_n_fields(r); i++)
+		if (!strcmp(kvt_record_field_name(r, i), q->name_field) &&
+		    kvt_record_field_type(r, i) == KVT_FIELD_STR)
+			name = kvt_record_field_str(r, i);
+	if (name && !strcmp(name, q->name) && kvt_record_get_u64(r, q->field, &q->value) == 0)
+		q->found = true;
+	return 0;
+}
+
+uint64_t stat_named(kvt_client *c, const char *kind, const char *name_field, const char *name,
+		    const char *field)
+{
+	struct named_query q = {kind, name_field, name, field, 0, false};
+	int r = kvt_stats(c, KVT_STATS_ALL, named_cb, &q);
+	CHECK(r == 0, "stats: %s", strerror(-r));
+	CHECK(q.found, "no field %s in the %s record of %s %s", field, kind, name_field, name);
+	return q.value;
+}

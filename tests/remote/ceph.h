@@ -33,3 +33,7 @@ void ceph_remote_section(const struct ceph *c, char *buf, size_t size, const cha
 			 const char *extra);
 /* The daemon with its socket replaced by a tenant's own (for engine_run). */
 struct daemon node_tenant_socket(const struct daemon *d, const char *tenant);
+/* A numeric field of the record of kind whose string name_field is name
+ * ("remote", "name", "a", "writes"); fails the test if absent. */
+uint64_t stat_named(kvt_client *c, const char *kind, const char *name_field, const char *name,
+		    const char *field);
