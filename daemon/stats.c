@@ -311,9 +311,6 @@ static void emit_tenant_remote(struct emitter *e, const struct remote_tenant_sta
 	kvt_rec_u64(&e->b, "remote_misses", r->misses);
 }
 #else
-struct remote_tenant_stats {
-	int unused;
-};
 static unsigned tenant_remote_fields(const struct emitter *e, const struct tenant *t,
 				     struct remote_tenant_stats *ret)
 {

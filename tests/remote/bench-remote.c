@@ -113,12 +113,21 @@ int main(void)
 	char p[16];
 	snprintf(p, sizeof(p), "%u", BLOCKS * 16);
 	CHECK(engine_run(&a, out, sizeof(out), "--prefix", p, "--suffix", "0", "--name", "A", NULL) == 0, "A");
+	/* Timed from the first write-back in flight: the reusing engine's
+	 * start (its connect pre-faults the pool) is not the tier's. */
+	pid_t pid = fork();
+	if (pid == 0) {
+		harness_in_child();
+		_exit(engine_run(&a, out, sizeof(out), "--prefix", p, "--suffix", "0", "--name", "A2",
+				 "--no-store", NULL));
+	}
+	while (stat_get(ca, "remote", "in_flight") == 0 && stat_get(ca, "remote", "writes") == 0)
+		usleep(200);
 	double t0 = now_s();
-	CHECK(engine_run(&a, out, sizeof(out), "--prefix", p, "--suffix", "0", "--name", "A2",
-			 "--no-store", NULL) == 0, "A2");
 	while (stat_get(ca, "remote", "writes") < BLOCKS)
 		usleep(1000);
 	double wb = (double)BLOCKS * obj / (now_s() - t0) / 1e6;
+	CHECK(wait_exit(pid) == 0, "A2");
 	double rs = (double)BLOCKS * obj / restore(cb, "llama3-8b", 1, BLOCKS) / 1e6;
 
 	double lat[RUNS], lat_small[RUNS];
