@@ -223,7 +223,7 @@ static uint32_t tier_fetch(void *tier, struct ns *ns, const uint8_t *keys, uint3
 		struct block *b;
 		if (missed_recently(rt, ns, key) || store_remote_block(rt->store, ns, key, &b) < 0)
 			break;
-		struct rop *op = remote_op_new(c, ROP_READ, SPILL_SLOT_HEADER_BYTES + b->extent->slot_bytes);
+		struct rop *op = remote_op_new(c, ROP_READ, SPILL_SLOT_HEADER_BYTES + ns->cls->slot_bytes);
 		if (op) {
 			op->b = b;
 			op->tenant = t;
@@ -267,7 +267,7 @@ static void read_done(struct remote *rt, struct rop *op)
 			miss_note(rt, b->ns, op->key);
 			log_warning("Remote tier %s: object of tenant %s failed verification (%s): a miss",
 				    c->conf->name, op->tenant->name, strerror(-r));
-		} else if (b->indexed) {
+		} else if (b->indexed && store_host_slot(rt->store, b->ns, b) == 0) {
 			uint8_t *slot = b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
 			ok = pool_guarded_copy(slot, op->buf + SPILL_SLOT_HEADER_BYTES, payload) == 0;
 		}

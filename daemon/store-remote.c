@@ -22,14 +22,12 @@ int store_remote_block(struct store *s, struct ns *ns, const uint8_t *key, struc
 {
 	if (index_get(&ns->index, key))
 		return -EEXIST;
+	/* No host slot yet: most keys of a cold prompt are nowhere, and a
+	 * slot taken for each would evict blocks for nothing.  The tier
+	 * takes one (store_host_slot()) once the bytes have checked. */
 	struct block *b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	int r = store_host_slot(s, ns, b);
-	if (r < 0) {
-		free(b);
-		return r;
-	}
 	memcpy(b->key, key, KVT_KEY_SIZE);
 	b->lru.fp = store_key_fingerprint(s, key);
 	b->ns = ns;
@@ -57,7 +55,7 @@ void store_remote_fetched(struct store *s, struct block *b, bool ok)
 
 	memcpy(key, b->key, KVT_KEY_SIZE);
 	b->io = BLOCK_IO_NONE;
-	if (b->indexed && ok) {
+	if (b->indexed && ok && b->extent) {
 		b->shards_reserved = 0;
 		b->shards_committed = store_all_shards(ns);
 		b->state = BLOCK_RESIDENT;

@@ -298,13 +298,14 @@ uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r);
 void store_disk_linked(struct block *b);
 
 /* For the remote tier (store-remote.c). */
-/* A block for key, to be fetched into a host slot: reserved, so no client
- * writes it and lookups answer "staging" (KVT_STATE_DISK), with its bytes
- * at b->extent/b->slot.  \return 0; -EEXIST when the key is in the index
- * already; -ENOSPC without a host slot; -ENOMEM */
+/* A block for key, to be fetched: reserved, so no client writes it and
+ * lookups answer "staging" (KVT_STATE_DISK); no host slot until the tier
+ * takes one for verified bytes (store_host_slot()).  \return 0; -EEXIST
+ * when the key is in the index already; -ENOMEM */
 int store_remote_block(struct store *s, struct ns *ns, const uint8_t *key, struct block **ret);
-/* Its fetch ended; ok: the slot holds verified bytes, and the block is
- * resident (and dirty for the NVMe tier).  Otherwise it is gone: a miss. */
+/* Its fetch ended; ok: it has a host slot holding verified bytes, and the
+ * block is resident (and dirty for the NVMe tier).  Otherwise it is gone
+ * (its slot, if any, freed): a miss. */
 void store_remote_fetched(struct store *s, struct block *b, bool ok);
 /* The block of key in that tenant's namespace if its bytes are in host
  * memory and final (resident, no I/O reading into it), else NULL. */
