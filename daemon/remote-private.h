@@ -31,7 +31,11 @@
 #define REMOTE_MISS_SLOTS 4096
 #define REMOTE_QUEUE 4096 /* write-backs waiting for a free operation */
 #define REMOTE_BACKOFF_MIN_USEC (500 * 1000ULL)
-#define REMOTE_BACKOFF_MAX_USEC (30 * 1000000ULL)
+#define REMOTE_BACKOFF_MAX_USEC (10 * 1000000ULL)
+/* Probes failed this many times in a row: the cluster handle is made
+ * afresh (its sessions can outlive what the cluster accepts: tickets an
+ * OSD started again cannot read). */
+#define REMOTE_RECONNECT_PROBES 4
 /* The object every node of a tier tries to lock; the holder trims. */
 #define REMOTE_TRIM_OBJECT "kvtier.trim"
 #define REMOTE_TRIM_LOCK "trim"
@@ -62,6 +66,7 @@ struct remote_conn {
 	sd_event_source *retry;
 	sd_event_source *probe; /* when degraded: asks the cluster at retry_at */
 	unsigned in_flight;
+	unsigned probes_failed; /* in a row */
 	struct remote_tenant *tenants;
 	uint32_t n_tenants;
 	struct remote_stats st;
@@ -92,6 +97,7 @@ struct rop {
 	uint32_t tenant_id, ns_id;
 	uint8_t key[KVT_KEY_SIZE];
 	struct block *b; /* a read's block (kept by BLOCK_IO_FETCH) */
+	uint8_t tries;   /* a write's earlier failed tries */
 	uint8_t *buf;    /* header + payload, the daemon's own memory */
 	size_t len;
 	uint64_t started_usec;
@@ -105,7 +111,9 @@ TAILQ_HEAD(rop_queue, rop);
 struct remote_wb {
 	uint32_t tenant_id, ns_id;
 	uint8_t key[KVT_KEY_SIZE];
+	uint8_t tries; /* writes of it that failed */
 };
+#define REMOTE_WRITE_TRIES 3
 
 struct remote_miss {
 	uint64_t fp;
@@ -130,8 +138,10 @@ struct remote {
 	struct remote_wb *queue;     /* ring of REMOTE_QUEUE */
 	uint32_t q_head, q_len;
 	struct remote_miss *missed;  /* REMOTE_MISS_SLOTS */
-	/* remote.c's: the connect thread's op came back to the loop. */
+	/* remote.c's: the connect thread's op came back to the loop; and
+	 * a connection that has stopped answering, to be made afresh. */
 	void (*connected)(struct rop *op);
+	void (*reconnect)(struct remote_conn *c);
 };
 
 static inline uint64_t remote_now(const struct remote *rt)

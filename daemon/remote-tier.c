@@ -74,6 +74,7 @@ static void conn_ok(struct remote_conn *c)
 		return;
 	log_info("Remote tier %s: pool %s answers again", c->conf->name, c->conf->pool);
 	c->state = REMOTE_UP;
+	c->probes_failed = 0;
 	c->backoff_usec = 0;
 	c->reason[0] = 0;
 }
@@ -83,7 +84,14 @@ static int on_probe(sd_event_source *src, uint64_t usec, void *userdata)
 	struct remote_conn *c = userdata;
 
 	c->probe = sd_event_source_disable_unref(c->probe);
-	if (c->state != REMOTE_DEGRADED || !c->n_tenants || !usable(c, &c->tenants[0]))
+	if (c->state != REMOTE_DEGRADED || !c->n_tenants)
+		return 0;
+	if (c->probes_failed >= REMOTE_RECONNECT_PROBES && c->in_flight == 0) {
+		c->probes_failed = 0;
+		c->rt->reconnect(c);
+		return 0;
+	}
+	if (!usable(c, &c->tenants[0]))
 		return 0;
 	struct rop *op = remote_op_new(c, ROP_PROBE, 0);
 	if (op && remote_probe(&c->tenants[0], op) < 0)
@@ -150,7 +158,21 @@ static bool missed_recently(struct remote *rt, const struct ns *ns, const uint8_
 	return m->fp == fp && remote_now(rt) < m->until_usec;
 }
 
-/* Write-backs waiting for an operation, oldest first. */
+/* Queue a write-back of b; false when the queue is full. */
+static bool queue_push(struct remote *rt, const struct block *b, uint8_t tries)
+{
+	if (rt->q_len == REMOTE_QUEUE)
+		return false;
+	struct remote_wb *w = &rt->queue[(rt->q_head + rt->q_len++) % REMOTE_QUEUE];
+	w->tenant_id = b->ns->tenant->id;
+	w->ns_id = b->ns->id;
+	memcpy(w->key, b->key, KVT_KEY_SIZE);
+	w->tries = tries;
+	return true;
+}
+
+/* Write-backs waiting for an operation, oldest first.  While the head's
+ * tier is degraded they wait: they go out once it answers again. */
 static void pump(struct remote *rt)
 {
 	while (rt->q_len) {
@@ -158,24 +180,22 @@ static void pump(struct remote *rt)
 		struct block *b = store_remote_find(rt->store, w->tenant_id, w->ns_id, w->key);
 		struct remote_tenant *t = NULL;
 		struct remote_conn *c = b ? conn_for(rt, b->ns->tenant, &t) : NULL;
-		if (c && c->in_flight >= c->conf->queue_depth)
+		if (c && (c->in_flight >= c->conf->queue_depth || !usable(c, t)))
 			return;
 		rt->q_head = (rt->q_head + 1) % REMOTE_QUEUE;
 		rt->q_len--;
 		if (!b || b->remote != BLOCK_REMOTE_WRITING)
 			continue; /* gone, or settled meanwhile */
 		b->remote = BLOCK_REMOTE_NONE; /* unless the write starts */
-		if (!c || !usable(c, t)) {
-			if (c)
-				c->st.skipped++;
+		if (!c)
 			continue;
-		}
 		struct rop *op = remote_op_new(c, ROP_WRITE, SPILL_SLOT_HEADER_BYTES + b->extent->slot_bytes);
 		if (!op)
 			return;
 		op->tenant = t;
 		op->tenant_id = w->tenant_id;
 		op->ns_id = w->ns_id;
+		op->tries = w->tries;
 		memcpy(op->key, w->key, KVT_KEY_SIZE);
 		if (remote_write(t, op, b) < 0) {
 			c->st.errors++;
@@ -195,14 +215,12 @@ static void tier_used(void *tier, struct block *b)
 	struct remote_conn *c = conn_for(rt, b->ns->tenant, &t);
 	if (!c || b->uses < c->conf->min_reuse)
 		return;
-	if (!usable(c, t) || rt->q_len == REMOTE_QUEUE) {
+	/* Never connected: nothing to wait for.  Degraded: queued, for when
+	 * it answers again. */
+	if (c->state == REMOTE_CONNECTING || !queue_push(rt, b, 0)) {
 		c->st.skipped++;
 		return;
 	}
-	struct remote_wb *w = &rt->queue[(rt->q_head + rt->q_len++) % REMOTE_QUEUE];
-	w->tenant_id = b->ns->tenant->id;
-	w->ns_id = b->ns->id;
-	memcpy(w->key, b->key, KVT_KEY_SIZE);
 	b->remote = BLOCK_REMOTE_WRITING;
 	pump(rt);
 }
@@ -290,8 +308,13 @@ static void write_done(struct remote *rt, struct rop *op)
 
 	if (op->result < 0) {
 		remote_conn_failed(c, op->result, "writing");
-		if (b && b->remote == BLOCK_REMOTE_WRITING)
-			b->remote = BLOCK_REMOTE_NONE; /* its next use tries again */
+		/* Again once the tier answers, a few times; then its next use
+		 * tries again. */
+		if (b && b->remote == BLOCK_REMOTE_WRITING &&
+		    (op->tries + 1 >= REMOTE_WRITE_TRIES || !queue_push(rt, b, op->tries + 1))) {
+			b->remote = BLOCK_REMOTE_NONE;
+			c->st.skipped++;
+		}
 		return;
 	}
 	conn_ok(c);
@@ -318,8 +341,10 @@ int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userda
 			write_done(rt, op);
 		else if (op->kind == ROP_PROBE && (op->result >= 0 || op->result == -ENOENT))
 			conn_ok(op->c);
-		else if (op->kind == ROP_PROBE)
+		else if (op->kind == ROP_PROBE) {
+			op->c->probes_failed++;
 			remote_conn_failed(op->c, op->result, "probing");
+		}
 		else
 			rt->connected(op);
 		remote_op_free(op);

@@ -126,6 +126,27 @@ static void on_connected(struct rop *op)
 			    c->conf->name);
 }
 
+/* On the loop, nothing in flight: the cluster handle goes, and a new one
+ * is connected in the background. */
+static void conn_reconnect(struct remote_conn *c)
+{
+	log_warning("Remote tier %s: pool %s has not answered for a while; connecting afresh",
+		    c->conf->name, c->conf->pool);
+	remote_trim_stop(c);
+	for (uint32_t i = 0; i < c->n_tenants; i++)
+		if (c->tenants[i].io) {
+			rados_ioctx_destroy(c->tenants[i].io);
+			c->tenants[i].io = NULL;
+		}
+	if (c->cluster)
+		rados_shutdown(c->cluster);
+	c->cluster = NULL;
+	c->state = REMOTE_CONNECTING;
+	snprintf(c->reason, sizeof(c->reason), "connecting afresh");
+	if (connect_start(c) < 0)
+		log_warning("Remote tier %s: out of memory reconnecting, ignoring", c->conf->name);
+}
+
 /* The configured tenants this section serves. */
 static int conn_init(struct remote *rt, struct remote_conn *c, const struct remote_conf *rc)
 {
@@ -157,6 +178,7 @@ int remote_start(struct store *s, const struct config *cfg, sd_event *event, str
 	rt->config = cfg;
 	rt->event = event;
 	rt->connected = on_connected;
+	rt->reconnect = conn_reconnect;
 	rt->efd = -1;
 	rt->conns = calloc(cfg->n_remotes, sizeof(*rt->conns));
 	rt->queue = calloc(REMOTE_QUEUE, sizeof(*rt->queue));

@@ -9,18 +9,23 @@
 #   cluster.sh stop DIR          stop its daemons by pid and wait for them
 #   cluster.sh env DIR           print CEPH_CONF=... for a shell to eval
 #   cluster.sh osd-freeze DIR    stop the OSD in its tracks (SIGSTOP): every
-#                                operation hangs, as on a dead or stuck node
-#   cluster.sh osd-thaw DIR      let it go on (SIGCONT).  A memstore OSD
-#                                cannot be killed and restarted: it starts
+#                                operation hangs, as on a stuck node
+#   cluster.sh osd-thaw DIR      let it go on (SIGCONT)
+#   cluster.sh osd-kill DIR      SIGKILL the OSD and wait until it is gone
+#   cluster.sh osd-start DIR     start it again.  Only with
+#                                KVT_CEPH_STORE=bluestore (a file-backed
+#                                BlueStore in DIR): a memstore OSD starts
 #                                again empty, its placement groups stale
 #
 # Size: memstore keeps everything in the OSD's memory, KVT_CEPH_BYTES of it
 # (default 512M); writes hang once it is full, so keep data well below it.
+# KVT_CEPH_STORE=bluestore keeps it in a file of KVT_CEPH_BYTES (default 1G)
+# instead, which survives the OSD being killed (~3 s more to start).
 # Exit 77 when the ceph packages are not installed (scripts/deps.sh).
 set -eu
 
 usage() {
-	echo "usage: $0 start|stop|env|osd-freeze|osd-thaw DIR [POOL]" >&2
+	echo "usage: $0 start|stop|env|osd-freeze|osd-thaw|osd-kill|osd-start DIR [POOL]" >&2
 	exit 2
 }
 [ $# -ge 2 ] || usage
@@ -89,8 +94,13 @@ log to stderr = false
 mon data = $dir/mon.\$id
 mgr data = $dir/mgr.\$id
 osd data = $dir/osd.\$id
-osd objectstore = memstore
+osd objectstore = ${KVT_CEPH_STORE:-memstore}
 memstore device bytes = ${KVT_CEPH_BYTES:-536870912}
+bluestore block create = true
+bluestore block size = ${KVT_CEPH_BYTES:-1073741824}
+bluestore block db create = false
+bluestore block wal create = false
+bluestore cache size = 67108864
 osd pool default size = 1
 osd pool default min size = 1
 osd pool default pg autoscale mode = off
@@ -148,10 +158,23 @@ osd_signal() {
 	kill "-$1" "$(cat "$dir/run/osd.$(cat "$dir/osd.id").pid")"
 }
 
+osd_kill() {
+	p=$(cat "$dir/run/osd.$(cat "$dir/osd.id").pid")
+	kill -9 "$p"
+	for _ in $(seq 100); do
+		kill -0 "$p" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	echo "ceph: osd $p did not die" >&2
+	exit 1
+}
+
 case $cmd in
 start) start ;;
 osd-freeze) osd_signal STOP ;;
 osd-thaw) osd_signal CONT ;;
+osd-kill) osd_kill ;;
+osd-start) ceph-osd -c "$conf" -i "$(cat "$dir/osd.id")" 2>/dev/null ;;
 stop) stop ;;
 env) echo "CEPH_CONF=$(cd "$dir" && pwd)/ceph.conf" ;;
 *) usage ;;
