@@ -76,7 +76,7 @@ static void store_reused(const struct daemon *a, const char *model, uint64_t see
 int main(void)
 {
 	struct ceph ceph;
-	struct daemon a, b;
+	static struct daemon a, b;
 	static char out[65536];
 	char sec[1024], cfg[2048], extra[128];
 	const size_t obj = (2u << 20) + 4096, small = (32u << 10) + 4096;
@@ -103,8 +103,8 @@ int main(void)
 	snprintf(cfg, sizeof(cfg),
 		 "[pool]\ncapacity = 512M\nextent_size = 64M\n[tenant.alice]\nuids = 0\nquota = 512M\n%scapacity = 1G\n",
 		 sec);
-	daemon_start(&a, cfg);
-	daemon_start(&b, cfg);
+	node_start(&a, cfg);
+	node_start(&b, cfg);
 	kvt_client *ca = client_connect(&a, "bench");
 	kvt_client *cb = client_connect(&b, "bench");
 	WAIT_FOR(stat_get(ca, "remote", "up") == 1 && stat_get(cb, "remote", "up") == 1, "up");

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "ceph.h"
 
 static struct ceph *running; /* stopped at exit, a failed check too */
+static struct daemon *nodes[8];  /* killed at exit if still running */
 
 static const char *script(void)
 {
@@ -19,8 +21,30 @@ static const char *script(void)
 
 static void stop_at_exit(void)
 {
+	for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+		if (nodes[i] && nodes[i]->pid > 0)
+			daemon_kill(nodes[i]);
 	if (running)
 		ceph_stop(running);
+}
+
+static void at_exit_once(void)
+{
+	static bool registered;
+	if (!registered)
+		atexit(stop_at_exit);
+	registered = true;
+}
+
+void node_start(struct daemon *d, const char *config)
+{
+	at_exit_once();
+	daemon_start(d, config);
+	for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+		if (!nodes[i] || nodes[i] == d) {
+			nodes[i] = d;
+			break;
+		}
 }
 
 void ceph_start(struct ceph *c)
@@ -41,7 +65,7 @@ void ceph_start(struct ceph *c)
 	CHECK(WIFEXITED(r) && WEXITSTATUS(r) == 0, "the test cluster did not start (see %s/log)",
 	      c->dir);
 	running = c;
-	atexit(stop_at_exit);
+	at_exit_once();
 }
 
 void ceph_stop(struct ceph *c)

@@ -31,6 +31,9 @@ int ceph_osd_pid(const struct ceph *c);
 /* A [remote.NAME] section on pool kvtier (extra: more of its keys). */
 void ceph_remote_section(const struct ceph *c, char *buf, size_t size, const char *name,
 			 const char *extra);
+/* daemon_start(), and the daemon is killed at exit if a check fails: d
+ * must outlive main() (static). */
+void node_start(struct daemon *d, const char *config);
 /* The daemon with its socket replaced by a tenant's own (for engine_run). */
 struct daemon node_tenant_socket(const struct daemon *d, const char *tenant);
 /* A numeric field of the record of kind whose string name_field is name

@@ -10,14 +10,14 @@
 
 int main(void)
 {
-	struct daemon a;
+	static struct daemon a;
 	char out[8192], cfg[1024];
 
 	/* A ceph.conf of a cluster that is not there, in the daemon's dir. */
 	snprintf(cfg, sizeof(cfg),
 		 "[tenant.alice]\nuids = 0\n[remote.gone]\nceph_conf = @DIR@/ceph.conf\n"
 		 "pool = kvtier\ncapacity = 64M\ntimeout_ms = 1000\nmin_reuse = 0\n");
-	daemon_start(&a, cfg);
+	node_start(&a, cfg);
 	char path[256];
 	snprintf(path, sizeof(path), "%s/ceph.conf", a.dir);
 	FILE *f = fopen(path, "we");

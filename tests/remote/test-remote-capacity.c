@@ -23,7 +23,7 @@ static uint64_t passes(kvt_client **c)
 int main(void)
 {
 	struct ceph ceph;
-	struct daemon d[NODES];
+	static struct daemon d[NODES];
 	kvt_client *c[NODES];
 	char sec[1024], cfg[2048], out[256];
 
@@ -33,7 +33,7 @@ int main(void)
 	/* capacity = 1M: the section's later key wins over the helper's. */
 	snprintf(cfg, sizeof(cfg), "[tenant.alice]\nuids = 0\n%scapacity = 1M\n", sec);
 	for (int i = 0; i < NODES; i++) {
-		daemon_start(&d[i], cfg);
+		node_start(&d[i], cfg);
 		c[i] = client_connect(&d[i], "checker");
 	}
 	for (int i = 0; i < NODES; i++)

@@ -14,14 +14,14 @@
 int main(void)
 {
 	struct ceph ceph;
-	struct daemon a, b;
+	static struct daemon a, b;
 	char out[8192], sec[1024], cfg[2048];
 
 	ceph_start(&ceph);
 	ceph_remote_section(&ceph, sec, sizeof(sec), "shared", NULL);
 	snprintf(cfg, sizeof(cfg), "[tenant.alice]\nuids = 0\n%s", sec);
-	daemon_start(&a, cfg);
-	daemon_start(&b, cfg);
+	node_start(&a, cfg);
+	node_start(&b, cfg);
 	kvt_client *ca = client_connect(&a, "checker");
 	kvt_client *cb = client_connect(&b, "checker");
 	WAIT_FOR(stat_get(ca, "remote", "up") == 1 && stat_get(cb, "remote", "up") == 1,

@@ -25,7 +25,7 @@ static int engine(const struct daemon *d, const char *tenant, const char *name, 
 
 static void per_tenant_users(struct ceph *ceph)
 {
-	struct daemon a, b;
+	static struct daemon a, b;
 	char cfg[4096], ra[1024], rb[1024], extra[512];
 
 	for (int i = 0; i < 2; i++) {
@@ -39,8 +39,8 @@ static void per_tenant_users(struct ceph *ceph)
 		ceph_remote_section(ceph, i ? rb : ra, sizeof(ra), i ? "b" : "a", extra);
 	}
 	snprintf(cfg, sizeof(cfg), TENANTS "%s%s", ra, rb);
-	daemon_start(&a, cfg);
-	daemon_start(&b, cfg);
+	node_start(&a, cfg);
+	node_start(&b, cfg);
 	kvt_client *ca = client_connect(&a, "checker");
 	kvt_client *cb = client_connect(&b, "checker");
 	WAIT_FOR(stat_named(ca, "remote", "name", "b", "up") == 1 &&
@@ -74,13 +74,13 @@ static void per_tenant_users(struct ceph *ceph)
 
 static void shared_user(struct ceph *ceph)
 {
-	struct daemon c, d;
+	static struct daemon c, d;
 	char cfg[4096], sec[1024];
 
 	ceph_remote_section(ceph, sec, sizeof(sec), "shared", "min_reuse = 0\n");
 	snprintf(cfg, sizeof(cfg), TENANTS "%s", sec);
-	daemon_start(&c, cfg);
-	daemon_start(&d, cfg);
+	node_start(&c, cfg);
+	node_start(&d, cfg);
 	kvt_client *cc = client_connect(&c, "checker");
 	kvt_client *cd = client_connect(&d, "checker");
 	WAIT_FOR(stat_get(cc, "remote", "up") == 1 && stat_get(cd, "remote", "up") == 1,
