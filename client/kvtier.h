@@ -282,7 +282,7 @@ KVT_EXPORT int kvt_ns_get_info(const kvt_ns *ns, kvt_ns_info *ret);
 /** Per-key states from kvt_lookup. */
 #define KVT_MISS 0
 #define KVT_HOST 1    /* resident in host memory */
-#define KVT_DISK 2    /* on NVMe; staging has begun */
+#define KVT_DISK 2    /* on NVMe or the remote tier; staging has begun */
 #define KVT_PENDING 3 /* being written; not yet visible */
 
 #define KVT_LOOKUP_TOUCH 1 /* count the hits as uses for eviction */

@@ -67,6 +67,7 @@ void config_dump(const struct config *c, FILE *f)
 		fprintf(f, "[spill.%s]\npath = %s\ncapacity = %s\n\n", c->spills[i].name,
 			c->spills[i].path ? c->spills[i].path : "",
 			kvt_size_format_exact(c->spills[i].capacity, q, sizeof(q)));
+	config_remote_dump(c, f);
 	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
 		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
 		"handles_per_tenant = %u\noutput_bytes = %s\n",

@@ -4,6 +4,7 @@
  * which wait for a restart.  Pure: the manager applies the result.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -43,6 +44,28 @@ static bool spills_equal(const struct config *a, const struct config *b)
 		    a->spills[i].capacity != b->spills[i].capacity)
 			return false;
 	return true;
+}
+
+/* Every key of every [remote.NAME], as --check-config prints them. */
+static bool remotes_equal(const struct config *a, const struct config *b)
+{
+	char *da = NULL, *db = NULL;
+	size_t na = 0, nb = 0;
+	FILE *fa = open_memstream(&da, &na), *fb = open_memstream(&db, &nb);
+	bool eq = false;
+
+	if (fa && fb) {
+		config_remote_dump(a, fa);
+		config_remote_dump(b, fb);
+	}
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	eq = fa && fb && na == nb && memcmp(da, db, na) == 0;
+	free(da);
+	free(db);
+	return eq;
 }
 
 void config_reload(struct config *cur, struct config *fresh, char *changed, size_t changed_size,
@@ -91,6 +114,7 @@ void config_reload(struct config *cur, struct config *fresh, char *changed, size
 	RESTART(cur->nvme_engine == fresh->nvme_engine, "[nvme] engine");
 	RESTART(cur->nvme_queue_depth == fresh->nvme_queue_depth, "[nvme] queue_depth");
 	RESTART(spills_equal(cur, fresh), "[spill.*]");
+	RESTART(remotes_equal(cur, fresh), "[remote.*]");
 	LIVE(writeback_high, "[nvme] writeback_high");
 	LIVE(writeback_low, "[nvme] writeback_low");
 #undef LIVE

@@ -224,3 +224,24 @@ int conf_ids(const char *v, bool groups, uint32_t *ids, uint32_t *n, const char 
 	}
 	return *n ? 0 : -EINVAL;
 }
+
+/* Shared by the section parsers (config.c, config-remote.c). */
+const struct tenant_conf *config_tenant(const struct config *c, const char *name)
+{
+	for (uint32_t i = 0; i < c->n_tenants; i++)
+		if (!strcmp(c->tenants[i].name, name))
+			return &c->tenants[i];
+	return NULL;
+}
+
+bool config_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > CONFIG_MAX_TENANT_NAME)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_'))
+			return false;
+	return true;
+}

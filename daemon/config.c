@@ -17,14 +17,6 @@
 #include "log.h"
 #include "size.h"
 
-const struct tenant_conf *config_tenant(const struct config *c, const char *name)
-{
-	for (uint32_t i = 0; i < c->n_tenants; i++)
-		if (!strcmp(c->tenants[i].name, name))
-			return &c->tenants[i];
-	return NULL;
-}
-
 static struct tenant_conf *tenant_conf_get(struct config *c, const char *name)
 {
 	for (uint32_t i = 0; i < c->n_tenants; i++)
@@ -40,18 +32,6 @@ static struct tenant_conf *tenant_conf_get(struct config *c, const char *name)
 	memset(t, 0, sizeof(*t));
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	return t;
-}
-
-static bool tenant_name_ok(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > CONFIG_MAX_TENANT_NAME)
-		return false;
-	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-		      (*s >= '0' && *s <= '9') || *s == '-' || *s == '_'))
-			return false;
-	return true;
 }
 
 static const struct conf_item {
@@ -185,7 +165,7 @@ static int tenant_item(struct parse_ctx *ctx, const char *name, const char *key,
 	struct tenant_conf *t;
 	int r;
 
-	if (!tenant_name_ok(name)) {
+	if (!config_name_ok(name)) {
 		log_error("%s:%d: tenant name '%s' must be 1-%d letters, digits, '-' or '_'",
 			  ctx->path, line, name, CONFIG_MAX_TENANT_NAME);
 		ctx->error = -EINVAL;
@@ -230,7 +210,7 @@ static int spill_item(struct parse_ctx *ctx, const char *name, const char *key,
 	struct spill_conf *sc = NULL;
 	int r;
 
-	if (!tenant_name_ok(name)) {
+	if (!config_name_ok(name)) {
 		log_error("%s:%d: spill file name '%s' must be 1-%d letters, digits, '-' or '_'",
 			  ctx->path, line, name, CONFIG_MAX_TENANT_NAME);
 		ctx->error = -EINVAL;
@@ -281,6 +261,14 @@ static int on_item(void *user, const char *section, const char *key,
 		return tenant_item(ctx, section + 7, key, value, line);
 	if (!strncmp(section, "spill.", 6))
 		return spill_item(ctx, section + 6, key, value, line);
+	if (!strncmp(section, "remote.", 7)) {
+		int r = config_remote_item(ctx->c, ctx->path, line, section + 7, key, value);
+		if (r == -ENOMEM)
+			return 0;
+		if (r < 0)
+			ctx->error = r;
+		return 1;
+	}
 	if (!strcmp(section, "daemon") && !strcmp(key, "admin_groups")) {
 		const char *expect = "";
 		int r = conf_ids(value, true, ctx->c->admin_gids, &ctx->c->n_admin_gids, &expect);
@@ -316,7 +304,7 @@ static int on_item(void *user, const char *section, const char *key,
 		return 1;
 	}
 	if (!known_section)
-		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, tenant.NAME, nvme, spill.NAME, limits)",
+		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, tenant.NAME, nvme, spill.NAME, remote.NAME, limits)",
 			  ctx->path, line, section);
 	else
 		log_error("%s:%d: unknown key '%s' in [%s]; see kvtierd.conf(5)",
@@ -410,6 +398,8 @@ static int config_validate(const struct config *c, const char *path)
 		r = -EINVAL;
 	if (validate_spills(c, path) < 0)
 		r = -EINVAL;
+	if (config_remote_validate(c, path) < 0)
+		r = -EINVAL;
 	if (c->writeback_low > c->writeback_high) {
 		log_error("%s: [nvme] writeback_low (%u%%) must not exceed writeback_high (%u%%)",
 			  path, c->writeback_low, c->writeback_high);
@@ -479,6 +469,7 @@ void config_free(struct config *c)
 	free(c->spills);
 	c->spills = NULL;
 	c->n_spills = 0;
+	config_remote_free(c);
 	c->tenants = NULL;
 	c->n_tenants = 0;
 	c->socket_path = c->runtime_dir = c->sysfs_root = NULL;

@@ -55,6 +55,25 @@ struct spill_conf {
 	uint64_t capacity;
 };
 
+#define CONFIG_MAX_REMOTES 8
+
+/* [remote.NAME]: a RADOS pool the remote tier shares with other nodes
+ * (config-remote.c; docs/remote.md). */
+struct remote_conf {
+	char name[CONFIG_MAX_TENANT_NAME + 1];
+	char *ceph_conf;   /* ceph.conf: monitors, and the keyring unless below */
+	char *user;        /* cephx id without "client." */
+	char *keyring;     /* NULL: ceph.conf's */
+	char *pool;
+	uint64_t capacity; /* bytes its tenants keep in the pool, all nodes together */
+	uint32_t timeout_ms;  /* every cluster operation's */
+	uint32_t queue_depth; /* operations in flight */
+	uint32_t min_reuse;   /* write back blocks loaded at least this often */
+	uint32_t trim_interval_ms;
+	uint32_t n_tenants;   /* 0: every configured tenant no other section names */
+	char tenants[CONFIG_MAX_REMOTES * 4][CONFIG_MAX_TENANT_NAME + 1];
+};
+
 /* [tenant.NAME]: who belongs to a tenant and what it may hold. */
 struct tenant_conf {
 	char name[CONFIG_MAX_TENANT_NAME + 1];
@@ -104,6 +123,10 @@ struct config {
 	struct spill_conf *spills;
 	uint32_t n_spills;
 
+	/* [remote.NAME] */
+	struct remote_conf *remotes;
+	uint32_t n_remotes;
+
 	/* [limits] */
 	uint32_t max_connections;
 	uint32_t max_connections_per_uid;
@@ -126,6 +149,18 @@ void config_reload(struct config *cur, struct config *fresh, char *changed, size
 		   char *restart, size_t restart_size);
 /* Write the effective configuration in the file's own syntax. */
 void config_dump(const struct config *c, FILE *f);
+
+/* config-remote.c: one key of [remote.NAME] (errors logged, file:line);
+ * the sections' checks once the file is read; their dump; freeing them. */
+int config_remote_item(struct config *c, const char *path, int line, const char *name,
+		       const char *key, const char *value);
+int config_remote_validate(const struct config *c, const char *path);
+void config_remote_dump(const struct config *c, FILE *f);
+void config_remote_free(struct config *c);
+/* The section that serves a configured tenant, or NULL: uid tenants stay
+ * local (uids differ between nodes). */
+const struct remote_conf *config_remote_for(const struct config *c, const char *tenant);
+bool config_name_ok(const char *s);
 
 /* The configured tenant of that name, or NULL. */
 const struct tenant_conf *config_tenant(const struct config *c, const char *name);

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "manager.h"
 #include "nvme.h"
+#include "remote.h"
 
 static void help(void)
 {
@@ -119,6 +120,18 @@ static int serve(struct config *cfg, const struct options *o)
 			log_error("The NVMe tier could not start (see above); fix the [spill.*] configuration or remove it");
 			goto out;
 		}
+	}
+	if (cfg->n_remotes) {
+#if KVT_HAVE_RADOS
+		r = remote_start(&m->store, m->config, m->event, &m->remote);
+		if (r < 0) {
+			log_error_errno(r, "The remote tier could not start: %m");
+			goto out;
+		}
+#else
+		log_warning("kvtierd was built without librados: [remote.%s] ignored, local tiers only",
+			    cfg->remotes[0].name);
+#endif
 	}
 	r = manager_listen(m);
 	if (r < 0)

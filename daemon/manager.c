@@ -15,6 +15,7 @@
 #include "log.h"
 #include "manager.h"
 #include "nvme.h"
+#include "remote.h"
 #include "process.h"
 #include "requests.h"
 #include "session.h"
@@ -107,7 +108,11 @@ void manager_free(struct manager *m)
 		return;
 	while (!LIST_EMPTY(&m->sessions))
 		session_free(LIST_FIRST(&m->sessions));
-	/* First: it waits for I/O into and out of blocks and the pool. */
+	/* First: they wait for I/O into and out of blocks and the pool. */
+#if KVT_HAVE_RADOS
+	remote_free(m->remote);
+	m->remote = NULL;
+#endif
 	nvme_free(m->nvme);
 	m->nvme = NULL;
 	store_done(&m->store);

@@ -14,6 +14,7 @@
 #include "store.h"
 
 struct nvme;
+struct remote;
 struct session;
 struct process;
 
@@ -46,6 +47,7 @@ struct manager {
 	struct pool pool;
 	struct store store;
 	struct nvme *nvme; /* the NVMe tier under the store, NULL without one */
+	struct remote *remote; /* the remote tier, NULL without one */
 	const char *config_path; /* for SIGHUP, NULL on built-in defaults */
 	const char *socket_override; /* --socket, kept across reloads */
 	struct listener *listeners[MANAGER_MAX_LISTENERS];

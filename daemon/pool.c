@@ -376,11 +376,9 @@ static void on_sigbus(int sig, siginfo_t *si, void *ctx)
 	raise(SIGBUS);
 }
 
-int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, size_t),
-		     uint64_t *ret)
+static int guard_install(void)
 {
 	static bool installed;
-	sigjmp_buf jump;
 
 	if (!installed) {
 		struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
@@ -389,12 +387,40 @@ int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, si
 			return -errno;
 		installed = true;
 	}
+	return 0;
+}
+
+int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, size_t),
+		     uint64_t *ret)
+{
+	sigjmp_buf jump;
+	int r = guard_install();
+
+	if (r < 0)
+		return r;
 	if (sigsetjmp(jump, 1)) {
 		guard_jump = NULL;
 		return -EFAULT;
 	}
 	guard_jump = &jump;
 	*ret = sum(p, len);
+	guard_jump = NULL;
+	return 0;
+}
+
+int pool_guarded_copy(void *dst, const void *src, size_t len)
+{
+	sigjmp_buf jump;
+	int r = guard_install();
+
+	if (r < 0)
+		return r;
+	if (sigsetjmp(jump, 1)) {
+		guard_jump = NULL;
+		return -EFAULT;
+	}
+	guard_jump = &jump;
+	memcpy(dst, src, len);
 	guard_jump = NULL;
 	return 0;
 }

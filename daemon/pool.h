@@ -85,3 +85,6 @@ const char *pool_page_mode(const struct extent *e);
  */
 int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, size_t),
 		     uint64_t *ret);
+/* memcpy under the same guard, to or from pool memory (the remote tier
+ * copies blocks through its own buffers).  \return 0 or -EFAULT */
+int pool_guarded_copy(void *dst, const void *src, size_t len);

@@ -9,6 +9,7 @@
 #include "manager.h"
 #include "nvme.h"
 #include "process.h"
+#include "remote.h"
 #include "session.h"
 #include "stats.h"
 
@@ -258,6 +259,68 @@ static void emit_node(struct emitter *e, int node)
 	kvt_rec_u64(&e->b, "used", used);
 }
 
+#if KVT_HAVE_RADOS
+/* One record per [remote.NAME]. */
+static void emit_remote(struct emitter *e, unsigned i)
+{
+	struct remote_stats st;
+
+	remote_get_stats(e->m->remote, i, &st);
+	kvt_rec_begin(&e->b, "remote", 25);
+	kvt_rec_str(&e->b, "name", st.name);
+	kvt_rec_str(&e->b, "pool", st.pool);
+	kvt_rec_str(&e->b, "state", remote_state_name(st.state));
+	kvt_rec_str(&e->b, "reason", st.state_reason);
+	kvt_rec_u64(&e->b, "capacity", st.capacity);
+	kvt_rec_u64(&e->b, "used", st.used);
+	kvt_rec_u64(&e->b, "objects", st.objects);
+	kvt_rec_u64(&e->b, "writes", st.writes);
+	kvt_rec_u64(&e->b, "write_bytes", st.write_bytes);
+	kvt_rec_u64(&e->b, "reads", st.reads);
+	kvt_rec_u64(&e->b, "read_bytes", st.read_bytes);
+	kvt_rec_u64(&e->b, "misses", st.misses);
+	kvt_rec_u64(&e->b, "rejected", st.rejected);
+	kvt_rec_u64(&e->b, "errors", st.errors);
+	kvt_rec_u64(&e->b, "timeouts", st.timeouts);
+	kvt_rec_u64(&e->b, "degraded", st.degraded);
+	kvt_rec_u64(&e->b, "skipped", st.skipped);
+	kvt_rec_u64(&e->b, "in_flight", st.in_flight);
+	kvt_rec_u64(&e->b, "lookup_rounds", st.lookup_rounds);
+	kvt_rec_u64(&e->b, "read_usec", st.lookup_usec);
+	kvt_rec_u64(&e->b, "trim_passes", st.trim_passes);
+	kvt_rec_u64(&e->b, "trimmed", st.trimmed);
+	kvt_rec_u64(&e->b, "trimmed_bytes", st.trimmed_bytes);
+	kvt_rec_u64(&e->b, "up", st.state == REMOTE_UP);
+	kvt_rec_u64(&e->b, "queue_depth", e->m->config->remotes[i].queue_depth);
+}
+
+/* The tenant's share of its remote tier, as fields of its record. */
+static unsigned tenant_remote_fields(const struct emitter *e, const struct tenant *t,
+				     struct remote_tenant_stats *ret)
+{
+	return e->m->remote && remote_tenant_stats(e->m->remote, t->name, ret) == 0 ? 6 : 0;
+}
+
+static void emit_tenant_remote(struct emitter *e, const struct remote_tenant_stats *r)
+{
+	kvt_rec_str(&e->b, "remote_tier", r->tier);
+	kvt_rec_u64(&e->b, "remote_reads", r->reads);
+	kvt_rec_u64(&e->b, "remote_read_bytes", r->read_bytes);
+	kvt_rec_u64(&e->b, "remote_writes", r->writes);
+	kvt_rec_u64(&e->b, "remote_write_bytes", r->write_bytes);
+	kvt_rec_u64(&e->b, "remote_misses", r->misses);
+}
+#else
+static unsigned tenant_remote_fields(const struct emitter *e, const struct tenant *t,
+				     struct remote_tenant_stats *ret)
+{
+	return 0;
+}
+static void emit_tenant_remote(struct emitter *e, const struct remote_tenant_stats *r)
+{
+}
+#endif
+
 /* One record per slot class of the tenant: what its extents hold. */
 static void emit_classes(struct emitter *e, const struct tenant *t)
 {
@@ -319,7 +382,9 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 		sum.loads += c->loads;
 		sum.evictions += c->evictions;
 	}
-	kvt_rec_begin(&e->b, "tenant", t->store->tier ? 22 : 18);
+	struct remote_tenant_stats rs;
+	unsigned remote = tenant_remote_fields(e, t, &rs);
+	kvt_rec_begin(&e->b, "tenant", (t->store->tier ? 22 : 18) + remote);
 	kvt_rec_u64(&e->b, "id", t->id);
 	kvt_rec_str(&e->b, "name", t->name);
 	kvt_rec_u64(&e->b, "uid", t->uid);
@@ -344,6 +409,8 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 		kvt_rec_u64(&e->b, "nvme_regions", nvme_tenant_regions(t->store->tier, t->name));
 		kvt_rec_u64(&e->b, "nvme_refused", t->nvme_refused);
 	}
+	if (remote)
+		emit_tenant_remote(e, &rs);
 }
 
 static void emit_ns(struct emitter *e, const struct ns *ns)
@@ -420,6 +487,12 @@ int stats_build(const struct manager *m, const struct stats_query *q,
 			emit_node(&e, m->pool.topo.nodes[i]);
 			emit_flush(&e, false);
 		}
+#if KVT_HAVE_RADOS
+		for (unsigned i = 0; admin && i < remote_count(m->remote); i++) {
+			emit_remote(&e, i);
+			emit_flush(&e, false);
+		}
+#endif
 	}
 	for (uint32_t i = 0; i < m->store.n_tenants; i++) {
 		const struct tenant *t = m->store.tenants[i];

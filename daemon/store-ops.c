@@ -19,6 +19,28 @@ static uint64_t shard_offset(const struct block *b, uint32_t shard)
 	       (uint64_t)shard * b->ns->geo.shard_stride;
 }
 
+/* The keys right after the leading hits that are nowhere locally: the
+ * remote tier is asked for them in one round, and those it fetches are
+ * staging (KVT_STATE_DISK) and join the leading run. */
+static uint32_t remote_fetch(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t n,
+			     uint32_t leading, uint8_t *ret_states)
+{
+	uint32_t m = 0;
+
+	if (!s->remote_ops)
+		return 0;
+	while (leading + m < n && ret_states[leading + m] == KVT_STATE_MISS)
+		m++;
+	uint32_t f = m ? s->remote_ops->fetch(s->remote, ns, keys + (size_t)leading * KVT_KEY_SIZE, m)
+		       : 0;
+	for (uint32_t i = leading; i < leading + f; i++) {
+		ret_states[i] = KVT_STATE_DISK;
+		ns->c.misses--;
+		ns->c.pending++;
+	}
+	return f;
+}
+
 uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 		      uint32_t n, uint32_t flags, uint8_t *ret_states)
 {
@@ -37,7 +59,12 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 			store_block_drop(s, b);
 			b = NULL;
 		}
-		if (b && b->state == BLOCK_RESIDENT && (!b->extent || b->io == BLOCK_IO_READ)) {
+		if (b && b->io == BLOCK_IO_FETCH) {
+			/* Being fetched from the remote tier: staging, like a
+			 * block on NVMe, but not a hit until its bytes check. */
+			st = KVT_STATE_DISK;
+			ns->c.pending++;
+		} else if (b && b->state == BLOCK_RESIDENT && (!b->extent || b->io == BLOCK_IO_READ)) {
 			/* On NVMe: a hit all the same, and staging starts now so
 			 * the acquire that follows finds it in host memory. */
 			st = KVT_STATE_DISK;
@@ -78,7 +105,7 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 			break;
 		leading++;
 	}
-	return leading;
+	return leading + remote_fetch(s, ns, keys, n, leading, ret_states);
 }
 
 void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
@@ -96,6 +123,13 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		int r;
 
 		memset(out, 0, sizeof(*out));
+		if (b && b->io == BLOCK_IO_FETCH) {
+			/* The client computes it rather than wait for the remote
+			 * tier (a key before it missed): the fetch is dropped
+			 * when it lands. */
+			store_block_unindex(b);
+			b = NULL;
+		}
 		if (b && b->state == BLOCK_RESIDENT) {
 			out->status = -EEXIST;
 			continue;
@@ -186,6 +220,10 @@ void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
 		}
 		/* Pinned: off the eviction list until the last lease goes. */
 		evict_remove(&ns->cls->lru, &b->lru);
+		if (b->uses < UINT8_MAX)
+			b->uses++;
+		if (s->remote_ops)
+			s->remote_ops->used(s->remote, b);
 		ns->c.loads++;
 		ns->c.load_bytes += ns->geo.shard_bytes;
 		out->handle = h->id;
@@ -222,6 +260,9 @@ static int reservation_end(struct handle *h, bool success)
 			ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
 			ns->tenant->dirty += b->extent->slot_bytes;
 			store_lru_maybe_insert(b);
+			struct store *s = ns->tenant->store;
+			if (s->remote_ops)
+				s->remote_ops->used(s->remote, b);
 		}
 	}
 	store_block_maybe_free(b);

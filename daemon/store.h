@@ -34,6 +34,15 @@ enum block_io {
 	BLOCK_IO_NONE,
 	BLOCK_IO_WRITE, /* being written back to NVMe */
 	BLOCK_IO_READ,  /* being staged from NVMe into host memory */
+	BLOCK_IO_FETCH, /* being fetched from the remote tier: reserved, and
+			 * no client's (store_remote_block()) */
+};
+
+/* Where the remote tier stands with a block's key. */
+enum block_remote {
+	BLOCK_REMOTE_NONE,
+	BLOCK_REMOTE_WRITING, /* being written back */
+	BLOCK_REMOTE_STORED,  /* written back, or fetched from there */
 };
 
 enum block_state {
@@ -54,6 +63,8 @@ struct block {
 	bool staged;              /* restored for a lookup, not leased since */
 	uint8_t state;
 	bool indexed;             /* false once deleted or aborted */
+	uint8_t uses;             /* leases taken, up to 255: write-back policy */
+	uint8_t remote;           /* enum block_remote */
 	uint64_t shards_reserved; /* shards with an open reservation */
 	uint64_t shards_committed;
 	uint32_t handles;         /* leases + reservations on this block */
@@ -174,6 +185,16 @@ struct store_tier_ops {
 	/* Give up a slot on the tier durably: a restart must not recover what
 	 * was dropped. */
 	void (*slot_drop)(void *tier, struct spill_region *r, uint32_t slot);
+
+	/* The remote tier (remote.c) fills the two below, the NVMe tier the
+	 * four above; the store calls only what its tier has. */
+	/* A block was committed, or leased (b->uses counts leases): its
+	 * policy decides whether to write it back. */
+	void (*used)(void *tier, struct block *b);
+	/* A lookup found keys[0..n) nowhere locally, right after its leading
+	 * hits.  \return how many of them, from the first, it fetches: each
+	 * is a block of store_remote_block() until store_remote_fetched(). */
+	uint32_t (*fetch)(void *tier, struct ns *ns, const uint8_t *keys, uint32_t n);
 };
 
 struct store {
@@ -186,6 +207,8 @@ struct store {
 	void *userdata;
 	const struct store_tier_ops *tier_ops; /* NULL without an NVMe tier */
 	void *tier; /* the tier's own pointer: nvme.c's struct nvme */
+	const struct store_tier_ops *remote_ops; /* NULL without a remote tier */
+	void *remote; /* remote.c's struct remote */
 	store_block_ready_fn block_ready; /* a staged block is in host memory,
 					   * or its staging failed (a miss) */
 	/* Places client-chosen keys in the indexes and ghost lists; drawn
@@ -203,6 +226,9 @@ void store_done(struct store *s);
 /* Hand the store its lower tier (the NVMe tier at start-up), or take it
  * back (ops NULL) before the tier goes. */
 void store_set_tier(struct store *s, const struct store_tier_ops *ops, void *tier);
+
+/* The same for the remote tier, below the NVMe tier. */
+void store_set_remote(struct store *s, const struct store_tier_ops *ops, void *tier);
 
 /* The tenant a connection resolved to, created on first use. */
 int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct tenant **ret);
@@ -284,6 +310,21 @@ int store_nvme_evict_tenant(struct store *s, struct ns *ns);
 uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r);
 /* A block got an NVMe copy. */
 void store_disk_linked(struct block *b);
+
+/* For the remote tier (store-remote.c). */
+/* A block for key, to be fetched: reserved, so no client writes it and
+ * lookups answer "staging" (KVT_STATE_DISK); no host slot until the tier
+ * takes one for verified bytes (store_host_slot()).  \return 0; -EEXIST
+ * when the key is in the index already; -ENOMEM */
+int store_remote_block(struct store *s, struct ns *ns, const uint8_t *key, struct block **ret);
+/* Its fetch ended; ok: it has a host slot holding verified bytes, and the
+ * block is resident (and dirty for the NVMe tier).  Otherwise it is gone
+ * (its slot, if any, freed): a miss. */
+void store_remote_fetched(struct store *s, struct block *b, bool ok);
+/* The block of key in that tenant's namespace if its bytes are in host
+ * memory and final (resident, no I/O reading into it), else NULL. */
+struct block *store_remote_find(struct store *s, uint32_t tenant_id, uint32_t ns_id,
+				const uint8_t *key);
 
 /* Totals for stats. */
 uint64_t store_tenant_used(const struct tenant *t);

@@ -81,7 +81,7 @@ enum kvt_opcode {
 enum kvt_state {
 	KVT_STATE_MISS = 0,
 	KVT_STATE_HOST = 1,    /* resident in host memory, ready to acquire */
-	KVT_STATE_DISK = 2,    /* on NVMe only; staging has been started */
+	KVT_STATE_DISK = 2,    /* on NVMe only, or being fetched remotely; staging started */
 	KVT_STATE_PENDING = 3, /* reserved, not yet committed; ask again later */
 };
 

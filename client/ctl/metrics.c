@@ -128,6 +128,30 @@ static const struct metric class_metrics[] = {
 /* The block size is a label. */
 static const char *const class_skip[] = {"slot_bytes", NULL};
 
+static const struct metric remote_metrics[] = {
+	{"up", "remote_up", "gauge", "1 while the remote tier's cluster answers; 0 while connecting or degraded (local tiers serve).", 0},
+	{"capacity", "remote_capacity_bytes", "gauge", "[remote.NAME] capacity: what its tenants keep in the pool, all nodes together.", 0},
+	{"used", "remote_used_bytes", "gauge", "Bytes of the tier's objects at the last trim pass of the node holding the trim lock (0 elsewhere).", 0},
+	{"objects", "remote_objects", "gauge", "The tier's objects at that pass.", 0},
+	{"writes", "remote_writes_total", "counter", "Blocks written back to the remote tier.", 0},
+	{"write_bytes", "remote_written_bytes_total", "counter", "Block bytes written back to the remote tier.", 0},
+	{"reads", "remote_reads_total", "counter", "Blocks fetched from the remote tier, verified and staged into host memory.", 0},
+	{"read_bytes", "remote_read_bytes_total", "counter", "Block bytes fetched from the remote tier.", 0},
+	{"misses", "remote_misses_total", "counter", "Keys asked for that the pool did not have.", 0},
+	{"rejected", "remote_rejected_total", "counter", "Objects that failed verification (header, length, checksum): misses.", 0},
+	{"errors", "remote_errors_total", "counter", "Cluster operations that failed.", 0},
+	{"timeouts", "remote_timeouts_total", "counter", "Cluster operations that ran past [remote.NAME] timeout_ms.", 0},
+	{"degraded", "remote_degraded_total", "counter", "Times the tier went from up to degraded.", 0},
+	{"skipped", "remote_writeback_skipped_total", "counter", "Write-backs not made: the tier degraded or its queue full.", 0},
+	{"in_flight", "remote_in_flight", "gauge", "Cluster operations in flight.", 0},
+	{"lookup_rounds", "remote_fetch_rounds_total", "counter", "Lookups that asked the remote tier for their leading run.", 0},
+	{"read_usec", "remote_read_seconds_total", "counter", "Time from submission to completion of the fetches that hit.", 1000000},
+	{"trim_passes", "remote_trim_passes_total", "counter", "Trim passes this node made holding the trim lock.", 0},
+	{"trimmed", "remote_trimmed_total", "counter", "Objects this node removed to keep the tier within its capacity.", 0},
+	{"trimmed_bytes", "remote_trimmed_bytes_total", "counter", "Bytes of those objects.", 0},
+};
+static const char *const remote_skip[] = {"queue_depth", NULL};
+
 struct kind {
 	const char *kind;
 	const char *prefix; /* of generic names: "tenant" */
@@ -142,6 +166,7 @@ static const struct kind kinds[] = {
 	{"tenant", "tenant", tenant_metrics, ARRAY_SIZE(tenant_metrics), tenant_skip},
 	{"class", "class", class_metrics, ARRAY_SIZE(class_metrics), class_skip},
 	{"namespace", "namespace", ns_metrics, ARRAY_SIZE(ns_metrics), ns_skip},
+	{"remote", "remote", remote_metrics, ARRAY_SIZE(remote_metrics), remote_skip},
 };
 
 /* The format allows any UTF-8 in a label value but needs \, " and newline
@@ -208,6 +233,12 @@ static void put_labels(FILE *f, const struct rec *r)
 		put_label_value(f, rec_str(r, "tenant"));
 		fputs(",slot_bytes=", f);
 		put_label_value(f, id);
+		putc('}', f);
+	} else if (rec_is(r, "remote")) {
+		fputs("{tier=", f);
+		put_label_value(f, rec_str(r, "name"));
+		fputs(",pool=", f);
+		put_label_value(f, rec_str(r, "pool"));
 		putc('}', f);
 	} else if (rec_is(r, "namespace")) {
 		snprintf(id, sizeof(id), "%" PRIu64, rec_u64(r, "id"));

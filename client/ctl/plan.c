@@ -21,8 +21,8 @@ struct plan_opts {
 	bool mla;
 	const char *dtype;
 	uint64_t tokens, batch, block_tokens, tp;
-	uint64_t host_capacity, nvme_capacity;
-	bool host_given, nvme_given;
+	uint64_t host_capacity, nvme_capacity, remote_capacity;
+	bool host_given, nvme_given, remote_given;
 };
 
 static struct plan_opts opts = {.batch = 1, .block_tokens = 16, .tp = 1};
@@ -41,7 +41,7 @@ struct planned {
 	struct plan_geometry g;
 	struct plan p;
 	uint64_t bytes, rank_bytes, per_context; /* 0 without --tokens */
-	struct tier tiers[2];
+	struct tier tiers[2 + 8]; /* host, NVMe, the remote tiers */
 	size_t n_tiers;
 };
 
@@ -213,6 +213,19 @@ static void plan_daemon_capacity(struct ctx *x, struct planned *ret)
 	}
 	ret->tiers[ret->n_tiers++] = (struct tier){.name = "host", .source = "kvtierd",
 						   .capacity = rec_u64(d, "capacity")};
+	for (size_t i = 0; i < x->snap.n && ret->n_tiers < ARRAY_SIZE(ret->tiers); i++)
+		if (rec_is(&x->snap.recs[i], "remote"))
+			ret->tiers[ret->n_tiers++] = (struct tier){
+				.name = "remote", .source = "kvtierd",
+				.capacity = rec_u64(&x->snap.recs[i], "capacity")};
+}
+
+/* A remote object is the block and a 4 KiB header (docs/remote.md): the
+ * capacity that holds slots. */
+static uint64_t remote_slot_capacity(const struct plan *p, uint64_t capacity)
+{
+	uint64_t per = p->slot_bytes * p->tp;
+	return per ? (uint64_t)((double)capacity * (double)per / (double)(per + 4096)) : capacity;
 }
 
 static int plan_tiers(struct ctx *x, const struct plan_opts *o, struct planned *ret)
@@ -223,11 +236,16 @@ static int plan_tiers(struct ctx *x, const struct plan_opts *o, struct planned *
 	if (o->nvme_given)
 		ret->tiers[ret->n_tiers++] =
 			(struct tier){"nvme", "--nvme-capacity", o->nvme_capacity, {0}};
-	if (!o->host_given && !o->nvme_given)
+	if (o->remote_given)
+		ret->tiers[ret->n_tiers++] =
+			(struct tier){"remote", "--remote-capacity", o->remote_capacity, {0}};
+	if (!o->host_given && !o->nvme_given && !o->remote_given)
 		plan_daemon_capacity(x, ret);
 	for (size_t i = 0; i < ret->n_tiers; i++) {
 		struct tier *t = &ret->tiers[i];
-		if (plan_fit(&ret->p, t->capacity, o->tokens, o->batch, &t->fit) < 0)
+		uint64_t cap = strcmp(t->name, "remote") ? t->capacity
+							  : remote_slot_capacity(&ret->p, t->capacity);
+		if (plan_fit(&ret->p, cap, o->tokens, o->batch, &t->fit) < 0)
 			return PLAN_USAGE("the %s tier's token count passes 2^64", t->name);
 	}
 	return 0;
@@ -388,7 +406,7 @@ static int plan_run(struct ctx *x)
 enum {
 	OPT_MODEL, OPT_LAYERS, OPT_KV_HEADS, OPT_HEAD_DIM, OPT_MLA, OPT_LATENT_DIM,
 	OPT_BPT, OPT_DTYPE, OPT_TOKENS, OPT_BATCH, OPT_BLOCK_TOKENS, OPT_TP,
-	OPT_HOST_CAP, OPT_NVME_CAP,
+	OPT_HOST_CAP, OPT_NVME_CAP, OPT_REMOTE_CAP,
 };
 
 static const struct ctl_option plan_options[] = {
@@ -406,6 +424,7 @@ static const struct ctl_option plan_options[] = {
 	{"tp", true, 0, OPT_TP},
 	{"host-capacity", true, 0, OPT_HOST_CAP},
 	{"nvme-capacity", true, 0, OPT_NVME_CAP},
+	{"remote-capacity", true, 0, OPT_REMOTE_CAP},
 	{},
 };
 
@@ -446,6 +465,9 @@ static int plan_parse(int id, const char *arg)
 	case OPT_NVME_CAP:
 		opts.nvme_given = true;
 		return ctl_opt_size("--nvme-capacity", arg, &opts.nvme_capacity);
+	case OPT_REMOTE_CAP:
+		opts.remote_given = true;
+		return ctl_opt_size("--remote-capacity", arg, &opts.remote_capacity);
 	default:
 		snprintf(name, sizeof(name), "--%s", plan_options[id].name);
 		return ctl_opt_count(name, arg, 1, count_opt(id));
@@ -466,10 +488,12 @@ static void plan_help(FILE *f)
 	      "      --batch N         contexts of that length at once (default 1)\n"
 	      "      --block-tokens N  tokens per kvtier block (default 16)\n"
 	      "      --tp N            tensor-parallel ranks: per-rank bytes too (default 1)\n"
-	      "      --host-capacity SIZE, --nvme-capacity SIZE\n"
+	      "      --host-capacity SIZE, --nvme-capacity SIZE, --remote-capacity SIZE\n"
 	      "                        tier sizes such as 64G, 1.5T or 512MiB (binary units).\n"
-	      "                        Without either, a reachable kvtierd's pool capacity is\n"
-	      "                        the host tier; without that, no tier rows.\n"
+	      "                        Without any, a reachable kvtierd's pool capacity is\n"
+	      "                        the host tier and each [remote.NAME] capacity a remote\n"
+	      "                        tier (shared by every node; its objects carry a 4 KiB\n"
+	      "                        header each); without that, no tier rows.\n"
 	      "  Bytes per token: MHA/GQA 2 x layers x kv_heads x head_dim x dtype bytes;\n"
 	      "  MLA layers x latent_dim x dtype bytes.  A tier holds whole kvtierd slots\n"
 	      "  (each rank's share of a block rounded up to 4 KiB); tokens and contexts\n"

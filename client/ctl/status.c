@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * kvtierctl status: the daemon summary, the host pool and the NVMe tier,
- * then the NUMA nodes, tenants, block sizes (their fragmentation) and
+ * kvtierctl status: the daemon summary, the host pool, the NVMe tier and
+ * the remote tiers, then the NUMA nodes, tenants, block sizes (their fragmentation) and
  * namespaces; or all of it as one JSON object.
  */
 #include <inttypes.h>
@@ -117,6 +117,64 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 		printf("\n(Only your own tenant is shown; run as root or as kvtierd's user for the whole daemon.)\n");
 }
 
+/* One line block per [remote.NAME]: state, use against capacity, traffic
+ * and errors; its tenants' shares are columns of the tenants table. */
+static void print_remote(const struct rec *r)
+{
+	char cap[KVT_SIZE_LEN], used[KVT_SIZE_LEN];
+	uint64_t c = rec_u64(r, "capacity"), u = rec_u64(r, "used");
+
+	printf("%-13s%s, pool %s: %s", "Remote tier:", rec_str(r, "name"), rec_str(r, "pool"),
+	       rec_str(r, "state"));
+	if (strcmp(rec_str(r, "state"), "up"))
+		printf(" (%s; local tiers serve)", rec_str(r, "reason"));
+	putchar('\n');
+	printf("%-13s%s of %s (%.1f%%, %" PRIu64 " objects, at the last trim pass here)\n",
+	       "  used:", kvt_size_format(u, used, sizeof(used)), kvt_size_format(c, cap, sizeof(cap)),
+	       c ? 100.0 * (double)u / (double)c : 0.0, rec_u64(r, "objects"));
+	printf("%-13s%" PRIu64 " written back (%.1f MiB), %" PRIu64 " fetched (%.1f MiB) in %" PRIu64
+	       " rounds, %" PRIu64 " misses, %" PRIu64 " in flight\n",
+	       "  I/O:", rec_u64(r, "writes"), (double)rec_u64(r, "write_bytes") / (1 << 20),
+	       rec_u64(r, "reads"), (double)rec_u64(r, "read_bytes") / (1 << 20),
+	       rec_u64(r, "lookup_rounds"), rec_u64(r, "misses"), rec_u64(r, "in_flight"));
+	printf("%-13s%" PRIu64 " operations (%" PRIu64 " timed out), %" PRIu64
+	       " objects failed verification, degraded %" PRIu64 " times, %" PRIu64
+	       " write-backs skipped\n",
+	       "  errors:", rec_u64(r, "errors"), rec_u64(r, "timeouts"), rec_u64(r, "rejected"),
+	       rec_u64(r, "degraded"), rec_u64(r, "skipped"));
+	printf("%-13s%" PRIu64 " passes, %" PRIu64 " objects (%.1f MiB) removed\n", "  trimming:",
+	       rec_u64(r, "trim_passes"), rec_u64(r, "trimmed"),
+	       (double)rec_u64(r, "trimmed_bytes") / (1 << 20));
+}
+
+/* Each tenant's traffic with its remote tier. */
+static int print_remote_tenants(FILE *f, const struct snapshot *s)
+{
+	static const struct column cols[] = {
+		{"TENANT", false}, {"TIER", false}, {"FETCHED", true}, {"BYTES IN", true},
+		{"WRITTEN", true}, {"BYTES OUT", true}, {"MISSES", true},
+	};
+	struct table t = TABLE_INIT(cols, ARRAY_SIZE(cols));
+	char a[KVT_SIZE_LEN], b[KVT_SIZE_LEN];
+	int r;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct rec *x = &s->recs[i];
+		if (!rec_is(x, "tenant") || !rec_has(x, "remote_tier"))
+			continue;
+		table_add(&t, "%s", rec_str(x, "name"));
+		table_add(&t, "%s", rec_str(x, "remote_tier"));
+		table_add(&t, "%" PRIu64, rec_u64(x, "remote_reads"));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "remote_read_bytes"), a, sizeof(a)));
+		table_add(&t, "%" PRIu64, rec_u64(x, "remote_writes"));
+		table_add(&t, "%s", kvt_size_format(rec_u64(x, "remote_write_bytes"), b, sizeof(b)));
+		table_add(&t, "%" PRIu64, rec_u64(x, "remote_misses"));
+	}
+	r = table_print(&t, f);
+	table_free(&t);
+	return r;
+}
+
 /* Per tenant and block size: what its extents hold, and what they hold
  * that no other block size can use. */
 static int print_classes(FILE *f, const struct snapshot *s)
@@ -180,6 +238,8 @@ static void status_json(const struct snapshot *s)
 	json_recs(&j, s, "namespace", true);
 	json_key(&j, "classes");
 	json_recs(&j, s, "class", false);
+	json_key(&j, "remotes");
+	json_recs(&j, s, "remote", false);
 	if (snapshot_find(s, "client")) {
 		json_key(&j, "clients");
 		json_recs(&j, s, "client", false);
@@ -197,12 +257,19 @@ static int status_run(struct ctx *x)
 	}
 	if (d)
 		print_daemon(x, d);
+	for (size_t i = 0; i < x->snap.n; i++)
+		if (rec_is(&x->snap.recs[i], "remote"))
+			print_remote(&x->snap.recs[i]);
 	if (snapshot_find(&x->snap, "node")) {
 		printf("\nNUMA nodes:\n");
 		TRY(print_nodes(stdout, &x->snap));
 	}
 	printf("\nTenants:\n");
 	TRY(print_tenants(stdout, &x->snap));
+	if (snapshot_find(&x->snap, "remote")) {
+		printf("\nRemote tier, per tenant:\n");
+		TRY(print_remote_tenants(stdout, &x->snap));
+	}
 	printf("\nBlock sizes:\n");
 	TRY(print_classes(stdout, &x->snap));
 	printf("\nNamespaces:\n");

@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The remote tier's operations: one object read or written with
+ * librados's asynchronous calls, from and into the daemon's own buffers
+ * (never pool memory: a librados thread must not touch an extent a client
+ * may have punched), and completions handed from librados's threads to
+ * the event loop through a queue and an eventfd.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pool.h"
+#include "remote-private.h"
+
+/* On a librados thread: queue the op for the loop and wake it. */
+static void on_complete(rados_completion_t comp, void *arg)
+{
+	struct rop *op = arg;
+	struct remote *rt = op->c->rt;
+	uint64_t one = 1;
+
+	if (op->kind != ROP_CONNECT)
+		op->result = rados_aio_get_return_value(comp);
+	pthread_mutex_lock(&rt->lock);
+	TAILQ_INSERT_TAIL(&rt->done, op, done_link);
+	rt->callbacks_pending--;
+	pthread_cond_broadcast(&rt->idle);
+	pthread_mutex_unlock(&rt->lock);
+	/* Cannot fail short of a bad descriptor: the counter only adds. */
+	(void)!write(rt->efd, &one, sizeof(one));
+}
+
+int remote_thread_create(pthread_t *ret, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+
+	/* Every signal blocked: the loop takes them through signalfd, and
+	 * librados's own threads, started from this one, inherit the mask. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int r = -pthread_create(ret, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return r;
+}
+
+void remote_op_complete(struct rop *op)
+{
+	on_complete(NULL, op);
+}
+
+int remote_io_init(struct remote *rt)
+{
+	TAILQ_INIT(&rt->done);
+	LIST_INIT(&rt->ops);
+	pthread_mutex_init(&rt->lock, NULL);
+	pthread_cond_init(&rt->idle, NULL);
+	rt->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	return rt->efd < 0 ? -errno : 0;
+}
+
+void remote_io_done(struct remote *rt)
+{
+	if (rt->efd >= 0)
+		close(rt->efd);
+	rt->efd = -1;
+	pthread_cond_destroy(&rt->idle);
+	pthread_mutex_destroy(&rt->lock);
+}
+
+struct rop *remote_op_new(struct remote_conn *c, enum rop_kind kind, size_t len)
+{
+	struct rop *op = calloc(1, sizeof(*op));
+
+	if (!op)
+		return NULL;
+	op->c = c;
+	op->kind = kind;
+	op->len = len;
+	if (len && !(op->buf = malloc(len))) {
+		free(op);
+		return NULL;
+	}
+	/* Counted before submission: the callback may run at once. */
+	pthread_mutex_lock(&c->rt->lock);
+	c->rt->callbacks_pending++;
+	pthread_mutex_unlock(&c->rt->lock);
+	LIST_INSERT_HEAD(&c->rt->ops, op, link);
+	c->in_flight++;
+	op->started_usec = remote_now(c->rt);
+	return op;
+}
+
+/* A submission that failed: its callback will never run. */
+static int op_abandon(struct rop *op, int r)
+{
+	pthread_mutex_lock(&op->c->rt->lock);
+	op->c->rt->callbacks_pending--;
+	pthread_mutex_unlock(&op->c->rt->lock);
+	remote_op_free(op);
+	return r;
+}
+
+void remote_op_free(struct rop *op)
+{
+	if (!op)
+		return;
+	LIST_REMOVE(op, link);
+	op->c->in_flight--;
+	if (op->comp)
+		rados_aio_release(op->comp);
+	if (op->wop)
+		rados_release_write_op(op->wop);
+	free(op->buf);
+	free(op);
+}
+
+int remote_read(struct remote_tenant *t, struct rop *op, const struct ns *ns)
+{
+	char oid[REMOTE_OID_LEN + 1];
+	int r;
+
+	remote_oid(ns, op->key, oid);
+	r = rados_aio_create_completion2(op, on_complete, &op->comp);
+	if (r == 0)
+		r = rados_aio_read(t->io, oid, op->comp, (char *)op->buf, op->len, 0);
+	return r < 0 ? op_abandon(op, r) : 0;
+}
+
+int remote_write(struct remote_tenant *t, struct rop *op, const struct block *b)
+{
+	char oid[REMOTE_OID_LEN + 1];
+	size_t payload = op->len - SPILL_SLOT_HEADER_BYTES;
+	uint8_t *slot = b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
+	int r;
+
+	/* The header from the daemon's copy, never from the shared slot:
+	 * what is checksummed is what is sent. */
+	r = pool_guarded_copy(op->buf + SPILL_SLOT_HEADER_BYTES, slot, payload);
+	if (r == 0)
+		r = remote_header_encode(b->ns, b->key, op->buf + SPILL_SLOT_HEADER_BYTES, payload,
+					 op->buf);
+	if (r < 0)
+		return op_abandon(op, r);
+	remote_oid(b->ns, b->key, oid);
+	op->wop = rados_create_write_op();
+	if (!op->wop)
+		return op_abandon(op, -ENOMEM);
+	rados_write_op_write_full(op->wop, (const char *)op->buf, op->len);
+	r = rados_aio_create_completion2(op, on_complete, &op->comp);
+	/* FULL_TRY: a full pool or cluster answers -ENOSPC or -EDQUOT at once
+	 * instead of holding the write until the op timeout. */
+	if (r == 0)
+		r = rados_aio_write_op_operate(op->wop, t->io, op->comp, oid, NULL,
+					       LIBRADOS_OPERATION_FULL_TRY);
+	return r < 0 ? op_abandon(op, r) : 0;
+}
+
+int remote_probe(struct remote_tenant *t, struct rop *op)
+{
+	int r = rados_aio_create_completion2(op, on_complete, &op->comp);
+	if (r == 0)
+		r = rados_aio_stat(t->io, REMOTE_TRIM_OBJECT, op->comp, NULL, NULL);
+	return r < 0 ? op_abandon(op, r) : 0;
+}
+
+void remote_io_drain(struct remote *rt)
+{
+	pthread_mutex_lock(&rt->lock);
+	while (rt->callbacks_pending > 0)
+		pthread_cond_wait(&rt->idle, &rt->lock);
+	pthread_mutex_unlock(&rt->lock);
+}
+
+void remote_io_take(struct remote *rt, struct rop_queue *ret)
+{
+	uint64_t v;
+
+	(void)!read(rt->efd, &v, sizeof(v));
+	TAILQ_INIT(ret);
+	pthread_mutex_lock(&rt->lock);
+	TAILQ_CONCAT(ret, &rt->done, done_link);
+	pthread_mutex_unlock(&rt->lock);
+}

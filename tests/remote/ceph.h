@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The remote tier's tests: a real single-machine Ceph cluster
+ * (tests/ceph/cluster.sh) in a private directory, shared by two kvtierd
+ * instances that stand for two nodes.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+struct ceph {
+	char dir[128];
+	char conf[192];
+};
+
+/* Start a cluster, or exit 77 saying why when the ceph packages are not
+ * installed. */
+void ceph_start(struct ceph *c);
+void ceph_stop(struct ceph *c);
+/* Run a shell command with CEPH_CONF set to the cluster's; its stdout
+ * (up to size - 1 bytes) in out when out is not NULL.  \return its exit
+ * status */
+int ceph_sh(const struct ceph *c, char *out, size_t size, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* The pid of the cluster's OSD, or -1. */
+int ceph_osd_pid(const struct ceph *c);
+/* A [remote.NAME] section on pool kvtier (extra: more of its keys). */
+void ceph_remote_section(const struct ceph *c, char *buf, size_t size, const char *name,
+			 const char *extra);
+/* daemon_start(), and the daemon is killed at exit if a check fails: d
+ * must outlive main() (static). */
+void node_start(struct daemon *d, const char *config);
+/* The daemon with its socket replaced by a tenant's own (for engine_run). */
+struct daemon node_tenant_socket(const struct daemon *d, const char *tenant);
+/* A numeric field of the record of kind whose string name_field is name
+ * ("remote", "name", "a", "writes"); fails the test if absent. */
+uint64_t stat_named(kvt_client *c, const char *kind, const char *name_field, const char *name,
+		    const char *field);

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The remote tier's objects (daemon/remote-format.c): names, and the spill
+ * slot header on every object, checked against what was asked for.  A
+ * changed byte anywhere, a short object, another tenant, namespace or key,
+ * and a spill slot passed off as an object are all refused.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "remote-private.h"
+
+#define PAYLOAD 8192
+
+static void make_ns(struct tenant *t, struct ns *ns, const char *tenant, uint8_t *identity,
+		    uint8_t salt)
+{
+	memset(t, 0, sizeof(*t));
+	memset(ns, 0, sizeof(*ns));
+	snprintf(t->name, sizeof(t->name), "%s", tenant);
+	for (int i = 0; i < 32; i++)
+		ns->digest[i] = (uint8_t)(i * 7 + salt);
+	for (int i = 0; i < 64; i++)
+		identity[i] = (uint8_t)(i + salt);
+	ns->tenant = t;
+	ns->identity = identity;
+	ns->identity_len = 64;
+}
+
+int main(void)
+{
+	struct tenant ta, tb;
+	struct ns a, other_ns, b;
+	uint8_t ida[64], idb[64], idc[64], key[KVT_KEY_SIZE], key2[KVT_KEY_SIZE];
+	size_t len = SPILL_SLOT_HEADER_BYTES + PAYLOAD;
+	uint8_t *obj = malloc(len), *copy = malloc(len);
+	char oid[REMOTE_OID_LEN + 1];
+
+	make_ns(&ta, &a, "alice", ida, 0);
+	make_ns(&ta, &other_ns, "alice", idb, 1);
+	other_ns.tenant = a.tenant;
+	make_ns(&tb, &b, "bob", idc, 0);
+	for (int i = 0; i < KVT_KEY_SIZE; i++) {
+		key[i] = (uint8_t)(0xa0 + i);
+		key2[i] = key[i];
+	}
+	key2[31] ^= 1;
+	for (size_t i = 0; i < PAYLOAD; i++)
+		obj[SPILL_SLOT_HEADER_BYTES + i] = (uint8_t)(i * 31);
+
+	remote_oid(&a, key, oid);
+	CHECK(strlen(oid) == REMOTE_OID_LEN && oid[32] == '.');
+	CHECK(!strncmp(oid, "00070e151c232a31", 16)); /* the digest's first bytes */
+	CHECK(!strcmp(oid + 33 + 56, "bcbdbebf")); /* the key's last bytes */
+
+	CHECK(remote_header_encode(&a, key, obj + SPILL_SLOT_HEADER_BYTES, PAYLOAD, obj) == 0);
+	CHECK(remote_object_check(&a, key, obj, len, PAYLOAD) == 0);
+	/* Short, long-claimed, another length. */
+	CHECK(remote_object_check(&a, key, obj, len - 1, PAYLOAD) == -ENODATA);
+	CHECK(remote_object_check(&a, key, obj, SPILL_SLOT_HEADER_BYTES, PAYLOAD) == -ENODATA);
+	CHECK(remote_object_check(&a, key, obj, 0, PAYLOAD) == -ENODATA);
+	CHECK(remote_object_check(&a, key, obj, len - 4096, PAYLOAD - 4096) == -ESTALE);
+	/* Whose, which namespace, which key. */
+	CHECK(remote_object_check(&b, key, obj, len, PAYLOAD) == -ESTALE);
+	CHECK(remote_object_check(&other_ns, key, obj, len, PAYLOAD) == -ESTALE);
+	CHECK(remote_object_check(&a, key2, obj, len, PAYLOAD) == -ESTALE);
+	/* Every byte of header and payload matters: flip each (a stride of
+	 * them, to keep the test short) and it is refused. */
+	int passed = 0;
+	for (size_t i = 0; i < len; i += 61) {
+		memcpy(copy, obj, len);
+		copy[i] ^= 0x40;
+		passed += remote_object_check(&a, key, copy, len, PAYLOAD) == 0;
+	}
+	CHECK_MSG(passed == 0, "%d changed objects passed", passed);
+	/* An all-zero header (an object truncated and extended) is refused. */
+	memcpy(copy, obj, len);
+	memset(copy, 0, SPILL_SLOT_HEADER_BYTES);
+	CHECK(remote_object_check(&a, key, copy, len, PAYLOAD) == -EBADMSG);
+	/* A spill slot's header (region generation, not the remote one) is
+	 * not an object, even for the same tenant, namespace and key. */
+	struct spill_slot_header h;
+	CHECK(spill_slot_header_decode(obj, SPILL_SLOT_HEADER_BYTES, &h) == 0);
+	h.generation = 12345;
+	h.region = 3;
+	CHECK(spill_slot_header_encode(&h, copy, SPILL_SLOT_HEADER_BYTES) == 0);
+	memcpy(copy + SPILL_SLOT_HEADER_BYTES, obj + SPILL_SLOT_HEADER_BYTES, PAYLOAD);
+	CHECK(remote_object_check(&a, key, copy, len, PAYLOAD) == -EBADMSG);
+
+	free(obj);
+	free(copy);
+	return failures ? 1 : 0;
+}
