@@ -160,13 +160,13 @@ int kvt_launch_plan(int64_t vps, int64_t per_block, int64_t n_blocks,
 		return -EINVAL;
 	ln.vps = vps;
 	ln.chunk_vecs = vps < KVT_CHUNK_VECS ? vps : KVT_CHUNK_VECS;
-	ln.n_chunks = (vps + ln.chunk_vecs - 1) / ln.chunk_vecs;
+	ln.n_chunks = vps / ln.chunk_vecs + (vps % ln.chunk_vecs != 0); /* no overflow near INT64_MAX */
 	if (per_block > INT64_MAX / ln.n_chunks)
 		return -EINVAL;
 	ln.items = per_block * ln.n_chunks;
 	lane_plan(&ln);
 
-	ctas = (ln.items + ln.per_cta - 1) / ln.per_cta;
+	ctas = ln.items / ln.per_cta + (ln.items % ln.per_cta != 0);
 	gy = n_blocks < max_y ? n_blocks : max_y;
 	if (max_ctas && gy > max_ctas)
 		gy = max_ctas;

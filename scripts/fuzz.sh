@@ -11,9 +11,14 @@ secs=${1:-60}
 command -v clang >/dev/null || { echo "fuzz.sh: needs clang (apt-get install clang)" >&2; exit 1; }
 dir=build-fuzz
 san="-fsanitize=address,undefined"
+# The targets link the daemon's library by hand, without librados: the
+# remote tier is not fuzzed here (its object checks are spill-format.c's,
+# which fuzz-spill covers).
 if [ ! -d "$dir" ]; then
-	CC=clang meson setup "$dir" -Db_lundef=false -Dcuda=disabled \
+	CC=clang meson setup "$dir" -Db_lundef=false -Dcuda=disabled -Drados=disabled \
 		-Dc_args="$san -fsanitize=fuzzer-no-link -g" -Dc_link_args="$san" >/dev/null
+else
+	meson configure "$dir" -Drados=disabled >/dev/null
 fi
 ninja -C "$dir" proto/libkvt-proto.a daemon/libkvtierd.a >/dev/null
 libs="$(pkg-config --libs libsystemd inih liburing libxxhash) -lnuma"

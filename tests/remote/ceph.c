@@ -47,6 +47,21 @@ void node_start(struct daemon *d, const char *config)
 		}
 }
 
+void two_nodes(const struct ceph *c, const char *extra, struct daemon *a, struct daemon *b,
+	       kvt_client **ret_ca, kvt_client **ret_cb)
+{
+	char sec[1024], cfg[2048];
+
+	ceph_remote_section(c, sec, sizeof(sec), "shared", extra);
+	snprintf(cfg, sizeof(cfg), "[tenant.alice]\nuids = 0\n%s", sec);
+	node_start(a, cfg);
+	node_start(b, cfg);
+	*ret_ca = client_connect(a, "checker");
+	*ret_cb = client_connect(b, "checker");
+	WAIT_FOR(stat_get(*ret_ca, "remote", "up") == 1 && stat_get(*ret_cb, "remote", "up") == 1,
+		 "both nodes connected");
+}
+
 void ceph_start(struct ceph *c)
 {
 	char cmd[512];

@@ -34,6 +34,11 @@ void ceph_remote_section(const struct ceph *c, char *buf, size_t size, const cha
 /* daemon_start(), and the daemon is killed at exit if a check fails: d
  * must outlive main() (static). */
 void node_start(struct daemon *d, const char *config);
+/* Two nodes on the cluster, tenant alice (uid 0) with the remote section
+ * "shared" (extra: more of its keys), both connected to it; a checker
+ * client of each in *ret_ca and *ret_cb.  a and b: static, as node_start. */
+void two_nodes(const struct ceph *c, const char *extra, struct daemon *a, struct daemon *b,
+	       kvt_client **ret_ca, kvt_client **ret_cb);
 /* The daemon with its socket replaced by a tenant's own (for engine_run). */
 struct daemon node_tenant_socket(const struct daemon *d, const char *tenant);
 /* A numeric field of the record of kind whose string name_field is name

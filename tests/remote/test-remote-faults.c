@@ -31,18 +31,11 @@ int main(void)
 {
 	struct ceph ceph;
 	static struct daemon a, b;
-	char sec[1024], cfg[2048];
 
 	setenv("KVT_CEPH_STORE", "bluestore", 1);
 	ceph_start(&ceph);
-	ceph_remote_section(&ceph, sec, sizeof(sec), "shared", "min_reuse = 0\ntimeout_ms = 2000\n");
-	snprintf(cfg, sizeof(cfg), "[tenant.alice]\nuids = 0\n%s", sec);
-	node_start(&a, cfg);
-	node_start(&b, cfg);
-	kvt_client *ca = client_connect(&a, "checker");
-	kvt_client *cb = client_connect(&b, "checker");
-	WAIT_FOR(stat_get(ca, "remote", "up") == 1 && stat_get(cb, "remote", "up") == 1,
-		 "both nodes connected");
+	kvt_client *ca, *cb;
+	two_nodes(&ceph, "min_reuse = 0\ntimeout_ms = 2000\n", &a, &b, &ca, &cb);
 	CHECK(run(&a, "A1", "1", "0", true) == 0, "A stores prefix 1");
 	WAIT_FOR(stat_get(ca, "remote", "writes") == 8, "written back");
 	CHECK(run(&b, "B1", "1", "8", false) == 0, "B shares it");
@@ -65,7 +58,8 @@ int main(void)
 		 "both tiers recover by themselves");
 	uint64_t w = stat_get(ca, "remote", "writes");
 	CHECK(run(&a, "A4", "4", "0", true) == 0, "A stores prefix 4");
-	WAIT_FOR(stat_get(ca, "remote", "writes") == w + 8, "written back again");
+	/* At least A4's eight: A3's, retried from the queue, may land too. */
+	WAIT_FOR(stat_get(ca, "remote", "writes") >= w + 8, "written back again");
 	CHECK(run(&b, "B5", "4", "8", false) == 0, "B shares prefix 4: the tier is back");
 
 	/* Killed and started again. */
@@ -91,7 +85,7 @@ int main(void)
 	 * wait in its queue until it has connected afresh. */
 	for (int i = 0; i < 45 && stat_get(ca, "remote", "writes") < w + 8; i++)
 		sleep(2);
-	WAIT_FOR(stat_get(ca, "remote", "writes") == w + 8, "written back after the restart");
+	WAIT_FOR(stat_get(ca, "remote", "writes") >= w + 8, "written back after the restart");
 	CHECK(run(&b, "B9", "6", "8", false) == 0, "B shares prefix 6");
 	CHECK(run(&b, "B10", "4", "8", false) == 0, "B: prefix 4 (local since B5)");
 

@@ -15,17 +15,11 @@ int main(void)
 {
 	struct ceph ceph;
 	static struct daemon a, b;
-	char out[8192], sec[1024], cfg[2048];
+	char out[8192];
 
 	ceph_start(&ceph);
-	ceph_remote_section(&ceph, sec, sizeof(sec), "shared", NULL);
-	snprintf(cfg, sizeof(cfg), "[tenant.alice]\nuids = 0\n%s", sec);
-	node_start(&a, cfg);
-	node_start(&b, cfg);
-	kvt_client *ca = client_connect(&a, "checker");
-	kvt_client *cb = client_connect(&b, "checker");
-	WAIT_FOR(stat_get(ca, "remote", "up") == 1 && stat_get(cb, "remote", "up") == 1,
-		 "both nodes connected");
+	kvt_client *ca, *cb;
+	two_nodes(&ceph, NULL, &a, &b, &ca, &cb);
 
 	CHECK(engine_run(&a, out, sizeof(out), "--model", "tiny", "--name", "A1", "--prefix", "128",
 			 "--suffix", "0", "--expect-hits", "0", NULL) == 0, "A computes 8 blocks");
