@@ -5,7 +5,9 @@
  * and freed once nothing can still read or write its slots.
  */
 #include <stdlib.h>
+#include <string.h>
 
+#include "fault.h"
 #include "spill.h"
 #include "store-private.h"
 #include "store.h"
@@ -68,6 +70,18 @@ void store_disk_slot_drop(struct store *s, struct block *b)
 
 /* The slots go back only when nothing can still write to or read them:
  * no handle, and no NVMe I/O in flight. */
+struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key)
+{
+	struct block *b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	memcpy(b->key, key, KVT_KEY_SIZE);
+	b->lru.fp = store_key_fingerprint(s, key);
+	b->ns = ns;
+	return b;
+}
+
 void store_block_maybe_free(struct block *b)
 {
 	if (b->indexed || b->handles || b->io)

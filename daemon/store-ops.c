@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fault.h"
 #include "spill.h"
 #include "store-private.h"
 #include "store.h"
@@ -147,16 +146,13 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 				out->status = r;
 				continue;
 			}
-			b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
+			b = store_block_new(s, ns, key);
 			if (!b) {
 				slots_release(&e->slots, slot);
 				ns->cls->used_slots--;
 				out->status = -ENOMEM;
 				continue;
 			}
-			memcpy(b->key, key, KVT_KEY_SIZE);
-			b->lru.fp = store_key_fingerprint(s, key);
-			b->ns = ns;
 			b->extent = e;
 			b->slot = slot;
 			b->state = BLOCK_RESERVED;

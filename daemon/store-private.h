@@ -7,9 +7,11 @@
  *   store-tier.c    -> store-tenants.c, store-ns.c, store-place.c, store-blocks.c
  *   store-place.c   -> store-blocks.c, store-fragmentation.c
  *   store-tenants.c -> store-ns.c
+ *   store-remote.c  -> store-blocks.c
  *
- * store-blocks.c, store-handles.c and store-ns.c call no other file of the
- * store.  Below the store, the NVMe tier is reached through s->tier_ops.
+ * store-blocks.c, store-handles.c, store-hints.c and store-ns.c call no
+ * other file of the store.  Below the store, the NVMe tier is reached
+ * through s->tier_ops, the remote tier through s->remote_ops.
  */
 #pragma once
 
@@ -46,6 +48,9 @@ static inline uint64_t store_all_shards(const struct ns *ns)
 void store_ns_free(struct store *s, struct ns *ns);
 
 /* store-blocks.c */
+/* A zeroed block of ns for key (its fingerprint set), in no index yet;
+ * NULL when out of memory (or FAULT_BLOCK). */
+struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key);
 /* Out of the index and the host eviction list; the counts follow. */
 void store_block_unindex(struct block *b);
 /* Give the host slot back to its extent (a dirty one stops counting). */

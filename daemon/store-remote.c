@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fault.h"
 #include "store-private.h"
 #include "store.h"
 
@@ -25,12 +24,9 @@ int store_remote_block(struct store *s, struct ns *ns, const uint8_t *key, struc
 	/* No host slot yet: most keys of a cold prompt are nowhere, and a
 	 * slot taken for each would evict blocks for nothing.  The tier
 	 * takes one (store_host_slot()) once the bytes have checked. */
-	struct block *b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
+	struct block *b = store_block_new(s, ns, key);
 	if (!b)
 		return -ENOMEM;
-	memcpy(b->key, key, KVT_KEY_SIZE);
-	b->lru.fp = store_key_fingerprint(s, key);
-	b->ns = ns;
 	b->state = BLOCK_RESERVED;
 	/* Every shard taken: a client's RESERVE of the key is refused
 	 * (-EBUSY) while the bytes are on their way. */

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fault.h"
 #include "spill.h"
 #include "store-private.h"
 #include "store.h"
@@ -209,12 +208,9 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 		old->disk_seq = seq;
 		return 1;
 	}
-	struct block *b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
+	struct block *b = store_block_new(s, ns, key);
 	if (!b)
 		return -ENOMEM;
-	memcpy(b->key, key, KVT_KEY_SIZE);
-	b->lru.fp = store_key_fingerprint(s, key);
-	b->ns = ns;
 	b->state = BLOCK_RESIDENT;
 	b->shards_committed = store_all_shards(ns);
 	b->disk = r;
