@@ -390,8 +390,19 @@ static int guard_install(void)
 	return 0;
 }
 
-int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, size_t),
-		     uint64_t *ret)
+/* What a guarded access does, and its arguments. */
+struct guarded {
+	const void *src;
+	void *dst;
+	size_t len;
+	uint64_t (*sum)(const void *, size_t);
+	uint64_t result;
+};
+
+/* Run the access with SIGBUS (a page the client punched out of its
+ * memfd) turned into -EFAULT.  One place, so that the jump buffer stays in
+ * the frame that reads the memory. */
+static int guarded_access(struct guarded *g)
 {
 	sigjmp_buf jump;
 	int r = guard_install();
@@ -403,26 +414,29 @@ int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, si
 		return -EFAULT;
 	}
 	guard_jump = &jump;
-	*ret = sum(p, len);
+	if (g->sum)
+		g->result = g->sum(g->src, g->len);
+	else
+		memcpy(g->dst, g->src, g->len);
 	guard_jump = NULL;
 	return 0;
 }
 
+int pool_guarded_sum(const void *p, size_t len, uint64_t (*sum)(const void *, size_t),
+		     uint64_t *ret)
+{
+	struct guarded g = {.src = p, .len = len, .sum = sum};
+	int r = guarded_access(&g);
+
+	if (r == 0)
+		*ret = g.result;
+	return r;
+}
+
 int pool_guarded_copy(void *dst, const void *src, size_t len)
 {
-	sigjmp_buf jump;
-	int r = guard_install();
-
-	if (r < 0)
-		return r;
-	if (sigsetjmp(jump, 1)) {
-		guard_jump = NULL;
-		return -EFAULT;
-	}
-	guard_jump = &jump;
-	memcpy(dst, src, len);
-	guard_jump = NULL;
-	return 0;
+	struct guarded g = {.src = src, .dst = dst, .len = len};
+	return guarded_access(&g);
 }
 
 const char *pool_page_mode(const struct extent *e)

@@ -156,12 +156,6 @@ int main(void)
 	       "one RADOS read of one such object %.2f ms: ratio %.2f\n",
 	       RUN, lat_small[RUNS / 2] * 1e3, lat_small[0] * 1e3, lat_small[RUNS - 1] * 1e3,
 	       rtt_small * 1e3, lat_small[RUNS / 2] / rtt_small);
-	kvt_client_free(ca);
-	kvt_client_free(cb);
-	daemon_stop(&a);
-	daemon_stop(&b);
-	daemon_cleanup(&a);
-	daemon_cleanup(&b);
-	ceph_stop(&ceph);
+	two_nodes_stop(&ceph, &a, &b, ca, cb);
 	return 0;
 }

@@ -62,6 +62,18 @@ void two_nodes(const struct ceph *c, const char *extra, struct daemon *a, struct
 		 "both nodes connected");
 }
 
+void two_nodes_stop(struct ceph *c, struct daemon *a, struct daemon *b, kvt_client *ca,
+		    kvt_client *cb)
+{
+	kvt_client_free(ca);
+	kvt_client_free(cb);
+	daemon_stop(a);
+	daemon_stop(b);
+	daemon_cleanup(a);
+	daemon_cleanup(b);
+	ceph_stop(c);
+}
+
 void ceph_start(struct ceph *c)
 {
 	char cmd[512];

@@ -39,6 +39,9 @@ void node_start(struct daemon *d, const char *config);
  * client of each in *ret_ca and *ret_cb.  a and b: static, as node_start. */
 void two_nodes(const struct ceph *c, const char *extra, struct daemon *a, struct daemon *b,
 	       kvt_client **ret_ca, kvt_client **ret_cb);
+/* Free the clients, stop both nodes (checking they exit 0) and the cluster. */
+void two_nodes_stop(struct ceph *c, struct daemon *a, struct daemon *b, kvt_client *ca,
+		    kvt_client *cb);
 /* The daemon with its socket replaced by a tenant's own (for engine_run). */
 struct daemon node_tenant_socket(const struct daemon *d, const char *tenant);
 /* A numeric field of the record of kind whose string name_field is name

@@ -54,12 +54,6 @@ int main(void)
 	      "B: all 8 local now");
 	CHECK(strstr(out, "every loaded byte verified"), "B2's bytes: the intact fetched ones and the recomputed");
 
-	kvt_client_free(ca);
-	kvt_client_free(cb);
-	daemon_stop(&a);
-	daemon_stop(&b);
-	daemon_cleanup(&a);
-	daemon_cleanup(&b);
-	ceph_stop(&ceph);
+	two_nodes_stop(&ceph, &a, &b, ca, cb);
 	return 0;
 }

@@ -89,12 +89,6 @@ int main(void)
 	CHECK(run(&b, "B9", "6", "8", false) == 0, "B shares prefix 6");
 	CHECK(run(&b, "B10", "4", "8", false) == 0, "B: prefix 4 (local since B5)");
 
-	kvt_client_free(ca);
-	kvt_client_free(cb);
-	daemon_stop(&a);
-	daemon_stop(&b);
-	daemon_cleanup(&a);
-	daemon_cleanup(&b);
-	ceph_stop(&ceph);
+	two_nodes_stop(&ceph, &a, &b, ca, cb);
 	return 0;
 }

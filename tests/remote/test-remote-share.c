@@ -54,12 +54,6 @@ int main(void)
 			 "--suffix", "0", "--expect-hits", "12", "--no-store", NULL) == 0,
 	      "B: all 12 local now");
 
-	kvt_client_free(ca);
-	kvt_client_free(cb);
-	daemon_stop(&a);
-	daemon_stop(&b);
-	daemon_cleanup(&a);
-	daemon_cleanup(&b);
-	ceph_stop(&ceph);
+	two_nodes_stop(&ceph, &a, &b, ca, cb);
 	return 0;
 }
