@@ -84,7 +84,7 @@ static void stage_done(struct io_req *req, int result, void *userdata)
 	n->ops--;
 	op->region->ios--;
 	if (op->error) {
-		nvme_io_failed(n, b->disk, op->error);
+		nvme_io_failed(n, op->region, op->error);
 		store_block_drop(n->store, b);
 		nvme_op_free(op);
 		nvme_kick(n);
@@ -94,8 +94,9 @@ static void stage_done(struct io_req *req, int result, void *userdata)
 	 * which write) and the payload against its checksum. */
 	struct spill_slot_header h;
 	uint64_t sum;
-	int r = spill_slot_check(op->hbuf, SPILL_SLOT_HEADER_BYTES, b->disk, b->disk_slot, b->key,
-				 b->extent->slot_bytes, b->disk_seq, &h);
+	const struct block_disk *d = block_disk(b);
+	int r = spill_slot_check(op->hbuf, SPILL_SLOT_HEADER_BYTES, d->region, d->slot, b->key,
+				 b->extent->slot_bytes, d->seq, &h);
 	if (r == 0)
 		r = pool_guarded_sum(nvme_slot_memory(b), b->extent->slot_bytes, spill_payload_sum, &sum);
 	if (r == 0 && sum != h.payload_sum)
@@ -119,9 +120,11 @@ int nvme_stage(struct nvme *n, struct block *b)
 {
 	int r;
 
-	if (b->io != BLOCK_IO_NONE || b->extent || !b->disk)
+	const struct block_disk *d = block_disk(b);
+
+	if (b->io != BLOCK_IO_NONE || b->extent || !d)
 		return 0;
-	if (b->disk->file->error) {
+	if (d->region->file->error) {
 		store_block_drop(n->store, b);
 		return -EIO;
 	}
@@ -139,10 +142,10 @@ int nvme_stage(struct nvme *n, struct block *b)
 	op->n = n;
 	nvme_op_track(n, op);
 	op->b = b;
-	op->region = b->disk;
+	op->region = d->region;
 	op->region->ios++;
-	int file = n->file_io[b->disk->file->number];
-	uint64_t off = spill_slot_offset(b->disk, b->disk_slot);
+	int file = n->file_io[d->region->file->number];
+	uint64_t off = spill_slot_offset(d->region, d->slot);
 	op->hdr = (struct io_req){.file = file, .offset = off, .buf = op->hbuf,
 				  .len = SPILL_SLOT_HEADER_BYTES, .done = stage_done, .userdata = op};
 	op->data = (struct io_req){.file = file, .offset = off + SPILL_SLOT_HEADER_BYTES,

@@ -74,11 +74,10 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 		n->backoff_usec = 0;
 		n->st.writes++;
 		n->st.write_bytes += op->data.len;
-		b->disk = op->region;
-		b->disk_slot = op->slot;
-		b->disk_seq = op->seq;
-		store_disk_linked(b);
-		store_block_cleaned(n->store, b, true);
+		bool ok = store_disk_copy_add(n->store, b, op->region, op->slot, op->seq) == 0;
+		if (!ok)
+			nvme_slot_drop(n, op->region, op->slot);
+		store_block_cleaned(n->store, b, ok);
 	}
 	nvme_op_free(op);
 	nvme_kick(n);
@@ -330,7 +329,7 @@ int nvme_writeback_run(sd_event_source *src, void *userdata)
 				struct block *b = (struct block *)((char *)node - offsetof(struct block, lru));
 				/* Demoted blocks (the engine is done with them)
 				 * are not worth the NVMe bandwidth. */
-				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !b->disk &&
+				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !block_disk(b) &&
 				    b->lru.band != EVICT_BAND_LOW) {
 					int r = writeback_one(n, b);
 					if (r == -ENOMEM)

@@ -4,6 +4,7 @@
  * namespace's index, its host slot, its NVMe copy and the eviction lists,
  * and freed once nothing can still read or write its slots.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,37 +43,47 @@ void store_host_slot_release(struct block *b)
 
 /* The NVMe copies of a namespace, coldest first, and what they cost its
  * tenant against its NVMe quota. */
-void store_disk_linked(struct block *b)
+int store_disk_copy_add(struct store *s, struct block *b, struct spill_region *r,
+			uint32_t slot, uint64_t seq)
 {
-	if (!evict_node_linked(&b->disk_lru)) {
-		evict_lru_insert(&b->ns->disk_lru, &b->disk_lru);
-		b->ns->tenant->disk_bytes += spill_slot_stride(b->disk);
-	}
+	struct block_disk *d = slab_alloc(&s->disk_copies);
+
+	if (!d)
+		return -ENOMEM;
+	d->region = r;
+	d->slot = slot;
+	d->seq = seq;
+	d->block = b;
+	b->disk_copy = d;
+	evict_lru_insert(&b->ns->disk_lru, &d->lru);
+	b->ns->tenant->disk_bytes += spill_slot_stride(r);
+	return 0;
 }
 
-void store_disk_unlink(struct block *b)
+void store_disk_copy_drop(struct store *s, struct block *b)
 {
-	if (evict_node_linked(&b->disk_lru)) {
-		evict_lru_remove(&b->ns->disk_lru, &b->disk_lru);
-		b->ns->tenant->disk_bytes -= spill_slot_stride(b->disk);
-	}
-}
+	struct block_disk *d = block_disk(b);
 
-void store_disk_slot_drop(struct store *s, struct block *b)
-{
+	if (!d)
+		return;
+	evict_lru_remove(&b->ns->disk_lru, &d->lru);
+	b->ns->tenant->disk_bytes -= spill_slot_stride(d->region);
 	/* Without a tier (recovery runs before it is handed over) the slot
 	 * is only freed: nothing is written to the file yet. */
 	if (s->tier_ops)
-		s->tier_ops->slot_drop(s->tier, b->disk, b->disk_slot);
+		s->tier_ops->slot_drop(s->tier, d->region, d->slot);
 	else
-		spill_slot_free(b->disk, b->disk_slot);
+		spill_slot_free(d->region, d->slot);
+	b->disk_copy = NULL;
+	slab_free(&s->disk_copies, d);
 }
 
-/* The slots go back only when nothing can still write to or read them:
- * no handle, and no NVMe I/O in flight. */
+/* Every block of the store comes from here; the slots go back only when
+ * nothing can still write to or read them: no handle, and no NVMe I/O in
+ * flight (store_block_maybe_free). */
 struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key)
 {
-	struct block *b = fault_hit(FAULT_BLOCK) ? NULL : calloc(1, sizeof(*b));
+	struct block *b = fault_hit(FAULT_BLOCK) ? NULL : slab_alloc(&s->blocks);
 
 	if (!b)
 		return NULL;
@@ -82,17 +93,23 @@ struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key
 	return b;
 }
 
+void store_block_resident(struct block *b)
+{
+	b->state = BLOCK_RESIDENT;
+	b->disk_copy = NULL; /* was its shards */
+	b->shards_committed = 0;
+}
+
 void store_block_maybe_free(struct block *b)
 {
 	if (b->indexed || b->handles || b->io)
 		return;
+	struct store *s = b->ns->tenant->store;
+
 	store_host_slot_release(b);
-	if (b->disk) {
-		store_disk_unlink(b);
-		store_disk_slot_drop(b->ns->tenant->store, b);
-	}
-	b->ns->tenant->store->timed_hints -= b->hint_until != 0;
-	free(b);
+	store_disk_copy_drop(s, b);
+	s->timed_hints -= b->hint_until != 0;
+	slab_free(&s->blocks, b);
 }
 
 /* On the eviction list: resident in host memory, unpinned, no I/O. */

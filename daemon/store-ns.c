@@ -19,8 +19,11 @@ void store_ns_free(struct store *s, struct ns *ns)
 {
 	for (size_t i = 0; i < ns->index.cap; i++) {
 		struct block *b = ns->index.slots[i];
-		if (b)
-			free(b);
+		if (b) {
+			if (block_disk(b))
+				slab_free(&s->disk_copies, b->disk_copy);
+			slab_free(&s->blocks, b);
+		}
 	}
 	index_free(&ns->index);
 	free(ns->identity);

@@ -53,7 +53,7 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 	for (uint32_t i = n; i-- > 0;) {
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
 		uint8_t st = KVT_STATE_MISS;
-		if (b && b->state == BLOCK_RESIDENT && !b->extent && spill_region_failed(b->disk)) {
+		if (b && b->state == BLOCK_RESIDENT && !b->extent && !store_disk_usable(b)) {
 			/* Its only copy is on a failed spill file: gone. */
 			store_block_drop(s, b);
 			b = NULL;
@@ -133,7 +133,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 			out->status = -EEXIST;
 			continue;
 		}
-		if (b && ((b->shards_reserved | b->shards_committed) >> shard) & 1) {
+		if (b && (b->shards_taken >> shard) & 1) {
 			out->status = -EBUSY;
 			continue;
 		}
@@ -176,7 +176,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 			out->status = r;
 			continue;
 		}
-		b->shards_reserved |= UINT64_C(1) << shard;
+		b->shards_taken |= UINT64_C(1) << shard;
 		out->handle = h->id;
 		out->extent_id = b->extent->id;
 		out->offset = shard_offset(b, shard);
@@ -234,10 +234,10 @@ static int reservation_end(struct handle *h, bool success)
 	struct tenant *t = h->tenant;
 	struct block *b = h->block;
 	struct ns *ns = b->ns;
-	uint64_t bit = UINT64_C(1) << h->shard;
 	int r = 0;
 
-	b->shards_reserved &= ~bit;
+	/* Its shard stays taken: committed, it may not be reserved again;
+	 * failed, the block leaves the index, and a new one is made. */
 	store_handle_free(t, h);
 	if (!b->indexed) {
 		r = -ECANCELED; /* another shard failed, or the key was deleted */
@@ -247,9 +247,8 @@ static int reservation_end(struct handle *h, bool success)
 		ns->c.aborts++;
 		store_block_unindex(b);
 	} else {
-		b->shards_committed |= bit;
-		if (b->shards_committed == store_all_shards(ns)) {
-			b->state = BLOCK_RESIDENT;
+		if (++b->shards_committed == ns->geo.shards) {
+			store_block_resident(b);
 			ns->blocks_reserved--;
 			ns->blocks_resident++;
 			ns->c.stores++;
@@ -349,7 +348,7 @@ static bool host_copy_evictable(const struct block *b)
  * or being staged from there. */
 static bool on_nvme_only(const struct block *b)
 {
-	return b->state == BLOCK_RESIDENT && b->disk && (!b->extent || b->io == BLOCK_IO_READ);
+	return block_disk(b) && (!b->extent || b->io == BLOCK_IO_READ);
 }
 
 uint64_t store_ns_evict(struct store *s, struct ns *ns, bool drop)

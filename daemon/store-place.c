@@ -77,7 +77,7 @@ static struct block *class_victim(struct store *s, struct slot_class *c, bool st
 			b = cb;
 		if (!s->tier_ops)
 			break;
-		if (cb->clean && cb->disk && !spill_region_failed(cb->disk))
+		if (cb->clean && store_disk_usable(cb))
 			clean = cb;
 	}
 	if (clean)
@@ -98,7 +98,7 @@ static int class_evict(struct store *s, struct slot_class *c, bool stage,
 		return -ENOSPC;
 	struct extent *e = b->extent;
 	uint32_t slot = b->slot;
-	if (s->tier_ops && b->clean && b->disk && !spill_region_failed(b->disk)) {
+	if (s->tier_ops && b->clean && store_disk_usable(b)) {
 		store_block_spilled(s, b);
 	} else {
 		b->ns->c.evictions++;

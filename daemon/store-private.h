@@ -16,10 +16,12 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "keyhash.h"
+#include "spill.h"
 #include "store.h"
 
 #define ARRAY_GROW(arr, n, type)                                          \
@@ -44,6 +46,20 @@ static inline uint64_t store_all_shards(const struct ns *ns)
 				    : (UINT64_C(1) << ns->geo.shards) - 1;
 }
 
+/* Whether b has an NVMe copy on a file that has not failed. */
+static inline bool store_disk_usable(const struct block *b)
+{
+	const struct block_disk *d = block_disk(b);
+
+	return d && !spill_region_failed(d->region);
+}
+
+/* The NVMe copy on its namespace's disk_lru at n. */
+static inline struct block_disk *disk_copy_of(struct evict_node *n)
+{
+	return (struct block_disk *)((char *)n - offsetof(struct block_disk, lru));
+}
+
 /* store-ns.c: free a namespace and its blocks (shutdown). */
 void store_ns_free(struct store *s, struct ns *ns);
 
@@ -55,10 +71,11 @@ struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key
 void store_block_unindex(struct block *b);
 /* Give the host slot back to its extent (a dirty one stops counting). */
 void store_host_slot_release(struct block *b);
-/* Off its namespace's NVMe list, and off its tenant's NVMe bytes. */
-void store_disk_unlink(struct block *b);
-/* Give up b's NVMe slot through the tier. */
-void store_disk_slot_drop(struct store *s, struct block *b);
+/* Give up b's NVMe copy, if it has one: off its namespace's NVMe list and
+ * its tenant's NVMe bytes, its slot dropped through the tier. */
+void store_disk_copy_drop(struct store *s, struct block *b);
+/* Every shard committed (or fetched, or recovered): visible from now on. */
+void store_block_resident(struct block *b);
 void store_lru_maybe_insert(struct block *b);
 
 /* store-place.c: a host slot of class c for a block of tenant t; node is

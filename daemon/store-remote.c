@@ -30,7 +30,7 @@ int store_remote_block(struct store *s, struct ns *ns, const uint8_t *key, struc
 	b->state = BLOCK_RESERVED;
 	/* Every shard taken: a client's RESERVE of the key is refused
 	 * (-EBUSY) while the bytes are on their way. */
-	b->shards_reserved = store_all_shards(ns);
+	b->shards_taken = store_all_shards(ns);
 	b->io = BLOCK_IO_FETCH;
 	if (index_put(&ns->index, b) < 0) {
 		b->io = BLOCK_IO_NONE;
@@ -52,9 +52,7 @@ void store_remote_fetched(struct store *s, struct block *b, bool ok)
 	memcpy(key, b->key, KVT_KEY_SIZE);
 	b->io = BLOCK_IO_NONE;
 	if (b->indexed && ok && b->extent) {
-		b->shards_reserved = 0;
-		b->shards_committed = store_all_shards(ns);
-		b->state = BLOCK_RESIDENT;
+		store_block_resident(b);
 		b->remote = BLOCK_REMOTE_STORED;
 		b->staged = true;
 		ns->blocks_reserved--;

@@ -24,6 +24,8 @@ int store_init(struct store *s, struct pool *p, const struct config *c,
 	s->extent_added = fn;
 	s->userdata = userdata;
 	s->next_tenant_id = 1;
+	slab_init(&s->blocks, sizeof(struct block));
+	slab_init(&s->disk_copies, sizeof(struct block_disk));
 	return keyhash_init_random(&s->keyhash);
 }
 
@@ -34,8 +36,11 @@ static void tenant_free(struct store *s, struct tenant *t)
 		struct handle *h = t->handles[i];
 		if (!h)
 			continue;
-		if (--h->block->handles == 0 && !h->block->indexed)
-			free(h->block);
+		if (--h->block->handles == 0 && !h->block->indexed) {
+			if (block_disk(h->block))
+				slab_free(&s->disk_copies, h->block->disk_copy);
+			slab_free(&s->blocks, h->block);
+		}
 		free(h);
 	}
 	for (uint32_t i = 0; i < t->n_ns; i++)
@@ -63,6 +68,8 @@ void store_done(struct store *s)
 	free(s->tenants);
 	s->tenants = NULL;
 	s->n_tenants = 0;
+	slab_done(&s->blocks);
+	slab_done(&s->disk_copies);
 }
 
 struct tenant *store_tenant_find(struct store *s, const char *name)

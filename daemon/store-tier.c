@@ -41,7 +41,7 @@ void store_block_restored(struct store *s, struct block *b)
 	ns->blocks_spilled--;
 	ns->blocks_resident++;
 	ns->c.restores++;
-	evict_lru_touch(&ns->disk_lru, &b->disk_lru);
+	evict_lru_touch(&ns->disk_lru, &block_disk(b)->lru);
 	store_lru_maybe_insert(b);
 	if (s->block_ready)
 		s->block_ready(s->userdata, ns, b->key);
@@ -86,10 +86,8 @@ void store_block_drop(struct store *s, struct block *b)
  * is gone. */
 static void disk_copy_drop(struct store *s, struct ns *ns, struct block *b)
 {
-	store_disk_unlink(b);
 	if (b->extent) {
-		store_disk_slot_drop(s, b);
-		b->disk = NULL;
+		store_disk_copy_drop(s, b);
 		if (b->clean) {
 			b->clean = false;
 			ns->tenant->dirty += b->extent->slot_bytes;
@@ -107,7 +105,7 @@ static int disk_evict(struct store *s, struct ns *ns, bool disk_only)
 	/* Write-back asks on every turn while a tenant is at its quota: look
 	 * a little way up the list, not through all of it. */
 	for (int i = 0; v && (!disk_only || i < 256); i++) {
-		struct block *b = (struct block *)((char *)v - offsetof(struct block, disk_lru));
+		struct block *b = disk_copy_of(v)->block;
 		struct evict_node *prev = v->prev == &ns->disk_lru.head ? NULL : v->prev;
 		if (b->io != BLOCK_IO_NONE || (disk_only && b->extent)) {
 			v = prev; /* its copy is being read, or it is wanted */
@@ -135,8 +133,9 @@ uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r)
 		struct evict_node *v = ns->disk_lru.head.next;
 		while (v && v != &ns->disk_lru.head) {
 			struct evict_node *next = v->next;
-			struct block *b = (struct block *)((char *)v - offsetof(struct block, disk_lru));
-			if (b->disk == r && b->io == BLOCK_IO_NONE) {
+			struct block_disk *d = disk_copy_of(v);
+			if (d->region == r && d->block->io == BLOCK_IO_NONE) {
+				struct block *b = d->block;
 				disk_copy_drop(s, ns, b);
 				dropped++;
 			}
@@ -199,29 +198,24 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 	struct block *old = index_get(&ns->index, key);
 	if (old) {
 		/* The same key twice on disk: the newer copy wins. */
-		if (!old->disk || old->disk_seq >= seq)
+		struct block_disk *d = block_disk(old);
+		if (!d || d->seq >= seq)
 			return 0;
-		spill_slot_free(old->disk, old->disk_slot);
-		store_disk_linked(old);
-		old->disk = r;
-		old->disk_slot = slot;
-		old->disk_seq = seq;
+		spill_slot_free(d->region, d->slot);
+		d->region = r;
+		d->slot = slot;
+		d->seq = seq;
 		return 1;
 	}
 	struct block *b = store_block_new(s, ns, key);
 	if (!b)
 		return -ENOMEM;
-	b->state = BLOCK_RESIDENT;
-	b->shards_committed = store_all_shards(ns);
-	b->disk = r;
-	b->disk_slot = slot;
-	b->disk_seq = seq;
-	if (index_put(&ns->index, b) < 0) {
-		free(b);
+	store_block_resident(b);
+	if (store_disk_copy_add(s, b, r, slot, seq) < 0 || index_put(&ns->index, b) < 0) {
+		store_block_maybe_free(b); /* its slot freed with it */
 		return -ENOMEM;
 	}
 	b->indexed = true;
 	ns->blocks_spilled++;
-	store_disk_linked(b);
 	return 1;
 }

@@ -25,6 +25,7 @@
 #include "keyhash.h"
 #include "kvt-proto.h"
 #include "pool.h"
+#include "slab.h"
 #include "tenancy.h"
 
 struct process;
@@ -50,14 +51,36 @@ enum block_state {
 	BLOCK_RESIDENT,
 };
 
+/*
+ * A block's copy on NVMe, apart from the block: most blocks of a host tier
+ * have none, and every byte of struct block counts a million times.
+ */
+struct block_disk {
+	struct spill_region *region;
+	uint32_t slot;
+	uint64_t seq;          /* of its write: recovery keeps the newest copy */
+	struct evict_node lru; /* on its namespace's disk_lru, coldest last */
+	struct block *block;
+};
+
+/*
+ * 104 bytes on LP64, from the store's slab (slab.h): with the index and
+ * the free-slot bitmaps, the daemon's memory per block (docs/benchmarks.md,
+ * Scale) stays under 128 bytes.
+ */
 struct block {
 	uint8_t key[KVT_KEY_SIZE]; /* first: the index reads it */
 	struct ns *ns;
 	struct extent *extent;    /* host copy; NULL when only on NVMe */
+	/* Reserved, it has shards and no NVMe copy; resident, the reverse
+	 * (block_disk() and store-ops.c read it by the state). */
+	union {
+		uint64_t shards_taken; /* reserved or committed, one bit each */
+		struct block_disk *disk_copy;
+	};
 	uint32_t slot;
-	struct spill_region *disk; /* NVMe copy, or NULL */
-	uint32_t disk_slot;
-	uint64_t disk_seq;
+	uint32_t handles;         /* leases + reservations on this block */
+	uint32_t hint_until;      /* when its retention lapses (store-hints.c); 0: never */
 	uint8_t io;               /* enum block_io */
 	bool clean;               /* the host copy is also on NVMe */
 	bool staged;              /* restored for a lookup, not leased since */
@@ -65,13 +88,15 @@ struct block {
 	bool indexed;             /* false once deleted or aborted */
 	uint8_t uses;             /* leases taken, up to 255: write-back policy */
 	uint8_t remote;           /* enum block_remote */
-	uint64_t shards_reserved; /* shards with an open reservation */
-	uint64_t shards_committed;
-	uint32_t handles;         /* leases + reservations on this block */
-	uint32_t hint_until;      /* when its retention lapses (store-hints.c); 0: never */
+	uint8_t shards_committed; /* while reserved: how many, up to 64 */
 	struct evict_entry lru;   /* linked while resident and unpinned */
-	struct evict_node disk_lru; /* linked while it has an NVMe copy */
 };
+
+/* Its NVMe copy, or NULL. */
+static inline struct block_disk *block_disk(const struct block *b)
+{
+	return b->state == BLOCK_RESIDENT ? b->disk_copy : NULL;
+}
 
 enum handle_kind {
 	HANDLE_RESERVATION = 1,
@@ -214,6 +239,7 @@ struct store {
 	/* Places client-chosen keys in the indexes and ghost lists; drawn
 	 * at start, never shown to clients. */
 	struct keyhash keyhash;
+	struct slab blocks, disk_copies; /* of struct block, struct block_disk */
 	/* Set by the manager: process.c keeps each process's handles. */
 	store_handle_owner_fn handle_taken, handle_ended;
 	uint64_t frag_warnings; /* fragmentation warnings logged */
@@ -308,8 +334,10 @@ int store_nvme_evict_tenant(struct store *s, struct ns *ns);
  * (spill_region_victim()), so none is skipped.  \return the copies given
  * up */
 uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r);
-/* A block got an NVMe copy. */
-void store_disk_linked(struct block *b);
+/* A resident block got an NVMe copy, in slot of r, written as seq.
+ * \return 0, or -ENOMEM: it has none (the caller gives up the slot). */
+int store_disk_copy_add(struct store *s, struct block *b, struct spill_region *r,
+			uint32_t slot, uint64_t seq);
 
 /* For the remote tier (store-remote.c). */
 /* A block for key, to be fetched: reserved, so no client writes it and
