@@ -4,29 +4,39 @@
 
 #include "slots.h"
 
+static uint32_t words(uint32_t bits)
+{
+	return (uint32_t)(((uint64_t)bits + 63) / 64);
+}
+
 int slots_init(struct slots *s, uint32_t n)
 {
+	uint32_t nw = words(n), ns = words(nw);
+
 	s->n = n;
 	s->n_free = n;
-	s->stack = malloc(sizeof(uint32_t) * (n ? n : 1));
-	s->used = calloc((n + 63) / 64 + 1, sizeof(uint64_t));
-	if (!s->stack || !s->used) {
+	s->first = 0;
+	s->used = calloc(nw ? nw : 1, sizeof(uint64_t));
+	s->full = calloc(ns ? ns : 1, sizeof(uint64_t));
+	if (!s->used || !s->full) {
 		slots_free(s);
 		return -ENOMEM;
 	}
-	/* Pop order 0, 1, 2, ...: fill an extent from its start. */
-	for (uint32_t i = 0; i < n; i++)
-		s->stack[i] = n - 1 - i;
+	/* Past the last slot, every bit reads as used, and every word past
+	 * the last as full: the search never finds them. */
+	if (n % 64)
+		s->used[nw - 1] = ~UINT64_C(0) << (n % 64);
+	if (nw % 64)
+		s->full[ns - 1] = ~UINT64_C(0) << (nw % 64);
 	return 0;
 }
 
 void slots_free(struct slots *s)
 {
-	free(s->stack);
 	free(s->used);
-	s->stack = NULL;
-	s->used = NULL;
-	s->n = s->n_free = 0;
+	free(s->full);
+	s->used = s->full = NULL;
+	s->n = s->n_free = s->first = 0;
 }
 
 bool slots_is_used(const struct slots *s, uint32_t slot)
@@ -38,9 +48,18 @@ int slots_alloc(struct slots *s, uint32_t *ret)
 {
 	if (s->n_free == 0)
 		return -ENOSPC;
-	uint32_t slot = s->stack[--s->n_free];
-	s->used[slot / 64] |= UINT64_C(1) << (slot % 64);
-	*ret = slot;
+	/* A free slot exists, so a word of the summary has a clear bit. */
+	uint32_t sw = s->first;
+	while (s->full[sw] == ~UINT64_C(0))
+		sw++;
+	s->first = sw;
+	uint32_t w = sw * 64 + (uint32_t)__builtin_ctzll(~s->full[sw]);
+	uint32_t bit = (uint32_t)__builtin_ctzll(~s->used[w]);
+	s->used[w] |= UINT64_C(1) << bit;
+	if (s->used[w] == ~UINT64_C(0))
+		s->full[sw] |= UINT64_C(1) << (w % 64);
+	s->n_free--;
+	*ret = w * 64 + bit;
 	return 0;
 }
 
@@ -48,7 +67,11 @@ int slots_release(struct slots *s, uint32_t slot)
 {
 	if (!slots_is_used(s, slot))
 		return -EINVAL;
-	s->used[slot / 64] &= ~(UINT64_C(1) << (slot % 64));
-	s->stack[s->n_free++] = slot;
+	uint32_t w = slot / 64;
+	s->used[w] &= ~(UINT64_C(1) << (slot % 64));
+	s->full[w / 64] &= ~(UINT64_C(1) << (w % 64));
+	if (w / 64 < s->first)
+		s->first = w / 64;
+	s->n_free++;
 	return 0;
 }

@@ -78,6 +78,9 @@ void store_disk_copy_drop(struct store *s, struct block *b)
 	slab_free(&s->disk_copies, d);
 }
 
+/* Each byte of it counts once per block: docs/benchmarks.md, Scale. */
+_Static_assert(sizeof(void *) != 8 || sizeof(struct block) <= 104, "struct block grew");
+
 /* Every block of the store comes from here; the slots go back only when
  * nothing can still write to or read them: no handle, and no NVMe I/O in
  * flight (store_block_maybe_free). */

@@ -81,14 +81,14 @@ struct block {
 	uint32_t slot;
 	uint32_t handles;         /* leases + reservations on this block */
 	uint32_t hint_until;      /* when its retention lapses (store-hints.c); 0: never */
-	uint8_t io;               /* enum block_io */
-	bool clean;               /* the host copy is also on NVMe */
-	bool staged;              /* restored for a lookup, not leased since */
-	uint8_t state;
-	bool indexed;             /* false once deleted or aborted */
 	uint8_t uses;             /* leases taken, up to 255: write-back policy */
-	uint8_t remote;           /* enum block_remote */
 	uint8_t shards_committed; /* while reserved: how many, up to 64 */
+	unsigned io : 2;          /* enum block_io */
+	unsigned state : 1;       /* enum block_state */
+	unsigned remote : 2;      /* enum block_remote */
+	bool clean : 1;           /* the host copy is also on NVMe */
+	bool staged : 1;          /* restored for a lookup, not leased since */
+	bool indexed : 1;         /* false once deleted or aborted */
 	struct evict_entry lru;   /* linked while resident and unpinned */
 };
 
