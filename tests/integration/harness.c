@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -114,9 +115,14 @@ static int try_connect(const char *path)
 
 static void spawn_daemon(struct daemon *d)
 {
+	pid_t parent = getpid();
 	d->pid = fork();
 	CHECK(d->pid >= 0, "fork");
 	if (d->pid == 0) {
+		/* It dies with the test, however the test ends: a failed
+		 * check, a crash, or the runner's timeout. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+			_exit(127);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		dup2(fd, 2);
 		dup2(fd, 1);
