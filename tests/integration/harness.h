@@ -63,15 +63,16 @@ uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed
 uint64_t stat_get(kvt_client *c, const char *kind, const char *field);
 uint32_t stat_count(kvt_client *c, const char *kind);
 
-/* Poll cond every 20 ms; fail after a generous deadline (never a
- * performance threshold: it only stops a hung test). */
+/* Poll cond every 20 ms; fail after a generous deadline, 60 s (never a
+ * performance threshold: it only stops a hung test, and leaves room for
+ * a sanitizer build on a loaded machine). */
 /* cond is evaluated once per try and the verdict is that evaluation's: a
  * second one could see a state that has moved on since (write-back that a
  * retry timer restarts, say) and fail a wait that succeeded. */
 #define WAIT_FOR(cond, what)                                                 \
 	do {                                                                 \
 		bool _met = false;                                           \
-		for (int _i = 0; _i < 1500; _i++) {                           \
+		for (int _i = 0; _i < 3000; _i++) {                           \
 			if ((cond)) {                                        \
 				_met = true;                                 \
 				break;                                       \
