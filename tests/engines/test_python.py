@@ -305,15 +305,6 @@ def test_admin_evict_from_host_keeps_nvme_copies():
         assert ns.lookup(keys)[0] == 0
 
 
-@pytest.mark.skipif(not kvtier.HAVE_CUDA or torch.cuda.is_available(),
-                    reason="needs a build with CUDA on a machine without a GPU")
-def test_cuda_context_without_a_gpu(daemon):
-    with kvtier.Client(socket=daemon.socket) as c:
-        with pytest.raises(kvtier.Error) as e:
-            kvtier.CudaContext(c)
-        assert e.value.errno == errno.ENODEV
-
-
 def test_lifecycle_hints():
     """retain and end reach kvtierd: counted on the namespace, refused with
     a clear error out of range, and what was retained still loads."""

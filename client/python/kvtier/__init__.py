@@ -9,7 +9,11 @@ from caller memory or from an engine's paged cache described by a
 :class:`Layout`, and hands out reservations and leases for a
 scheduler/worker split.  Block bytes never cross the socket.  Where the
 library was built with CUDA (``HAVE_CUDA``), :class:`CudaContext` copies
-between the pool and GPU pages on CUDA streams.
+between the pool and GPU pages on CUDA streams: by the kernel or the copy
+engines (``copy_path``), after the compute stream, an event of the engine's
+or at once (``after``), with a layout per layer group where a namespace's
+groups differ in geometry (``groups``); its arguments are checked before any
+CUDA call.
 
 Engine adapters: :mod:`kvtier.hf` (transformers) and :mod:`kvtier.vllm`
 (a vLLM V1 KV connector).  Errors raise :class:`Error`, an OSError that

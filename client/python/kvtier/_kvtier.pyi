@@ -2,7 +2,7 @@
 """Type stubs of kvtier._kvtier, the C binding of libkvtier-client."""
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from typing_extensions import Buffer
 
@@ -119,12 +119,51 @@ class CudaJob:
     def __enter__(self) -> CudaJob: ...
     def __exit__(self, *exc: object) -> None: ...
 
+CopyPath = Literal["auto", "kernel", "engine"]
+After = Literal["stream", "event", "none"]
+
+class CudaStats(TypedDict):
+    """kvt_cuda_stats, field for field."""
+    ranges: int
+    ranges_pinned: int
+    ranges_pending: int
+    ranges_failed: int
+    ranges_stale: int
+    bytes_pinned: int
+    bytes_pending: int
+    bytes_failed: int
+    pin_calls: int
+    pin_failures: int
+    pin_ns: int
+    pin_max_ns: int
+    copies_kernel: int
+    copies_engine: int
+    blocks_unpinned: int
+
 class CudaContext:  # only where HAVE_CUDA
-    def __init__(self, client: Client, device: int = 0) -> None: ...
-    def load(self, ns: Namespace, shard: int, layout: Layout, keys: Buffer, indices: Ints,
-             stream: int = 0) -> CudaJob: ...
-    def store(self, ns: Namespace, shard: int, layout: Layout, keys: Buffer, indices: Ints,
-              stream: int = 0) -> CudaJob: ...
+    # Options are checked (ValueError, TypeError) before any CUDA call;
+    # max_ctas 0..65535 (0: 8).  No device or driver: Error(ENODEV).
+    def __init__(self, client: Client, device: int = 0, *, copy_path: CopyPath = "auto",
+                 max_ctas: int = 0, pin_background: bool = False) -> None: ...
+    # stream and event are cudaStream_t / cudaEvent_t as ints; event needs
+    # after="event" and after="event" an event; stream only with
+    # after="stream".  groups (1..16 Layouts, layout None) for a namespace
+    # whose layer groups differ in geometry; group_indices, one per group,
+    # with indices None.  Every argument is checked before any CUDA call.
+    def load(self, ns: Namespace, shard: int, layout: Layout | None, keys: Buffer,
+             indices: Ints | None = None, stream: int = 0, *, event: int | None = None,
+             after: After = "stream", groups: Sequence[Layout] | None = None,
+             group_indices: Sequence[Ints] | None = None,
+             wait_pinned: bool = True) -> CudaJob: ...
+    def store(self, ns: Namespace, shard: int, layout: Layout | None, keys: Buffer,
+              indices: Ints | None = None, stream: int = 0, *, event: int | None = None,
+              after: After = "stream", groups: Sequence[Layout] | None = None,
+              group_indices: Sequence[Ints] | None = None,
+              wait_pinned: bool = True) -> CudaJob: ...
+    # True once the pool as mapped now is pinned (or failed to pin); False
+    # after timeout seconds (None: wait for good).
+    def wait_pinned(self, timeout: float | None = None) -> bool: ...
+    def stats(self) -> CudaStats: ...
     def close(self) -> None: ...
     def __enter__(self) -> CudaContext: ...
     def __exit__(self, *exc: object) -> None: ...

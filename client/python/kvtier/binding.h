@@ -3,9 +3,10 @@
  * kvtier._kvtier, the CPython binding of libkvtier-client: what its files
  * share.  module.c (the module and its functions), binding.c (kvtier.Error,
  * __enter__, the calls in progress on a Client), args.c (memory, keys and
- * integers from Python objects), client.c, namespace.c, layout.c and cuda.c
- * (one Python type each).  Calls run one way: module.c to the types, the
- * types to args.c and binding.c.
+ * integers from Python objects), cuda-args.c (the CUDA path's arguments,
+ * checked without CUDA), client.c, namespace.c, layout.c and cuda.c (one
+ * Python type each).  Calls run one way: module.c to the types, the types
+ * to cuda-args.c, args.c and binding.c.
  *
  * Lifetime: a Namespace holds a reference to its Client, and both count
  * the calls in progress on them, so that close() from one thread while
@@ -117,8 +118,47 @@ int paged_args_get(NamespaceObject *ns, LayoutObject *lo, PyObject *keys_o, PyOb
 		   struct paged_args *ret);
 void paged_args_release(struct paged_args *a);
 
-/* ---- cuda.c ---- */
+/* ---- cuda-args.c ---- */
 
 #if KVT_HAVE_CUDA
+#include "kvtier-cuda.h"
+
+#define KVT_PY_CUDA_MAX_GROUPS 16  /* kvt_cuda_submit_opts.n_groups */
+#define KVT_PY_CUDA_MAX_CTAS 65535 /* kvt_cuda_opts.max_ctas */
+
+/* CudaContext's keywords (copy_path NULL: "auto"); 0, or -1 with a
+ * ValueError or TypeError set. */
+int cuda_opts_get(PyObject *copy_path, long long max_ctas, int pin_background,
+		  kvt_cuda_opts *ret);
+/* A timeout in seconds (None or NULL: -1, for good) in milliseconds. */
+int cuda_timeout_get(PyObject *o, int *ret_ms);
+
+/* What CudaContext.load/store were given (NULL: not given). */
+struct cuda_submit_in {
+	PyObject *layout, *keys, *indices; /* layout and indices may be None */
+	PyObject *event, *after, *groups, *group_indices;
+	unsigned long long stream;
+	int wait_pinned;
+};
+
+/* ... checked against the namespace, as the library takes them. */
+struct cuda_submit_args {
+	kvt_cuda_submit_opts o;
+	struct mem keys;
+	size_t n;
+	uint32_t n_layouts;
+	const kvt_layout *layouts[KVT_PY_CUDA_MAX_GROUPS]; /* [n_layouts] */
+	const int64_t *group_idx[KVT_PY_CUDA_MAX_GROUPS];  /* [n_layouts] */
+	struct mem idx[KVT_PY_CUDA_MAX_GROUPS];
+	void *owned[KVT_PY_CUDA_MAX_GROUPS];
+	PyObject *keep; /* the Layout, or a tuple of the groups' */
+};
+
+int cuda_submit_args_get(NamespaceObject *ns, const struct cuda_submit_in *in,
+			 struct cuda_submit_args *ret);
+void cuda_submit_args_release(struct cuda_submit_args *a);
+
+/* ---- cuda.c ---- */
+
 extern PyTypeObject CudaContextType, CudaJobType;
 #endif

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "binding.h"
+#include "macro.h"
 
 #if KVT_HAVE_CUDA
-#include "kvtier-cuda.h"
 
 typedef struct {
 	PyObject_HEAD
@@ -22,7 +22,7 @@ typedef struct {
 	kvt_cuda_job *job;
 	CudaContextObject *ctx;
 	NamespaceObject *ns;
-	LayoutObject *layout; /* keeps the engine memory alive */
+	PyObject *layouts; /* a Layout or a tuple of them: the engine memory */
 } CudaJobObject;
 
 static int cuda_enter(CudaContextObject *self)
@@ -42,11 +42,17 @@ static int cuda_enter(CudaContextObject *self)
 
 static int CudaContext_init(CudaContextObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"client", "device", NULL};
+	static char *kwlist[] = {"client", "device", "copy_path", "max_ctas", "pin_background",
+				 NULL};
 	ClientObject *client;
-	int device = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|i:CudaContext", kwlist, &ClientType, &client,
-					 &device))
+	int device = 0, pin_background = 0;
+	PyObject *copy_path = NULL;
+	long long max_ctas = 0;
+	kvt_cuda_opts opts;
+	/* Every option is checked before the driver is asked for anything. */
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|i$OLp:CudaContext", kwlist, &ClientType,
+					 &client, &device, &copy_path, &max_ctas, &pin_background) ||
+	    cuda_opts_get(copy_path, max_ctas, pin_background, &opts) < 0)
 		return -1;
 	if (self->ctx) {
 		PyErr_SetString(PyExc_RuntimeError, "kvtier: CudaContext is already set up");
@@ -57,7 +63,7 @@ static int CudaContext_init(CudaContextObject *self, PyObject *args, PyObject *k
 	int r;
 	kvt_cuda_ctx *ctx = NULL;
 	Py_BEGIN_ALLOW_THREADS
-	r = kvt_cuda_ctx_new(client->c, device, &ctx);
+	r = kvt_cuda_ctx_new_opts(client->c, device, &opts, &ctx);
 	Py_END_ALLOW_THREADS
 	client_leave(client);
 	if (r < 0) {
@@ -97,29 +103,30 @@ static void CudaContext_dealloc(CudaContextObject *self)
 static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyObject *kw,
 				    int load)
 {
-	static char *kwlist[] = {"ns", "shard", "layout", "keys", "indices", "stream", NULL};
+	static char *kwlist[] = {"ns", "shard", "layout", "keys", "indices", "stream", "event",
+				 "after", "groups", "group_indices", "wait_pinned", NULL};
 	NamespaceObject *ns;
-	LayoutObject *lo;
 	unsigned int shard;
-	PyObject *keys_o, *idx_o;
-	unsigned long long stream = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!IO!OO|K", kwlist, &NamespaceType, &ns, &shard,
-					 &LayoutType, &lo, &keys_o, &idx_o, &stream))
-		return NULL;
-	struct paged_args a;
-	if (paged_args_get(ns, lo, keys_o, idx_o, &a) < 0)
+	struct cuda_submit_in in = {.indices = Py_None,
+				    .groups = Py_None,
+				    .group_indices = Py_None,
+				    .wait_pinned = 1};
+	struct cuda_submit_args a;
+	/* Checked before the context is: mistakes show without a GPU. */
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!IOO|OK$OOOOp", kwlist, &NamespaceType, &ns,
+					 &shard, &in.layout, &in.keys, &in.indices, &in.stream,
+					 &in.event, &in.after, &in.groups, &in.group_indices,
+					 &in.wait_pinned) ||
+	    cuda_submit_args_get(ns, &in, &a) < 0)
 		return NULL;
 	PyObject *ret = NULL;
 	CudaJobObject *jo = PyObject_New(CudaJobObject, &CudaJobType);
 	if (!jo)
 		goto out;
 	jo->job = NULL;
-	Py_INCREF(self);
-	jo->ctx = self;
-	Py_INCREF(ns);
-	jo->ns = ns;
-	Py_INCREF(lo);
-	jo->layout = lo;
+	jo->ctx = (CudaContextObject *)Py_NewRef(self);
+	jo->ns = (NamespaceObject *)Py_NewRef(ns);
+	jo->layouts = Py_NewRef(a.keep);
 	if (cuda_enter(self) < 0) {
 		Py_DECREF(jo);
 		goto out;
@@ -131,12 +138,13 @@ static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyO
 	}
 	int r;
 	kvt_cuda_job *job = NULL;
-	void *st = (void *)(uintptr_t)stream;
+	const kvt_layout *layout = a.o.n_groups ? NULL : a.layouts[0];
+	const int64_t *indices = a.o.group_indices ? NULL : a.group_idx[0];
 	Py_BEGIN_ALLOW_THREADS
-	r = load ? kvt_cuda_load_submit(self->ctx, ns->ns, shard, &lo->l, a.keys.ptr, a.n,
-					a.indices.ptr, st, &job)
-		 : kvt_cuda_store_submit(self->ctx, ns->ns, shard, &lo->l, a.keys.ptr, a.n,
-					 a.indices.ptr, st, &job);
+	r = load ? kvt_cuda_load_submit_opts(self->ctx, ns->ns, shard, layout, a.keys.ptr, a.n,
+					     indices, &a.o, &job)
+		 : kvt_cuda_store_submit_opts(self->ctx, ns->ns, shard, layout, a.keys.ptr, a.n,
+					      indices, &a.o, &job);
 	Py_END_ALLOW_THREADS
 	ns_leave(ns);
 	self->busy = 0;
@@ -149,7 +157,7 @@ static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyO
 		ret = (PyObject *)jo;
 	}
 out:
-	paged_args_release(&a);
+	cuda_submit_args_release(&a);
 	return ret;
 }
 
@@ -163,29 +171,117 @@ static PyObject *CudaContext_store(CudaContextObject *self, PyObject *args, PyOb
 	return CudaContext_submit(self, args, kw, 0);
 }
 
+static PyObject *CudaContext_wait_pinned(CudaContextObject *self, PyObject *args,
+					 PyObject *kw)
+{
+	static char *kwlist[] = {"timeout", NULL};
+	PyObject *timeout = Py_None;
+	int ms;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:wait_pinned", kwlist, &timeout) ||
+	    cuda_timeout_get(timeout, &ms) < 0 || cuda_enter(self) < 0)
+		return NULL;
+	int r;
+	Py_BEGIN_ALLOW_THREADS
+	r = kvt_cuda_ctx_wait_pinned(self->ctx, ms);
+	Py_END_ALLOW_THREADS
+	self->busy = 0;
+	if (r == -ETIMEDOUT)
+		Py_RETURN_FALSE;
+	if (r < 0)
+		return raise_errno(r, "wait_pinned", NULL);
+	Py_RETURN_TRUE;
+}
+
+#define STAT(f) {#f, offsetof(kvt_cuda_stats, f), sizeof(((kvt_cuda_stats *)0)->f)}
+static const struct {
+	const char *name;
+	size_t offset, size;
+} cuda_stats_fields[] = {
+	STAT(ranges),	     STAT(ranges_pinned), STAT(ranges_pending), STAT(ranges_failed),
+	STAT(ranges_stale),  STAT(bytes_pinned),  STAT(bytes_pending),  STAT(bytes_failed),
+	STAT(pin_calls),     STAT(pin_failures),  STAT(pin_ns),	        STAT(pin_max_ns),
+	STAT(copies_kernel), STAT(copies_engine), STAT(blocks_unpinned),
+};
+#undef STAT
+
+static PyObject *CudaContext_stats(CudaContextObject *self, PyObject *unused)
+{
+	kvt_cuda_stats st = {.size = sizeof(st)};
+	if (cuda_enter(self) < 0)
+		return NULL;
+	int r = kvt_cuda_ctx_stats(self->ctx, &st);
+	self->busy = 0;
+	if (r < 0)
+		return raise_errno(r, "stats", NULL);
+	PyObject *d = PyDict_New();
+	for (size_t i = 0; d && i < ARRAY_SIZE(cuda_stats_fields); i++) {
+		const char *p = (const char *)&st + cuda_stats_fields[i].offset;
+		uint64_t v = 0;
+		if (cuda_stats_fields[i].size == sizeof(uint32_t))
+			v = *(const uint32_t *)p;
+		else
+			v = *(const uint64_t *)p;
+		PyObject *o = PyLong_FromUnsignedLongLong(v);
+		if (!o || PyDict_SetItemString(d, cuda_stats_fields[i].name, o) < 0)
+			Py_CLEAR(d);
+		Py_XDECREF(o);
+	}
+	return d;
+}
+
+#define SUBMIT_SIG                                                                         \
+	"(ns, shard, layout, keys, indices=None, stream=0, *, event=None,\n"                     \
+	"      after='stream', groups=None, group_indices=None, wait_pinned=True)\n--\n\n"
+#define SUBMIT_OPTS                                                                        \
+	"after='stream' starts after the work queued on stream so far (a\n"                     \
+	"cudaStream_t as an int, e.g. torch.cuda.current_stream().cuda_stream);\n"              \
+	"after='event' after event (a cudaEvent_t as an int, e.g.\n"                            \
+	"torch.cuda.Event().cuda_event); after='none' at once.  groups: one Layout\n"           \
+	"per layer group (1 to 16, in layer order) for a namespace whose groups\n"              \
+	"differ in geometry, with layout=None; group_indices: one set of indices\n"             \
+	"per group, with indices=None.  wait_pinned=False refuses blocks in pool\n"             \
+	"memory not pinned yet (-EAGAIN) instead of waiting for it.  Every layout\n"            \
+	"needs n_pages.  Arguments are checked before any CUDA call (ValueError,\n"             \
+	"TypeError).  Returns a CudaJob."
+
 static PyMethodDef CudaContext_methods[] = {
 	{"close", (PyCFunction)CudaContext_close, METH_NOARGS,
 	 "close()\n--\n\nWait for the streams and unregister the pool.  Close the jobs first."},
 	{"__enter__", binding_enter_self, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)CudaContext_close, METH_VARARGS, NULL},
 	{"load", (PyCFunction)(void (*)(void))CudaContext_load, METH_VARARGS | METH_KEYWORDS,
-	 "load(ns, shard, layout, keys, indices, stream=0)\n--\n\nQueue loads into GPU pages\n"
-	 "(layout's layer_base are device pointers), one copy per layer after the\n"
-	 "work queued on stream (a cudaStream_t as an int, e.g.\n"
-	 "torch.cuda.current_stream().cuda_stream).  Returns a CudaJob."},
+	 "load" SUBMIT_SIG "Queue loads into GPU pages (layer_base are device pointers), one copy\n"
+	 "per layer followed by an event (CudaJob.wait_layer).\n" SUBMIT_OPTS},
 	{"store", (PyCFunction)(void (*)(void))CudaContext_store, METH_VARARGS | METH_KEYWORDS,
-	 "store(ns, shard, layout, keys, indices, stream=0)\n--\n\nQueue stores from GPU pages\n"
-	 "after the work on stream; blocks are committed by the poll or wait that sees\n"
-	 "their copy done.  Returns a CudaJob."},
+	 "store" SUBMIT_SIG "Queue stores from GPU pages; blocks are committed by the poll or wait\n"
+	 "that sees their copy done.  The event, or the stream, marks when the pages\n"
+	 "were written.\n" SUBMIT_OPTS},
+	{"wait_pinned", (PyCFunction)(void (*)(void))CudaContext_wait_pinned,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "wait_pinned(timeout=None)\n--\n\nWait until the pool as mapped now is registered with\n"
+	 "the driver (pinned, or failed to pin): True, or False after timeout\n"
+	 "seconds (None: for good)."},
+	{"stats", (PyCFunction)CudaContext_stats, METH_NOARGS,
+	 "stats()\n--\n\nWhat the context registered and how its copies went: a dict of\n"
+	 "kvt_cuda_stats' fields (ranges, ranges_pinned, ..., copies_kernel,\n"
+	 "copies_engine, blocks_unpinned)."},
 	{NULL}};
+#undef SUBMIT_SIG
+#undef SUBMIT_OPTS
 
 PyTypeObject CudaContextType = {
 	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvtier.CudaContext",
 	.tp_basicsize = sizeof(CudaContextObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "CudaContext(client, device=0)\n--\n\n"
+	.tp_doc = "CudaContext(client, device=0, *, copy_path='auto', max_ctas=0,\n"
+		  "            pin_background=False)\n--\n\n"
 		  "The library's CUDA path for one client and device: load and store\n"
-		  "streams, the pool registered with the driver.  One thread at a time.",
+		  "streams, the pool registered with the driver.  copy_path: 'auto' (the\n"
+		  "cost model picks per copy), 'kernel' or 'engine' (the copy engines\n"
+		  "wherever they can); max_ctas: CTAs one copy kernel may occupy (0: 8, at\n"
+		  "most 65535); pin_background: return at once and pin the pool in the\n"
+		  "background (wait_pinned).  Options are checked before any CUDA call.\n"
+		  "Without a device or driver: kvtier.Error(ENODEV).  One thread at a time.",
 	.tp_new = PyType_GenericNew,
 	.tp_init = (initproc)CudaContext_init,
 	.tp_dealloc = (destructor)CudaContext_dealloc,
@@ -286,7 +382,7 @@ static void CudaJob_dealloc(CudaJobObject *self)
 	}
 	Py_CLEAR(self->ctx);
 	Py_CLEAR(self->ns);
-	Py_CLEAR(self->layout);
+	Py_CLEAR(self->layouts);
 	PyObject_Free(self);
 }
 
