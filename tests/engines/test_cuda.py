@@ -137,8 +137,10 @@ def test_submit_checked_before_the_context(daemon):
                 args.update(kw)
                 with pytest.raises(exc, match=msg):
                     submit(ns, 0, args.pop("layout"), keys, args.pop("indices"), **args)
-            with pytest.raises(ValueError, match="keys"):  # not whole keys
+            with pytest.raises(ValueError, match="keys are 32 bytes each"):
                 submit(ns, 0, lay, keys[:40], idx)
+            with pytest.raises(ValueError, match="shard 1 is past the namespace's 1 shards"):
+                submit(ns, 1, lay, keys, idx)
         good = [
             ((lay, keys, idx), {}),
             ((lay, keys, idx, 0x99), {}),

@@ -138,6 +138,7 @@ struct cuda_submit_in {
 	PyObject *layout, *keys, *indices; /* layout and indices may be None */
 	PyObject *event, *after, *groups, *group_indices;
 	unsigned long long stream;
+	unsigned int shard;
 	int wait_pinned;
 };
 

@@ -268,6 +268,11 @@ int cuda_submit_args_get(NamespaceObject *ns, const struct cuda_submit_in *in,
 	memset(ret, 0, sizeof(*ret));
 	ret->o.size = sizeof(ret->o);
 	ret->o.flags = in->wait_pinned ? KVT_CUDA_SUBMIT_WAIT_PINNED : 0;
+	if (in->shard >= ns->info.shards) {
+		PyErr_Format(PyExc_ValueError, "kvtier: shard %u is past the namespace's %u shards",
+			     in->shard, ns->info.shards);
+		return -1;
+	}
 	if (after_get(ret, in) < 0 || layouts_get(ret, in->layout, in->groups) < 0)
 		goto fail;
 	if (in->groups != Py_None) {

@@ -106,7 +106,6 @@ static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyO
 	static char *kwlist[] = {"ns", "shard", "layout", "keys", "indices", "stream", "event",
 				 "after", "groups", "group_indices", "wait_pinned", NULL};
 	NamespaceObject *ns;
-	unsigned int shard;
 	struct cuda_submit_in in = {.indices = Py_None,
 				    .groups = Py_None,
 				    .group_indices = Py_None,
@@ -114,7 +113,7 @@ static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyO
 	struct cuda_submit_args a;
 	/* Checked before the context is: mistakes show without a GPU. */
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!IOO|OK$OOOOp", kwlist, &NamespaceType, &ns,
-					 &shard, &in.layout, &in.keys, &in.indices, &in.stream,
+					 &in.shard, &in.layout, &in.keys, &in.indices, &in.stream,
 					 &in.event, &in.after, &in.groups, &in.group_indices,
 					 &in.wait_pinned) ||
 	    cuda_submit_args_get(ns, &in, &a) < 0)
@@ -141,10 +140,10 @@ static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyO
 	const kvt_layout *layout = a.o.n_groups ? NULL : a.layouts[0];
 	const int64_t *indices = a.o.group_indices ? NULL : a.group_idx[0];
 	Py_BEGIN_ALLOW_THREADS
-	r = load ? kvt_cuda_load_submit_opts(self->ctx, ns->ns, shard, layout, a.keys.ptr, a.n,
-					     indices, &a.o, &job)
-		 : kvt_cuda_store_submit_opts(self->ctx, ns->ns, shard, layout, a.keys.ptr, a.n,
-					      indices, &a.o, &job);
+	r = load ? kvt_cuda_load_submit_opts(self->ctx, ns->ns, in.shard, layout, a.keys.ptr,
+					     a.n, indices, &a.o, &job)
+		 : kvt_cuda_store_submit_opts(self->ctx, ns->ns, in.shard, layout, a.keys.ptr,
+					      a.n, indices, &a.o, &job);
 	Py_END_ALLOW_THREADS
 	ns_leave(ns);
 	self->busy = 0;
@@ -197,9 +196,9 @@ static const struct {
 	const char *name;
 	size_t offset, size;
 } cuda_stats_fields[] = {
-	STAT(ranges),	     STAT(ranges_pinned), STAT(ranges_pending), STAT(ranges_failed),
+	STAT(ranges),        STAT(ranges_pinned), STAT(ranges_pending), STAT(ranges_failed),
 	STAT(ranges_stale),  STAT(bytes_pinned),  STAT(bytes_pending),  STAT(bytes_failed),
-	STAT(pin_calls),     STAT(pin_failures),  STAT(pin_ns),	        STAT(pin_max_ns),
+	STAT(pin_calls),     STAT(pin_failures),  STAT(pin_ns),         STAT(pin_max_ns),
 	STAT(copies_kernel), STAT(copies_engine), STAT(blocks_unpinned),
 };
 #undef STAT
