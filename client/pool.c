@@ -35,6 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older headers lack it */
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -275,12 +279,17 @@ int pool_map_extent(kvt_client *c, const struct kvt_extent_note *n, int fd)
 	}
 	c->extents_gen++;
 	/* First touch of a mapping is paid per mapping, not per page: pay it
-	 * here, once, rather than in the first copy.  A read per page maps
-	 * the page without changing its bytes. */
-	size_t step = (n->flags & KVT_EXTENT_HUGETLB) ? (2u << 20) : 4096;
-	volatile const uint8_t *vp = p;
-	for (uint64_t off = 0; off < n->size; off += step)
-		(void)vp[off];
+	 * here, once, rather than in the first copy.  MADV_POPULATE_READ
+	 * (Linux 5.14) maps every page in one call, about twice as fast as
+	 * faulting them in one by one on the machines of docs/benchmarks.md;
+	 * before it, a read per page maps the page without changing its
+	 * bytes. */
+	if (madvise(p, n->size, MADV_POPULATE_READ) < 0) {
+		size_t step = (n->flags & KVT_EXTENT_HUGETLB) ? (2u << 20) : 4096;
+		volatile const uint8_t *vp = p;
+		for (uint64_t off = 0; off < n->size; off += step)
+			(void)vp[off];
+	}
 	client_log(c, KVT_LOG_DEBUG, "mapped extent %u: %llu MiB", n->extent_id,
 		   (unsigned long long)(n->size >> 20));
 	return 0;
