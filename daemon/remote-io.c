@@ -17,7 +17,9 @@
 #include "pool.h"
 #include "remote-private.h"
 
-/* On a librados thread: queue the op for the loop and wake it. */
+/* On a librados thread: verify a read's object (its buffer and want are
+ * the op's alone until it is queued), queue the op for the loop and wake
+ * it.  The check runs here, beside the loop, not on it. */
 static void on_complete(rados_completion_t comp, void *arg)
 {
 	struct rop *op = arg;
@@ -26,6 +28,8 @@ static void on_complete(rados_completion_t comp, void *arg)
 
 	if (op->kind != ROP_CONNECT)
 		op->result = rados_aio_get_return_value(comp);
+	if (op->kind == ROP_READ && op->result >= 0)
+		op->verified = remote_object_verify(&op->want, op->buf, (size_t)op->result);
 	pthread_mutex_lock(&rt->lock);
 	TAILQ_INSERT_TAIL(&rt->done, op, done_link);
 	rt->callbacks_pending--;
