@@ -69,11 +69,39 @@ int remote_io_init(struct remote *rt)
 
 void remote_io_done(struct remote *rt)
 {
+	while (rt->n_bufs)
+		free(rt->bufs[--rt->n_bufs].p);
+	rt->buf_bytes = 0;
 	if (rt->efd >= 0)
 		close(rt->efd);
 	rt->efd = -1;
 	pthread_cond_destroy(&rt->idle);
 	pthread_mutex_destroy(&rt->lock);
+}
+
+/* A buffer of len bytes: one kept from an earlier operation, or new. */
+static uint8_t *buf_get(struct remote *rt, size_t len)
+{
+	for (unsigned i = rt->n_bufs; i-- > 0;)
+		if (rt->bufs[i].len == len) {
+			uint8_t *p = rt->bufs[i].p;
+			rt->bufs[i] = rt->bufs[--rt->n_bufs];
+			rt->buf_bytes -= len;
+			return p;
+		}
+	return malloc(len);
+}
+
+static void buf_put(struct remote *rt, uint8_t *p, size_t len)
+{
+	if (!p)
+		return;
+	if (rt->n_bufs == REMOTE_BUF_CACHE || rt->buf_bytes + len > REMOTE_BUF_CACHE_BYTES) {
+		free(p);
+		return;
+	}
+	rt->bufs[rt->n_bufs++] = (struct remote_buf){p, len};
+	rt->buf_bytes += len;
 }
 
 struct rop *remote_op_new(struct remote_conn *c, enum rop_kind kind, size_t len)
@@ -85,7 +113,7 @@ struct rop *remote_op_new(struct remote_conn *c, enum rop_kind kind, size_t len)
 	op->c = c;
 	op->kind = kind;
 	op->len = len;
-	if (len && !(op->buf = malloc(len))) {
+	if (len && !(op->buf = buf_get(c->rt, len))) {
 		free(op);
 		return NULL;
 	}
@@ -119,7 +147,7 @@ void remote_op_free(struct rop *op)
 		rados_aio_release(op->comp);
 	if (op->wop)
 		rados_release_write_op(op->wop);
-	free(op->buf);
+	buf_put(op->c->rt, op->buf, op->len);
 	free(op);
 }
 

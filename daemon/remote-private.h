@@ -27,6 +27,12 @@
 #include "spill.h"
 #include "store.h"
 
+/* Operation buffers kept for the next operation of the same size, up to
+ * this many bytes: a fresh one costs a page fault per 4 KiB, as much as
+ * the read itself for a 2 MiB block on a slow machine. */
+#define REMOTE_BUF_CACHE_BYTES (64ULL << 20)
+#define REMOTE_BUF_CACHE 32
+
 /* A key the pool did not have is not asked for again for this long: the
  * lookup that follows a fetch round must see a miss, not start another. */
 #define REMOTE_MISS_TTL_USEC (2 * 1000000ULL)
@@ -160,6 +166,12 @@ struct remote {
 	uint32_t f_head, f_len;
 	uint32_t next_run;
 	struct remote_miss *missed;  /* REMOTE_MISS_SLOTS */
+	struct remote_buf {
+		uint8_t *p;
+		size_t len;
+	} bufs[REMOTE_BUF_CACHE];    /* remote-io.c's, on the loop */
+	unsigned n_bufs;
+	uint64_t buf_bytes;
 	/* remote.c's: the connect thread's op came back to the loop; and
 	 * a connection that has stopped answering, to be made afresh. */
 	void (*connected)(struct rop *op);
