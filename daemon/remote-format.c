@@ -58,22 +58,36 @@ int remote_header_encode(const struct ns *ns, const uint8_t *key, const uint8_t 
 	return spill_slot_header_encode(&h, buf, SPILL_SLOT_HEADER_BYTES);
 }
 
-int remote_object_check(const struct ns *ns, const uint8_t *key, const uint8_t *obj,
-			size_t obj_len, size_t payload_len)
+void remote_object_expect(const struct ns *ns, const uint8_t *key, size_t payload_len,
+			  struct spill_slot_header *ret)
 {
-	struct spill_slot_header want, h;
+	header_for(ns, key, payload_len, ret);
+}
 
-	if (obj_len != SPILL_SLOT_HEADER_BYTES + payload_len)
+int remote_object_verify(const struct spill_slot_header *want, const uint8_t *obj,
+			 size_t obj_len)
+{
+	struct spill_slot_header h;
+
+	if (obj_len != SPILL_SLOT_HEADER_BYTES + want->payload_len)
 		return -ENODATA;
 	int r = spill_slot_header_decode(obj, SPILL_SLOT_HEADER_BYTES, &h);
 	if (r < 0)
 		return r == -ENODATA ? -EBADMSG : r;
-	header_for(ns, key, payload_len, &want);
-	if (h.generation != want.generation || h.region || h.slot)
+	if (h.generation != want->generation || h.region || h.slot)
 		return -EBADMSG;
-	if (h.tenant_hash != want.tenant_hash ||
-	    memcmp(h.ns_digest, want.ns_digest, sizeof(h.ns_digest)) ||
-	    memcmp(h.key, want.key, KVT_KEY_SIZE) || h.payload_len != payload_len)
+	if (h.tenant_hash != want->tenant_hash ||
+	    memcmp(h.ns_digest, want->ns_digest, sizeof(h.ns_digest)) ||
+	    memcmp(h.key, want->key, KVT_KEY_SIZE) || h.payload_len != want->payload_len)
 		return -ESTALE;
 	return spill_payload_check(&h, obj + SPILL_SLOT_HEADER_BYTES);
+}
+
+int remote_object_check(const struct ns *ns, const uint8_t *key, const uint8_t *obj,
+			size_t obj_len, size_t payload_len)
+{
+	struct spill_slot_header want;
+
+	remote_object_expect(ns, key, payload_len, &want);
+	return remote_object_verify(&want, obj, obj_len);
 }

@@ -17,7 +17,9 @@
 #include "pool.h"
 #include "remote-private.h"
 
-/* On a librados thread: queue the op for the loop and wake it. */
+/* On a librados thread: verify a read's object (its buffer and want are
+ * the op's alone until it is queued), queue the op for the loop and wake
+ * it.  The check runs here, beside the loop, not on it. */
 static void on_complete(rados_completion_t comp, void *arg)
 {
 	struct rop *op = arg;
@@ -26,6 +28,8 @@ static void on_complete(rados_completion_t comp, void *arg)
 
 	if (op->kind != ROP_CONNECT)
 		op->result = rados_aio_get_return_value(comp);
+	if (op->kind == ROP_READ && op->result >= 0)
+		op->verified = remote_object_verify(&op->want, op->buf, (size_t)op->result);
 	pthread_mutex_lock(&rt->lock);
 	TAILQ_INSERT_TAIL(&rt->done, op, done_link);
 	rt->callbacks_pending--;
@@ -65,11 +69,39 @@ int remote_io_init(struct remote *rt)
 
 void remote_io_done(struct remote *rt)
 {
+	while (rt->n_bufs)
+		free(rt->bufs[--rt->n_bufs].p);
+	rt->buf_bytes = 0;
 	if (rt->efd >= 0)
 		close(rt->efd);
 	rt->efd = -1;
 	pthread_cond_destroy(&rt->idle);
 	pthread_mutex_destroy(&rt->lock);
+}
+
+/* A buffer of len bytes: one kept from an earlier operation, or new. */
+static uint8_t *buf_get(struct remote *rt, size_t len)
+{
+	for (unsigned i = rt->n_bufs; i-- > 0;)
+		if (rt->bufs[i].len == len) {
+			uint8_t *p = rt->bufs[i].p;
+			rt->bufs[i] = rt->bufs[--rt->n_bufs];
+			rt->buf_bytes -= len;
+			return p;
+		}
+	return malloc(len);
+}
+
+static void buf_put(struct remote *rt, uint8_t *p, size_t len)
+{
+	if (!p)
+		return;
+	if (rt->n_bufs == REMOTE_BUF_CACHE || rt->buf_bytes + len > REMOTE_BUF_CACHE_BYTES) {
+		free(p);
+		return;
+	}
+	rt->bufs[rt->n_bufs++] = (struct remote_buf){p, len};
+	rt->buf_bytes += len;
 }
 
 struct rop *remote_op_new(struct remote_conn *c, enum rop_kind kind, size_t len)
@@ -81,7 +113,7 @@ struct rop *remote_op_new(struct remote_conn *c, enum rop_kind kind, size_t len)
 	op->c = c;
 	op->kind = kind;
 	op->len = len;
-	if (len && !(op->buf = malloc(len))) {
+	if (len && !(op->buf = buf_get(c->rt, len))) {
 		free(op);
 		return NULL;
 	}
@@ -115,7 +147,7 @@ void remote_op_free(struct rop *op)
 		rados_aio_release(op->comp);
 	if (op->wop)
 		rados_release_write_op(op->wop);
-	free(op->buf);
+	buf_put(op->c->rt, op->buf, op->len);
 	free(op);
 }
 

@@ -7,9 +7,11 @@
  * and reports connections back through rt->connected; remote-io.c calls
  * remote-format.c (object names and headers, pure).
  *
- * librados calls back on its own threads.  Those callbacks only queue the
- * operation and write the eventfd: the loop alone touches the daemon's
- * state.  The trim thread uses its own cluster calls and atomic counters.
+ * librados calls back on its own threads.  Those callbacks verify what a
+ * read brought (in the op's own buffer, against what the loop expected at
+ * submission), queue the operation and write the eventfd: the loop alone
+ * touches the daemon's state.  The trim thread uses its own cluster calls
+ * and atomic counters.
  */
 #pragma once
 
@@ -25,11 +27,20 @@
 #include "spill.h"
 #include "store.h"
 
+/* Operation buffers kept for the next operation of the same size, up to
+ * this many bytes: a fresh one costs a page fault per 4 KiB, as much as
+ * the read itself for a 2 MiB block on a slow machine. */
+#define REMOTE_BUF_CACHE_BYTES (64ULL << 20)
+#define REMOTE_BUF_CACHE 32
+
 /* A key the pool did not have is not asked for again for this long: the
  * lookup that follows a fetch round must see a miss, not start another. */
 #define REMOTE_MISS_TTL_USEC (2 * 1000000ULL)
 #define REMOTE_MISS_SLOTS 4096
 #define REMOTE_QUEUE 4096 /* write-backs waiting for a free operation */
+/* Keys of leading runs being fetched, in flight or waiting for a free
+ * operation: each is a block without a host slot. */
+#define REMOTE_FETCHES 4096
 #define REMOTE_BACKOFF_MIN_USEC (500 * 1000ULL)
 #define REMOTE_BACKOFF_MAX_USEC (10 * 1000000ULL)
 /* Probes failed this many times in a row: the cluster handle is made
@@ -97,11 +108,16 @@ struct rop {
 	uint32_t tenant_id, ns_id;
 	uint8_t key[KVT_KEY_SIZE];
 	struct block *b; /* a read's block (kept by BLOCK_IO_FETCH) */
+	uint32_t run;    /* a read's leading run (struct remote_fetch) */
 	uint8_t tries;   /* a write's earlier failed tries */
 	uint8_t *buf;    /* header + payload, the daemon's own memory */
 	size_t len;
 	uint64_t started_usec;
 	int result;
+	/* A read's object: what its header must say (set on the loop), and
+	 * the verdict on it (remote_object_verify() on librados's thread). */
+	struct spill_slot_header want;
+	int verified;
 	TAILQ_ENTRY(rop) done_link;
 	LIST_ENTRY(rop) link;
 };
@@ -114,6 +130,15 @@ struct remote_wb {
 	uint8_t tries; /* writes of it that failed */
 };
 #define REMOTE_WRITE_TRIES 3
+
+/* A key of a leading run waiting for its read.  A run's keys go out in
+ * order as operations free up; one that is not served ends its run. */
+struct remote_fetch {
+	struct block *b; /* NULL: its run ended */
+	struct remote_conn *c;
+	struct remote_tenant *t;
+	uint32_t run;
+};
 
 struct remote_miss {
 	uint64_t fp;
@@ -137,7 +162,16 @@ struct remote {
 	uint32_t conn_of_cap;
 	struct remote_wb *queue;     /* ring of REMOTE_QUEUE */
 	uint32_t q_head, q_len;
+	struct remote_fetch *fetches; /* ring of REMOTE_FETCHES */
+	uint32_t f_head, f_len;
+	uint32_t next_run;
 	struct remote_miss *missed;  /* REMOTE_MISS_SLOTS */
+	struct remote_buf {
+		uint8_t *p;
+		size_t len;
+	} bufs[REMOTE_BUF_CACHE];    /* remote-io.c's, on the loop */
+	unsigned n_bufs;
+	uint64_t buf_bytes;
 	/* remote.c's: the connect thread's op came back to the loop; and
 	 * a connection that has stopped answering, to be made afresh. */
 	void (*connected)(struct rop *op);
@@ -155,6 +189,8 @@ static inline uint64_t remote_now(const struct remote *rt)
 extern const struct store_tier_ops remote_tier_ops;
 /* The eventfd's handler: completions from librados's threads. */
 int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userdata);
+/* Every key still waiting for its read is a miss (shutdown). */
+void remote_fetches_end(struct remote *rt);
 /* An operation failed (or connecting did): degraded, backing off. */
 void remote_conn_failed(struct remote_conn *c, int error, const char *what);
 
@@ -163,10 +199,17 @@ void remote_oid(const struct ns *ns, const uint8_t *key, char ret[REMOTE_OID_LEN
 /* The header of a block's object, into buf[SPILL_SLOT_HEADER_BYTES]. */
 int remote_header_encode(const struct ns *ns, const uint8_t *key, const uint8_t *payload,
 			 size_t len, uint8_t *buf);
-/* An object read back: its header names this tenant, namespace and key,
- * the payload has the block's length and its checksum.  \return 0;
- * -EBADMSG (a checksum, a foreign header); -ESTALE (another tenant,
- * namespace or key); -ENODATA (short) */
+/* The header an object of ns's key with that payload length must have
+ * (on the loop: it reads the namespace). */
+void remote_object_expect(const struct ns *ns, const uint8_t *key, size_t payload_len,
+			  struct spill_slot_header *ret);
+/* An object read back: its header is want's (tenant, namespace, key,
+ * length), the payload has its checksum.  Touches only its arguments, so
+ * any thread may call it.  \return 0; -EBADMSG (a checksum, a foreign
+ * header); -ESTALE (another tenant, namespace or key); -ENODATA (short) */
+int remote_object_verify(const struct spill_slot_header *want, const uint8_t *obj,
+			 size_t obj_len);
+/* Both of the above. */
 int remote_object_check(const struct ns *ns, const uint8_t *key, const uint8_t *obj,
 			size_t obj_len, size_t payload_len);
 

@@ -228,36 +228,90 @@ static void tier_used(void *tier, struct block *b)
 	pump(rt);
 }
 
+/* The keys of run still waiting are not served: misses. */
+static void run_end(struct remote *rt, uint32_t run)
+{
+	for (uint32_t i = 0; i < rt->f_len; i++) {
+		struct remote_fetch *e = &rt->fetches[(rt->f_head + i) % REMOTE_FETCHES];
+		if (e->b && e->run == run) {
+			store_remote_fetched(rt->store, e->b, false);
+			e->b = NULL;
+		}
+	}
+}
+
+void remote_fetches_end(struct remote *rt)
+{
+	for (uint32_t i = 0; i < rt->f_len; i++) {
+		struct remote_fetch *e = &rt->fetches[(rt->f_head + i) % REMOTE_FETCHES];
+		if (e->b)
+			run_end(rt, e->run);
+	}
+	rt->f_len = 0;
+}
+
+static int fetch_submit(struct remote *rt, const struct remote_fetch *e)
+{
+	struct ns *ns = e->b->ns;
+	struct rop *op = remote_op_new(e->c, ROP_READ, SPILL_SLOT_HEADER_BYTES + ns->cls->slot_bytes);
+
+	if (!op)
+		return -ENOMEM;
+	op->b = e->b;
+	op->run = e->run;
+	op->tenant = e->t;
+	op->tenant_id = ns->tenant->id;
+	op->ns_id = ns->id;
+	memcpy(op->key, e->b->key, KVT_KEY_SIZE);
+	remote_object_expect(ns, op->key, ns->cls->slot_bytes, &op->want);
+	return remote_read(e->t, op, ns);
+}
+
+/* Reads for the waiting keys, in order, as far as each connection's queue
+ * depth goes: run as reads complete, so a run longer than the depth
+ * streams in without the client asking again.  A key that cannot go out
+ * (the tier degraded, no memory) ends its run; one a client took over to
+ * compute is only dropped. */
+static void fetch_pump(struct remote *rt)
+{
+	while (rt->f_len) {
+		struct remote_fetch e = rt->fetches[rt->f_head];
+		if (e.b && e.c->in_flight >= e.c->conf->queue_depth)
+			return;
+		rt->f_head = (rt->f_head + 1) % REMOTE_FETCHES;
+		rt->f_len--;
+		if (!e.b)
+			continue;
+		bool taken = !e.b->indexed;
+		if (!taken && usable(e.c, e.t) && fetch_submit(rt, &e) == 0)
+			continue;
+		store_remote_fetched(rt->store, e.b, false);
+		if (!taken)
+			run_end(rt, e.run);
+	}
+}
+
 static uint32_t tier_fetch(void *tier, struct ns *ns, const uint8_t *keys, uint32_t n)
 {
 	struct remote *rt = tier;
 	struct remote_tenant *t;
 	struct remote_conn *c = conn_for(rt, ns->tenant, &t);
-	uint32_t f = 0;
+	uint32_t f = 0, run = ++rt->next_run;
 
 	if (!c || !usable(c, t))
 		return 0;
-	/* One round: every key of the run at once, as far as the queue depth
-	 * goes; a key known to be absent ends the run. */
-	for (; f < n && c->in_flight < c->conf->queue_depth; f++) {
+	/* The whole run is staging from here on, as far as the tier keeps
+	 * keys for; a key known to be absent ends it. */
+	for (; f < n && rt->f_len < REMOTE_FETCHES; f++) {
 		const uint8_t *key = keys + (size_t)f * KVT_KEY_SIZE;
 		struct block *b;
 		if (missed_recently(rt, ns, key) || store_remote_block(rt->store, ns, key, &b) < 0)
 			break;
-		struct rop *op = remote_op_new(c, ROP_READ, SPILL_SLOT_HEADER_BYTES + ns->cls->slot_bytes);
-		if (op) {
-			op->b = b;
-			op->tenant = t;
-			op->tenant_id = ns->tenant->id;
-			op->ns_id = ns->id;
-			memcpy(op->key, key, KVT_KEY_SIZE);
-		}
-		if (!op || remote_read(t, op, ns) < 0) {
-			store_remote_fetched(rt->store, b, false);
-			break;
-		}
+		rt->fetches[(rt->f_head + rt->f_len++) % REMOTE_FETCHES] =
+			(struct remote_fetch){.b = b, .c = c, .t = t, .run = run};
 	}
 	c->st.lookup_rounds += f > 0;
+	fetch_pump(rt);
 	return f;
 }
 
@@ -282,13 +336,14 @@ static void read_done(struct remote *rt, struct rop *op)
 		remote_conn_failed(c, op->result, "reading");
 	} else {
 		conn_ok(c);
-		int r = remote_object_check(b->ns, op->key, op->buf, (size_t)op->result, payload);
-		if (r < 0) {
+		if (op->verified < 0) {
 			c->st.rejected++;
 			miss_note(rt, b->ns, op->key);
 			log_warning("Remote tier %s: object of tenant %s failed verification (%s): a miss",
-				    c->conf->name, op->tenant->name, strerror(-r));
+				    c->conf->name, op->tenant->name, strerror(-op->verified));
 		} else if (b->indexed && store_host_slot(rt->store, b->ns, b) == 0) {
+			/* Verified bytes (on librados's thread), copied here:
+			 * pool memory is touched only under the loop's guard. */
 			uint8_t *slot = b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
 			ok = pool_guarded_copy(slot, op->buf + SPILL_SLOT_HEADER_BYTES, payload) == 0;
 		}
@@ -300,7 +355,11 @@ static void read_done(struct remote *rt, struct rop *op)
 		op->tenant->st.reads++;
 		op->tenant->st.read_bytes += payload;
 	}
+	bool taken = !b->indexed;
 	store_remote_fetched(rt->store, b, ok);
+	/* Not served: the rest of its run is worth nothing to the prefix. */
+	if (!ok && !taken)
+		run_end(rt, op->run);
 }
 
 static void write_done(struct remote *rt, struct rop *op)
@@ -352,6 +411,8 @@ int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userda
 			rt->connected(op);
 		remote_op_free(op);
 	}
+	/* Reads first: an engine waits for them. */
+	fetch_pump(rt);
 	pump(rt);
 	return 0;
 }

@@ -182,8 +182,9 @@ int remote_start(struct store *s, const struct config *cfg, sd_event *event, str
 	rt->efd = -1;
 	rt->conns = calloc(cfg->n_remotes, sizeof(*rt->conns));
 	rt->queue = calloc(REMOTE_QUEUE, sizeof(*rt->queue));
+	rt->fetches = calloc(REMOTE_FETCHES, sizeof(*rt->fetches));
 	rt->missed = calloc(REMOTE_MISS_SLOTS, sizeof(*rt->missed));
-	if (!rt->conns || !rt->queue || !rt->missed) {
+	if (!rt->conns || !rt->queue || !rt->fetches || !rt->missed) {
 		r = -ENOMEM;
 		goto fail;
 	}
@@ -246,12 +247,15 @@ void remote_free(struct remote *rt)
 			remote_op_free(op);
 		}
 	}
+	if (rt->fetches)
+		remote_fetches_end(rt);
 	for (unsigned i = 0; i < rt->n_conns; i++)
 		conn_free(&rt->conns[i]);
 	sd_event_source_disable_unref(rt->efd_src);
 	remote_io_done(rt);
 	free(rt->conns);
 	free(rt->queue);
+	free(rt->fetches);
 	free(rt->missed);
 	free(rt->conn_of_tenant);
 	free(rt);

@@ -12,14 +12,25 @@ vLLM's own hit), and vLLM with the kvtier connector and no prefix cache
 (recompute while storing, the host-tier hit in a fresh engine, then the
 NVMe-tier hit after kvtierd dropped the host copies).  TTFT is the time of a
 generate() of one token.  Prints a markdown table.
+
+    ... bench-ttft.py --build build --remote [--lengths 256,1024,2048]
+
+--remote measures a hit in the remote tier instead: a single-machine Ceph
+cluster (tests/ceph/cluster.sh) shared by two kvtierd as nodes A and B; an
+engine on A stores each prompt (written back at once, min_reuse = 0), and
+once A's statistics show every block written back, a fresh engine on B,
+which never saw the prompts, runs them: the prefix comes from the cluster.
+Every wait is bounded and says what it waited for when it gives up.
 """
 
 import argparse
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,6 +39,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "engines"))
 import kvtd  # noqa: E402
 
 BLOCK = 32
+# The most a request may take (a 2 K prompt recomputes in ~8 s here), and
+# an engine's start (the first compiles kernels).
+ANSWER_S = 300
+START_S = 600
 
 ENGINE = r"""
 import json, os, sys, time
@@ -59,79 +74,112 @@ for line in sys.stdin:
 
 
 class Engine:
-    def __init__(self, model, sock, lengths):
-        self.p = subprocess.Popen([sys.executable, "-c", ENGINE, model, sock,
-                                   ",".join(map(str, lengths)), os.path.join(HERE, "..", "engines")],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  stderr=subprocess.DEVNULL)
-        self.read()
+    """One engine process; every answer is awaited for a bounded time."""
 
-    def read(self):
+    def __init__(self, model, sock, lengths, name):
+        self.name = name
+        # Its stderr, in the private TMPDIR of the run.
+        self.log = log = os.path.join(os.environ["TMPDIR"], name.replace(" ", "-").replace("'", "")
+                                      + ".log")
+        with open(log, "a") as err:
+            self.p = subprocess.Popen([sys.executable, "-c", ENGINE, model, sock,
+                                       ",".join(map(str, lengths)),
+                                       os.path.join(HERE, "..", "engines")],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True, stderr=err)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.read(START_S, "its start (model load and kernel compilation)")
+
+    def _pump(self):
         for line in self.p.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def read(self, timeout, what):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.p.kill()
+                raise RuntimeError(f"{self.name}: no answer in {timeout} s waiting for {what}; "
+                                   f"killed it (its log: {self.log})") from None
+            if line is None:
+                raise RuntimeError(f"{self.name} exited waiting for {what} (its log: {self.log})")
             if line.startswith("{"):
                 return json.loads(line)
-        raise RuntimeError("the vLLM engine exited")
 
     def ask(self, n, seed):
         self.p.stdin.write(json.dumps({"n": n, "seed": seed}) + "\n")
         self.p.stdin.flush()
-        return self.read()
+        return self.read(ANSWER_S, f"the first token of a {n}-token prompt")
 
     def close(self):
         self.p.stdin.close()
-        self.p.wait()
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def wait_for(what, check, timeout, progress=None, stall_s=60):
+    """Poll check() (true, or a falsy value) every 50 ms, for at most
+    timeout s, and at most stall_s s without progress() changing; the error
+    says what was awaited and what detail() last showed."""
+    deadline = time.monotonic() + timeout
+    last, moved = None, time.monotonic()
+    while True:
+        ok, detail = check()
+        if ok:
+            return
+        now = time.monotonic()
+        mark = progress() if progress else None
+        if mark != last:
+            last, moved = mark, now
+        if now >= deadline or now - moved >= stall_s:
+            why = "no progress for %d s" % (now - moved) if now < deadline else \
+                "gave up after %d s" % timeout
+            raise RuntimeError(f"waiting for {what}: {why}; last seen: {detail}")
+        time.sleep(0.05)
 
 
 def wait_on_nvme(client, want):
     """Until `want` blocks are on NVMe (write-back starts at once here)."""
-    for _ in range(6000):
+    def check():
         d = [r for r in client.stats() if r["kind"] == "daemon"][0]
-        if d["nvme_blocks"] >= want and d["nvme_in_flight"] == 0:
-            return
-        time.sleep(0.05)
-    raise RuntimeError("write-back did not reach NVMe")
+        return (d["nvme_blocks"] >= want and d["nvme_in_flight"] == 0,
+                f"{d['nvme_blocks']} blocks on NVMe, {d['nvme_in_flight']} in flight")
+    wait_for(f"{want} blocks written back to NVMe", check, 300)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default="build", help="meson build directory (kvtierd)")
-    ap.add_argument("--lengths", default="256,1024,2048,4096")
-    ap.add_argument("--layers", type=int, default=24)
-    ap.add_argument("--hidden", type=int, default=1024)
-    args = ap.parse_args()
-    lengths = [int(x) for x in args.lengths.split(",")]
-    kvtd.KVTIERD = os.path.join(args.build, "daemon", "kvtierd")
+def remote_record(client):
+    recs = [r for r in client.stats() if r["kind"] == "remote"]
+    if not recs:
+        raise RuntimeError("kvtierd shows no remote tier: was it built with -Drados=enabled?")
+    return recs[0]
+
+
+def remote_line(r):
+    return (f"state {r['state']} ({r['reason'] or 'ok'}), writes {r['writes']}, reads "
+            f"{r['reads']}, misses {r['misses']}, rejected {r['rejected']}, errors "
+            f"{r['errors']}, skipped {r['skipped']}, in flight {r['in_flight']}")
+
+
+def measure_local(model, lengths, rows):
+    """kvtier host and NVMe hits against one kvtierd."""
     import kvtier
 
-    work = tempfile.mkdtemp(prefix="kvt-ttft-")
-    os.chmod(work, 0o755)
-    os.environ["TMPDIR"] = work
-    model = kvtd.make_model(os.path.join(work, "model"), layers=args.layers,
-                            hidden=args.hidden, heads=args.hidden // 64, kv_heads=8,
-                            head_dim=64, intermediate=4 * args.hidden,
-                            max_pos=max(lengths) + 64)
-    nparams = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model)
-                  if f.endswith(".safetensors")) // 4
-    rows = {n: {} for n in lengths}
-    # Every measurement follows a warm-up of the same shape on another
-    # prompt (seed 100+i: warm-up, 200+i: measured): vLLM compiles per shape.
-    base = Engine(model, "none", lengths)
-    for i, n in enumerate(lengths):
-        for seed in (100 + i, 200 + i):
-            rows[n]["recompute"] = base.ask(n, seed)["s"]
-        for seed in (100 + i, 200 + i):
-            r = base.ask(n, seed)
-        rows[n]["vllm prefix cache"], rows[n]["vllm cached"] = r["s"], r["cached"]
-    base.close()
     cfg = "[pool]\ncapacity = 3G\nextent_size = 256M\n[tenants]\ndefault_quota = 3G\n" \
           "[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
     with kvtd.Daemon(cfg, spill_mb=8192) as d, kvtier.Client(socket=d.socket) as admin:
-        store = Engine(model, d.socket, lengths)
+        store = Engine(model, d.socket, lengths, "the storing engine")
         for i, n in enumerate(lengths):
             for seed in (100 + i, 200 + i):
                 rows[n]["recompute + store"] = store.ask(n, seed)["s"]
         store.close()
-        host = Engine(model, d.socket, lengths)
+        host = Engine(model, d.socket, lengths, "the restoring engine")
         for i, n in enumerate(lengths):
             for seed in (100 + i, 200 + i):
                 r = host.ask(n, seed)
@@ -148,22 +196,145 @@ def main():
                 r = host.ask(n, seed)
             rows[n]["kvtier nvme"], rows[n]["nvme cached"] = r["s"], r["cached"]
         host.close()
+
+
+class Cluster:
+    """tests/ceph/cluster.sh's cluster in dir, stopped on exit."""
+
+    SCRIPT = os.path.join(HERE, "..", "ceph", "cluster.sh")
+
+    def __init__(self, dir, nbytes):
+        self.dir = dir
+        env = dict(os.environ, KVT_CEPH_BYTES=str(nbytes))
+        r = subprocess.run(["sh", self.SCRIPT, "start", dir], env=env, timeout=300)
+        if r.returncode == 77:
+            sys.exit("the ceph packages are not installed (scripts/deps.sh installs them)")
+        if r.returncode != 0:
+            raise RuntimeError(f"the cluster did not start (its logs: {dir}/log)")
+        self.conf = os.path.join(dir, "ceph.conf")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["sh", self.SCRIPT, "stop", self.dir], timeout=120)
+
+
+def measure_remote(model, lengths, rows, work, block_bytes):
+    """Node A stores each prompt into the shared tier, node B restores it."""
+    import kvtier
+
+    blocks = 2 * sum((n - 1) // BLOCK for n in lengths)  # warm-up and measured
+    data = blocks * (block_bytes + 4096)
+    # memstore holds everything in the OSD's memory and hangs writes once
+    # full (reference/pitfalls.md): room for all of it, twice over.
+    with Cluster(os.path.join(work, "ceph"), max(2 * data, 1 << 30)) as ceph:
+        cfg = (f"[pool]\ncapacity = 3G\nextent_size = 256M\n[tenant.bench]\nuids = {os.getuid()}\n"
+               f"quota = 3G\n[remote.shared]\nceph_conf = {ceph.conf}\npool = kvtier\n"
+               f"capacity = {2 * data}\ntimeout_ms = 10000\nmin_reuse = 0\n")
+        with kvtd.Daemon(cfg) as a, kvtd.Daemon(cfg) as b, \
+                kvtier.Client(socket=a.socket) as ca, kvtier.Client(socket=b.socket) as cb:
+            for node, c, d in (("A", ca, a), ("B", cb, b)):
+                def up(c=c):
+                    r = remote_record(c)
+                    return r["state"] == "up", remote_line(r)
+                wait_for(f"node {node} to connect to the cluster (its log: {d.log})", up, 60)
+            store = Engine(model, a.socket, lengths, "node A's engine")
+            for i, n in enumerate(lengths):
+                for seed in (100 + i, 200 + i):
+                    rows[n]["recompute + store"] = store.ask(n, seed)["s"]
+            store.close()
+
+            def written():
+                r = remote_record(ca)
+                if r["errors"] or r["skipped"]:
+                    raise RuntimeError(f"node A's write-back failed: {remote_line(r)} "
+                                       f"(its log: {a.log})")
+                return r["writes"] >= blocks and r["in_flight"] == 0, remote_line(r)
+            wait_for(f"node A to write {blocks} blocks back (its log: {a.log})", written, 600,
+                     lambda: remote_record(ca)["writes"])
+            restore = Engine(model, b.socket, lengths, "node B's engine")
+            for i, n in enumerate(lengths):
+                for seed in (100 + i, 200 + i):
+                    r = restore.ask(n, seed)
+                rows[n]["kvtier remote"], rows[n]["remote cached"] = r["s"], r["cached"]
+            restore.close()
+            rb = remote_record(cb)
+            print(f"Node B's remote tier: {remote_line(rb)}.\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build", help="meson build directory (kvtierd)")
+    ap.add_argument("--lengths", default="256,1024,2048,4096")
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--remote", action="store_true",
+                    help="a hit in the remote tier (Ceph) on a second node, not the local tiers")
+    args = ap.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",")]
+    kvtd.KVTIERD = os.path.join(args.build, "daemon", "kvtierd")
+
+    work = tempfile.mkdtemp(prefix="kvt-ttft-")
+    os.chmod(work, 0o755)
+    os.environ["TMPDIR"] = work
+    model = kvtd.make_model(os.path.join(work, "model"), layers=args.layers,
+                            hidden=args.hidden, heads=args.hidden // 64, kv_heads=8,
+                            head_dim=64, intermediate=4 * args.hidden,
+                            max_pos=max(lengths) + 64)
+    nparams = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model)
+                  if f.endswith(".safetensors")) // 4
     kv_bytes = 2 * args.layers * 8 * 64 * 4
+    rows = {n: {} for n in lengths}
+    # Every measurement follows a warm-up of the same shape on another
+    # prompt (seed 100+i: warm-up, 200+i: measured): vLLM compiles per shape.
+    base = Engine(model, "none", lengths, "vLLM alone")
+    for i, n in enumerate(lengths):
+        for seed in (100 + i, 200 + i):
+            rows[n]["recompute"] = base.ask(n, seed)["s"]
+        for seed in (100 + i, 200 + i):
+            r = base.ask(n, seed)
+        rows[n]["vllm prefix cache"], rows[n]["vllm cached"] = r["s"], r["cached"]
+    base.close()
+    if args.remote:
+        measure_remote(model, lengths, rows, work, kv_bytes * BLOCK)
+    else:
+        measure_local(model, lengths, rows)
     print(f"Model: random Llama, {args.layers} layers, hidden {args.hidden}, 8 KV heads of 64, "
           f"fp32, ~{nparams / 1e9:.2f} B parameters; KV {kv_bytes // 1024} KiB/token; "
           f"block {BLOCK} tokens; {os.cpu_count()} CPUs.\n")
-    print("| prompt tokens | recompute s | vLLM prefix cache | kvtier host | kvtier NVMe "
-          "| store overhead | restored tokens |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for n in lengths:
-        r = rows[n]
-        rc = r["recompute"]
-        print(f"| {n} | {rc:.3f} | {r['vllm prefix cache'] / rc:.3f} | {r['kvtier host'] / rc:.3f} "
-              f"| {r['kvtier nvme'] / rc:.3f} | {r['recompute + store'] / rc:.3f} "
-              f"| {r['host cached']} / {r['nvme cached']} / {r['vllm cached']} |")
-    print("\nColumns after the first: TTFT as a fraction of recompute (lower is better); "
-          "store overhead: the first (storing) request with kvtier against recompute; "
-          "restored tokens: kvtier host / kvtier NVMe / vLLM prefix cache.")
+    if args.remote:
+        print("| prompt tokens | recompute s | vLLM prefix cache | kvtier remote (node B) "
+              "| store overhead (node A) | restored tokens |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for n in lengths:
+            r = rows[n]
+            rc = r["recompute"]
+            print(f"| {n} | {rc:.3f} | {r['vllm prefix cache'] / rc:.3f} "
+                  f"| {r['kvtier remote'] / rc:.3f} | {r['recompute + store'] / rc:.3f} "
+                  f"| {r['remote cached']} / {r['vllm cached']} |")
+        print("\nColumns after the first: TTFT as a fraction of recompute (lower is better); "
+              "store overhead: node A's storing request against recompute; restored tokens: "
+              "kvtier remote / vLLM prefix cache.")
+    else:
+        print("| prompt tokens | recompute s | vLLM prefix cache | kvtier host | kvtier NVMe "
+              "| store overhead | restored tokens |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for n in lengths:
+            r = rows[n]
+            rc = r["recompute"]
+            print(f"| {n} | {rc:.3f} | {r['vllm prefix cache'] / rc:.3f} "
+                  f"| {r['kvtier host'] / rc:.3f} | {r['kvtier nvme'] / rc:.3f} "
+                  f"| {r['recompute + store'] / rc:.3f} "
+                  f"| {r['host cached']} / {r['nvme cached']} / {r['vllm cached']} |")
+        print("\nColumns after the first: TTFT as a fraction of recompute (lower is better); "
+              "store overhead: the first (storing) request with kvtier against recompute; "
+              "restored tokens: kvtier host / kvtier NVMe / vLLM prefix cache.")
+    bad = [n for n in lengths if any(rows[n].get(k, (n - 1) // BLOCK * BLOCK)
+                                     != (n - 1) // BLOCK * BLOCK
+                                     for k in ("host cached", "nvme cached", "remote cached"))]
+    if bad:
+        sys.exit(f"restored fewer tokens than the prompt's full blocks at {bad}")
 
 
 if __name__ == "__main__":

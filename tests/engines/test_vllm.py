@@ -183,3 +183,63 @@ def test_daemon_killed_during_a_run(env, model, reference):
             break
     assert r["cached"] == 6 * BLOCK, "hits did not resume after the restart"
     e.close()
+
+
+@pytest.fixture(scope="module")
+def ceph_conf():
+    """A single-machine Ceph cluster (tests/ceph/cluster.sh); skipped
+    without the ceph packages."""
+    import shutil
+    import tempfile
+
+    script = os.path.join(HERE, "..", "ceph", "cluster.sh")
+    d = tempfile.mkdtemp(prefix="kvt-ceph-")
+    r = subprocess.run(["sh", script, "start", d], timeout=300)
+    if r.returncode == 77:
+        shutil.rmtree(d, ignore_errors=True)
+        pytest.skip("the ceph packages are not installed (scripts/deps.sh installs them)")
+    assert r.returncode == 0, f"the test cluster did not start (see {d}/log)"
+    try:
+        yield os.path.join(d, "ceph.conf")
+    finally:
+        subprocess.run(["sh", script, "stop", d], timeout=120)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_remote_misses_are_computed_and_stored(model, reference, ceph_conf):
+    """With a remote tier, a prompt no node has seen is staging at the
+    lookup (its keys are being fetched) and then a miss: vLLM recomputes
+    it, and the connector stores the recomputed blocks, not the ones the
+    failed load left behind, so that the next engine restores them."""
+    import time
+
+    import kvtier
+
+    cfg = (f"[tenant.t]\nuids = {os.getuid()}\n[remote.shared]\nceph_conf = {ceph_conf}\n"
+           "pool = kvtier\ncapacity = 64M\ntimeout_ms = 5000\nmin_reuse = 0\n")
+    with kvtd.Daemon(cfg) as d, kvtier.Client(socket=d.socket, name="checker") as c:
+        def remote():
+            return [r for r in c.stats() if r["kind"] == "remote"][0]
+
+        for _ in range(600):
+            if remote()["state"] == "up":
+                break
+            time.sleep(0.1)
+        assert remote()["state"] == "up", remote()
+        e = Engine(model, d.socket)
+        try:
+            r1 = e.ask(P1)
+            # (vLLM counts as cached what the lookup promised.)
+            assert r1["tokens"] == reference["p1"], r1
+            assert remote()["misses"] == 6, remote()
+            assert r1["stats"]["load_failures"] == 6, r1
+            assert r1["stats"].get("stored_blocks", 0) == 6, r1
+            r2 = e.ask(P1)
+        finally:
+            e.close()
+        assert r2["cached"] == 6 * BLOCK and r2["tokens"] == reference["p1"], r2
+        for _ in range(300):
+            if remote()["writes"] == 6:
+                break
+            time.sleep(0.1)
+        assert remote()["writes"] == 6, remote()

@@ -50,8 +50,8 @@ static double restore(kvt_client *c, const char *model, uint64_t seed, uint32_t 
 	kvt_ns *ns = engine_ns(c, model, 1);
 	CHECK(engine_keys(seed, n * 16, 0, 0, keys, n) == n, "keys");
 	double t0 = now_s();
-	/* A round takes as many keys as the queue depth has room for; the
-	 * waits' lookups ask for the rest as operations free up. */
+	/* The lookup stages the whole run; the node reads it at its queue
+	 * depth, the next key as each read completes. */
 	int r = kvt_lookup(ns, keys, n, 0, st);
 	if (r > 0)
 		r = kvt_wait_resident(ns, keys, n, 30000);

@@ -27,8 +27,9 @@ blocks (always leaving one prompt token to compute) and tells the workers
 which of their pages to fill; each worker copies those blocks from the
 mapped pool into its paged cache before the forward pass, and after it
 stores every full prompt block the step computed that kvtierd does not hold
-yet.  A block that fails to load is reported to vLLM, which recomputes it:
-kvtier never makes the engine produce other output.  Without kvtierd
+yet.  A block that fails to load is reported to vLLM, which recomputes it
+(and the connector stores it then, not what the step computed on top of
+the unfilled pages): kvtier never makes the engine produce other output.  Without kvtierd
 (absent, killed, restarting) lookups miss and stores are skipped, and the
 connector reconnects by itself.
 
@@ -155,6 +156,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._rank = 0  # this worker's tensor-parallel rank: its shard
         self._unavailable = False  # warned that kvtierd cannot be reached
         self._load_errors: set[int] = set()
+        self._failed_reqs: set[str] = set()  # this step's requests with a failed load
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
                       "load_failures": 0, "stored_blocks": 0, "store_skipped": 0,
                       "retained_blocks": 0, "ended_blocks": 0}
@@ -257,6 +259,12 @@ class KvtierConnector(KVConnectorBase_V1):
                 a, b = load
                 meta.loads.append(_Transfer(rid, r.keys[a * 32: b * 32], r.block_ids[a:b]))
                 r.done = max(r.done, b)
+            else:
+                # vLLM computes from `computed` on.  After a failed load
+                # (a key that was staging turned out a miss) it has moved
+                # back to the first failed block: what it recomputes is
+                # not in kvtierd, and is stored once computed.
+                r.done = min(r.done, computed // self._block)
             # Blocks whose every token is computed by the end of this step
             # (computed counts vLLM's and kvtier's hits).
             full = min(n_keys, (computed + scheduler_output.num_scheduled_tokens.get(rid, 0))
@@ -329,6 +337,7 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
+        self._failed_reqs = set()  # for this step's wait_for_save
         if not isinstance(meta, KvtierConnectorMetadata) or not meta.loads:
             return
         ns = self._namespace()
@@ -348,6 +357,7 @@ class KvtierConnector(KVConnectorBase_V1):
             if bad < len(t.block_ids):
                 self.stats["load_failures"] += len(t.block_ids) - bad
                 self._load_errors.update(t.block_ids[bad:])
+                self._failed_reqs.add(t.req_id)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return  # the CPU path loads every layer in start_load_kv
@@ -361,6 +371,12 @@ class KvtierConnector(KVConnectorBase_V1):
             return
         ns = self._namespace()
         for t in meta.stores:
+            # What this step computed after a failed load rests on pages
+            # that were never filled: vLLM computes it again, and it is
+            # stored then.
+            if t.req_id in self._failed_reqs:
+                self.stats["store_skipped"] += len(t.block_ids)
+                continue
             if ns is None or self._layout is None:
                 self.stats["store_skipped"] += len(t.block_ids)
                 continue
