@@ -23,7 +23,10 @@ nobody else used, "none" nothing.  On conversation traces an end of
 request costs the next turn its hits (docs/workload.md), hence the default.
 
 Per step: the scheduler asks kvtierd for the leading run of a new prompt's
-blocks (always leaving one prompt token to compute) and tells the workers
+blocks (always leaving one prompt token to compute; when the run goes on
+past host memory, after waiting, at most 0.2 s, for its first block from
+NVMe or a remote tier to settle, so that a remote miss is not scheduled
+as a load) and tells the workers
 which of their pages to fill; each worker copies those blocks from the
 mapped pool into its paged cache before the forward pass, and after it
 stores every full prompt block the step computed that kvtierd does not hold
@@ -51,7 +54,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from . import INDEX_PAGE, Client, Error, Layout, hash_chain
+from . import HOST, INDEX_PAGE, Client, Error, Layout, hash_chain
 from .identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
 
 log = logging.getLogger("kvtier.vllm")
@@ -61,6 +64,9 @@ _RETRY_S = 1.0
 # How long a load waits for blocks staged from NVMe; later ones are
 # recomputed.
 _STAGE_TIMEOUT_MS = 10000
+# How long the scheduler waits for the first staging block of a run to
+# settle (see _settle); past it, the run is taken as the lookup said.
+_PROBE_TIMEOUT_MS = 200
 # What a finished request may tell kvtierd (kvt_end), and the priority of
 # a request's shared tokens when it does not give one.
 _ENDS = ("none", "request", "session")
@@ -159,7 +165,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._failed_reqs: set[str] = set()  # this step's requests with a failed load
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
                       "load_failures": 0, "stored_blocks": 0, "store_skipped": 0,
-                      "retained_blocks": 0, "ended_blocks": 0}
+                      "retained_blocks": 0, "ended_blocks": 0, "settled_lookups": 0}
 
     # ---------------------------------------------------------------- common
 
@@ -213,7 +219,8 @@ class KvtierConnector(KVConnectorBase_V1):
         if ns is None:
             return 0, False
         try:
-            hits, _ = ns.lookup(keys)
+            hits, states = ns.lookup(keys)
+            hits = self._settle(ns, keys, hits, states)
         except Error as e:
             log.warning("kvtier: lookup failed: %s", e)
             return 0, False
@@ -221,6 +228,28 @@ class KvtierConnector(KVConnectorBase_V1):
         self.stats["hit_tokens"] += hits * self._block
         self._requests[request.request_id].done = hits  # in kvtierd already
         return max(0, hits * self._block - num_computed_tokens), False
+
+    def _settle(self, ns, keys: bytes, hits: int, states: bytes) -> int:
+        """The leading run, once its first staging block has settled.
+
+        A block past the ones in host memory is staging: on NVMe (a hit,
+        read back now), or being fetched from a remote tier (a hit only
+        once its bytes have checked).  A remote run that misses, misses at
+        its first block, and the daemon ends the run there; taken at its
+        word, the lookup would have vLLM schedule a load that fails, and
+        compute the prompt in a second step.  Waiting for that one block
+        costs one read; past _PROBE_TIMEOUT_MS the run is taken as is.
+        """
+        host = next((i for i in range(hits) if states[i] != HOST), hits)
+        if host == hits:
+            return hits
+        try:
+            ns.wait_resident(keys[host * 32:(host + 1) * 32], _PROBE_TIMEOUT_MS)
+        except Error:
+            return hits  # still on its way: loaded, or recomputed, later
+        self.stats["settled_lookups"] += 1
+        again, _ = ns.lookup(keys)
+        return again
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
         r = self._requests.get(request.request_id)
