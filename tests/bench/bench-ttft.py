@@ -303,33 +303,30 @@ def main():
     print(f"Model: random Llama, {args.layers} layers, hidden {args.hidden}, 8 KV heads of 64, "
           f"fp32, ~{nparams / 1e9:.2f} B parameters; KV {kv_bytes // 1024} KiB/token; "
           f"block {BLOCK} tokens; {os.cpu_count()} CPUs.\n")
+    # (title, the row's TTFT as a fraction of recompute); then the tokens
+    # each kvtier path restored, and vLLM's own
+    ratios = [("vLLM prefix cache", "vllm prefix cache")]
     if args.remote:
-        print("| prompt tokens | recompute s | vLLM prefix cache | kvtier remote (node B) "
-              "| store overhead (node A) | restored tokens |")
-        print("|---:|---:|---:|---:|---:|---:|")
-        for n in lengths:
-            r = rows[n]
-            rc = r["recompute"]
-            print(f"| {n} | {rc:.3f} | {r['vllm prefix cache'] / rc:.3f} "
-                  f"| {r['kvtier remote'] / rc:.3f} | {r['recompute + store'] / rc:.3f} "
-                  f"| {r['remote cached']} / {r['vllm cached']} |")
-        print("\nColumns after the first: TTFT as a fraction of recompute (lower is better); "
-              "store overhead: node A's storing request against recompute; restored tokens: "
-              "kvtier remote / vLLM prefix cache.")
+        ratios += [("kvtier remote (node B)", "kvtier remote"),
+                   ("store overhead (node A)", "recompute + store")]
+        restored, note = ("remote cached", "vllm cached"), (
+            "store overhead: node A's storing request against recompute; restored tokens: "
+            "kvtier remote / vLLM prefix cache.")
     else:
-        print("| prompt tokens | recompute s | vLLM prefix cache | kvtier host | kvtier NVMe "
-              "| store overhead | restored tokens |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
-        for n in lengths:
-            r = rows[n]
-            rc = r["recompute"]
-            print(f"| {n} | {rc:.3f} | {r['vllm prefix cache'] / rc:.3f} "
-                  f"| {r['kvtier host'] / rc:.3f} | {r['kvtier nvme'] / rc:.3f} "
-                  f"| {r['recompute + store'] / rc:.3f} "
-                  f"| {r['host cached']} / {r['nvme cached']} / {r['vllm cached']} |")
-        print("\nColumns after the first: TTFT as a fraction of recompute (lower is better); "
-              "store overhead: the first (storing) request with kvtier against recompute; "
-              "restored tokens: kvtier host / kvtier NVMe / vLLM prefix cache.")
+        ratios += [("kvtier host", "kvtier host"), ("kvtier NVMe", "kvtier nvme"),
+                   ("store overhead", "recompute + store")]
+        restored, note = ("host cached", "nvme cached", "vllm cached"), (
+            "store overhead: the first (storing) request with kvtier against recompute; "
+            "restored tokens: kvtier host / kvtier NVMe / vLLM prefix cache.")
+    print("| prompt tokens | recompute s | " + " | ".join(t for t, _ in ratios)
+          + " | restored tokens |")
+    print("|---:|---:|" + "---:|" * len(ratios) + "---:|")
+    for n in lengths:
+        r = rows[n]
+        rc = r["recompute"]
+        print(f"| {n} | {rc:.3f} | " + " | ".join(f"{r[k] / rc:.3f}" for _, k in ratios)
+              + " | " + " / ".join(str(r[k]) for k in restored) + " |")
+    print("\nColumns after the first: TTFT as a fraction of recompute (lower is better); " + note)
     bad = [n for n in lengths if any(rows[n].get(k, (n - 1) // BLOCK * BLOCK)
                                      != (n - 1) // BLOCK * BLOCK
                                      for k in ("host cached", "nvme cached", "remote cached"))]

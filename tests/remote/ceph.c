@@ -195,3 +195,9 @@ uint64_t stat_named(kvt_client *c, const char *kind, const char *name_field, con
 	CHECK(q.found, "no field %s in the %s record of %s %s", field, kind, name_field, name);
 	return q.value;
 }
+
+void key_hex(const uint8_t *key, char *out)
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", key[i]);
+}

@@ -48,3 +48,5 @@ struct daemon node_tenant_socket(const struct daemon *d, const char *tenant);
  * ("remote", "name", "a", "writes"); fails the test if absent. */
 uint64_t stat_named(kvt_client *c, const char *kind, const char *name_field, const char *name,
 		    const char *field);
+/* key as 64 hex digits and a NUL, as object names and rados(8) spell it. */
+void key_hex(const uint8_t *key, char *out);

@@ -8,12 +8,6 @@
 
 #include "ceph.h"
 
-static void key_hex(const uint8_t *key, char *out)
-{
-	for (int i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", key[i]);
-}
-
 int main(void)
 {
 	struct ceph ceph;

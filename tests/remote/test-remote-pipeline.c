@@ -15,12 +15,6 @@
 #define RUN 24 /* blocks of the tiny model's 384-token prefix: 6 x DEPTH */
 #define BAD 10
 
-static void key_hex(const uint8_t *key, char *out)
-{
-	for (int i = 0; i < 32; i++)
-		sprintf(out + 2 * i, "%02x", key[i]);
-}
-
 int main(void)
 {
 	struct ceph ceph;

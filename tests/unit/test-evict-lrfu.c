@@ -19,18 +19,10 @@
 #include "count-sketch.h"
 #include "evict.h"
 #include "keyhash.h"
+#define RNG_SEED UINT64_C(0x243f6a8885a308d3)
+#include "rng.h"
 
 static struct keyhash test_hash;
-
-static uint64_t rng_state = UINT64_C(0x243f6a8885a308d3);
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
-}
 
 static void fresh(struct evict_entry *x, uint64_t fp)
 {

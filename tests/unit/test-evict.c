@@ -20,6 +20,8 @@
 #include "evict.h"
 #include "keyhash.h"
 #include "check.h"
+#define RNG_SEED UINT64_C(0x13198a2e03707344)
+#include "rng.h"
 
 #define N_NODES 64
 
@@ -39,16 +41,6 @@ static int id_of(const struct evict_node *n)
 		return -1;
 	return ((const struct block *)((const char *)n -
 				       offsetof(struct block, node)))->id;
-}
-
-static uint64_t rng_state = UINT64_C(0x13198a2e03707344);
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
 }
 
 /*

@@ -22,23 +22,13 @@
 #include "index.h"
 #include "keyhash.h"
 #include "check.h"
+#include "rng.h"
 
 struct entry {
 	uint8_t key[32];
 	uint32_t id;
 	bool in; /* the reference: is it in the index */
 };
-
-static uint64_t rng_state = UINT64_C(0x9e3779b97f4a7c15);
-
-static uint64_t rnd(void)
-{
-	/* xorshift64* */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
-}
 
 /* The secret of every table here but the flood's. */
 static struct keyhash test_hash;

@@ -34,22 +34,13 @@
 #include "io.h"
 #include "log.h"
 #include "check.h"
+#include "rng.h"
 
 #define BLOCK (64u * 1024u)
 #define N_BLOCKS 64u
 #define REGION (4u * 1024u * 1024u)              /* N_BLOCKS * BLOCK */
 #define FILE_SIZE (16ull * 1024u * 1024u)        /* room for random offsets */
 #define QUEUE_DEPTH 8u
-
-static uint64_t rng_state = UINT64_C(0x9e3779b97f4a7c15);
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
-}
 
 static void fill_random(uint8_t *p, size_t n)
 {

@@ -12,16 +12,7 @@
 
 #include "check.h"
 #include "slab.h"
-
-static uint64_t rng_state = UINT64_C(0x9e3779b97f4a7c15);
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
-}
+#include "rng.h"
 
 /* Object i holds i's pattern in every word. */
 static void fill(uint64_t *p, size_t size, uint64_t i)

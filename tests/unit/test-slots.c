@@ -14,6 +14,8 @@
 
 #include "slots.h"
 #include "check.h"
+#define RNG_SEED UINT64_C(0x243f6a8885a308d3)
+#include "rng.h"
 
 #define CHECK_N(cond, n)                                                   \
 	do {                                                               \
@@ -23,16 +25,6 @@
 			failures++;                                        \
 		}                                                          \
 	} while (0)
-
-static uint64_t rng_state = UINT64_C(0x243f6a8885a308d3);
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
-}
 
 /* Fill, overflow, free everything, refill: for one size n. */
 static void test_size(uint32_t n)
