@@ -19,9 +19,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "harness.h"
-#include "kvtier-cuda.h"
-#include "../gpu/gpu-probe.h"
+#include "client-util.h"
+#include "gpu-probe.h"
 
 #define HEADS 8
 #define HEAD_BYTES 256
@@ -29,34 +28,6 @@
 #define N_PAGES 16
 #define N_BLOCKS 6
 #define POISON 0xff
-
-#define CUDA_CHECK(call)                                                   \
-	do {                                                               \
-		cudaError_t e_ = (call);                                   \
-		CHECK(e_ == cudaSuccess, "%s: %s", #call,                  \
-		      cudaGetErrorString(e_));                             \
-	} while (0)
-
-/* Polls until done; never a performance bound, only a hang guard. */
-static int poll_done(kvt_cuda_job *job, int32_t *st)
-{
-	int r = 0;
-
-	for (int i = 0; i < 30000 && r == 0; i++) {
-		r = kvt_cuda_job_poll(job, st);
-		if (r == 0)
-			usleep(1000);
-	}
-	return r;
-}
-
-static void make_keys(uint8_t *keys, int n, uint8_t tag)
-{
-	for (int i = 0; i < n; i++) {
-		memset(keys + i * KVT_KEY_BYTES, tag, KVT_KEY_BYTES);
-		keys[i * KVT_KEY_BYTES] = (uint8_t)i;
-	}
-}
 
 /* Two groups' caches, on the host (the truth) and on the device. */
 #define G_LAYERS 2

@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the GPU tests of the client's CUDA path share: a CUDA call checked
+ * like any other check of the harness, a job polled to its end, and keys
+ * that name their block.
+ */
+#pragma once
+
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "harness.h"
+#include "kvtier-cuda.h"
+
+#define CUDA_CHECK(call)                                                   \
+	do {                                                               \
+		cudaError_t e_ = (call);                                   \
+		CHECK(e_ == cudaSuccess, "%s: %s", #call,                  \
+		      cudaGetErrorString(e_));                             \
+	} while (0)
+
+/* Polls until done; never a performance bound, only a hang guard. */
+static inline int poll_done(kvt_cuda_job *job, int32_t *st)
+{
+	int r = 0;
+
+	for (int i = 0; i < 30000 && r == 0; i++) {
+		r = kvt_cuda_job_poll(job, st);
+		if (r == 0)
+			usleep(1000);
+	}
+	return r;
+}
+
+/* Key i of a set: tag in every byte, i in the first. */
+static inline void make_keys(uint8_t *keys, int n, uint8_t tag)
+{
+	for (int i = 0; i < n; i++) {
+		memset(keys + i * KVT_KEY_BYTES, tag, KVT_KEY_BYTES);
+		keys[i * KVT_KEY_BYTES] = (uint8_t)i;
+	}
+}
