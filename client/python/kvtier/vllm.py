@@ -239,17 +239,18 @@ class KvtierConnector(KVConnectorBase_V1):
         word, the lookup would have vLLM schedule a load that fails, and
         compute the prompt in a second step.  Waiting for that one block
         costs one read; past _PROBE_TIMEOUT_MS the run is taken as is.
+        The blocks after it are taken as the lookup said: a run the tier
+        holds the start of, it holds on the whole.
         """
         host = next((i for i in range(hits) if states[i] != HOST), hits)
         if host == hits:
             return hits
         try:
-            ns.wait_resident(keys[host * 32:(host + 1) * 32], _PROBE_TIMEOUT_MS)
+            landed = ns.wait_resident(keys[host * 32:(host + 1) * 32], _PROBE_TIMEOUT_MS)
         except Error:
             return hits  # still on its way: loaded, or recomputed, later
         self.stats["settled_lookups"] += 1
-        again, _ = ns.lookup(keys)
-        return again
+        return hits if landed == 1 else host
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
         r = self._requests.get(request.request_id)
