@@ -304,7 +304,7 @@ uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed
 
 struct stat_query {
 	const char *kind, *field;
-	uint64_t value;
+	uint64_t value, sum;
 	bool found;
 	uint32_t count;
 };
@@ -315,23 +315,36 @@ static int stat_cb(const kvt_record *r, void *userdata)
 	if (strcmp(kvt_record_kind(r), q->kind))
 		return 0;
 	q->count++;
-	if (!q->found && q->field && kvt_record_get_u64(r, q->field, &q->value) == 0)
+	uint64_t v;
+	if (q->field && kvt_record_get_u64(r, q->field, &v) == 0) {
+		if (!q->found)
+			q->value = v;
 		q->found = true;
+		q->sum += v;
+	}
 	return 0;
 }
 
 uint64_t stat_get(kvt_client *c, const char *kind, const char *field)
 {
-	struct stat_query q = {kind, field, 0, false, 0};
+	struct stat_query q = {kind, field, 0, 0, false, 0};
 	int r = kvt_stats(c, KVT_STATS_ALL, stat_cb, &q);
 	CHECK(r == 0, "stats: %s", strerror(-r));
 	CHECK(q.found, "no field %s in a %s record", field, kind);
 	return q.value;
 }
 
+uint64_t stat_sum(kvt_client *c, const char *kind, const char *field)
+{
+	struct stat_query q = {kind, field, 0, 0, false, 0};
+	int r = kvt_stats(c, KVT_STATS_ALL, stat_cb, &q);
+	CHECK(r == 0, "stats: %s", strerror(-r));
+	return q.sum;
+}
+
 uint32_t stat_count(kvt_client *c, const char *kind)
 {
-	struct stat_query q = {kind, NULL, 0, false, 0};
+	struct stat_query q = {kind, NULL, 0, 0, false, 0};
 	int r = kvt_stats(c, KVT_STATS_ALL, stat_cb, &q);
 	CHECK(r == 0, "stats: %s", strerror(-r));
 	return q.count;

@@ -61,12 +61,19 @@ uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed
 /* A numeric field of the first record of kind (and, if name_field is not
  * NULL, whose name_field equals name_value).  Fails the test if absent. */
 uint64_t stat_get(kvt_client *c, const char *kind, const char *field);
+/* The field summed over every record of kind; 0 when there is none (a
+ * daemon that has just restarted has no tenant until a client opens a
+ * namespace): for wait conditions, which must not fail on a state that
+ * only has not arrived yet. */
+uint64_t stat_sum(kvt_client *c, const char *kind, const char *field);
 uint32_t stat_count(kvt_client *c, const char *kind);
 
 /* Poll cond every 20 ms; fail after a generous deadline, 60 s (never a
  * performance threshold: it only stops a hung test, and leaves room for
  * a sanitizer build on a loaded machine). */
-/* cond is evaluated once per try and the verdict is that evaluation's: a
+/* cond must not CHECK what may be absent for a moment (a record that
+ * has not been made yet): the test would fail instead of waiting.
+ * cond is evaluated once per try and the verdict is that evaluation's: a
  * second one could see a state that has moved on since (write-back that a
  * retry timer restarts, say) and fail a wait that succeeded. */
 #define WAIT_FOR(cond, what)                                                 \

@@ -124,7 +124,7 @@ static int64_t pinned_bytes(kvt_client *c)
 {
 	struct ns_totals t = {0, 0};
 	CHECK(kvt_stats(c, KVT_STATS_ALL, ns_cb, &t) == 0, "stats");
-	return (int64_t)stat_get(c, "tenant", "used") - (int64_t)t.resident_bytes;
+	return (int64_t)stat_sum(c, "tenant", "used") - (int64_t)t.resident_bytes;
 }
 
 static uint64_t reserved_blocks(kvt_client *c)
@@ -256,7 +256,7 @@ static void checkpoint(kvt_client *c, struct baseline *b, const char *when)
 	struct sums sum;
 
 	WAIT_FOR(stat_get(c, "daemon", "clients") == 1, "the dead clients' sessions to close");
-	WAIT_FOR(stat_get(c, "tenant", "handles") == 0, "quarantine to end every handle");
+	WAIT_FOR(stat_sum(c, "tenant", "handles") == 0, "quarantine to end every handle");
 	WAIT_FOR(reserved_blocks(c) == 0, "every reserved block to be dropped");
 	WAIT_FOR(pinned_bytes(c) == 0, "host slots outside resident blocks to return");
 	int want_fds = b->fds + (int)(stat_get(c, "daemon", "extents") - b->extents);
@@ -270,7 +270,7 @@ static void checkpoint(kvt_client *c, struct baseline *b, const char *when)
 	b->confirmed = b->quarantined_min;
 	verify_all(c, &sum);
 	/* The verifier's own leases are gone again. */
-	WAIT_FOR(stat_get(c, "tenant", "handles") == 0, "the verifier's leases to end");
+	WAIT_FOR(stat_sum(c, "tenant", "handles") == 0, "the verifier's leases to end");
 	fprintf(stderr,
 		"%s: %zu requests; %" PRIu64 " blocks loaded byte-exact (%" PRIu64
 		" MiB, %" PRIu64 " staged from NVMe), %" PRIu64 " misses; %" PRIu64

@@ -304,7 +304,7 @@ int main(void)
 	kill(child, SIGKILL);
 	CHECK(wait_exit(child) == 128 + SIGKILL, "C killed (reaped as subreaper)");
 	WAIT_FOR(sessions_of(c, p) == 0, "P's connection to close with C");
-	WAIT_FOR(stat_get(c, "tenant", "handles") == 0, "C's last lease to end by quarantine");
+	WAIT_FOR(stat_sum(c, "tenant", "handles") == 0, "C's last lease to end by quarantine");
 	CHECK(stat_get(c, "daemon", "quarantined") == quarantined_before + 2,
 	      "the witness's lease and C's last one ended by quarantine (%llu)",
 	      (unsigned long long)(stat_get(c, "daemon", "quarantined") - quarantined_before));

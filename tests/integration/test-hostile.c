@@ -592,7 +592,7 @@ int main(void)
 
 	/* Vanishing mid-transfer: half a request (holding a reservation),
 	 * half-read replies. */
-	WAIT_FOR(stat_get(c, "tenant", "handles") == 0, "the hole puncher's reservation to end");
+	WAIT_FOR(stat_sum(c, "tenant", "handles") == 0, "the hole puncher's reservation to end");
 	uint64_t quarantined_before = stat_get(c, "daemon", "quarantined");
 	for (int i = 0; i < 8; i++) {
 		pid_t pid = fork();
@@ -617,7 +617,7 @@ int main(void)
 
 	/* Everything from these clients is gone, and the checker still works. */
 	WAIT_FOR(stat_get(c, "daemon", "clients") == 1, "hostile sessions to close");
-	WAIT_FOR(stat_get(c, "tenant", "handles") == 0, "the reservation to end");
+	WAIT_FOR(stat_sum(c, "tenant", "handles") == 0, "the reservation to end");
 	/* The daemon keeps one descriptor per extent it created, no more. */
 	int fds_want = fds_before + (int)(stat_get(c, "daemon", "extents") - extents_before);
 	for (int i = 0; i < 1500 && daemon_fd_count(&d) != fds_want; i++)
