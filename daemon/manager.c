@@ -60,7 +60,11 @@ static void manager_schedule_reap(struct manager *m);
 
 static const struct session_ops session_ops = {
 	.dead = manager_schedule_reap,
-	.input = requests_process,
+};
+
+static const struct turns_ops turns_ops = {
+	.work = requests_process,
+	.settled = session_settled,
 };
 
 int manager_new(struct config *c, struct manager **ret)
@@ -83,6 +87,11 @@ int manager_new(struct config *c, struct manager **ret)
 		return -ENOMEM;
 	}
 	r = sd_event_default(&m->event);
+	if (r < 0) {
+		manager_free(m);
+		return r;
+	}
+	r = turns_init(&m->turns, m->event, &turns_ops);
 	if (r < 0) {
 		manager_free(m);
 		return r;
@@ -125,6 +134,7 @@ void manager_free(struct manager *m)
 			unlink(l->path);
 		free(l);
 	}
+	turns_done(&m->turns);
 	sd_event_source_disable_unref(m->reap_source);
 	sd_event_source_disable_unref(m->status_source);
 	sd_event_source_disable_unref(m->hints_source);

@@ -12,6 +12,7 @@
 #include "kvt-proto.h"
 #include "pool.h"
 #include "store.h"
+#include "turns.h"
 
 struct nvme;
 struct remote;
@@ -66,6 +67,7 @@ struct manager {
 	LIST_HEAD(session_list, session) sessions; /* newest first */
 	uint32_t n_sessions;
 	const struct session_ops *session_ops;
+	struct turns turns; /* sessions with work left, in turn */
 	uint32_t next_session_id;
 	LIST_HEAD(, process) processes;
 	uint32_t n_processes;

@@ -19,6 +19,7 @@
 #include "session.h"
 #include "stats.h"
 #include "store.h"
+#include "turns.h"
 
 /* ---- replies ------------------------------------------------------ */
 
@@ -71,11 +72,43 @@ union request {
  */
 typedef int (*decode_fn)(struct session *s, const struct kvt_header *h, struct kvt_cursor *c,
 			 union request *ret);
-/* Handlers return 0 (replied, or refused with a reason) or a negative
- * errno for a violation that closes the connection.  ns: the namespace of
- * an OP_NAMESPACE request, else NULL. */
+/* Handlers return 0 (replied, or refused with a reason), 1 when the
+ * request is under way at the end of the turn t (its message stays in
+ * the input, and the session's next turn decodes it again and goes on
+ * from s->work), or a negative errno for a violation that closes the
+ * connection.  ns: the namespace of an OP_NAMESPACE request, else NULL. */
 typedef int (*handle_fn)(struct session *s, const struct kvt_header *h, union request *req,
-			 struct ns *ns);
+			 struct ns *ns, const struct turn *turn);
+
+/*
+ * A request taken in parts, across turns (s->work): LOOKUP, a part of
+ * LOOKUP_PART keys at a time, and ADMIN_EVICT, EVICT_PART index slots at a
+ * time.  Every other request is one part: its keys and handles are
+ * bounded by [limits] keys_per_request, and the turn ends after it.
+ */
+#define LOOKUP_PART 64
+#define EVICT_PART 256
+
+struct work {
+	uint32_t done;           /* LOOKUP: keys with a state, from the end */
+	struct store_evict evict; /* ADMIN_EVICT */
+	uint8_t states[];        /* LOOKUP: one per key */
+};
+
+/* The request goes on at the next turn; NULL when there is no memory for
+ * it, and it then goes on now. */
+static struct work *work_begin(struct session *s, size_t n_states)
+{
+	if (!s->work)
+		s->work = calloc(1, sizeof(struct work) + n_states);
+	return s->work;
+}
+
+static void work_end(struct session *s)
+{
+	free(s->work);
+	s->work = NULL;
+}
 
 static int dec_hello(struct session *s, const struct kvt_header *h, struct kvt_cursor *c,
 		     union request *ret)
@@ -176,7 +209,7 @@ static void peer_groups(struct session *s, gid_t *small, socklen_t small_len, st
 }
 
 static int do_hello(struct session *s, const struct kvt_header *h, union request *rq,
-		    struct ns *unused)
+		    struct ns *unused, const struct turn *turn)
 {
 	struct manager *m = s->m;
 	const struct kvt_hello_req *req = &rq->hello;
@@ -252,7 +285,7 @@ static int do_hello(struct session *s, const struct kvt_header *h, union request
 }
 
 static int do_ns_open(struct session *s, const struct kvt_header *h, union request *rq,
-		      struct ns *unused)
+		      struct ns *unused, const struct turn *turn)
 {
 	const struct kvt_ns_open_req *req = &rq->ns_open;
 	char reason[KVT_MAX_REASON];
@@ -301,26 +334,44 @@ static bool any_state(const uint8_t *states, uint32_t n, uint8_t state)
 	return false;
 }
 
+/* In parts of LOOKUP_PART keys, from the last to the first, with other
+ * sessions' turns between them: each key's state is the one it had at
+ * some moment between the request's arrival and its reply. */
 static int do_lookup(struct session *s, const struct kvt_header *h, union request *rq,
-		     struct ns *ns)
+		     struct ns *ns, const struct turn *turn)
 {
 	struct manager *m = s->m;
 	const struct kvt_keys_req *req = &rq->keys;
-	struct kvt_lookup_rep rep = {.n = req->n, .states = m->states};
+	struct work *w = s->work;
+	uint8_t *states = w ? w->states : m->states;
+	uint32_t done = w ? w->done : 0;
 
 	if (req->arg & ~(uint32_t)KVT_LOOKUP_TOUCH)
 		return -EBADMSG;
-	rep.leading = store_lookup(&m->store, ns, req->keys, req->n, req->arg, m->states);
-	if (any_state(m->states, req->n, KVT_STATE_DISK))
+	while (done < req->n) {
+		uint32_t k = req->n - done < LOOKUP_PART ? req->n - done : LOOKUP_PART;
+		store_lookup_keys(&m->store, ns, req->keys, req->n - done - k, k, req->arg, states);
+		done += k;
+		if (done < req->n && turn_over(turn) && (w || (w = work_begin(s, req->n)))) {
+			if (states != w->states)
+				memcpy(w->states + req->n - done, states + req->n - done, done);
+			w->done = done;
+			return 1;
+		}
+	}
+	struct kvt_lookup_rep rep = {.n = req->n, .states = states};
+	rep.leading = store_lookup_end(&m->store, ns, req->keys, req->n, states);
+	if (any_state(states, req->n, KVT_STATE_DISK))
 		session_want_ready(s);
 	kvt_enc_lookup_rep(&m->reply, s->version, h->request_id, &rep);
+	work_end(s);
 	reply(s);
 	return 0;
 }
 
 /* RESERVE and ACQUIRE: a shard of each key's slot. */
 static int do_slots(struct session *s, const struct kvt_header *h, union request *rq,
-		    struct ns *ns)
+		    struct ns *ns, const struct turn *turn)
 {
 	struct manager *m = s->m;
 	const struct kvt_keys_req *req = &rq->keys;
@@ -350,7 +401,7 @@ static int do_slots(struct session *s, const struct kvt_header *h, union request
 
 /* TOUCH, DELETE, PREFETCH: a status per key. */
 static int do_keys_status(struct session *s, const struct kvt_header *h, union request *rq,
-			  struct ns *ns)
+			  struct ns *ns, const struct turn *turn)
 {
 	struct manager *m = s->m;
 	const struct kvt_keys_req *req = &rq->keys;
@@ -374,7 +425,7 @@ static int do_keys_status(struct session *s, const struct kvt_header *h, union r
  * with a reply, so that a newer library learns it is talking to an older
  * daemon. */
 static int do_hint(struct session *s, const struct kvt_header *h, union request *rq,
-		   struct ns *ns)
+		   struct ns *ns, const struct turn *turn)
 {
 	struct manager *m = s->m;
 	const struct kvt_keys_req *req = &rq->keys;
@@ -392,7 +443,7 @@ static int do_hint(struct session *s, const struct kvt_header *h, union request 
 
 /* COMMIT, ABORT, RELEASE: handles, which cross the tenant's connections. */
 static int do_handles(struct session *s, const struct kvt_header *h, union request *rq,
-		      struct ns *unused)
+		      struct ns *unused, const struct turn *turn)
 {
 	struct manager *m = s->m;
 	uint32_t n = rq->n_handles;
@@ -413,28 +464,42 @@ static int do_handles(struct session *s, const struct kvt_header *h, union reque
 }
 
 static int do_evict(struct session *s, const struct kvt_header *h, union request *rq,
-		    struct ns *unused)
+		    struct ns *unused, const struct turn *turn)
 {
 	struct manager *m = s->m;
 	const struct kvt_evict_req *req = &rq->evict;
-	struct tenant *t = store_tenant_by_id(&m->store, req->tenant_id);
-	struct ns *ns = t ? store_ns_get(t, req->ns_id) : NULL;
+	struct tenant *tn = store_tenant_by_id(&m->store, req->tenant_id);
+	struct ns *ns = tn ? store_ns_get(tn, req->ns_id) : NULL;
+	struct store_evict first, *e = s->work ? &((struct work *)s->work)->evict : &first;
 
 	if (!ns) {
 		reply_error(s, h, -ENOENT, "no namespace %u in tenant %u", req->ns_id, req->tenant_id);
 		return 0;
 	}
-	uint64_t n = store_ns_evict(&m->store, ns, req->flags & KVT_EVICT_DROP);
+	if (!s->work)
+		store_ns_evict_begin(e, req->flags & KVT_EVICT_DROP);
+	/* In parts, with other sessions' turns between them. */
+	while (!store_ns_evict_some(&m->store, ns, e, EVICT_PART)) {
+		if (!turn_over(turn))
+			continue;
+		if (e == &first) {
+			struct work *w = work_begin(s, 0);
+			if (!w)
+				continue; /* no memory to wait: on at once */
+			w->evict = first;
+		}
+		return 1;
+	}
 	log_info("Client %u (uid %u) %s namespace %s/%u: %llu block(s)", s->id, (unsigned)s->uid,
-		 (req->flags & KVT_EVICT_DROP) ? "dropped" : "evicted", t->name, ns->id,
-		 (unsigned long long)n);
-	kvt_enc_count_rep(&m->reply, s->version, KVT_OP_ADMIN_EVICT, h->request_id, n);
+		 e->drop ? "dropped" : "evicted", tn->name, ns->id, (unsigned long long)e->n);
+	kvt_enc_count_rep(&m->reply, s->version, KVT_OP_ADMIN_EVICT, h->request_id, e->n);
+	work_end(s);
 	reply(s);
 	return 0;
 }
 
 static int do_ping(struct session *s, const struct kvt_header *h, union request *rq,
-		   struct ns *unused)
+		   struct ns *unused, const struct turn *turn)
 {
 	kvt_msg_begin(&s->m->reply, s->version, KVT_OP_PING, KVT_FLAG_REPLY, h->request_id);
 	reply(s);
@@ -444,7 +509,7 @@ static int do_ping(struct session *s, const struct kvt_header *h, union request 
 /* STATS: stats.c builds the replies from what the daemon holds now; the
  * session only sends them. */
 static int do_stats(struct session *s, const struct kvt_header *h, union request *rq,
-		    struct ns *unused)
+		    struct ns *unused, const struct turn *turn)
 {
 	struct stats_query q = {
 		.what = rq->stats_what,
@@ -565,7 +630,8 @@ static int check_needs(struct session *s, const struct op *op, const struct kvt_
 	return 0;
 }
 
-static int dispatch(struct session *s, const struct kvt_header *h, struct kvt_cursor *c)
+static int dispatch(struct session *s, const struct kvt_header *h, struct kvt_cursor *c,
+		    const struct turn *turn)
 {
 	const struct op *op = op_find(h->opcode);
 	union request req;
@@ -575,8 +641,11 @@ static int dispatch(struct session *s, const struct kvt_header *h, struct kvt_cu
 	/* Clients send requests only: no flags, no descriptors. */
 	if (h->flags != 0 || h->n_fds != 0)
 		return -EBADMSG;
-	s->requests++;
-	s->m->c.requests++;
+	/* A request under way was counted at its first part. */
+	if (!s->work) {
+		s->requests++;
+		s->m->c.requests++;
+	}
 	if (!s->hello) {
 		if (!op || !(op->flags & OP_HANDSHAKE))
 			return -EBADMSG;
@@ -598,12 +667,12 @@ static int dispatch(struct session *s, const struct kvt_header *h, struct kvt_cu
 		return r < 0 ? r : 0;
 	if (check_needs(s, op, h, &req, &ns))
 		return 0;
-	return op->handle(s, h, &req, ns);
+	return op->handle(s, h, &req, ns, turn);
 }
 
 /* ---- input -------------------------------------------------------- */
 
-void requests_process(struct session *s)
+bool requests_process(struct session *s, const struct turn *turn)
 {
 	struct kvt_header h;
 	struct kvt_cursor c;
@@ -615,16 +684,23 @@ void requests_process(struct session *s)
 			session_kill(s, r == -EPROTONOSUPPORT
 						? "message in an unsupported protocol version"
 						: "malformed message header");
-			return;
+			return false;
 		}
-		r = dispatch(s, &h, &c);
+		r = dispatch(s, &h, &c, turn);
+		if (r == 1)
+			return true; /* under way: the message stays */
+		work_end(s); /* refused on a later part: no longer under way */
 		kvt_conn_consume(&s->conn);
 		if (r < 0) {
 			char why[96];
 			s->m->c.malformed++;
 			snprintf(why, sizeof(why), "malformed %s message", op_name(h.opcode));
 			session_kill(s, why);
-			return;
+			return false;
 		}
+		if (turn_over(turn))
+			break;
 	}
+	/* Work is left when another whole message waits. */
+	return !s->dead && !s->paused && kvt_conn_next(&s->conn, &h, &c) != 0;
 }

@@ -2,8 +2,13 @@
 /* The requests of a session: decoded, checked and handled by one table. */
 #pragma once
 
-struct session;
+#include <stdbool.h>
 
-/* Handle every whole request buffered in the session's connection, until
- * it is dead or paused; a malformed one closes the session. */
-void requests_process(struct session *s);
+struct session;
+struct turn;
+
+/* Handle the whole requests buffered in the session's connection for one
+ * turn (turns.h), until it is dead or paused; a malformed one closes the
+ * session.  \return true when work is left: a request under way, or
+ * another whole one buffered. */
+bool requests_process(struct session *s, const struct turn *turn);

@@ -20,6 +20,7 @@
 #include "process.h"
 #include "session.h"
 #include "store.h"
+#include "turns.h"
 
 #define READS_PER_WAKEUP 16
 
@@ -85,6 +86,8 @@ void session_free(struct session *s)
 	if (!s)
 		return;
 	LIST_REMOVE(s, link);
+	turns_forget(&s->m->turns, s);
+	free(s->work);
 	s->m->n_sessions--;
 	sd_event_source_disable_unref(s->io);
 	sd_event_source_disable_unref(s->hello_timer);
@@ -113,12 +116,17 @@ static void update_events(struct session *s)
 	uint32_t ev = 0;
 	if (s->dead)
 		return;
-	if (!s->paused)
+	if (!s->paused && !s->queued)
 		ev |= EPOLLIN;
 	if (kvt_conn_out_pending(&s->conn))
 		ev |= EPOLLOUT;
 	sd_event_source_set_io_events(s->io, ev);
 	sd_event_source_set_enabled(s->io, ev ? SD_EVENT_ON : SD_EVENT_OFF);
+}
+
+void session_settled(struct session *s)
+{
+	update_events(s);
 }
 
 int session_send(struct session *s, const struct kvt_buf *msg, const int *fds,
@@ -216,14 +224,16 @@ static int session_io(sd_event_source *src, int fd, uint32_t revents, void *user
 		}
 		if (s->paused && s->conn.out_bytes <= s->m->config->max_output_bytes / 2) {
 			s->paused = false;
-			s->m->session_ops->input(s);
+			turns_request(&s->m->turns, s);
 		}
 		update_events(s);
 	}
-	if (!(revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) || s->paused || s->dead)
+	if (!(revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) || s->paused || s->queued || s->dead)
 		return 0;
 
-	for (int i = 0; i < READS_PER_WAKEUP && !s->dead && !s->paused; i++) {
+	/* A queued session reads no more: what it has sent waits its turn,
+	 * and a request under way keeps its bytes where they are. */
+	for (int i = 0; i < READS_PER_WAKEUP && !s->dead && !s->paused && !s->queued; i++) {
 		ssize_t n = kvt_conn_recv(&s->conn, false);
 		if (n == -EAGAIN)
 			break;
@@ -242,7 +252,7 @@ static int session_io(sd_event_source *src, int fd, uint32_t revents, void *user
 			session_kill(s, n == 0 || n == -ECONNRESET ? NULL : "read error");
 			return 0;
 		}
-		s->m->session_ops->input(s);
+		turns_request(&s->m->turns, s);
 	}
 	return 0;
 }

@@ -28,8 +28,6 @@ struct session;
 struct session_ops {
 	/* A session was marked dead: free it from the event loop. */
 	void (*dead)(struct manager *m);
-	/* Whole requests may be buffered in s->conn: handle them. */
-	void (*input)(struct session *s);
 };
 struct tenant;
 struct extent;
@@ -55,6 +53,9 @@ struct session {
 	bool pool;   /* wants the pool extents (not an observer) */
 	bool dead;
 	bool paused; /* not reading: too many reply bytes queued */
+	bool queued; /* waiting for its next turn (turns.h), not reading */
+	void *work;  /* a request under way across turns: requests.c's, one
+		      * allocation, freed with the session */
 
 	sd_event_source *io;
 	sd_event_source *hello_timer; /* until HELLO */
@@ -64,6 +65,7 @@ struct session {
 	uint64_t connected_usec;
 	struct manager *m;
 	LIST_ENTRY(session) link; /* on the manager's sessions */
+	TAILQ_ENTRY(session) turn_link; /* on the turns' queue while queued */
 };
 
 int session_new(struct manager *m, int fd, struct session **ret);
@@ -71,6 +73,8 @@ void session_free(struct session *s);
 /* Mark for closing; freed from the manager's reap callback
  * (session_ops.dead). */
 void session_kill(struct session *s, const char *why);
+/* Its socket's events, after it joined or left the turns' queue. */
+void session_settled(struct session *s);
 /* Queue a finished message.  fds are borrowed, not duplicated: until they
  * have been sent they must stay open and mean the same file, for as long
  * as the session lives.  Extent descriptors, the only ones sent, do: an

@@ -40,17 +40,13 @@ static uint32_t remote_fetch(struct store *s, struct ns *ns, const uint8_t *keys
 	return f;
 }
 
-uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
-		      uint32_t n, uint32_t flags, uint8_t *ret_states)
+void store_lookup_keys(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t from,
+		       uint32_t n, uint32_t flags, uint8_t *ret_states)
 {
-	uint32_t leading = 0;
-
-	ns->c.lookups++;
-	ns->c.lookup_keys += n;
 	/* Backwards, so that a touched chain's head ends up most recently
 	 * used: a prefix is worthless without its first block, so its tail
 	 * should go first. */
-	for (uint32_t i = n; i-- > 0;) {
+	for (uint32_t i = from + n; i-- > from;) {
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
 		uint8_t st = KVT_STATE_MISS;
 		if (b && b->state == BLOCK_RESIDENT && !b->extent && !store_disk_usable(b)) {
@@ -84,10 +80,20 @@ uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
 		}
 		ret_states[i] = st;
 	}
+}
+
+uint32_t store_lookup_end(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t n,
+			  uint8_t *ret_states)
+{
+	uint32_t leading = 0;
+
+	ns->c.lookups++;
+	ns->c.lookup_keys += n;
 	/* Staging in chain order: the head of a prefix is needed first.  One
-	 * that cannot start now (no memory for it) or whose copy is gone is a
-	 * miss for this lookup: the client computes it rather than wait for a
-	 * notification that would never come. */
+	 * that cannot start now (no memory for it) or whose copy is gone (since
+	 * its key was looked up, in a lookup taken in parts) is a miss for this
+	 * lookup: the client computes it rather than wait for a notification
+	 * that would never come. */
 	for (uint32_t i = 0; s->tier_ops && i < n; i++) {
 		if (ret_states[i] != KVT_STATE_DISK)
 			continue;
@@ -351,34 +357,56 @@ static bool on_nvme_only(const struct block *b)
 	return block_disk(b) && (!b->extent || b->io == BLOCK_IO_READ);
 }
 
-uint64_t store_ns_evict(struct store *s, struct ns *ns, bool drop)
+void store_ns_evict_begin(struct store_evict *e, bool drop)
 {
-	uint64_t n = 0;
-	if (!drop) {
-		for (size_t i = 0; i < ns->index.cap; i++) {
-			struct block *b = ns->index.slots[i];
-			if (b && host_copy_evictable(b)) {
-				store_block_spilled(s, b);
-				n++;
-			}
-		}
+	*e = (struct store_evict){.drop = drop, .pass = drop ? 1 : 0};
+}
+
+/* Whether slot i's block goes in this pass. */
+static bool evict_takes(const struct store_evict *e, const struct block *b)
+{
+	if (!b)
+		return false;
+	if (e->pass == 0)
+		return host_copy_evictable(b);
+	return e->drop || !on_nvme_only(b);
+}
+
+bool store_ns_evict_some(struct store *s, struct ns *ns, struct store_evict *e, size_t slots)
+{
+	/* The table grew (blocks stored since the last part): positions
+	 * mean nothing in it; the pass starts again, and only what it
+	 * still has to take counts. */
+	if (e->cap != ns->index.cap) {
+		e->cap = ns->index.cap;
+		e->pos = 0;
 	}
-	/* Removal shifts entries back into visited slots: rescan until only
-	 * what stays is left. */
-	for (bool again = true; again;) {
-		again = false;
-		for (size_t i = 0; i < ns->index.cap; i++) {
-			struct block *b = ns->index.slots[i];
-			if (!b || (!drop && on_nvme_only(b)))
-				continue;
+	for (size_t end = e->pos + slots; e->pos < e->cap && e->pos < end; e->pos++) {
+		struct block *b;
+		/* The first pass leaves NVMe copies (evict, not drop); the
+		 * second takes blocks out of the index.  A removal pulls the
+		 * next member of the probe run into this slot (backward
+		 * shift), so the slot is looked at again; what a removal
+		 * moves never lands in a slot already passed with a block
+		 * this pass would take. */
+		while (evict_takes(e, b = ns->index.slots[e->pos])) {
+			e->n++;
+			if (e->pass == 0) {
+				store_block_spilled(s, b);
+				break;
+			}
 			ns->c.evictions++;
 			store_block_unindex(b);
 			store_block_maybe_free(b);
-			n++;
-			again = true;
 		}
 	}
-	return n;
+	if (e->pos < e->cap)
+		return false;
+	if (e->pass == 1)
+		return true;
+	e->pass = 1;
+	e->pos = 0;
+	return false;
 }
 
 void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,

@@ -268,8 +268,15 @@ struct ns *store_ns_get(struct tenant *t, uint32_t ns_id);
 int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 		  uint32_t len, struct ns **ret, char *reason, size_t reason_size);
 
-uint32_t store_lookup(struct store *s, struct ns *ns, const uint8_t *keys,
-		      uint32_t n, uint32_t flags, uint8_t *ret_states);
+/* LOOKUP, in parts that other requests may come between: the state of
+ * each of keys[from, from + n) in ret_states (a request's keys from its
+ * last part to its first: a touched chain's head ends most recent), then,
+ * once every key has one, store_lookup_end for the whole request: staging
+ * in chain order, the remote tier's fetch.  \return the leading hits */
+void store_lookup_keys(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t from,
+		       uint32_t n, uint32_t flags, uint8_t *ret_states);
+uint32_t store_lookup_end(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t n,
+			  uint8_t *ret_states);
 /* node: the NUMA node the client's GPU is on, -1 if unknown. */
 void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		   const uint8_t *keys, uint32_t n, struct process *owner, int node,
@@ -305,7 +312,20 @@ uint64_t store_hints_lapse(struct store *s);
 /* Evict a namespace from host memory: blocks also on NVMe (and idle) stay
  * there, every other block is dropped (pinned ones when their last handle
  * goes).  drop: from every tier.  Returns how many blocks were affected. */
-uint64_t store_ns_evict(struct store *s, struct ns *ns, bool drop);
+/* ADMIN_EVICT of a namespace in parts: its host copies go (to NVMe only
+ * with drop false, entirely with drop true), a bounded part of its index
+ * per call, so that other requests come between.  Blocks stored while it
+ * runs may stay. */
+struct store_evict {
+	bool drop;
+	uint8_t pass;   /* 0: host copies of blocks on NVMe; 1: out of the index */
+	size_t pos;     /* index slot */
+	size_t cap;     /* of the index the position is in */
+	uint64_t n;     /* blocks evicted so far */
+};
+void store_ns_evict_begin(struct store_evict *e, bool drop);
+/* At most slots index slots.  \return true when it is done (e->n). */
+bool store_ns_evict_some(struct store *s, struct ns *ns, struct store_evict *e, size_t slots);
 struct tenant *store_tenant_by_id(struct store *s, uint32_t id);
 
 /* Drop a handle as if its owner released it (reservations abort). */

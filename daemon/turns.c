@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Fair turns at the event loop: a queue of sessions with work left, served
+ * round-robin by one deferred event source of idle priority, so that every
+ * socket that is ready is read (and, when the queue is empty, served)
+ * first.
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "session.h"
+#include "turns.h"
+
+static uint64_t now_nsec(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+bool turn_over(const struct turn *t)
+{
+	return now_nsec() >= t->deadline;
+}
+
+static void enqueue(struct turns *q, struct session *s)
+{
+	s->queued = true;
+	TAILQ_INSERT_TAIL(&q->queue, s, turn_link);
+	if (q->n++ == 0)
+		sd_event_source_set_enabled(q->source, SD_EVENT_ON);
+}
+
+static struct session *dequeue(struct turns *q)
+{
+	struct session *s = TAILQ_FIRST(&q->queue);
+	if (!s)
+		return NULL;
+	TAILQ_REMOVE(&q->queue, s, turn_link);
+	s->queued = false;
+	if (--q->n == 0)
+		sd_event_source_set_enabled(q->source, SD_EVENT_OFF);
+	return s;
+}
+
+/* One turn of s; back to the end of the queue if work is left. */
+static void take_turn(struct turns *q, struct session *s)
+{
+	struct turn t = {.deadline = now_nsec() + TURN_NSEC};
+
+	q->taken++;
+	if (q->ops->work(s, &t) && !s->dead) {
+		q->yielded++;
+		enqueue(q, s);
+	}
+	q->ops->settled(s);
+}
+
+static int on_turn(sd_event_source *src, void *userdata)
+{
+	struct turns *q = userdata;
+	struct session *s = dequeue(q);
+
+	if (s && !s->dead)
+		take_turn(q, s);
+	return 0;
+}
+
+int turns_init(struct turns *q, sd_event *e, const struct turns_ops *ops)
+{
+	int r;
+
+	TAILQ_INIT(&q->queue);
+	q->n = 0;
+	q->ops = ops;
+	r = sd_event_add_defer(e, &q->source, on_turn, q);
+	if (r < 0)
+		return r;
+	/* Below every socket: a request that arrives is read before the
+	 * next turn of those already waiting. */
+	r = sd_event_source_set_priority(q->source, SD_EVENT_PRIORITY_IDLE);
+	if (r >= 0)
+		r = sd_event_source_set_enabled(q->source, SD_EVENT_OFF);
+	return r;
+}
+
+void turns_done(struct turns *q)
+{
+	q->source = sd_event_source_disable_unref(q->source);
+}
+
+void turns_request(struct turns *q, struct session *s)
+{
+	if (s->queued || s->dead)
+		return;
+	if (q->n > 0) {
+		enqueue(q, s);
+		q->ops->settled(s);
+	} else {
+		take_turn(q, s);
+	}
+}
+
+void turns_forget(struct turns *q, struct session *s)
+{
+	if (!s->queued)
+		return;
+	TAILQ_REMOVE(&q->queue, s, turn_link);
+	s->queued = false;
+	if (--q->n == 0)
+		sd_event_source_set_enabled(q->source, SD_EVENT_OFF);
+}

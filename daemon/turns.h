@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Fair turns at the one event loop.  A session's requests are handled in
+ * turns of at most TURN_NSEC of work; a session with work left after its
+ * turn (whole requests still buffered, or a long request under way) waits
+ * at the end of a queue, and the queue is served one turn at a time, only
+ * when no socket is ready.  So a request that arrives waits for at most
+ * the turn being taken, however much others have asked for.
+ *
+ * When nobody waits, a session's input is handled at once, in the
+ * wakeup that read it: the common case costs nothing more.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <systemd/sd-event.h>
+
+struct session;
+
+/* A turn's share of the loop.  A request checks turn_over() between
+ * slices of its work; every turn makes some progress, however short. */
+#define TURN_NSEC (50 * 1000)
+
+struct turn {
+	uint64_t deadline; /* CLOCK_MONOTONIC, ns */
+};
+
+struct turns_ops {
+	/* Handle s's input for one turn.  \return true when work is left. */
+	bool (*work)(struct session *s, const struct turn *t);
+	/* s was queued or has left the queue: its socket's events follow
+	 * (a queued session does not read). */
+	void (*settled)(struct session *s);
+};
+
+struct turns {
+	TAILQ_HEAD(, session) queue;
+	uint32_t n;
+	sd_event_source *source; /* serves the queue, below every socket */
+	const struct turns_ops *ops;
+	uint64_t taken;   /* turns */
+	uint64_t yielded; /* turns that ended with work left */
+};
+
+int turns_init(struct turns *q, sd_event *e, const struct turns_ops *ops);
+void turns_done(struct turns *q);
+/* s has input: a turn now if nobody waits, else a place in the queue. */
+void turns_request(struct turns *q, struct session *s);
+/* s goes away (it is being freed). */
+void turns_forget(struct turns *q, struct session *s);
+bool turn_over(const struct turn *t);

@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench-fair: what a tenant's heavy requests cost a neighbour.
+ *
+ * Tenant B asks for one key at a time (a one-key lookup of a stored
+ * block, what an engine's scheduler does for every new request) while
+ * tenant A, through a socket of its own and in a process of its own,
+ * does one of:
+ *
+ *   lookup   8192-key lookups of its stored blocks, back to back;
+ *   stats    full STATS (every record), back to back;
+ *   evict    ADMIN_EVICT of its namespace of --blocks blocks (then stores
+ *            them again, unmeasured, for the next pair).
+ *
+ * The limit is B's own latency with A idle, measured in the same run and
+ * alternated with the loaded one (--pairs pairs): each pair's ratio is B's
+ * median under load over B's median alone.  For evict, whose request is a
+ * single long one, B's worst latency while it runs is the figure, against
+ * B's worst alone over as many lookups.  A's own rate (keys/s of its
+ * lookups, evictions/s) is reported alone and beside B, so that fairness
+ * is not bought with A's throughput.
+ *
+ * A measurement, not a test: it fails only when something does not work,
+ * never because of a figure.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench-util.h"
+#include "kvtier.h"
+
+#define BLOCK_BYTES 4096ull /* 1 layer, K and V, 1 head of 128 bytes */
+#define BIG 8192u           /* keys of A's lookups: the protocol's most */
+#define MAX_PAIRS 50
+
+const char bench_name[] = "bench-fair";
+
+static struct bench_daemon dmn;
+static unsigned n_pairs = 7, n_iters = 2000;
+static uint64_t n_blocks = 100000;
+
+/* What A's process shares with B's: its orders and its progress. */
+struct shared {
+	atomic_int stop;
+	atomic_uint_fast64_t done; /* requests finished */
+	atomic_uint_fast64_t units; /* keys looked up, blocks evicted */
+	atomic_uint_fast64_t ns;   /* time they took */
+};
+static struct shared *sh;
+
+
+enum load { LOAD_LOOKUP, LOAD_STATS, LOAD_EVICT, N_LOADS };
+static const char *const load_name[] = {"lookup", "stats", "evict"};
+
+struct result {
+	double alone_us[MAX_PAIRS], during_us[MAX_PAIRS], ratio[MAX_PAIRS];
+	double worst_alone_us[MAX_PAIRS], worst_during_us[MAX_PAIRS];
+	double a_rate_alone, a_rate_during; /* A's units per second */
+	unsigned n;
+};
+static struct result res[N_LOADS];
+
+_Noreturn void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	bench_vsay(fmt, ap);
+	va_end(ap);
+	bench_daemon_abort(&dmn);
+	exit(1);
+}
+
+static void on_signal(int sig)
+{
+	bench_daemon_kill(&dmn);
+	bench_daemon_unlink(&dmn);
+	_exit(128 + sig);
+}
+
+static void make_key(uint8_t *key, uint64_t i, uint64_t who)
+{
+	for (unsigned w = 0; w < KVT_KEY_BYTES / 8; w++) {
+		uint64_t v = mix(i * 4 + w + who * 0x9e3779b97f4a7c15ull);
+		memcpy(key + w * 8, &v, 8);
+	}
+}
+
+static kvt_client *connect_to(const char *sock)
+{
+	kvt_client *c = NULL;
+	int r = kvt_client_connect(sock, bench_name, &c);
+	if (r < 0)
+		die("cannot connect to %s: %s", sock, strerror(-r));
+	return c;
+}
+
+static kvt_ns *open_ns(kvt_client *c)
+{
+	return bench_ns_open(c, "bench-fair-4k", 1, 1, 128, BLOCK_BYTES);
+}
+
+/* Blocks [0, n) of who, from one source block. */
+static void store_all(kvt_ns *ns, uint64_t n, uint64_t who)
+{
+	uint8_t *keys = calloc(BIG, KVT_KEY_BYTES);
+	const void **srcs = calloc(BIG, sizeof(*srcs));
+	int32_t *st = calloc(BIG, sizeof(*st));
+	uint8_t *block = alloc_populated(BLOCK_BYTES);
+	if (!keys || !srcs || !st)
+		die("out of memory");
+	fill_random(block, BLOCK_BYTES, who);
+	for (unsigned i = 0; i < BIG; i++)
+		srcs[i] = block;
+	for (uint64_t i = 0; i < n;) {
+		size_t k = n - i < BIG ? (size_t)(n - i) : BIG;
+		for (size_t j = 0; j < k; j++)
+			make_key(keys + j * KVT_KEY_BYTES, i + j, who);
+		int r = kvt_store(ns, 0, keys, k, srcs, st);
+		if (r != (int)k)
+			die("kvt_store of %zu blocks stored %d", k, r);
+		i += k;
+	}
+	free(keys);
+	free(srcs);
+	free(st);
+	munmap(block, BLOCK_BYTES);
+}
+
+static int tenant_id_cb(const kvt_record *r, void *userdata)
+{
+	uint64_t *id = userdata;
+	const char *name = kvt_record_get_str(r, "name");
+	if (!strcmp(kvt_record_kind(r), "tenant") && name && !strcmp(name, "a"))
+		kvt_record_get_u64(r, "id", id);
+	return 0;
+}
+
+static int count_cb(const kvt_record *r, void *userdata)
+{
+	(*(uint64_t *)userdata)++;
+	return 0;
+}
+
+/* ---- A: the heavy neighbour, in a process of its own ----------------- */
+
+static void a_loop(enum load load, char sock_a[], uint64_t *ring)
+{
+	kvt_client *c = connect_to(load == LOAD_EVICT ? dmn.socket : sock_a);
+	kvt_client *ca = load == LOAD_EVICT ? connect_to(sock_a) : NULL;
+	kvt_ns *ns = open_ns(ca ? ca : c);
+	uint8_t *keys = calloc(BIG, KVT_KEY_BYTES), *states = calloc(BIG, 1);
+	uint64_t tenant = 0, pos = 0;
+	kvt_ns_info info;
+
+	if (!keys || !states)
+		die("out of memory");
+	kvt_ns_get_info(ns, &info);
+	if (load == LOAD_EVICT && kvt_stats(c, KVT_STATS_TENANTS, tenant_id_cb, &tenant) < 0)
+		die("stats: %s", kvt_client_error(c));
+	while (!atomic_load(&sh->stop)) {
+		uint64_t t0 = now_ns(), units = 0;
+		if (load == LOAD_LOOKUP) {
+			for (unsigned j = 0; j < BIG; j++)
+				make_key(keys + j * KVT_KEY_BYTES, ring[(pos + j) % n_blocks], 1);
+			pos += BIG;
+			t0 = now_ns();
+			int r = kvt_lookup(ns, keys, BIG, 0, states);
+			if (r < 0)
+				die("A's lookup: %s", strerror(-r));
+			units = BIG;
+		} else if (load == LOAD_STATS) {
+			uint64_t n = 0;
+			if (kvt_stats(c, KVT_STATS_ALL, count_cb, &n) < 0)
+				die("A's stats: %s", kvt_client_error(c));
+			units = 1;
+		} else {
+			int64_t n = kvt_admin_evict(c, (uint32_t)tenant, info.ns_id, 1);
+			if (n < 0)
+				die("A's eviction: %s (%s)", strerror((int)-n), kvt_client_error(c));
+			units = (uint64_t)n;
+		}
+		atomic_fetch_add(&sh->ns, now_ns() - t0);
+		atomic_fetch_add(&sh->units, units);
+		atomic_fetch_add(&sh->done, 1);
+		if (load == LOAD_EVICT) {
+			/* One eviction a pair: B watches it, then the blocks come
+			 * back for the next. */
+			while (!atomic_load(&sh->stop))
+				usleep(1000);
+			store_all(ns, n_blocks, 1);
+		}
+	}
+	_exit(0);
+}
+
+static pid_t a_start(enum load load, char *sock_a, uint64_t *ring)
+{
+	atomic_store(&sh->stop, 0);
+	atomic_store(&sh->done, 0);
+	atomic_store(&sh->units, 0);
+	atomic_store(&sh->ns, 0);
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		a_loop(load, sock_a, ring);
+	}
+	return pid;
+}
+
+static void a_stop(pid_t pid)
+{
+	int status;
+	atomic_store(&sh->stop, 1);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		die("the neighbour's process failed (status %d)", status);
+}
+
+/* ---- B: one key at a time -------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* B's one-key lookups until it has iters of them and, when until_done,
+ * until A has finished a request since B began (so an eviction is
+ * inside the sample).  Its median and worst in microseconds. */
+static void b_sample(kvt_ns *ns, const uint8_t *key, bool until_done, double *ret_p50,
+		     double *ret_worst)
+{
+	static double v[1u << 20];
+	unsigned n = 0;
+	uint64_t done0 = atomic_load(&sh->done);
+	uint8_t st;
+	while (n < n_iters || (until_done && atomic_load(&sh->done) == done0 && n < sizeof(v) / sizeof(v[0]))) {
+		uint64_t t0 = now_ns();
+		if (kvt_lookup(ns, key, 1, 0, &st) != 1)
+			die("B's lookup of its stored block missed");
+		v[n++] = (double)(now_ns() - t0) / 1000.0;
+	}
+	qsort(v, n, sizeof(double), cmp_double);
+	*ret_p50 = v[n / 2];
+	*ret_worst = v[n - 1];
+}
+
+static double a_rate(void)
+{
+	uint64_t ns = atomic_load(&sh->ns);
+	return ns ? (double)atomic_load(&sh->units) * 1e9 / (double)ns : 0;
+}
+
+static void run_load(enum load load, char *sock_a, uint64_t *ring, kvt_ns *nb, const uint8_t *kb)
+{
+	struct result *r = &res[load];
+	double p50, worst;
+
+	/* A alone, for its own rate. */
+	if (load != LOAD_EVICT) {
+		pid_t a = a_start(load, sock_a, ring);
+		while (atomic_load(&sh->done) < 20)
+			usleep(1000);
+		a_stop(a);
+		r->a_rate_alone = a_rate();
+	}
+	double rates = 0;
+	for (unsigned p = 0; p < n_pairs; p++) {
+		progress("%s: pair %u of %u", load_name[load], p + 1, n_pairs);
+		b_sample(nb, kb, false, &r->alone_us[p], &r->worst_alone_us[p]);
+		pid_t a = a_start(load, sock_a, ring);
+		if (load != LOAD_EVICT)
+			while (atomic_load(&sh->done) == 0)
+				usleep(100);
+		b_sample(nb, kb, load == LOAD_EVICT, &p50, &worst);
+		a_stop(a);
+		rates += a_rate();
+		r->during_us[p] = p50;
+		r->worst_during_us[p] = worst;
+		r->ratio[p] = p50 / r->alone_us[p];
+	}
+	r->n = n_pairs;
+	r->a_rate_during = rates / n_pairs;
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+static void print_table(FILE *out)
+{
+	char buf[96];
+	fprintf(out, "\nB's one-key lookups beside tenant A (%llu blocks of A, %u pairs of %u lookups)\n\n",
+		(unsigned long long)n_blocks, n_pairs, n_iters);
+	fprintf(out, "| A does | B p50 alone (us) | B p50 beside A (us) | beside / alone | B worst alone (us) | B worst beside A (us) | A's rate alone | A's rate beside B |\n");
+	fprintf(out, "|---|---|---|---|---|---|---|---|\n");
+	for (int l = 0; l < N_LOADS; l++) {
+		struct result *r = &res[l];
+		if (!r->n)
+			continue;
+		fprintf(out, "| %s | %.1f | %.1f | %s | %.0f | %.0f | ", load_name[l],
+			median(r->alone_us, r->n), median(r->during_us, r->n),
+			ratio_range(r->ratio, r->n, buf, sizeof(buf)), median(r->worst_alone_us, r->n),
+			median(r->worst_during_us, r->n));
+		const char *unit = l == LOAD_LOOKUP ? "M keys/s" : l == LOAD_STATS ? "k/s" : "M blocks/s";
+		double scale = l == LOAD_STATS ? 1e3 : 1e6;
+		if (r->a_rate_alone > 0)
+			fprintf(out, "%.2f %s | ", r->a_rate_alone / scale, unit);
+		else
+			fprintf(out, "- | ");
+		fprintf(out, "%.2f %s |\n", r->a_rate_during / scale, unit);
+	}
+}
+
+static void print_json(void)
+{
+	printf("{\"blocks\":%llu,\"pairs\":%u,\"iters\":%u,\"loads\":{", (unsigned long long)n_blocks,
+	       n_pairs, n_iters);
+	bool first = true;
+	for (int l = 0; l < N_LOADS; l++) {
+		struct result *r = &res[l];
+		if (!r->n)
+			continue;
+		printf("%s\"%s\":{\"alone_p50_us\":%.2f,\"beside_p50_us\":%.2f,\"ratio\":%.3f,"
+		       "\"ratio_min\":%.3f,\"ratio_max\":%.3f,\"alone_worst_us\":%.1f,"
+		       "\"beside_worst_us\":%.1f,\"a_rate_alone\":%.1f,\"a_rate_beside\":%.1f}",
+		       first ? "" : ",", load_name[l], median(r->alone_us, r->n),
+		       median(r->during_us, r->n), median(r->ratio, r->n), vmin(r->ratio, r->n),
+		       vmax(r->ratio, r->n), median(r->worst_alone_us, r->n),
+		       median(r->worst_during_us, r->n), r->a_rate_alone, r->a_rate_during);
+		first = false;
+	}
+	printf("}}\n");
+}
+
+static void help(void)
+{
+	printf("Usage: bench-fair [OPTIONS] [KVTIERD]\n"
+	       "B's one-key lookups, alone and beside a tenant A that floods the daemon with\n"
+	       "8192-key lookups, full STATS, or evicts a namespace of --blocks blocks.\n\n"
+	       "  --blocks N   A's blocks of 4 KiB (default 100000)\n"
+	       "  --pairs N    alone/beside pairs per load (default 7, at most %d)\n"
+	       "  --iters N    B's lookups per sample (default 2000)\n"
+	       "  --load LIST  lookup,stats,evict (default all)\n"
+	       "  --json       one JSON line on stdout, the table on stderr\n"
+	       "  --help       this text\n\n"
+	       "KVTIERD: the daemon to run (default $KVTIERD, else kvtierd on PATH); an older\n"
+	       "build's gives the figures before a change.\n",
+	       MAX_PAIRS);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"blocks", required_argument, NULL, 'b'}, {"pairs", required_argument, NULL, 'p'},
+		{"iters", required_argument, NULL, 'i'},  {"load", required_argument, NULL, 'l'},
+		{"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	bool json = false, want[N_LOADS] = {true, true, true};
+	int o;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'b':
+			n_blocks = parse_u64(optarg, BIG, 2000000, "--blocks");
+			break;
+		case 'p':
+			n_pairs = (unsigned)parse_u64(optarg, 1, MAX_PAIRS, "--pairs");
+			break;
+		case 'i':
+			n_iters = (unsigned)parse_u64(optarg, 10, 100000, "--iters");
+			break;
+		case 'l':
+			for (int l = 0; l < N_LOADS; l++)
+				want[l] = strstr(optarg, load_name[l]) != NULL;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			help();
+			return 0;
+		default:
+			return bench_try_help();
+		}
+	}
+	dmn.kvtierd = bench_kvtierd(argc, argv);
+	bench_catch_signals(on_signal);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED)
+		die("mmap: %s", strerror(errno));
+
+	int r = bench_daemon_mkdir(&dmn, "/tmp", "kvt-bench-fair");
+	if (r < 0)
+		die("cannot make a directory in /tmp: %s", strerror(-r));
+	char sock_a[160], sock_b[160];
+	bench_daemon_path(&dmn, "a.sock", sock_a, sizeof(sock_a));
+	bench_daemon_path(&dmn, "b.sock", sock_b, sizeof(sock_b));
+	uint64_t pool = (n_blocks * BLOCK_BYTES + (64ull << 20)) / (64ull << 20) * (64ull << 20) +
+			(64ull << 20);
+	bench_daemon_config(&dmn,
+			    "[pool]\ncapacity = %llu\nextent_size = 64M\n"
+			    "[limits]\nkeys_per_request = %u\n"
+			    "[tenant.a]\nsocket = %s\nquota = %llu\n"
+			    "[tenant.b]\nsocket = %s\nquota = 64M\n",
+			    (unsigned long long)pool, BIG, sock_a,
+			    (unsigned long long)(pool - (64ull << 20)), sock_b);
+	bench_daemon_start(&dmn, 120ull * 1000000000ull);
+
+	progress("storing A's %llu blocks", (unsigned long long)n_blocks);
+	kvt_client *ca = connect_to(sock_a);
+	store_all(open_ns(ca), n_blocks, 1);
+	kvt_client *cb = connect_to(sock_b);
+	kvt_ns *nb = open_ns(cb);
+	uint8_t kb[KVT_KEY_BYTES];
+	store_all(nb, 1, 2);
+	make_key(kb, 0, 2);
+
+	/* A looks its blocks up in a random order, all over the index. */
+	uint64_t *ring = malloc(n_blocks * sizeof(*ring));
+	if (!ring)
+		die("out of memory");
+	for (uint64_t i = 0; i < n_blocks; i++)
+		ring[i] = i;
+	for (uint64_t i = n_blocks; i-- > 1;) {
+		uint64_t j = mix(i) % (i + 1), t = ring[i];
+		ring[i] = ring[j];
+		ring[j] = t;
+	}
+	for (int l = 0; l < N_LOADS; l++)
+		if (want[l])
+			run_load((enum load)l, sock_a, ring, nb, kb);
+
+	kvt_client_free(cb);
+	kvt_client_free(ca);
+	bench_daemon_stop(&dmn);
+	bench_daemon_remove(&dmn);
+	bench_print(json, print_table, print_json);
+	return 0;
+}
