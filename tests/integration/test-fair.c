@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A long request does not stop other sessions: while one session's
+ * ADMIN_EVICT of a namespace of many blocks is under way (the daemon
+ * record's turns_waiting says a session waits for its next turn), another
+ * session is served: its STATS that saw it, then lookups and a load of its
+ * own block, byte-exact.  Progress, not time: whether the second session
+ * sees the first under way depends on scheduling, so each attempt that
+ * misses it (the eviction finished first) stores the blocks again and
+ * tries once more; a daemon that runs a request whole never shows it.
+ */
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define BLOCK 4096u /* 1 layer, K and V, 1 head of 128 bytes, 16 tokens */
+#define N_A 40000u  /* the evicted namespace's blocks */
+#define BATCH 8192u
+#define ATTEMPTS 20
+
+static struct daemon d;
+
+static kvt_ns *open_4k(kvt_client *c, const char *model)
+{
+	kvt_layer_group g = {
+		.n_layers = 1, .attn = KVT_ATTN_MHA, .planes = 2, .kv_heads = 1,
+		.head_bytes = 128, .dtype = 1,
+	};
+	static const uint8_t weights[] = "test-fair";
+	kvt_ns_desc desc = {
+		.model = model, .weights = weights, .weights_len = sizeof(weights),
+		.layer_end = 1, .tp_size = 1, .cp_size = 1, .block_tokens = 16,
+		.n_groups = 1, .groups = &g,
+	};
+	kvt_ns *ns = NULL;
+	int r = kvt_ns_open(c, &desc, &ns);
+	CHECK(r == 0, "ns open %s: %s (%s)", model, strerror(-r), kvt_client_error(c));
+	return ns;
+}
+
+static void key_of(uint8_t *key, uint32_t i, uint32_t who)
+{
+	memset(key, 0, 32);
+	memcpy(key, &i, 4);
+	memcpy(key + 4, &who, 4);
+	key[31] = 0x5a;
+}
+
+static void store_a(kvt_ns *ns)
+{
+	static uint8_t keys[BATCH * 32], block[BLOCK];
+	static const void *srcs[BATCH];
+	static int32_t st[BATCH];
+	for (uint32_t i = 0; i < BATCH; i++)
+		srcs[i] = block;
+	for (uint32_t i = 0; i < N_A;) {
+		uint32_t n = N_A - i < BATCH ? N_A - i : BATCH;
+		for (uint32_t j = 0; j < n; j++)
+			key_of(keys + j * 32, i + j, 1);
+		CHECK(kvt_store(ns, 0, keys, n, srcs, st) == (int)n, "A's store");
+		i += n;
+	}
+}
+
+static int tenant_cb(const kvt_record *r, void *userdata)
+{
+	if (!strcmp(kvt_record_kind(r), "tenant"))
+		kvt_record_get_u64(r, "id", userdata);
+	return 0;
+}
+
+/* A's process: one ADMIN_EVICT, its count on the pipe. */
+static pid_t evict_in_child(uint32_t tenant, uint32_t ns_id, int *ret_fd)
+{
+	int p[2];
+	CHECK(pipe(p) == 0, "pipe");
+	pid_t pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		harness_in_child();
+		close(p[0]);
+		kvt_client *c = client_connect(&d, "evictor");
+		int64_t n = kvt_admin_evict(c, tenant, ns_id, 1);
+		_exit(write(p[1], &n, sizeof(n)) == sizeof(n) ? 0 : 1);
+	}
+	close(p[1]);
+	*ret_fd = p[0];
+	return pid;
+}
+
+static bool readable(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	return poll(&p, 1, 0) == 1;
+}
+
+int main(void)
+{
+	daemon_start(&d, "[pool]\ncapacity = 192M\nextent_size = 64M\n"
+			 "[limits]\nkeys_per_request = 8192\n");
+	kvt_client *ca = client_connect(&d, "a");
+	kvt_client *cb = client_connect(&d, "b");
+	kvt_ns *na = open_4k(ca, "fair-a");
+	kvt_ns *nb = open_4k(cb, "fair-b");
+	kvt_ns_info info;
+	uint64_t tenant = 0;
+	CHECK(kvt_ns_get_info(na, &info) == 0, "ns info");
+	CHECK(kvt_stats(cb, KVT_STATS_TENANTS, tenant_cb, &tenant) == 0, "stats");
+
+	/* B's own block, whose bytes it checks while A's request runs. */
+	uint8_t kb[32], want[BLOCK], got[BLOCK];
+	key_of(kb, 0, 2);
+	block_pattern(want, BLOCK, 2, kb);
+	const void *src = want;
+	void *dst = got;
+	int32_t st;
+	CHECK(kvt_store(nb, 0, kb, 1, &src, &st) == 1 && st == 0, "B's store");
+
+	bool seen = false;
+	int attempt;
+	for (attempt = 1; attempt <= ATTEMPTS && !seen; attempt++) {
+		store_a(na);
+		int fd;
+		pid_t pid = evict_in_child((uint32_t)tenant, info.ns_id, &fd);
+		while (!readable(fd)) {
+			if (stat_get(cb, "daemon", "turns_waiting") == 0)
+				continue;
+			/* A's one request is under way, and B is served. */
+			seen = !readable(fd);
+			for (int i = 0; i < 16; i++) {
+				uint8_t state;
+				CHECK(kvt_lookup(nb, kb, 1, 0, &state) == 1, "B's lookup");
+			}
+			memset(got, 0, sizeof(got));
+			CHECK(kvt_load(nb, 0, kb, 1, &dst, &st) == 1 && st == 0, "B's load");
+			CHECK(!memcmp(got, want, BLOCK), "B's block loads byte-exact");
+			break;
+		}
+		int64_t n = 0;
+		CHECK(read(fd, &n, sizeof(n)) == sizeof(n), "the evictor's count");
+		close(fd);
+		CHECK(wait_exit(pid) == 0, "the evictor exited");
+		CHECK(n == N_A, "all %u of A's blocks evicted, not %lld", N_A, (long long)n);
+	}
+	CHECK(seen, "B was never served while A's eviction was under way (%d attempts)",
+	      ATTEMPTS);
+	fprintf(stderr, "B served during A's eviction at attempt %d; %llu turns, %llu yielded\n",
+		attempt - 1, (unsigned long long)stat_get(cb, "daemon", "turns"),
+		(unsigned long long)stat_get(cb, "daemon", "turns_yielded"));
+
+	/* Nothing of A's is left, and B's block is. */
+	uint8_t ka[32], state;
+	key_of(ka, N_A / 2, 1);
+	CHECK(kvt_lookup(na, ka, 1, 0, &state) == 0 && state == KVT_MISS, "A's block gone");
+	CHECK(kvt_load(nb, 0, kb, 1, &dst, &st) == 1 && !memcmp(got, want, BLOCK), "B's block stays");
+
+	kvt_ns_close(na);
+	kvt_ns_close(nb);
+	kvt_client_free(ca);
+	kvt_client_free(cb);
+	daemon_stop(&d);
+	daemon_cleanup(&d);
+	return 0;
+}
