@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fair turns at the event loop: a queue of sessions with work left, served
- * round-robin by one deferred event source of idle priority, so that every
- * socket that is ready is read (and, when the queue is empty, served)
- * first.
+ * round-robin by one timer, always due, armed for one dispatch at a time, so that sockets that became ready since the last turn are read
+ * (and, when the queue is empty, served) before the next.
  */
 #include <errno.h>
 #include <time.h>
@@ -23,12 +22,20 @@ bool turn_over(const struct turn *t)
 	return now_nsec() >= t->deadline;
 }
 
+/* Due at once: it becomes pending when the loop next looks at its
+ * clocks, after the sockets that were ready before it. */
+static void arm(struct turns *q)
+{
+	sd_event_source_set_time(q->source, 1);
+	sd_event_source_set_enabled(q->source, SD_EVENT_ONESHOT);
+}
+
 static void enqueue(struct turns *q, struct session *s)
 {
 	s->queued = true;
 	TAILQ_INSERT_TAIL(&q->queue, s, turn_link);
 	if (q->n++ == 0)
-		sd_event_source_set_enabled(q->source, SD_EVENT_ON);
+		arm(q);
 }
 
 static struct session *dequeue(struct turns *q)
@@ -56,13 +63,17 @@ static void take_turn(struct turns *q, struct session *s)
 	q->ops->settled(s);
 }
 
-static int on_turn(sd_event_source *src, void *userdata)
+static int on_turn(sd_event_source *src, uint64_t usec, void *userdata)
 {
 	struct turns *q = userdata;
 	struct session *s = dequeue(q);
 
 	if (s && !s->dead)
 		take_turn(q, s);
+	/* Once a dispatch: sockets that became ready meanwhile are older
+	 * than its next turn and go first. */
+	if (q->n > 0)
+		arm(q);
 	return 0;
 }
 
@@ -73,15 +84,16 @@ int turns_init(struct turns *q, sd_event *e, const struct turns_ops *ops)
 	TAILQ_INIT(&q->queue);
 	q->n = 0;
 	q->ops = ops;
-	r = sd_event_add_defer(e, &q->source, on_turn, q);
+	/* A timer that is always due, not a deferred source: a deferred
+	 * source stays first among sources of its priority for as long as
+	 * it is re-armed, and one of a lower priority waits for ever behind
+	 * one that is always pending (write-back that keeps kicking itself);
+	 * a due timer takes its place in the order in which sources became
+	 * ready, like a socket. */
+	r = sd_event_add_time(e, &q->source, CLOCK_MONOTONIC, 1, 1, on_turn, q);
 	if (r < 0)
 		return r;
-	/* Below every socket: a request that arrives is read before the
-	 * next turn of those already waiting. */
-	r = sd_event_source_set_priority(q->source, SD_EVENT_PRIORITY_IDLE);
-	if (r >= 0)
-		r = sd_event_source_set_enabled(q->source, SD_EVENT_OFF);
-	return r;
+	return sd_event_source_set_enabled(q->source, SD_EVENT_OFF);
 }
 
 void turns_done(struct turns *q)

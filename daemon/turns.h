@@ -3,9 +3,10 @@
  * Fair turns at the one event loop.  A session's requests are handled in
  * turns of at most TURN_NSEC of work; a session with work left after its
  * turn (whole requests still buffered, or a long request under way) waits
- * at the end of a queue, and the queue is served one turn at a time, only
- * when no socket is ready.  So a request that arrives waits for at most
- * the turn being taken, however much others have asked for.
+ * at the end of a queue, and the queue is served one turn at a time, taking
+ * its place among the sockets that are ready.  So a request that arrives
+ * waits for at most a turn or two of others, however much they have asked
+ * for.
  *
  * When nobody waits, a session's input is handled at once, in the
  * wakeup that read it: the common case costs nothing more.
@@ -38,7 +39,7 @@ struct turns_ops {
 struct turns {
 	TAILQ_HEAD(, session) queue;
 	uint32_t n;
-	sd_event_source *source; /* serves the queue, below every socket */
+	sd_event_source *source; /* serves the queue, a turn a dispatch */
 	const struct turns_ops *ops;
 	uint64_t taken;   /* turns */
 	uint64_t yielded; /* turns that ended with work left */
