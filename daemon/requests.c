@@ -352,7 +352,7 @@ static int do_lookup(struct session *s, const struct kvt_header *h, union reques
 		uint32_t k = req->n - done < LOOKUP_PART ? req->n - done : LOOKUP_PART;
 		store_lookup_keys(&m->store, ns, req->keys, req->n - done - k, k, req->arg, states);
 		done += k;
-		if (done < req->n && turn_over(turn) && (w || (w = work_begin(s, req->n)))) {
+		if (done < req->n && turn_over(turn) && (w = work_begin(s, req->n))) {
 			if (states != w->states)
 				memcpy(w->states + req->n - done, states + req->n - done, done);
 			w->done = done;
@@ -364,7 +364,6 @@ static int do_lookup(struct session *s, const struct kvt_header *h, union reques
 	if (any_state(states, req->n, KVT_STATE_DISK))
 		session_want_ready(s);
 	kvt_enc_lookup_rep(&m->reply, s->version, h->request_id, &rep);
-	work_end(s);
 	reply(s);
 	return 0;
 }
@@ -493,7 +492,6 @@ static int do_evict(struct session *s, const struct kvt_header *h, union request
 	log_info("Client %u (uid %u) %s namespace %s/%u: %llu block(s)", s->id, (unsigned)s->uid,
 		 e->drop ? "dropped" : "evicted", tn->name, ns->id, (unsigned long long)e->n);
 	kvt_enc_count_rep(&m->reply, s->version, KVT_OP_ADMIN_EVICT, h->request_id, e->n);
-	work_end(s);
 	reply(s);
 	return 0;
 }
@@ -689,7 +687,7 @@ bool requests_process(struct session *s, const struct turn *turn)
 		r = dispatch(s, &h, &c, turn);
 		if (r == 1)
 			return true; /* under way: the message stays */
-		work_end(s); /* refused on a later part: no longer under way */
+		work_end(s); /* done, or refused on a later part */
 		kvt_conn_consume(&s->conn);
 		if (r < 0) {
 			char why[96];

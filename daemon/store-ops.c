@@ -362,7 +362,7 @@ void store_ns_evict_begin(struct store_evict *e, bool drop)
 	*e = (struct store_evict){.drop = drop, .pass = drop ? 1 : 0};
 }
 
-/* Whether slot i's block goes in this pass. */
+/* Whether b (or an empty slot, NULL) goes in this pass. */
 static bool evict_takes(const struct store_evict *e, const struct block *b)
 {
 	if (!b)

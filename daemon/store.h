@@ -309,13 +309,10 @@ void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *key
  * once a second.  \return how many */
 uint64_t store_hints_lapse(struct store *s);
 
-/* Evict a namespace from host memory: blocks also on NVMe (and idle) stay
- * there, every other block is dropped (pinned ones when their last handle
- * goes).  drop: from every tier.  Returns how many blocks were affected. */
-/* ADMIN_EVICT of a namespace in parts: its host copies go (to NVMe only
- * with drop false, entirely with drop true), a bounded part of its index
- * per call, so that other requests come between.  Blocks stored while it
- * runs may stay. */
+/* Evict a namespace from host memory, in parts that other requests may
+ * come between: blocks also on NVMe (and idle) stay there, every other
+ * block is dropped (pinned ones when their last handle goes); drop: from
+ * every tier.  Blocks stored while it runs may stay. */
 struct store_evict {
 	bool drop;
 	uint8_t pass;   /* 0: host copies of blocks on NVMe; 1: out of the index */

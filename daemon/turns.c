@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Fair turns at the event loop: a queue of sessions with work left, served
- * round-robin by one timer, always due, armed for one dispatch at a time, so that sockets that became ready since the last turn are read
- * (and, when the queue is empty, served) before the next.
+ * round-robin by one timer, always due, armed for one dispatch at a time,
+ * so that sockets that became ready since the last turn are read (and,
+ * when the queue is empty, served) before the next.
  */
 #include <errno.h>
 #include <time.h>

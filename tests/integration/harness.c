@@ -325,29 +325,29 @@ static int stat_cb(const kvt_record *r, void *userdata)
 	return 0;
 }
 
-uint64_t stat_get(kvt_client *c, const char *kind, const char *field)
+static struct stat_query stat_query(kvt_client *c, const char *kind, const char *field)
 {
 	struct stat_query q = {kind, field, 0, 0, false, 0};
 	int r = kvt_stats(c, KVT_STATS_ALL, stat_cb, &q);
 	CHECK(r == 0, "stats: %s", strerror(-r));
+	return q;
+}
+
+uint64_t stat_get(kvt_client *c, const char *kind, const char *field)
+{
+	struct stat_query q = stat_query(c, kind, field);
 	CHECK(q.found, "no field %s in a %s record", field, kind);
 	return q.value;
 }
 
 uint64_t stat_sum(kvt_client *c, const char *kind, const char *field)
 {
-	struct stat_query q = {kind, field, 0, 0, false, 0};
-	int r = kvt_stats(c, KVT_STATS_ALL, stat_cb, &q);
-	CHECK(r == 0, "stats: %s", strerror(-r));
-	return q.sum;
+	return stat_query(c, kind, field).sum;
 }
 
 uint32_t stat_count(kvt_client *c, const char *kind)
 {
-	struct stat_query q = {kind, NULL, 0, 0, false, 0};
-	int r = kvt_stats(c, KVT_STATS_ALL, stat_cb, &q);
-	CHECK(r == 0, "stats: %s", strerror(-r));
-	return q.count;
+	return stat_query(c, kind, NULL).count;
 }
 
 void block_pattern(uint8_t *buf, size_t len, uint32_t tag, const uint8_t *key)
