@@ -94,15 +94,26 @@ uint32_t store_lookup_end(struct store *s, struct ns *ns, const uint8_t *keys, u
 	 * its key was looked up, in a lookup taken in parts) is a miss for this
 	 * lookup: the client computes it rather than wait for a notification
 	 * that would never come. */
-	for (uint32_t i = 0; s->tier_ops && i < n; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		if (ret_states[i] != KVT_STATE_DISK)
 			continue;
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
-		if (!b || (!b->extent && s->tier_ops->stage(s->tier, b) < 0)) {
+		if (b && b->io == BLOCK_IO_FETCH)
+			continue; /* still on its way from the remote tier */
+		if (b && b->state == BLOCK_RESIDENT && b->extent && b->io != BLOCK_IO_READ) {
+			/* Staged or fetched since its key was looked up (a lookup
+			 * taken in parts): its BLOCK_READY went out before this
+			 * reply, and a client told DISK would wait for another. */
+			ret_states[i] = KVT_STATE_HOST;
+		} else if (!b || (!b->extent && (!s->tier_ops || s->tier_ops->stage(s->tier, b) < 0))) {
 			ret_states[i] = KVT_STATE_MISS;
-			ns->c.hits--;
-			ns->c.disk_hits--;
 			ns->c.misses++;
+			if (s->tier_ops) {
+				ns->c.hits--;
+				ns->c.disk_hits--;
+			} else {
+				ns->c.pending--; /* only the remote tier stages */
+			}
 		}
 	}
 	for (uint32_t i = 0; i < n; i++) {
