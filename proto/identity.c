@@ -209,6 +209,26 @@ int kvt_identity_decode(const uint8_t *p, size_t len, struct kvt_identity *ret)
 	return 0;
 }
 
+/* How many ranks hold each KV head: tp_size / kv_heads where every group
+ * that is not MLA has the same kv_heads, fewer than tp_size and dividing
+ * it; else 1 (each rank its own heads, or a mix that no one shard per
+ * replica group could describe). */
+static uint32_t identity_replicas(const struct kvt_identity *id)
+{
+	uint32_t kv_heads = 0;
+
+	for (unsigned i = 0; i < id->n_groups; i++) {
+		const struct kvt_id_group *lg = &id->groups[i];
+		if (lg->attn == KVT_ATTN_MLA)
+			continue;
+		if ((kv_heads && lg->kv_heads != kv_heads) || lg->kv_heads >= id->tp_size ||
+		    id->tp_size % lg->kv_heads)
+			return 1;
+		kv_heads = lg->kv_heads;
+	}
+	return kv_heads ? id->tp_size / kv_heads : 1;
+}
+
 /*
  * Only what the wire needs is checked here: sizes that are not zero and
  * that fit the u64 fields of the NS_OPEN reply.  How large a block the
@@ -225,8 +245,10 @@ int kvt_identity_geometry(const struct kvt_identity *id,
 	for (unsigned i = 0; i < id->n_groups; i++)
 		if (id->groups[i].attn != KVT_ATTN_MLA)
 			all_mla = false;
-	/* MLA's latent is the same on every rank: store it once. */
-	g.shards = all_mla ? 1 : id->tp_size;
+	/* MLA's latent is the same on every rank: store it once.  With more
+	 * ranks than KV heads, engines replicate heads over groups of
+	 * ranks: one shard per replica group, written by one of its ranks. */
+	g.shards = all_mla ? 1 : id->tp_size / identity_replicas(id);
 	g.block_tokens = id->block_tokens;
 
 	uint64_t per_token = 0; /* one shard */

@@ -74,7 +74,12 @@ int plan_compute(const struct plan_geometry *g, struct plan *ret)
 		return -EOVERFLOW;
 	p.tp = g->tp;
 	p.block_tokens = g->block_tokens;
+	/* One shard per rank; one per replica group where ranks share heads;
+	 * one for MLA's latent (kvt_identity_geometry). */
 	p.shards = g->mla ? 1 : (uint32_t)g->tp;
+	if (!g->mla && !g->bytes_per_token && g->kv_heads && g->kv_heads < g->tp &&
+	    g->tp % g->kv_heads == 0)
+		p.shards = (uint32_t)g->kv_heads;
 
 	if (g->bytes_per_token) {
 		p.bytes_per_token = g->bytes_per_token;

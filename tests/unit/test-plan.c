@@ -177,13 +177,13 @@ static void test_tp(void)
 	CHECK_EQ(p.block_bytes, 327680 * 16);
 
 	/* More ranks than KV heads: each rank holds a replica of one head,
-	 * and kvtier stores every rank's shard. */
+	 * and kvtier stores one shard per replica group. */
 	g.tp = 16;
 	CHECK(plan_compute(&g, &p) == 0);
 	CHECK_EQ(p.bytes_per_token, 327680);
 	CHECK_EQ(p.bytes_per_token_rank, 40960);
-	CHECK_EQ(p.shards, 16);
-	CHECK_EQ(p.block_bytes, UINT64_C(16) * 40960 * 16);
+	CHECK_EQ(p.shards, 8);
+	CHECK_EQ(p.block_bytes, UINT64_C(8) * 40960 * 16);
 
 	/* Splits engines do not run. */
 	g.tp = 3;

@@ -188,11 +188,20 @@ static void test_geometry(void)
 	id.block_tokens = 64;
 	CHECK_GEOMETRY(&id, 1, 1, 70272 * 64, 70272);
 
-	/* Fewer heads than ranks: replicated, one per shard. */
+	/* Fewer heads than ranks: each head replicated on two ranks, one
+	 * shard per replica group. */
 	build_identity(&id);
 	id.groups[0].kv_heads = 4;
 	id.tp_size = 8;
-	CHECK_GEOMETRY(&id, 8, 1, 32 * 2 * 256 * 16, 32 * 2 * 256 * 8);
+	CHECK_GEOMETRY(&id, 4, 1, 32 * 2 * 256 * 16, 32 * 2 * 256 * 4);
+	/* A group of another head count beside it: one shard per rank. */
+	id.n_groups = 2;
+	id.layer_end = 64;
+	id.groups[1] = mha(32, 2, 256);
+	CHECK_GEOMETRY(&id, 8, 1, 2 * 32 * 2 * 256 * 16, 2 * 32 * 2 * 256 * 8);
+	/* An MLA group beside it: still one per replica group. */
+	id.groups[1] = (struct kvt_id_group){ 32, KVT_ATTN_MLA, 0, 1, 1, 256, 2, 0 };
+	CHECK_GEOMETRY(&id, 4, 1, (32 * 2 * 256 + 32 * 256) * 16, (32 * 2 * 256 + 32 * 256) * 4);
 
 	/* A stride rounded up to 4 KiB. */
 	build_identity(&id);
