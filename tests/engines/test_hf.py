@@ -131,3 +131,30 @@ def test_tenants_share_nothing(daemon, model_dir):
     # Another uid finds none of it; uid 0 from the same kind of child does.
     assert restore_as(65534, model, daemon.socket, ids, weights) == 0
     assert restore_as(0, model, daemon.socket, ids, weights) == 9 * BLOCK
+
+
+def test_without_kvtierd_generation_goes_on(model_dir):
+    """kvtierd absent when the cache is made: generation is the model's
+    own, and once kvtierd is there the cache connects by itself."""
+    import time
+
+    model = load(model_dir, torch.float32)
+    ids = kvtd.prompt_ids(5 * BLOCK + 2, seed=13)
+    plain = generate(model, ids)
+    d = kvtd.Daemon()
+    d.stop()
+    try:
+        with KvtierCache(model, socket=d.socket, block_tokens=BLOCK) as kv:
+            out = kv.generate(ids, max_new_tokens=NEW, do_sample=False)
+            assert kv.restored_tokens == 0 and kv.ns is None
+            assert torch.equal(out.sequences, plain.sequences)
+            d.start()
+            for _ in range(200):  # the retry comes a second after the last
+                out = kv.generate(ids, max_new_tokens=NEW, do_sample=False)
+                assert torch.equal(out.sequences, plain.sequences)
+                if kv.restored_tokens:
+                    break
+                time.sleep(0.05)
+            assert kv.restored_tokens == 5 * BLOCK, "never connected to kvtierd once it was there"
+    finally:
+        d.close()

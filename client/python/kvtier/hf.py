@@ -25,6 +25,7 @@ stores nothing; generation itself never fails because of kvtier.
 
 import errno
 import logging
+import time
 
 import torch
 
@@ -32,6 +33,9 @@ from . import HAVE_CUDA, INDEX_PAGE, Client, Error, Layout, hash_chain
 from .identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
 
 log = logging.getLogger("kvtier.hf")
+
+# Seconds between attempts to reach a kvtierd that was not there.
+_RETRY_S = 1.0
 
 
 def identity_of(model, block_tokens: int, model_name: str | None = None,
@@ -82,16 +86,40 @@ class KvtierCache:
         self.block_tokens = block_tokens
         self.identity = identity_of(model, block_tokens, model_name, weights, salt)
         self._own_client = client is None
-        self.client = client or Client(socket=socket, name="transformers")
-        self.ns = self.identity.open(self.client)
+        self._socket = socket
+        self.client = client
+        self.ns = None
+        self._next_try = 0.0
         self.restored_tokens = 0
         self._cuda = None
+        self._namespace()
+
+    def _namespace(self):
+        """The namespace, connecting first if needed; None while kvtierd
+        cannot be reached (tried again after _RETRY_S)."""
+        if self.ns is not None:
+            return self.ns
+        now = time.monotonic()
+        if now < self._next_try:
+            return None
+        try:
+            if self.client is None:
+                self.client = Client(socket=self._socket, name="transformers")
+            self.ns = self.identity.open(self.client)
+        except Error as e:
+            self._next_try = now + _RETRY_S
+            log.warning("kvtier: kvtierd unavailable (%s); generating without it", e)
+            if self._own_client and self.client is not None:
+                self.client.close()
+                self.client = None
+        return self.ns
 
     def close(self):
         if self._cuda is not None:
             self._cuda.close()
-        self.ns.close()
-        if self._own_client:
+        if self.ns is not None:
+            self.ns.close()
+        if self._own_client and self.client is not None:
             self.client.close()
 
     def _gpu_copy(self, load: bool, kv: torch.Tensor, keys: bytes, n: int) -> list[int]:
@@ -139,6 +167,8 @@ class KvtierCache:
         if n_max == 0:
             return None, 0
         keys = self._keys(ids[: n_max * self.block_tokens])
+        if self._namespace() is None:
+            return None, 0
         try:
             hits, _ = self.ns.lookup(keys)
             if hits == 0:
@@ -179,6 +209,8 @@ class KvtierCache:
         if n == 0:
             return 0
         keys = self._keys(ids[: n * self.block_tokens])
+        if self._namespace() is None:
+            return 0
         try:
             have, _ = self.ns.lookup(keys, touch=False)
             if have >= n:

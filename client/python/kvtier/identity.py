@@ -109,15 +109,33 @@ class ModelIdentity:
     weights: bytes = b""
     tp_size: int = 1
     salt: bytes = b""
+    mla: bool = False  # one latent per token (kv_heads 1, head_size its width)
 
     @property
     def elem_bytes(self) -> int:
         return DTYPE_BYTES.get(self.dtype, 1)
 
+    @property
+    def heads_per_rank(self) -> int:
+        """KV heads one rank holds: with more ranks than heads, a replica
+        of one."""
+        return 1 if self.mla else max(1, self.kv_heads // self.tp_size)
+
     def open(self, client):
         """Open this identity's namespace on client."""
         return client.open_namespace(
-            self.model, self.layers, self.kv_heads,
+            self.model, self.layers, 1 if self.mla else self.kv_heads,
             self.head_size * self.elem_bytes, self.block_tokens,
-            dtype_code(self.dtype), tp_size=self.tp_size, weights=self.weights,
-            salt=self.salt)
+            dtype_code(self.dtype), tp_size=self.tp_size, mla=self.mla,
+            weights=self.weights, salt=self.salt)
+
+
+def shard_of(rank: int, shards: int, tp_size: int) -> tuple[int, bool]:
+    """The shard a tensor-parallel rank reads, and whether it writes it.
+
+    A namespace has a shard per rank, or one per replica group where ranks
+    replicate KV heads (rank r holds head r / (tp_size / kv_heads)), or one
+    for an MLA latent (docs/protocol.md, geometry): the ranks of a group
+    read the same shard, and its first rank alone writes it."""
+    per = tp_size // shards
+    return rank // per, rank % per == 0

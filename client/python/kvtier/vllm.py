@@ -36,10 +36,19 @@ the unfilled pages): kvtier never makes the engine produce other output.  Withou
 (absent, killed, restarting) lookups miss and stores are skipped, and the
 connector reconnects by itself.
 
-Layouts: the connector reads the physical layout of the attention backend
-in use, not the normalised shape vLLM hands over.  Known: CPU_ATTN (a page
-holds, per KV head, the block's K rows then its V rows).  Other backends
-are refused at start with a message naming them.
+Layouts: each layer's cache is read from the view vLLM allocated, by its
+strides and the attention backend's K/V rule (kvtier.vllm_layout: the
+FlashAttention, Triton, Flex and FlashInfer backends, FlashMLA and the
+other MLA backends, CPU_ATTN), in every KVCacheLayout order and with
+kernel pages smaller than vLLM's blocks.  A backend, dtype or layout it
+does not know is refused at start with a message naming it.
+
+Tensor parallelism: every rank stores its shard (the ranks of a group
+that replicates KV heads, and the ranks of an MLA model, share one, which
+the group's first rank writes).  A load that fails on any rank fails the
+request's step on every rank: they agree over vLLM's tensor-parallel
+group before the forward, and none stores what the step computes for it,
+so that no block is ever made of shards from different computations.
 """
 
 import logging
@@ -54,8 +63,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from . import HOST, INDEX_PAGE, Client, Error, Layout, hash_chain
-from .identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
+from . import HOST, Client, Error, hash_chain
+from . import vllm_layout
+from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
 
 log = logging.getLogger("kvtier.vllm")
 
@@ -100,18 +110,27 @@ def identity_of(vllm_config, extra: dict) -> ModelIdentity:
         raise NotImplementedError("kvtier.vllm: pipeline parallelism is not supported yet; "
                                   "run without the kvtier connector")
     dtype = mc.dtype if cc.cache_dtype in (None, "auto") else cc.cache_dtype
+    try:
+        dtype = dtype_name(dtype)
+    except ValueError:
+        raise ValueError(f"kvtier.vllm: the KV cache dtype {cc.cache_dtype!r} is not one "
+                         "kvtier stores (quantised caches with scales are not supported); "
+                         "run with --kv-cache-dtype auto or fp8, or without the kvtier "
+                         "connector") from None
     path = extra.get("model_name") or mc.model
     weights = extra.get("weights")
+    mla = bool(getattr(mc, "use_mla", False))
     return ModelIdentity(
         model=model_id(path),
         layers=mc.get_num_layers(pc),
-        kv_heads=mc.get_total_num_kv_heads(),
+        kv_heads=1 if mla else mc.get_total_num_kv_heads(),
         head_size=mc.get_head_size(),
-        dtype=dtype_name(dtype),
+        dtype=dtype,
         block_tokens=cc.block_size,
         weights=bytes.fromhex(weights) if weights else weights_fingerprint(path),
         tp_size=pc.tensor_parallel_size,
         salt=str(extra.get("salt", "")).encode(),
+        mla=mla,
     )
 
 
@@ -121,21 +140,15 @@ def _backend_name(vllm_config, layer_name: str) -> str:
     return backend.get_name() if backend is not None else "unknown"
 
 
-def layer_geometry(backend: str, kv: torch.Tensor, heads: int, head_size: int,
-                   block_tokens: int) -> tuple[int, int, int, int]:
-    """(stride_plane, stride_page, stride_token, stride_head) in bytes of one
-    layer's cache tensor, as the backend really lays it out."""
-    e = kv.element_size()
-    if backend == "CPU_ATTN":
-        # Shown as [pages, heads, block, 2*head_size]; the kernel reads it as
-        # [pages, heads, 2*block, head_size]: K rows 0..block-1, V after.
-        if tuple(kv.shape[1:]) != (heads, block_tokens, 2 * head_size):
-            raise ValueError(f"kvtier: unexpected CPU_ATTN cache shape {tuple(kv.shape)}")
-        return (block_tokens * head_size * e, kv.stride(0) * e, head_size * e,
-                kv.stride(1) * e)
-    raise NotImplementedError(
-        f"kvtier: the {backend} attention backend's cache layout is not known to "
-        "kvtier.vllm yet (known: CPU_ATTN); run without the kvtier connector")
+def _least_over_ranks(values: list[int]) -> list[int]:
+    """Each of values, the least any rank of vLLM's tensor-parallel group
+    has for it (every rank calls this with as many, in the same step)."""
+    import torch.distributed as dist
+    from vllm.distributed.parallel_state import get_tp_group
+
+    t = torch.tensor(values, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=get_tp_group().cpu_group)
+    return t.tolist()
 
 
 class KvtierConnector(KVConnectorBase_V1):
@@ -158,8 +171,11 @@ class KvtierConnector(KVConnectorBase_V1):
         self._requests: dict[str, _Request] = {}
         self._pending_loads: dict[str, tuple[int, int]] = {}  # req -> block range
         # Worker side.
-        self._layout: Layout | None = None
-        self._rank = 0  # this worker's tensor-parallel rank: its shard
+        self._layout = None  # kvtier.Layout of every layer
+        self._geometry: vllm_layout.Geometry | None = None
+        self._rank = 0  # this worker's tensor-parallel rank
+        self._shard = 0  # the shard it reads
+        self._writer = True  # whether it writes that shard
         self._unavailable = False  # warned that kvtierd cannot be reached
         self._load_errors: set[int] = set()
         self._failed_reqs: set[str] = set()  # this step's requests with a failed load
@@ -349,21 +365,39 @@ class KvtierConnector(KVConnectorBase_V1):
 
         self._rank = get_tensor_model_parallel_rank()
         ident = self._identity
-        heads = ident.kv_heads // max(1, ident.tp_size)
+        groups = getattr(self._kv_cache_config, "kv_cache_groups", None) or []
+        if len(groups) > 1:
+            raise NotImplementedError(
+                f"kvtier.vllm: this model has {len(groups)} KV cache groups (a hybrid "
+                "model: sliding-window or Mamba layers beside full attention); kvtier "
+                "stores models of one group yet. Run without the kvtier connector")
         names = list(kv_caches)
-        geoms = {layer_geometry(_backend_name(self._vllm_config, n), kv_caches[n], heads,
-                                ident.head_size, self._block) for n in names}
+        if len(names) != ident.layers:
+            raise NotImplementedError(
+                f"kvtier.vllm: vLLM registered {len(names)} cache layers for a model of "
+                f"{ident.layers} (a speculative decoding draft model's layers?); kvtier "
+                "stores the target model's layers only. Run without the kvtier connector "
+                "or without speculative decoding")
+        geoms = {vllm_layout.geometry(_backend_name(self._vllm_config, n), kv_caches[n],
+                                      ident.head_size, ident.heads_per_rank, self._block)
+                 for n in names}
         if len(geoms) != 1:
-            raise ValueError("kvtier: the layers' caches are laid out differently")
-        plane, page, token, head = geoms.pop()
-        tensors = [kv_caches[n] for n in names]
-        # CPU_ATTN (layer_geometry): pages are the first dimension.
-        self._layout = Layout(len(names), 2, heads, ident.head_size * tensors[0].element_size(),
-                              self._block, [t.data_ptr() for t in tensors], plane, page,
-                              token, head, INDEX_PAGE, keep=tensors,
-                              n_pages=tensors[0].shape[0])
-        log.info("kvtier: %d layers registered (%s)", len(names),
-                 _backend_name(self._vllm_config, names[0]))
+            raise vllm_layout.LayoutError(
+                "kvtier.vllm: the layers' caches are laid out differently "
+                f"({len(geoms)} geometries); run without the kvtier connector")
+        self._geometry = geoms.pop()
+        self._layout = vllm_layout.layout(self._geometry, [kv_caches[n] for n in names],
+                                          self._block)
+        log.info("kvtier: %d layers registered (%s, %d kernel pages per block), rank %d",
+                 len(names), _backend_name(self._vllm_config, names[0]),
+                 self._geometry.pages_per_block, self._rank)
+
+    def _indices(self, block_ids: list[int]) -> list[int]:
+        return vllm_layout.indices(self._geometry, block_ids, self._block)
+
+    def _open_shard(self, ns) -> None:
+        self._shard, self._writer = shard_of(self._rank, ns.info["shards"],
+                                             self._identity.tp_size)
 
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
@@ -371,18 +405,27 @@ class KvtierConnector(KVConnectorBase_V1):
         if not isinstance(meta, KvtierConnectorMetadata) or not meta.loads:
             return
         ns = self._namespace()
+        if ns is not None:
+            self._open_shard(ns)
+        firsts = []  # each load's first failed block
         for t in meta.loads:
             status = None
             if ns is not None and self._layout is not None:
                 try:
                     # Blocks on NVMe began staging at the lookup.
                     ns.wait_resident(t.keys, _STAGE_TIMEOUT_MS)
-                    _, status = ns.load_paged(self._rank, self._layout, t.keys, t.block_ids)
+                    _, status = ns.load_paged(self._shard, self._layout, t.keys,
+                                              self._indices(t.block_ids))
                 except Error as e:
                     log.warning("kvtier: load failed: %s", e)
             # A failed block and every block after it are recomputed.
-            bad = len(t.block_ids) if status is None else next(
-                (i for i, s in enumerate(status) if s < 0), len(status))
+            firsts.append(len(t.block_ids) if status is None else next(
+                (i for i, s in enumerate(status) if s < 0), len(status)))
+        # The ranks compute each request together: a load that failed on
+        # one rank fails on all, from the first block any rank missed.
+        if self._identity.tp_size > 1:
+            firsts = _least_over_ranks(firsts)
+        for bad, t in zip(firsts, meta.loads):
             self.stats["loaded_blocks"] += bad
             if bad < len(t.block_ids):
                 self.stats["load_failures"] += len(t.block_ids) - bad
@@ -400,18 +443,23 @@ class KvtierConnector(KVConnectorBase_V1):
         if not isinstance(meta, KvtierConnectorMetadata) or not meta.stores:
             return
         ns = self._namespace()
+        if ns is not None:
+            self._open_shard(ns)
         for t in meta.stores:
-            # What this step computed after a failed load rests on pages
-            # that were never filled: vLLM computes it again, and it is
-            # stored then.
+            # What this step computed after a failed load (on any rank)
+            # rests on pages that were never filled: vLLM computes it
+            # again, and it is stored then.
             if t.req_id in self._failed_reqs:
                 self.stats["store_skipped"] += len(t.block_ids)
                 continue
+            if not self._writer:
+                continue  # another rank of its replica group writes the shard
             if ns is None or self._layout is None:
                 self.stats["store_skipped"] += len(t.block_ids)
                 continue
             try:
-                stored, _ = ns.store_paged(self._rank, self._layout, t.keys, t.block_ids)
+                stored, _ = ns.store_paged(self._shard, self._layout, t.keys,
+                                           self._indices(t.block_ids))
                 self.stats["stored_blocks"] += stored
             except Error as e:
                 self.stats["store_skipped"] += len(t.block_ids)

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: Apache-2.0
+"""KvtierConnector as the two ranks of a tensor_parallel_size=2 vLLM worker
+(separate processes, vLLM's own gloo group, FlashAttention-shaped views
+that vLLM allocated) against a real kvtierd: a load that fails on one
+rank only must not let the other store what the step computed on the
+unfilled pages, and the block vLLM then recomputes must load back with
+the recomputed bytes on every rank."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+import kvtd
+import kvtier
+from kvtier.identity import ModelIdentity, model_id, weights_fingerprint
+
+BLOCK = 32
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Rank:
+    def __init__(self, model_dir, sock, rank, init):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "vllm_tp_rank.py"),
+                                      model_dir, sock, str(rank), init, str(BLOCK)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                     text=True)
+
+    def send(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self):
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        raise RuntimeError(f"the rank exited ({self.proc.wait()})")
+
+    def ask(self, **cmd):
+        self.send(**cmd)
+        return self.read()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def ranks(model_dir):
+    with kvtd.Daemon() as d:
+        init = os.path.join(tempfile.mkdtemp(prefix="kvt-tp-"), "init")
+        rs = [Rank(model_dir, d.socket, r, init) for r in (0, 1)]
+        try:
+            for r in rs:
+                assert r.read()["ready"]
+            ident = ModelIdentity(model=model_id(model_dir), layers=2, kv_heads=2, head_size=32,
+                                  dtype="bfloat16", block_tokens=BLOCK,
+                                  weights=weights_fingerprint(model_dir), tp_size=2)
+            with kvtier.Client(socket=d.socket, name="checker") as c:
+                yield rs, c, ident.open(c)
+        finally:
+            for r in rs:
+                r.close()
+
+
+def both(rs, **cmd):
+    for r in rs:
+        r.send(**cmd)
+    return [r.read() for r in rs]
+
+
+def loads(client):
+    return sum(r.get("loads", 0) for r in client.stats(kvtier.STATS_NAMESPACES)
+               if r.get("kind") == "namespace")
+
+
+def test_failed_load_on_one_rank_stores_nothing_on_any(ranks):
+    rs, client, ns = ranks
+    keys = kvtier.hash_chain(list(range(100, 100 + 4 * BLOCK)), BLOCK)
+    k = [keys[i * 32:(i + 1) * 32].hex() for i in range(4)]
+    # Blocks 0 and 1 of a prompt, computed and stored by both ranks.
+    both(rs, op="fill", blocks=[0, 1], seed=1)
+    both(rs, op="step", stores=[["a", k[0] + k[1], [0, 1]]])
+    assert ns.lookup(keys[:64])[0] == 2
+
+    # A request whose prefix is those two blocks, into pages 2 and 3, and
+    # whose step computes blocks 2 and 3 of the prompt into pages 4 and 5.
+    # Rank 0 loads both; then block 1 is evicted; rank 1 finds it gone.
+    both(rs, op="fill", blocks=[4, 5], seed=2)  # what the step computes
+    before = loads(client)
+    step = dict(op="step", loads=[["b", k[0] + k[1], [2, 3]]], stores=[["b", k[2] + k[3], [4, 5]]])
+    rs[0].send(**step)
+    for _ in range(6000):  # rank 0 has leased both blocks (and waits for rank 1)
+        if loads(client) - before >= 2:
+            break
+        time.sleep(0.01)
+    assert loads(client) - before >= 2, "rank 0 never loaded its blocks"
+    assert ns.delete(keys[32:64]) == 1
+    rs[1].send(**step)
+    r0, r1 = rs[0].read(), rs[1].read()
+    # Both ranks report block 1's page, so vLLM recomputes from there, and
+    # neither stores the blocks computed on rank 1's unfilled page.
+    assert r0["errors"] == r1["errors"] == [3], (r0, r1)
+    assert r0["stats"]["store_skipped"] == r1["stats"]["store_skipped"] == 2, (r0, r1)
+    assert ns.lookup(keys)[0] == 1
+
+    # vLLM recomputes blocks 1..3 (pages 3..5) and both ranks store them.
+    both(rs, op="fill", blocks=[3, 4, 5], seed=3)
+    both(rs, op="step", stores=[["b", k[1] + k[2] + k[3], [3, 4, 5]]])
+    assert ns.lookup(keys)[0] == 4
+    # Every rank loads back exactly what it recomputed.
+    both(rs, op="fill", blocks=[6, 7], seed=4)
+    out = both(rs, op="step", loads=[["c", k[2] + k[3], [6, 7]]])
+    assert all(o["errors"] == [] for o in out), out
+    for r in rs:
+        d = r.ask(op="digest", blocks=[4, 5, 6, 7])["digests"]
+        assert d[2:] == d[:2], "a rank loaded other bytes than it recomputed"
