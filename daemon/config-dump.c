@@ -70,7 +70,8 @@ void config_dump(const struct config *c, FILE *f)
 	config_remote_dump(c, f);
 	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
 		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
-		"handles_per_tenant = %u\noutput_bytes = %s\n",
+		"handles_per_tenant = %u\noutput_bytes = %s\npartial_block_ms = %u\n",
 		c->max_connections, c->max_connections_per_uid, c->max_namespaces, c->max_keys,
-		c->max_handles, kvt_size_format_exact(c->max_output_bytes, o, sizeof(o)));
+		c->max_handles, kvt_size_format_exact(c->max_output_bytes, o, sizeof(o)),
+		c->partial_block_ms);
 }

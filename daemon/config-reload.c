@@ -102,6 +102,7 @@ void config_reload(struct config *cur, struct config *fresh, char *changed, size
 	LIVE(max_keys, "[limits] keys_per_request");
 	LIVE(max_handles, "[limits] handles_per_tenant");
 	LIVE(max_output_bytes, "[limits] output_bytes");
+	LIVE(partial_block_ms, "[limits] partial_block_ms");
 	RESTART(str_eq(cur->socket_path, fresh->socket_path), "[daemon] socket");
 	RESTART(str_eq(cur->runtime_dir, fresh->runtime_dir), "[daemon] runtime_dir");
 	RESTART(cur->extent_size == fresh->extent_size, "[pool] extent_size");

@@ -66,6 +66,7 @@ static const struct conf_item {
 	{"limits", "keys_per_request", conf_u32, offsetof(struct config, max_keys)},
 	{"limits", "handles_per_tenant", conf_u32, offsetof(struct config, max_handles)},
 	{"limits", "output_bytes", conf_size, offsetof(struct config, max_output_bytes)},
+	{"limits", "partial_block_ms", conf_u32, offsetof(struct config, partial_block_ms)},
 };
 
 int config_defaults(struct config *c)
@@ -112,6 +113,7 @@ int config_defaults(struct config *c)
 	c->max_keys = 4096;
 	c->max_handles = 65536;
 	c->max_output_bytes = 8ULL << 20;
+	c->partial_block_ms = 60000;
 	c->nvme_engine = NVME_ENGINE_AUTO;
 	c->nvme_queue_depth = 64;
 	c->writeback_high = 80;
@@ -392,6 +394,10 @@ static int config_validate(const struct config *c, const char *path)
 	if (c->max_connections == 0 || c->max_connections_per_uid == 0 ||
 	    c->max_namespaces == 0 || c->max_handles == 0) {
 		log_error("%s: [limits] values must be at least 1", path);
+		r = -EINVAL;
+	}
+	if (c->partial_block_ms < 100 || c->partial_block_ms > 3600000) {
+		log_error("%s: [limits] partial_block_ms must be 100..3600000", path);
 		r = -EINVAL;
 	}
 	if (validate_tenants(c, path) < 0)

@@ -133,6 +133,7 @@ struct config {
 	uint32_t max_namespaces;
 	uint32_t max_keys;
 	uint32_t max_handles;
+	uint32_t partial_block_ms; /* a block's shards all committed within this */
 	uint64_t max_output_bytes;
 };
 

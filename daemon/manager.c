@@ -124,6 +124,7 @@ void manager_free(struct manager *m)
 #endif
 	nvme_free(m->nvme);
 	m->nvme = NULL;
+	store_partial_done(&m->store);
 	store_done(&m->store);
 	process_free_all(m);
 	for (uint32_t i = 0; i < m->n_listeners; i++) {
@@ -556,11 +557,13 @@ static int on_status_timer(sd_event_source *src, uint64_t usec, void *userdata)
 	return 0;
 }
 
-/* Once a second: the engine's retentions whose duration has passed. */
+/* Once a second: the engine's retentions whose duration has passed, and
+ * blocks whose tensor-parallel shards did not all come. */
 static int on_hints_timer(sd_event_source *src, uint64_t usec, void *userdata)
 {
 	struct manager *m = userdata;
 	store_hints_lapse(&m->store);
+	store_partial_expire(&m->store);
 	sd_event_source_set_time(src, usec + HINTS_INTERVAL_USEC);
 	return 0;
 }

@@ -419,7 +419,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 static void emit_ns(struct emitter *e, const struct ns *ns)
 {
 	const struct ns_counters *c = &ns->c;
-	kvt_rec_begin(&e->b, "namespace", 33);
+	kvt_rec_begin(&e->b, "namespace", 34);
 	kvt_rec_str(&e->b, "tenant", ns->tenant->name);
 	kvt_rec_u64(&e->b, "id", ns->id);
 	kvt_rec_str(&e->b, "model", ns->ident.model);
@@ -453,6 +453,7 @@ static void emit_ns(struct emitter *e, const struct ns *ns)
 	kvt_rec_u64(&e->b, "demotions", c->demotions);
 	kvt_rec_u64(&e->b, "demoted_evictions", c->demoted_evictions);
 	kvt_rec_u64(&e->b, "lapsed", c->lapsed);
+	kvt_rec_u64(&e->b, "partial_drops", c->partial_drops);
 }
 
 static void emit_client(struct emitter *e, const struct session *c)

@@ -264,7 +264,9 @@ static int reservation_end(struct handle *h, bool success)
 		ns->c.aborts++;
 		store_block_unindex(b);
 	} else {
-		if (++b->shards_committed == ns->geo.shards) {
+		if (++b->shards_committed == 1 && ns->geo.shards > 1)
+			store_partial_note(ns->tenant->store, b);
+		if (b->shards_committed == ns->geo.shards) {
 			store_block_resident(b);
 			ns->blocks_reserved--;
 			ns->blocks_resident++;

@@ -121,6 +121,8 @@ struct ns_counters {
 	/* HINT (store-hints.c): keys hinted, blocks demoted by a hint and
 	 * evicted while demoted, retentions that ran out */
 	uint64_t hints, demotions, demoted_evictions, lapsed;
+	/* blocks dropped for shards never committed (store-partial.c) */
+	uint64_t partial_drops;
 };
 
 struct slot_class {
@@ -244,6 +246,10 @@ struct store {
 	store_handle_owner_fn handle_taken, handle_ended;
 	uint64_t frag_warnings; /* fragmentation warnings logged */
 	uint64_t timed_hints;   /* blocks whose retention has a duration (store-hints.c) */
+	/* Blocks some of whose shards are committed, by deadline
+	 * (store-partial.c). */
+	STAILQ_HEAD(, partial) partials;
+	uint64_t n_partials;
 };
 
 int store_init(struct store *s, struct pool *p, const struct config *c,
@@ -308,6 +314,13 @@ void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *key
 /* Retentions whose duration has passed return to the default priority;
  * once a second.  \return how many */
 uint64_t store_hints_lapse(struct store *s);
+
+/* store-partial.c: a block whose first shard (of several) was just
+ * committed; and, once a second, the blocks whose other shards did not
+ * come within [limits] partial_block_ms, dropped (their number). */
+void store_partial_note(struct store *s, struct block *b);
+uint64_t store_partial_expire(struct store *s);
+void store_partial_done(struct store *s);
 
 /* Evict a namespace from host memory, in parts that other requests may
  * come between: blocks also on NVMe (and idle) stay there, every other

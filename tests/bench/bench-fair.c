@@ -418,7 +418,8 @@ int main(int argc, char **argv)
 
 	progress("storing A's %llu blocks", (unsigned long long)n_blocks);
 	kvt_client *ca = connect_to(sock_a);
-	store_all(open_ns(ca), n_blocks, 1);
+	kvt_ns *na = open_ns(ca);
+	store_all(na, n_blocks, 1);
 	kvt_client *cb = connect_to(sock_b);
 	kvt_ns *nb = open_ns(cb);
 	uint8_t kb[KVT_KEY_BYTES];
@@ -440,6 +441,9 @@ int main(int argc, char **argv)
 		if (want[l])
 			run_load((enum load)l, sock_a, ring, nb, kb);
 
+	free(ring);
+	kvt_ns_close(nb);
+	kvt_ns_close(na);
 	kvt_client_free(cb);
 	kvt_client_free(ca);
 	bench_daemon_stop(&dmn);

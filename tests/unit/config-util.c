@@ -115,7 +115,8 @@ const char full_conf[] =
 	"namespaces_per_tenant = 9\n"
 	"keys_per_request = 8192\n"
 	"handles_per_tenant = 123456\n"
-	"output_bytes = 16M\n";
+	"output_bytes = 16M\n"
+	"partial_block_ms = 2500\n";
 
 int load_text(struct config *c, const char *text, char **ret_err)
 {

@@ -83,7 +83,7 @@ static void check_dump(int line, struct config *ap)
 	    a.max_connections != b.max_connections ||
 	    a.max_connections_per_uid != b.max_connections_per_uid ||
 	    a.max_namespaces != b.max_namespaces || a.max_keys != b.max_keys ||
-	    a.max_handles != b.max_handles ||
+	    a.max_handles != b.max_handles || a.partial_block_ms != b.partial_block_ms ||
 	    a.max_output_bytes != b.max_output_bytes || a.numa != b.numa ||
 	    !a.sysfs_root != !b.sysfs_root ||
 	    (a.sysfs_root && strcmp(a.sysfs_root, b.sysfs_root)) ||

@@ -28,7 +28,7 @@ static void check_full(int line, const struct config *c)
 	    c->max_connections != 77 || c->max_connections_per_uid != 7 ||
 	    c->max_namespaces != 9 || c->max_keys != 8192 ||
 	    c->max_handles != 123456 ||
-	    c->max_output_bytes != (UINT64_C(16) << 20) ||
+	    c->max_output_bytes != (UINT64_C(16) << 20) || c->partial_block_ms != 2500 ||
 	    c->numa != NUMA_OFF || !c->sysfs_root ||
 	    strcmp(c->sysfs_root, "/srv/kvt-test/topology")) {
 		fprintf(stderr, "%s:%d: a key of the full file did not land\n",
