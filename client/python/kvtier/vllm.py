@@ -63,7 +63,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from . import HOST, Client, Error, hash_chain
+from . import HAVE_CUDA, HOST, Client, Error, hash_chain
 from . import vllm_layout
 from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
 
@@ -176,6 +176,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._rank = 0  # this worker's tensor-parallel rank
         self._shard = 0  # the shard it reads
         self._writer = True  # whether it writes that shard
+        self._device = None  # CUDA device index of the caches, or None (host memory)
+        self._cuda = None  # kvtier.CudaContext, made at the first copy on a GPU
         self._unavailable = False  # warned that kvtierd cannot be reached
         self._load_errors: set[int] = set()
         self._failed_reqs: set[str] = set()  # this step's requests with a failed load
@@ -212,6 +214,9 @@ class KvtierConnector(KVConnectorBase_V1):
         return self._ns
 
     def shutdown(self):
+        if self._cuda is not None:
+            self._cuda.close()
+            self._cuda = None
         if self._ns is not None:
             self._ns.close()
             self._ns = None
@@ -386,14 +391,41 @@ class KvtierConnector(KVConnectorBase_V1):
                 "kvtier.vllm: the layers' caches are laid out differently "
                 f"({len(geoms)} geometries); run without the kvtier connector")
         self._geometry = geoms.pop()
+        first = kv_caches[names[0]]
+        if first.device.type == "cuda":
+            if not HAVE_CUDA:
+                raise NotImplementedError(
+                    "kvtier.vllm: vLLM's caches are on a GPU and this kvtier was built "
+                    "without CUDA; rebuild it where nvcc is installed, or run without the "
+                    "kvtier connector")
+            self._device = first.device.index or 0
+        elif first.device.type != "cpu":
+            raise NotImplementedError(f"kvtier.vllm: caches on {first.device.type} are not "
+                                      "supported; run without the kvtier connector")
         self._layout = vllm_layout.layout(self._geometry, [kv_caches[n] for n in names],
                                           self._block)
         log.info("kvtier: %d layers registered (%s, %d kernel pages per block), rank %d",
                  len(names), _backend_name(self._vllm_config, names[0]),
                  self._geometry.pages_per_block, self._rank)
 
-    def _indices(self, block_ids: list[int]) -> list[int]:
-        return vllm_layout.indices(self._geometry, block_ids, self._block)
+    def _copy(self, load: bool, ns, keys: bytes, block_ids: list[int]) -> tuple[int, list[int]]:
+        """Load or store blocks between kvtierd and vLLM's pages: how many
+        were copied, and the per-block statuses.  On a GPU through the library's CUDA path, on
+        the current stream (so after the forward that computed a store, and
+        before the one that reads a load), waited for here."""
+        idx = vllm_layout.indices(self._geometry, block_ids, self._block)
+        if self._device is None:
+            op = ns.load_paged if load else ns.store_paged
+            return op(self._shard, self._layout, keys, idx)
+        from . import CudaContext
+
+        if self._cuda is None:
+            self._cuda = CudaContext(ns.client, self._device)
+        submit = self._cuda.load if load else self._cuda.store
+        stream = torch.cuda.current_stream(self._device).cuda_stream
+        with submit(ns, self._shard, self._layout, keys, idx, stream) as job:
+            status = job.wait()
+        return sum(1 for x in status if x == 0), status
 
     def _open_shard(self, ns) -> None:
         self._shard, self._writer = shard_of(self._rank, ns.info["shards"],
@@ -414,8 +446,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 try:
                     # Blocks on NVMe began staging at the lookup.
                     ns.wait_resident(t.keys, _STAGE_TIMEOUT_MS)
-                    _, status = ns.load_paged(self._shard, self._layout, t.keys,
-                                              self._indices(t.block_ids))
+                    _, status = self._copy(True, ns, t.keys, t.block_ids)
                 except Error as e:
                     log.warning("kvtier: load failed: %s", e)
             # A failed block and every block after it are recomputed.
@@ -458,8 +489,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 self.stats["store_skipped"] += len(t.block_ids)
                 continue
             try:
-                stored, _ = ns.store_paged(self._shard, self._layout, t.keys,
-                                           self._indices(t.block_ids))
+                stored, _ = self._copy(False, ns, t.keys, t.block_ids)
                 self.stats["stored_blocks"] += stored
             except Error as e:
                 self.stats["store_skipped"] += len(t.block_ids)
