@@ -30,9 +30,14 @@ llm = LLM(model=model, dtype="float32", block_size=block, max_model_len=2048,
 
 
 def stats():
-    """The scheduler's and the worker's connector counters (in-process)."""
+    """The scheduler's and the worker's connector counters (in-process),
+    once the worker's stores under way are done."""
     from vllm.distributed.kv_transfer import get_kv_transfer_group
 
+    try:
+        get_kv_transfer_group().drain()
+    except (AssertionError, AttributeError):
+        pass
     out = {}
     try:
         out.update(llm.llm_engine.engine_core.engine_core.scheduler.connector.stats)

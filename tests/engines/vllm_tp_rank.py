@@ -93,6 +93,7 @@ with set_current_vllm_config(cfg):
                 loads=transfers(cmd.get("loads", [])), stores=transfers(cmd.get("stores", []))))
             conn.start_load_kv(None)
             conn.wait_for_save()
+            conn.drain()  # the stores the mover copies after the step
             conn.clear_connector_metadata()
             out = {"errors": sorted(conn.get_block_ids_with_load_errors()), "stats": conn.stats}
         elif cmd["op"] == "digest":

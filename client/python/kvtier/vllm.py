@@ -23,14 +23,16 @@ nobody else used, "none" nothing.  On conversation traces an end of
 request costs the next turn its hits (docs/workload.md), hence the default.
 
 Per step: the scheduler asks kvtierd for the leading run of a new prompt's
-blocks (always leaving one prompt token to compute; when the run goes on
-past host memory, after waiting, at most 0.2 s, for its first block from
-NVMe or a remote tier to settle, so that a remote miss is not scheduled
-as a load) and tells the workers
-which of their pages to fill; each worker copies those blocks from the
-mapped pool into its paged cache before the forward pass, and after it
-stores every full prompt block the step computed that kvtierd does not hold
-yet.  A block that fails to load is reported to vLLM, which recomputes it
+blocks (one LOOKUP, never a wait; always leaving one prompt token to
+compute) and tells the workers which of their pages to fill.  A run in
+host memory is copied into the pages before the forward pass.  A run that
+goes on past host memory (staging from NVMe or a remote tier) is an
+asynchronous load: the request waits in vLLM's WAITING_FOR_REMOTE_KVS
+while the worker's mover thread waits for the staging and copies, and the
+batch goes on without it.  After the forward, every full prompt block the
+step computed that kvtierd does not hold yet is stored: on the CPU by the
+mover while the next step computes (vLLM keeps a finished request's pages
+until its stores are done), on a GPU on the current stream.  A block that fails to load is reported to vLLM, which recomputes it
 (and the connector stores it then, not what the step computed on top of
 the unfilled pages): kvtier never makes the engine produce other output.  Without kvtierd
 (absent, killed, restarting) lookups miss and stores are skipped, and the
@@ -52,6 +54,8 @@ so that no block is ever made of shards from different computations.
 """
 
 import logging
+import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,12 +75,10 @@ log = logging.getLogger("kvtier.vllm")
 
 # Seconds between attempts to reach a kvtierd that was not there.
 _RETRY_S = 1.0
-# How long a load waits for blocks staged from NVMe; later ones are
+# How long an asynchronous load waits for blocks staged from NVMe or the
+# remote tier (the request waits, not the batch); later ones are
 # recomputed.
 _STAGE_TIMEOUT_MS = 10000
-# How long the scheduler waits for the first staging block of a run to
-# settle (see _settle); past it, the run is taken as the lookup said.
-_PROBE_TIMEOUT_MS = 200
 # What a finished request may tell kvtierd (kvt_end), and the priority of
 # a request's shared tokens when it does not give one.
 _ENDS = ("none", "request", "session")
@@ -92,8 +94,14 @@ class _Transfer:
 
 @dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
-    loads: list[_Transfer] = field(default_factory=list)
+    loads: list[_Transfer] = field(default_factory=list)  # this step's forward reads them
+    # Runs still staging in kvtierd: their requests wait (vLLM's
+    # WAITING_FOR_REMOTE_KVS) until get_finished says they are loaded.
+    async_loads: list[_Transfer] = field(default_factory=list)
     stores: list[_Transfer] = field(default_factory=list)
+    # Finished requests whose pages vLLM keeps until their stores are done.
+    kept: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -102,6 +110,8 @@ class _Request:
     block_ids: list[int]
     local: int = 0  # tokens vLLM's own prefix cache had
     done: int = 0  # leading blocks loaded or stored already
+    staging: bool = False  # the run found goes on past host memory
+    stored: bool = False  # stores were asked of the workers
 
 
 def identity_of(vllm_config, extra: dict) -> ModelIdentity:
@@ -169,7 +179,10 @@ class KvtierConnector(KVConnectorBase_V1):
         self._next_try = 0.0
         # Scheduler side.
         self._requests: dict[str, _Request] = {}
-        self._pending_loads: dict[str, tuple[int, int]] = {}  # req -> block range
+        # req -> (first block, end block, vLLM's pages for an asynchronous load)
+        self._pending_loads: dict[str, tuple[int, int, list[int] | None]] = {}
+        self._kept: list[str] = []  # request_finished kept their pages, since the last step
+        self._holding: set[str] = set()  # requests whose pages vLLM keeps for us
         # Worker side.
         self._layout = None  # kvtier.Layout of every layer
         self._geometry: vllm_layout.Geometry | None = None
@@ -183,7 +196,14 @@ class KvtierConnector(KVConnectorBase_V1):
         self._failed_reqs: set[str] = set()  # this step's requests with a failed load
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
                       "load_failures": 0, "stored_blocks": 0, "store_skipped": 0,
-                      "retained_blocks": 0, "ended_blocks": 0, "settled_lookups": 0}
+                      "retained_blocks": 0, "ended_blocks": 0, "async_loads": 0}
+        self._lock = threading.Lock()  # the worker's mover thread and vLLM's
+        self._mover: threading.Thread | None = None
+        self._jobs: queue.Queue = queue.Queue()
+        self._in_flight: dict[str, int] = {}  # stores queued or running, per request
+        self._kept_here: set[str] = set()  # finished requests waiting for their stores
+        self._received: list[tuple[str, list[int], int]] = []  # async loads done
+        self._stream = None  # the mover's CUDA stream
 
     # ---------------------------------------------------------------- common
 
@@ -214,6 +234,10 @@ class KvtierConnector(KVConnectorBase_V1):
         return self._ns
 
     def shutdown(self):
+        if self._mover is not None:  # the copies under way finish first
+            self._jobs.put(None)
+            self._mover.join()
+            self._mover = None
         if self._cuda is not None:
             self._cuda.close()
             self._cuda = None
@@ -241,45 +265,27 @@ class KvtierConnector(KVConnectorBase_V1):
             return 0, False
         try:
             hits, states = ns.lookup(keys)
-            hits = self._settle(ns, keys, hits, states)
         except Error as e:
             log.warning("kvtier: lookup failed: %s", e)
             return 0, False
         self.stats["lookups"] += 1
         self.stats["hit_tokens"] += hits * self._block
-        self._requests[request.request_id].done = hits  # in kvtierd already
-        return max(0, hits * self._block - num_computed_tokens), False
-
-    def _settle(self, ns, keys: bytes, hits: int, states: bytes) -> int:
-        """The leading run, once its first staging block has settled.
-
-        A block past the ones in host memory is staging: on NVMe (a hit,
-        read back now), or being fetched from a remote tier (a hit only
-        once its bytes have checked).  A remote run that misses, misses at
-        its first block, and the daemon ends the run there; taken at its
-        word, the lookup would have vLLM schedule a load that fails, and
-        compute the prompt in a second step.  Waiting for that one block
-        costs one read; past _PROBE_TIMEOUT_MS the run is taken as is.
-        The blocks after it are taken as the lookup said: a run the tier
-        holds the start of, it holds on the whole.
-        """
-        host = next((i for i in range(hits) if states[i] != HOST), hits)
-        if host == hits:
-            return hits
-        try:
-            landed = ns.wait_resident(keys[host * 32:(host + 1) * 32], _PROBE_TIMEOUT_MS)
-        except Error:
-            return hits  # still on its way: loaded, or recomputed, later
-        self.stats["settled_lookups"] += 1
-        return hits if landed == 1 else host
+        r = self._requests[request.request_id]
+        r.done = hits  # in kvtierd already
+        # A run that goes on past host memory is loaded asynchronously:
+        # the request waits for its staging, the batch does not.
+        r.staging = any(s != HOST for s in states[:hits])
+        n = max(0, hits * self._block - num_computed_tokens)
+        return n, bool(n) and r.staging
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
         r = self._requests.get(request.request_id)
         if num_external_tokens <= 0 or r is None:
             return
         first = r.local // self._block
+        pages = list(blocks.get_block_ids()[0]) if r.staging else None
         self._pending_loads[request.request_id] = (
-            first, first + num_external_tokens // self._block)
+            first, first + num_external_tokens // self._block, pages)
 
     def _track(self, req_id: str, block_ids: list[int] | None, new: bool):
         r = self._requests.get(req_id)
@@ -300,6 +306,16 @@ class KvtierConnector(KVConnectorBase_V1):
             nb = cached.new_block_ids[i]
             steps.append((rid, nb[0] if nb else None, rid in cached.resumed_req_ids,
                           cached.num_computed_tokens[i]))
+        scheduled = {step[0] for step in steps}
+        for rid, (a, b, pages) in list(self._pending_loads.items()):
+            if pages is None or rid in scheduled:
+                continue
+            # Waits in WAITING_FOR_REMOTE_KVS: scheduled once loaded.
+            r = self._requests[rid]
+            r.block_ids = pages
+            meta.async_loads.append(_Transfer(rid, r.keys[a * 32: b * 32], pages[a:b]))
+            r.done = max(r.done, b)
+            del self._pending_loads[rid]
         for rid, block_ids, new, computed in steps:
             r = self._track(rid, block_ids, new)
             if r is None:
@@ -307,7 +323,7 @@ class KvtierConnector(KVConnectorBase_V1):
             n_keys = len(r.keys) // 32
             load = self._pending_loads.pop(rid, None)
             if load is not None:
-                a, b = load
+                a, b, _ = load
                 meta.loads.append(_Transfer(rid, r.keys[a * 32: b * 32], r.block_ids[a:b]))
                 r.done = max(r.done, b)
             else:
@@ -324,9 +340,12 @@ class KvtierConnector(KVConnectorBase_V1):
                 meta.stores.append(_Transfer(rid, r.keys[r.done * 32: full * 32],
                                              r.block_ids[r.done: full]))
                 r.done = full
+                r.stored = True
         for rid in scheduler_output.finished_req_ids:
             self._requests.pop(rid, None)
             self._pending_loads.pop(rid, None)
+        meta.kept, self._kept = self._kept, []
+        meta.preempted = list(getattr(scheduler_output, "preempted_req_ids", None) or ())
         return meta
 
     def request_finished(self, request, block_ids):
@@ -334,7 +353,20 @@ class KvtierConnector(KVConnectorBase_V1):
         self._pending_loads.pop(request.request_id, None)
         if r is not None and r.keys:
             self._hint(request, r.keys)
+        if r is not None and r.stored:
+            # Its stores may still be copying from its pages: the workers
+            # report it in get_finished once they are done.
+            self._kept.append(request.request_id)
+            self._holding.add(request.request_id)
+            return True, None
         return False, None
+
+    def update_connector_output(self, connector_output):
+        for rid in connector_output.finished_sending or ():
+            self._holding.discard(rid)
+
+    def has_pending_block_frees(self) -> bool:
+        return bool(self._holding)
 
     def _hint(self, request, keys: bytes):
         """The request's lifecycle hints (module docstring) for its stored
@@ -408,11 +440,13 @@ class KvtierConnector(KVConnectorBase_V1):
                  len(names), _backend_name(self._vllm_config, names[0]),
                  self._geometry.pages_per_block, self._rank)
 
-    def _copy(self, load: bool, ns, keys: bytes, block_ids: list[int]) -> tuple[int, list[int]]:
+    def _copy(self, load: bool, ns, keys: bytes, block_ids: list[int],
+              stream=None) -> tuple[int, list[int]]:
         """Load or store blocks between kvtierd and vLLM's pages: how many
-        were copied, and the per-block statuses.  On a GPU through the library's CUDA path, on
-        the current stream (so after the forward that computed a store, and
-        before the one that reads a load), waited for here."""
+        were copied, and the per-block statuses.  On a GPU through the
+        library's CUDA path, on stream (default: the current one, so after
+        the forward that computed a store and before the one that reads a
+        load), waited for here."""
         idx = vllm_layout.indices(self._geometry, block_ids, self._block)
         if self._device is None:
             op = ns.load_paged if load else ns.store_paged
@@ -422,8 +456,9 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._cuda is None:
             self._cuda = CudaContext(ns.client, self._device)
         submit = self._cuda.load if load else self._cuda.store
-        stream = torch.cuda.current_stream(self._device).cuda_stream
-        with submit(ns, self._shard, self._layout, keys, idx, stream) as job:
+        if stream is None:
+            stream = torch.cuda.current_stream(self._device)
+        with submit(ns, self._shard, self._layout, keys, idx, stream.cuda_stream) as job:
             status = job.wait()
         return sum(1 for x in status if x == 0), status
 
@@ -431,21 +466,99 @@ class KvtierConnector(KVConnectorBase_V1):
         self._shard, self._writer = shard_of(self._rank, ns.info["shards"],
                                              self._identity.tp_size)
 
+    # The mover: one thread that copies what the step need not wait for
+    # (asynchronous loads, and stores on the CPU path), in order.  The
+    # library releases the GIL while it waits and copies.
+
+    def _submit(self, job) -> None:
+        if self._mover is None:
+            if self._device is not None:
+                self._stream = torch.cuda.Stream(self._device)
+            self._mover = threading.Thread(target=self._move, name="kvtier-mover", daemon=True)
+            self._mover.start()
+        self._jobs.put(job)
+
+    def _move(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                if job is None:
+                    return
+                job()
+            except Exception:  # a job reports its own result; nothing may stop the mover
+                log.exception("kvtier: a copy failed")
+            finally:
+                self._jobs.task_done()
+
+    def _load_async(self, ns, t: _Transfer) -> None:
+        status = None
+        try:
+            # Staging from NVMe or the remote tier began at the lookup.
+            ns.wait_resident(t.keys, _STAGE_TIMEOUT_MS)
+            _, status = self._copy(True, ns, t.keys, t.block_ids, self._stream)
+        except Error as e:
+            log.warning("kvtier: load failed: %s", e)
+        bad = len(t.block_ids) if status is None else next(
+            (i for i, x in enumerate(status) if x < 0), len(status))
+        with self._lock:
+            self._received.append((t.req_id, t.block_ids[bad:], bad))
+
+    def _store(self, ns, t: _Transfer) -> None:
+        stored, skipped = 0, 0
+        try:
+            stored, _ = self._copy(False, ns, t.keys, t.block_ids)
+        except Error as e:
+            skipped = len(t.block_ids)
+            log.warning("kvtier: store skipped: %s", e)
+        with self._lock:
+            self.stats["stored_blocks"] += stored
+            self.stats["store_skipped"] += skipped
+            self._in_flight[t.req_id] -= 1
+            if not self._in_flight[t.req_id]:
+                del self._in_flight[t.req_id]
+
+    def drain(self) -> None:
+        """Wait until the copies handed to the mover are done."""
+        if self._mover is not None:
+            self._jobs.join()
+
+    def handle_preemptions(self, kv_connector_metadata) -> None:
+        """A preempted request's pages go to others: its stores copy out
+        of them first."""
+        meta = kv_connector_metadata
+        if not isinstance(meta, KvtierConnectorMetadata) or not meta.preempted:
+            return
+        with self._lock:
+            busy = any(rid in self._in_flight for rid in meta.preempted)
+        if busy:
+            self.drain()
+
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         self._failed_reqs = set()  # for this step's wait_for_save
-        if not isinstance(meta, KvtierConnectorMetadata) or not meta.loads:
+        if not isinstance(meta, KvtierConnectorMetadata):
+            return
+        with self._lock:
+            self._kept_here.update(meta.kept)
+        if not meta.loads and not meta.async_loads:
             return
         ns = self._namespace()
         if ns is not None:
             self._open_shard(ns)
+        for t in meta.async_loads:
+            self.stats["async_loads"] += 1
+            if ns is None or self._layout is None:
+                with self._lock:
+                    self._received.append((t.req_id, list(t.block_ids), 0))
+            else:
+                self._submit(lambda t=t: self._load_async(ns, t))
+        if not meta.loads:
+            return
         firsts = []  # each load's first failed block
         for t in meta.loads:
             status = None
             if ns is not None and self._layout is not None:
                 try:
-                    # Blocks on NVMe began staging at the lookup.
-                    ns.wait_resident(t.keys, _STAGE_TIMEOUT_MS)
                     _, status = self._copy(True, ns, t.keys, t.block_ids)
                 except Error as e:
                     log.warning("kvtier: load failed: %s", e)
@@ -464,12 +577,16 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._failed_reqs.add(t.req_id)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # the CPU path loads every layer in start_load_kv
+        return  # every layer is loaded in start_load_kv
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
         return  # blocks hold every layer: stored once the step is done
 
     def wait_for_save(self):
+        """The step's new blocks: on the CPU handed to the mover, which
+        copies them while the next step computes (vLLM keeps a finished
+        request's pages until get_finished says its stores are done); on a
+        GPU copied on the current stream, after the forward."""
         meta = self._get_connector_metadata()
         if not isinstance(meta, KvtierConnectorMetadata) or not meta.stores:
             return
@@ -488,16 +605,30 @@ class KvtierConnector(KVConnectorBase_V1):
             if ns is None or self._layout is None:
                 self.stats["store_skipped"] += len(t.block_ids)
                 continue
-            try:
-                stored, _ = self._copy(False, ns, t.keys, t.block_ids)
-                self.stats["stored_blocks"] += stored
-            except Error as e:
-                self.stats["store_skipped"] += len(t.block_ids)
-                log.warning("kvtier: store skipped: %s", e)
+            with self._lock:
+                self._in_flight[t.req_id] = self._in_flight.get(t.req_id, 0) + 1
+            if self._device is None:
+                self._submit(lambda t=t: self._store(ns, t))
+            else:
+                self._store(ns, t)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
         return errors
 
     def get_finished(self, finished_req_ids):
-        return None, None
+        """The kept requests whose stores are done, and the asynchronous
+        loads that are (their failed blocks go to
+        get_block_ids_with_load_errors, which vLLM asks next, in the same
+        step)."""
+        with self._lock:
+            received, self._received = self._received, []
+            sending = {rid for rid in self._kept_here if rid not in self._in_flight}
+            self._kept_here -= sending
+        for _, failed, loaded in received:
+            self.stats["loaded_blocks"] += loaded
+            if failed:
+                self.stats["load_failures"] += len(failed)
+                self._load_errors.update(failed)
+        recving = {rid for rid, _, _ in received}
+        return sending or None, recving or None
