@@ -13,7 +13,7 @@
 
 const char *const kind_name[K_COUNT] = {
 	"fa-nhd", "fa-hnd", "flashinfer", "mla", "cross-layer", "dense",
-	"row-padded", "head-padded", "kv-split",
+	"row-padded", "head-padded", "kv-split", "vllm-nhd", "vllm-hnd", "vllm-blocks",
 };
 
 int failures;
@@ -125,6 +125,25 @@ void case_layout(const struct tcase *tc, void *const *base,
 		ret->stride_token = H * ret->stride_head;
 		ret->stride_page = bs * ret->stride_token;
 		ret->stride_plane = np * ret->stride_page;
+		break;
+	case K_VLLM_NHD:
+		ret->stride_plane = hb;
+		ret->stride_page = bs * H * 2 * hb;
+		ret->stride_token = H * 2 * hb;
+		ret->stride_head = 2 * hb;
+		break;
+	case K_VLLM_HND:
+		ret->stride_plane = hb;
+		ret->stride_page = H * bs * 2 * hb;
+		ret->stride_token = 2 * hb;
+		ret->stride_head = bs * 2 * hb;
+		break;
+	case K_VLLM_BLOCKS:
+		ret->stride_plane = hb;
+		ret->stride_page = (int64_t)N_LAYERS * bs * H * 2 * hb;
+		ret->stride_token = H * 2 * hb;
+		ret->stride_head = 2 * hb;
+		*ret_layer_off = bs * H * 2 * hb;
 		break;
 	case K_KV_SPLIT:
 		ret->flags = KVT_LAYOUT_PLANE_BASES;
@@ -445,6 +464,7 @@ size_t buf_bytes(const struct tcase *tc)
 	case K_MLA:
 		return (size_t)tc->np * row;
 	case K_CROSS:
+	case K_VLLM_BLOCKS:
 		return (size_t)tc->np * N_LAYERS * 2 * row;
 	case K_ROW_PAD:
 		return (size_t)2 * tc->np * tc->pt *

@@ -40,6 +40,11 @@ enum kind {
 	K_HEAD_PAD,   /* per layer (2, NP, BS, H, D + HEAD_PAD) */
 	K_KV_SPLIT,   /* per layer and plane (NP, BS, H, D): SGLang's
 		       * k_buffer / v_buffer, a base per plane */
+	/* vLLM 0.32's views, K and V side by side in each (page, head,
+	 * token) cell: K runs of one head, V right after. */
+	K_VLLM_NHD,   /* per layer (NP, BS, H, 2, D): LBNHC, the default */
+	K_VLLM_HND,   /* per layer (NP, H, BS, 2, D): LBHNC */
+	K_VLLM_BLOCKS, /* one buffer (NP, NL, BS, H, 2, D): BLNHC */
 	K_COUNT,
 };
 

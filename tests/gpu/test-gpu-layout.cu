@@ -479,8 +479,9 @@ static int sweep_point(enum kind k, int slots, uint32_t elem, uint32_t dim,
 	tc.planes = k == K_MLA ? 1 : 2;
 	tc.bt = bt;
 	tc.shift = shift;
-	tc.n_bufs = k == K_CROSS ? 1 : k == K_KV_SPLIT ? 2 * N_LAYERS
-						       : N_LAYERS;
+	tc.n_bufs = k == K_CROSS || k == K_VLLM_BLOCKS ? 1
+		    : k == K_KV_SPLIT			 ? 2 * N_LAYERS
+							 : N_LAYERS;
 	if (k == K_DENSE) {
 		/* Sequences of 40 positions. */
 		tc.pt = 40;

@@ -34,12 +34,21 @@ enum kind {
 	K_DENSE,      /* per layer K and V, each [B, H, S, D] */
 	K_PADDED,     /* per layer (2, NB, BS, row), row = H*D + TOKEN_PAD */
 	K_TRTLLM,     /* one buffer (NB, NL, 2, H, BS, D) */
+	/* vLLM 0.32's views [NB, H, BS, K|V] in its KVCacheLayout orders:
+	 * K and V side by side in each (page, head, token) cell. */
+	K_VLLM_LBNHC, /* per layer (NB, BS, H, 2, D): the default, "NHD" */
+	K_VLLM_LBHNC, /* per layer (NB, H, BS, 2, D) */
+	K_VLLM_LHBNC, /* per layer (H, NB, BS, 2, D) */
+	K_VLLM_BLNHC, /* one buffer (NB, NL, BS, H, 2, D) */
+	K_VLLM_BHLNC, /* one buffer (NB, H, NL, BS, 2, D) */
+	K_VLLM_CPU,   /* CPU_ATTN: per layer (NB, H, 2, BS, D), K rows then V rows */
 	K_COUNT,
 };
 
 static const char *const kind_names[K_COUNT] = {
 	"fa-nhd", "fa-hnd", "flashinfer", "mla", "cross-layer", "dense",
-	"padded-nhd", "trtllm-pool",
+	"padded-nhd", "trtllm-pool", "vllm-lbnhc", "vllm-lbhnc", "vllm-lhbnc",
+	"vllm-blnhc", "vllm-bhlnc", "vllm-cpu",
 };
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -96,7 +105,7 @@ struct engine {
 
 static int is_one_buffer(enum kind k)
 {
-	return k == K_CROSS || k == K_TRTLLM;
+	return k == K_CROSS || k == K_TRTLLM || k == K_VLLM_BLNHC || k == K_VLLM_BHLNC;
 }
 
 static size_t cache_bytes(const struct cache *c)
@@ -108,6 +117,8 @@ static size_t cache_bytes(const struct cache *c)
 		return elem;
 	case K_CROSS:
 	case K_TRTLLM:
+	case K_VLLM_BLNHC:
+	case K_VLLM_BHLNC:
 		return elem * 2 * N_LAYERS;
 	case K_PADDED:
 		return (size_t)2 * c->nb * c->bs *
@@ -121,7 +132,9 @@ static void engine_alloc(const struct cache *c, struct engine *e)
 {
 	if (is_one_buffer(c->kind)) {
 		uint8_t *p = xmalloc(c->bytes);
-		size_t layer = (size_t)2 * c->bs * c->heads * c->hb;
+		/* Where layer l starts: the dimensions inside L. */
+		size_t layer = (size_t)2 * c->bs * c->hb *
+			       (c->kind == K_VLLM_BHLNC ? 1 : c->heads);
 
 		for (int l = 0; l < N_LAYERS; l++) {
 			e->buf[l] = p;
@@ -216,6 +229,42 @@ static void cache_layout(const struct cache *c, const struct engine *e,
 		ret->stride_token = H * hb + TOKEN_PAD;
 		ret->stride_head = hb;
 		break;
+	case K_VLLM_LBNHC:
+		ret->stride_plane = hb;
+		ret->stride_page = bs * H * 2 * hb;
+		ret->stride_token = H * 2 * hb;
+		ret->stride_head = 2 * hb;
+		break;
+	case K_VLLM_LBHNC:
+		ret->stride_plane = hb;
+		ret->stride_page = H * bs * 2 * hb;
+		ret->stride_token = 2 * hb;
+		ret->stride_head = bs * 2 * hb;
+		break;
+	case K_VLLM_LHBNC:
+		ret->stride_plane = hb;
+		ret->stride_page = bs * 2 * hb;
+		ret->stride_token = 2 * hb;
+		ret->stride_head = nb * bs * 2 * hb;
+		break;
+	case K_VLLM_BLNHC:
+		ret->stride_plane = hb;
+		ret->stride_page = (int64_t)N_LAYERS * bs * H * 2 * hb;
+		ret->stride_token = H * 2 * hb;
+		ret->stride_head = 2 * hb;
+		break;
+	case K_VLLM_BHLNC:
+		ret->stride_plane = hb;
+		ret->stride_page = H * (int64_t)N_LAYERS * bs * 2 * hb;
+		ret->stride_token = 2 * hb;
+		ret->stride_head = (int64_t)N_LAYERS * bs * 2 * hb;
+		break;
+	case K_VLLM_CPU:
+		ret->stride_plane = bs * hb;
+		ret->stride_page = H * 2 * bs * hb;
+		ret->stride_token = hb;
+		ret->stride_head = 2 * bs * hb;
+		break;
 	default:
 		abort();
 	}
@@ -251,6 +300,29 @@ static void ref_elem(const struct ref *r, uint32_t l, size_t off,
 	       c->hb;
 	memcpy(r->want_blocks[blk] + boff, r->orig->buf[l] + off, c->hb);
 	memcpy(r->want_engine->buf[l] + off, r->orig->buf[l] + off, c->hb);
+}
+
+/* Heads (of hb bytes) before element (l, g, h, t, kv) of a vLLM 0.32
+ * cache: its physical order written out. */
+static size_t vllm_offset(enum kind k, size_t l, size_t g, size_t h, size_t t, size_t kv,
+			  size_t NB, size_t H, size_t BS)
+{
+	switch (k) {
+	case K_VLLM_LBNHC:
+		return ((g * BS + t) * H + h) * 2 + kv;
+	case K_VLLM_LBHNC:
+		return ((g * H + h) * BS + t) * 2 + kv;
+	case K_VLLM_LHBNC:
+		return ((h * NB + g) * BS + t) * 2 + kv;
+	case K_VLLM_BLNHC:
+		return (((g * N_LAYERS + l) * BS + t) * H + h) * 2 + kv;
+	case K_VLLM_BHLNC:
+		return (((g * H + h) * N_LAYERS + l) * BS + t) * 2 + kv;
+	case K_VLLM_CPU:
+		return ((g * H + h) * 2 + kv) * BS + t;
+	default:
+		abort();
+	}
 }
 
 static void ref_run(const struct ref *r)
@@ -335,6 +407,20 @@ static void ref_run(const struct ref *r)
 						for (size_t h = 0; h < H; h++)
 							ref_elem(r, l,
 								 ((kv * NB + g) * BS + t) * (H * hb + TOKEN_PAD) + h * hb,
+								 g * BS + t, kv, h);
+		break;
+	case K_VLLM_LBNHC:
+	case K_VLLM_LBHNC:
+	case K_VLLM_LHBNC:
+	case K_VLLM_BLNHC:
+	case K_VLLM_BHLNC:
+	case K_VLLM_CPU:
+		for (uint32_t l = 0; l < N_LAYERS; l++)
+			for (size_t g = 0; g < NB; g++)
+				for (size_t h = 0; h < H; h++)
+					for (size_t t = 0; t < BS; t++)
+						for (size_t kv = 0; kv < 2; kv++)
+							ref_elem(r, l, vllm_offset(c->kind, l, g, h, t, kv, NB, H, BS) * hb,
 								 g * BS + t, kv, h);
 		break;
 	default:
