@@ -107,6 +107,10 @@ def test_failed_load_on_one_rank_stores_nothing_on_any(ranks):
     # neither stores the blocks computed on rank 1's unfilled page.
     assert r0["errors"] == r1["errors"] == [3], (r0, r1)
     assert r0["stats"]["store_skipped"] == r1["stats"]["store_skipped"] == 2, (r0, r1)
+    # What each rank hands vLLM's statistics for the step.
+    for r in (r0, r1):
+        got = {k: v for k, v in r["reported"].items() if v}
+        assert got == {"loaded_blocks": 1, "load_failures": 1, "store_skipped": 2}, r
     assert ns.lookup(keys)[0] == 1
 
     # vLLM recomputes blocks 1..3 (pages 3..5) and both ranks store them.
@@ -120,3 +124,40 @@ def test_failed_load_on_one_rank_stores_nothing_on_any(ranks):
     for r in rs:
         d = r.ask(op="digest", blocks=[4, 5, 6, 7])["digests"]
         assert d[2:] == d[:2], "a rank loaded other bytes than it recomputed"
+
+
+def test_counters_reach_prometheus():
+    """Workers' counts, summed by vLLM's stats aggregation, become
+    vllm:kvtier_*_total counters on a Prometheus registry."""
+    import prometheus_client
+    from prometheus_client import Counter, Gauge, Histogram
+
+    from kvtier import vllm_stats
+    from kvtier.vllm import KvtierConnector
+
+    registry = prometheus_client.CollectorRegistry()
+
+    def counter(*a, **kw):
+        return Counter(*a, registry=registry, **kw)
+
+    a = KvtierConnector.build_kv_connector_stats({"stored_blocks": 3, "loaded_blocks": 2})
+    b = KvtierConnector.build_kv_connector_stats({"stored_blocks": 4, "load_failures": 1})
+    total = a.aggregate(b)
+    assert total.reduce()["kvtier_stored_blocks"] == 7 and not total.is_empty()
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(kv_transfer_config=None)  # all the base class reads of it
+    prom = KvtierConnector.build_prom_metrics(config, {Counter: counter, Gauge: Gauge,
+                                                     Histogram: Histogram},
+                                              ["model_name", "engine"], {0: ["m", "0"]})
+    prom.observe(total.data, 0)
+    prom.observe({"stored_blocks": 1}, 0)
+
+    def value(name):
+        return registry.get_sample_value(f"vllm:kvtier_{name}_total",
+                                         {"model_name": "m", "engine": "0"})
+
+    assert value("stored_blocks") == 8 and value("loaded_blocks") == 2
+    assert value("load_failures") == 1 and value("async_loads") == 0
+    assert set(vllm_stats.COUNTERS) == {"loaded_blocks", "load_failures", "stored_blocks",
+                                        "store_skipped", "async_loads"}

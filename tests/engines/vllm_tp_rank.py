@@ -95,7 +95,9 @@ with set_current_vllm_config(cfg):
             conn.wait_for_save()
             conn.drain()  # the stores the mover copies after the step
             conn.clear_connector_metadata()
-            out = {"errors": sorted(conn.get_block_ids_with_load_errors()), "stats": conn.stats}
+            reported = conn.get_kv_connector_stats()  # what vLLM's statistics get
+            out = {"errors": sorted(conn.get_block_ids_with_load_errors()), "stats": conn.stats,
+                   "reported": reported.data if reported is not None else None}
         elif cmd["op"] == "digest":
             out = {"digests": [hashlib.sha256(b"".join(bytes(p[b].contiguous().numpy())
                                                        for p in pages)).hexdigest()

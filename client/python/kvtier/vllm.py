@@ -68,7 +68,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from . import HAVE_CUDA, HOST, Client, Error, hash_chain
-from . import vllm_layout
+from . import vllm_layout, vllm_stats
 from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
 
 log = logging.getLogger("kvtier.vllm")
@@ -204,6 +204,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._kept_here: set[str] = set()  # finished requests waiting for their stores
         self._received: list[tuple[str, list[int], int]] = []  # async loads done
         self._stream = None  # the mover's CUDA stream
+        self._reported: dict[str, int] = {}  # counters as last handed to vLLM's statistics
 
     # ---------------------------------------------------------------- common
 
@@ -597,13 +598,11 @@ class KvtierConnector(KVConnectorBase_V1):
             # What this step computed after a failed load (on any rank)
             # rests on pages that were never filled: vLLM computes it
             # again, and it is stored then.
-            if t.req_id in self._failed_reqs:
-                self.stats["store_skipped"] += len(t.block_ids)
-                continue
-            if not self._writer:
+            if not self._writer and t.req_id not in self._failed_reqs:
                 continue  # another rank of its replica group writes the shard
-            if ns is None or self._layout is None:
-                self.stats["store_skipped"] += len(t.block_ids)
+            if t.req_id in self._failed_reqs or ns is None or self._layout is None:
+                with self._lock:
+                    self.stats["store_skipped"] += len(t.block_ids)
                 continue
             with self._lock:
                 self._in_flight[t.req_id] = self._in_flight.get(t.req_id, 0) + 1
@@ -611,6 +610,22 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._submit(lambda t=t: self._store(ns, t))
             else:
                 self._store(ns, t)
+
+    def get_kv_connector_stats(self):
+        """The worker's counts since vLLM last asked (kvtier.vllm_stats):
+        they reach vLLM's Prometheus endpoint as vllm:kvtier_*_total."""
+        with self._lock:
+            counts = dict(self.stats)
+        return vllm_stats.since(counts, self._reported)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return vllm_stats.KvtierStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return vllm_stats.KvtierPromMetrics(vllm_config, metric_types, labelnames,
+                                            per_engine_labelvalues)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
