@@ -500,6 +500,16 @@ int manager_listen(struct manager *m)
 	n = sd_listen_fds(1);
 	if (n > 1)
 		return log_error_errno(-EINVAL, "Socket activation passed %d sockets; kvtierd takes one", n);
+	/* The tenants' sockets first: a client that reaches the main socket
+	 * (or a script that waits for it) finds every other one there. */
+	for (uint32_t i = 0; i < m->config->n_tenants; i++) {
+		const struct tenant_conf *t = &m->config->tenants[i];
+		if (!t->socket)
+			continue;
+		r = listener_bind(m, t->socket, t->name);
+		if (r < 0)
+			return r;
+	}
 	if (n == 1) {
 		int fd = SD_LISTEN_FDS_START;
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
@@ -518,14 +528,6 @@ int manager_listen(struct manager *m)
 		log_info("Listening on the socket passed by systemd");
 	} else {
 		r = listener_bind(m, m->config->socket_path, NULL);
-		if (r < 0)
-			return r;
-	}
-	for (uint32_t i = 0; i < m->config->n_tenants; i++) {
-		const struct tenant_conf *t = &m->config->tenants[i];
-		if (!t->socket)
-			continue;
-		r = listener_bind(m, t->socket, t->name);
 		if (r < 0)
 			return r;
 	}

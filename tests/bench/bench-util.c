@@ -261,18 +261,25 @@ uint64_t bench_daemon_start(struct bench_daemon *d, uint64_t limit_ns)
 		fprintf(stderr, "cannot execute %s: %s\n", d->kvtierd, strerror(errno));
 		_exit(127);
 	}
+	bench_daemon_wait_socket(d, d->socket, t0, limit_ns);
+	return now_ns() - t0;
+}
+
+void bench_daemon_wait_socket(struct bench_daemon *d, const char *path, uint64_t t0,
+			      uint64_t limit_ns)
+{
 	/* Polled every millisecond: the time to listening is a figure of
 	 * bench-scale's. */
 	for (;;) {
-		if (try_connect(d->socket) == 0)
-			return now_ns() - t0;
+		if (try_connect(path) == 0)
+			return;
 		if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
 			d->pid = 0;
 			log_tail(d);
-			die("kvtierd (%s) exited before listening", d->kvtierd);
+			die("kvtierd (%s) exited before listening on %s", d->kvtierd, path);
 		}
 		if (now_ns() - t0 > limit_ns)
-			die("kvtierd did not listen on %s within %llu s", d->socket,
+			die("kvtierd did not listen on %s within %llu s", path,
 			    (unsigned long long)(limit_ns / 1000000000ull));
 		usleep(1000);
 	}

@@ -96,6 +96,11 @@ void bench_daemon_config(const struct bench_daemon *d, const char *fmt, ...)
  * first or does not listen within limit_ns.
  * \return nanoseconds from fork to a listening socket */
 uint64_t bench_daemon_start(struct bench_daemon *d, uint64_t limit_ns);
+/* Until something listens at path (a tenant's socket, which kvtierd opens
+ * after its main one); dies when kvtierd exits first or limit_ns after t0
+ * (CLOCK_MONOTONIC ns) has passed. */
+void bench_daemon_wait_socket(struct bench_daemon *d, const char *path, uint64_t t0,
+			      uint64_t limit_ns);
 /* SIGTERM, and wait for it; an exit status other than 0 is said. */
 void bench_daemon_stop(struct bench_daemon *d);
 /* The rest of the first line of its log that contains marker (and also,
