@@ -102,10 +102,7 @@ def main():
     work = tempfile.mkdtemp(prefix="kvt-stall-")
     os.chmod(work, 0o755)
     os.environ["TMPDIR"] = work
-    model = kvtd.make_model(os.path.join(work, "model"), layers=args.layers,
-                            hidden=args.hidden, heads=args.hidden // 64, kv_heads=8,
-                            head_dim=64, intermediate=4 * args.hidden,
-                            max_pos=args.prompt + 256)
+    model = ttft.bench_model(work, args.layers, args.hidden, args.prompt + 256)
     cfg = "[pool]\ncapacity = 3G\nextent_size = 256M\n[tenants]\ndefault_quota = 3G\n" \
           "[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
     with kvtd.Daemon(cfg, spill_mb=4096) as d, kvtier.Client(socket=d.socket) as admin:

@@ -263,6 +263,14 @@ def measure_remote(model, lengths, rows, work, block_bytes):
             print(f"Node B's remote tier: {remote_line(rb)}.\n")
 
 
+def bench_model(work, layers, hidden, max_pos):
+    """The benchmarks' random Llama: hidden // 64 heads and 8 KV heads of
+    64, fp32, made in work/model."""
+    return kvtd.make_model(os.path.join(work, "model"), layers=layers, hidden=hidden,
+                           heads=hidden // 64, kv_heads=8, head_dim=64,
+                           intermediate=4 * hidden, max_pos=max_pos)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build", help="meson build directory (kvtierd)")
@@ -278,10 +286,7 @@ def main():
     work = tempfile.mkdtemp(prefix="kvt-ttft-")
     os.chmod(work, 0o755)
     os.environ["TMPDIR"] = work
-    model = kvtd.make_model(os.path.join(work, "model"), layers=args.layers,
-                            hidden=args.hidden, heads=args.hidden // 64, kv_heads=8,
-                            head_dim=64, intermediate=4 * args.hidden,
-                            max_pos=max(lengths) + 64)
+    model = bench_model(work, args.layers, args.hidden, max(lengths) + 64)
     nparams = sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model)
                   if f.endswith(".safetensors")) // 4
     kv_bytes = 2 * args.layers * 8 * 64 * 4
