@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "client-internal.h"
+#include "macro.h"
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
@@ -425,9 +426,7 @@ KVT_EXPORT int kvt_end(kvt_ns *ns, const uint8_t *keys, size_t n, unsigned flags
 
 static uint64_t mono_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return kvt_now_ns() / 1000000;
 }
 
 KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,

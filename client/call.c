@@ -18,18 +18,12 @@
 #include <unistd.h>
 
 #include "client-internal.h"
+#include "macro.h"
 
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 5000
 
 #define DEFAULT_TIMEOUT_MS 30000
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 uint64_t client_next_rid(kvt_client *c)
 {
@@ -41,7 +35,7 @@ static void backoff(kvt_client *c)
 	c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_MIN_MS;
 	if (c->backoff_ms > BACKOFF_MAX_MS)
 		c->backoff_ms = BACKOFF_MAX_MS;
-	c->retry_at_ns = now_ns() + (uint64_t)c->backoff_ms * 1000000ull;
+	c->retry_at_ns = kvt_now_ns() + (uint64_t)c->backoff_ms * 1000000ull;
 }
 
 static void disconnect(kvt_client *c, const char *why)
@@ -487,7 +481,7 @@ int client_ensure(kvt_client *c)
 		return -ECHILD;
 	if (c->conn.fd >= 0)
 		return 0;
-	if (now_ns() < c->retry_at_ns)
+	if (kvt_now_ns() < c->retry_at_ns)
 		return -ENOTCONN;
 	int r = client_connect(c);
 	if (r < 0) {

@@ -31,14 +31,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda-internal.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "macro.h"
 
 /* ---- the process's pins --------------------------------------------- */
 
@@ -145,15 +138,15 @@ static void regs_work(kvt_cuda_ctx *ctx, uint64_t *ret_next_ns)
 	struct reg *g;
 
 	while (!ctx->quit &&
-	       (g = regs_next_work(&ctx->regs, now_ns(), ret_next_ns))) {
+	       (g = regs_next_work(&ctx->regs, kvt_now_ns(), ret_next_ns))) {
 		struct pin *pin = NULL;
 		uint64_t t0, t1;
 		int r;
 
 		pthread_mutex_unlock(&ctx->lock);
-		t0 = now_ns();
+		t0 = kvt_now_ns();
 		r = regs_pin(&ctx->regs, cuda_pins(), g, &pin);
-		t1 = now_ns();
+		t1 = kvt_now_ns();
 		pthread_mutex_lock(&ctx->lock);
 		regs_pin_done(&ctx->regs, cuda_pins(), g, r, pin, t1, t1 - t0);
 		if (r < 0 && r != -EAGAIN)
@@ -185,7 +178,7 @@ static bool extents_moved(kvt_cuda_ctx *ctx)
  * finds a block in them. */
 static void wait_until(kvt_cuda_ctx *ctx, uint64_t at_ns)
 {
-	uint64_t poll = now_ns() + REG_POLL_NS;
+	uint64_t poll = kvt_now_ns() + REG_POLL_NS;
 	struct timespec ts;
 
 	if (at_ns > poll)
@@ -290,7 +283,7 @@ void cuda_regs_kick_locked(kvt_cuda_ctx *ctx)
 int cuda_regs_wait(kvt_cuda_ctx *ctx, int timeout_ms)
 {
 	uint64_t mine, at = timeout_ms < 0 ? UINT64_MAX
-					   : now_ns() + (uint64_t)timeout_ms *
+					   : kvt_now_ns() + (uint64_t)timeout_ms *
 								1000000u;
 	struct timespec ts = {(time_t)(at / 1000000000u),
 			      (long)(at % 1000000000u)};

@@ -28,7 +28,15 @@ struct manager_counters {
 	uint64_t errors;    /* error replies */
 	uint64_t quarantined_handles;
 	uint64_t accept_failures; /* accept() out of descriptors or memory */
+	/* The loop's dispatches (one event source each) and how long the
+	 * longest held it: what a neighbour's request may have waited for. */
+	uint64_t dispatches;
+	uint64_t dispatch_max_ns;
+	uint64_t dispatches_slow; /* of MANAGER_SLOW_DISPATCH_NS or more */
 };
+
+/* A dispatch this long is a stall a one-key lookup beside it would feel. */
+#define MANAGER_SLOW_DISPATCH_NS (5 * 1000 * 1000)
 
 /* A listening socket: the main one, or a tenant's own. */
 struct listener {

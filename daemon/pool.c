@@ -16,6 +16,7 @@
 #include "fault.h"
 #include "kvt-proto.h"
 #include "log.h"
+#include "macro.h"
 #include "pool.h"
 
 #define HUGE_PAGE (2ULL << 20)
@@ -27,13 +28,6 @@
 #ifndef MFD_HUGETLB
 #define MFD_HUGETLB 0x0004U
 #endif
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static long read_long(const char *path)
 {
@@ -294,7 +288,7 @@ int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
 	e->fd = -1;
 	e->node = -1;
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	r = extent_make_fd(p, size, &flags);
 	if (r < 0) {
 		log_error_errno(r, "Failed to create a %llu MiB memfd extent: %m",
@@ -315,7 +309,7 @@ int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
 	r = extent_lock(p, e, size, &flags);
 	if (r < 0)
 		goto fail;
-	p->populate_ns += now_ns() - t0;
+	p->populate_ns += kvt_now_ns() - t0;
 	e->node = actual_node(e->map);
 	e->for_node = node;
 	if (node >= 0 && (!placed || e->node != node))

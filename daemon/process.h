@@ -26,6 +26,7 @@ struct process {
 	uint32_t n_sessions; /* its connections still open, whoever holds them */
 	LIST_HEAD(, handle) handles; /* taken through its connections, still open */
 	uint32_t n_handles;
+	uint32_t ended_leases, ended_reservations; /* by the quarantine, so far */
 	sd_event_source *exit_source;
 	sd_event_source *grace_source;
 	struct manager *m;

@@ -24,7 +24,6 @@ static void on_complete(rados_completion_t comp, void *arg)
 {
 	struct rop *op = arg;
 	struct remote *rt = op->c->rt;
-	uint64_t one = 1;
 
 	if (op->kind != ROP_CONNECT)
 		op->result = rados_aio_get_return_value(comp);
@@ -35,8 +34,7 @@ static void on_complete(rados_completion_t comp, void *arg)
 	rt->callbacks_pending--;
 	pthread_cond_broadcast(&rt->idle);
 	pthread_mutex_unlock(&rt->lock);
-	/* Cannot fail short of a bad descriptor: the counter only adds. */
-	(void)!write(rt->efd, &one, sizeof(one));
+	remote_io_kick(rt);
 }
 
 int remote_thread_create(pthread_t *ret, void *(*fn)(void *), void *arg)
@@ -217,4 +215,21 @@ void remote_io_take(struct remote *rt, struct rop_queue *ret)
 	pthread_mutex_lock(&rt->lock);
 	TAILQ_CONCAT(ret, &rt->done, done_link);
 	pthread_mutex_unlock(&rt->lock);
+}
+
+void remote_io_put_back(struct remote *rt, struct rop_queue *q)
+{
+	pthread_mutex_lock(&rt->lock);
+	TAILQ_CONCAT(q, &rt->done, done_link);
+	TAILQ_CONCAT(&rt->done, q, done_link);
+	pthread_mutex_unlock(&rt->lock);
+	remote_io_kick(rt);
+}
+
+void remote_io_kick(struct remote *rt)
+{
+	uint64_t one = 1;
+
+	/* Cannot fail short of a bad descriptor: the counter only adds. */
+	(void)!write(rt->efd, &one, sizeof(one));
 }

@@ -235,6 +235,11 @@ void remote_op_complete(struct rop *op);
 void remote_io_drain(struct remote *rt);
 /* Take the ops that completed; the caller handles and frees them. */
 void remote_io_take(struct remote *rt, struct rop_queue *ret);
+/* Put back ops taken and not handled, ahead of the ones completed since,
+ * and have the loop call remote_on_event again. */
+void remote_io_put_back(struct remote *rt, struct rop_queue *q);
+/* Have the loop call remote_on_event: there is work that waited. */
+void remote_io_kick(struct remote *rt);
 
 /* remote-trim.c */
 int remote_trim_start(struct remote_conn *c);

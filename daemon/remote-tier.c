@@ -12,8 +12,10 @@
 #include <xxhash.h>
 
 #include "log.h"
+#include "macro.h"
 #include "pool.h"
 #include "remote-private.h"
+#include "turns.h"
 
 #define UNKNOWN (-2)
 
@@ -171,11 +173,17 @@ static bool queue_push(struct remote *rt, const struct block *b, uint8_t tries)
 	return true;
 }
 
-/* Write-backs waiting for an operation, oldest first.  While the head's
- * tier is degraded they wait: they go out once it answers again. */
-static void pump(struct remote *rt)
+/* Write-backs waiting for an operation, oldest first, until the turn is
+ * over (each copies its block out of the pool here): the rest at the
+ * next dispatch.  While the head's tier is degraded they wait: they go
+ * out once it answers again. */
+static void pump(struct remote *rt, const struct turn *turn)
 {
 	while (rt->q_len) {
+		if (turn_over(turn)) {
+			remote_io_kick(rt);
+			return;
+		}
 		struct remote_wb *w = &rt->queue[rt->q_head];
 		struct block *b = store_remote_find(rt->store, w->tenant_id, w->ns_id, w->key);
 		struct remote_tenant *t = NULL;
@@ -225,7 +233,9 @@ static void tier_used(void *tier, struct block *b)
 		return;
 	}
 	b->remote = BLOCK_REMOTE_WRITING;
-	pump(rt);
+	/* Copied out at the tier's next dispatch, not in the request that
+	 * used the block. */
+	remote_io_kick(rt);
 }
 
 /* The keys of run still waiting are not served: misses. */
@@ -388,13 +398,21 @@ static void write_done(struct remote *rt, struct rop *op)
 		b->remote = BLOCK_REMOTE_STORED;
 }
 
+/* Completions, then the reads and writes waiting, for a turn's worth of
+ * work (turns.h): a read done copies its block into the pool, a write
+ * started copies one out, so a long run does not hold the loop. */
 int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userdata)
 {
 	struct remote *rt = userdata;
+	struct turn turn = {.deadline = kvt_now_ns() + TURN_NSEC};
 	struct rop_queue q;
 
 	remote_io_take(rt, &q);
 	while (!TAILQ_EMPTY(&q)) {
+		if (turn_over(&turn)) {
+			remote_io_put_back(rt, &q);
+			break;
+		}
 		struct rop *op = TAILQ_FIRST(&q);
 		TAILQ_REMOVE(&q, op, done_link);
 		if (op->kind == ROP_READ)
@@ -413,6 +431,6 @@ int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userda
 	}
 	/* Reads first: an engine waits for them. */
 	fetch_pump(rt);
-	pump(rt);
+	pump(rt, &turn);
 	return 0;
 }

@@ -84,21 +84,21 @@ static int open_direct(const char *path)
  * lock until it does: wait for it a little before calling it a conflict. */
 static int lock_file(const char *path, int fd)
 {
-	uint64_t start = spill_now_ns();
+	uint64_t start = kvt_now_ns();
 	bool said = false;
 
 	for (;;) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
 			if (said)
 				log_info("Locked spill file '%s' after %" PRIu64 " ms", path,
-					 (spill_now_ns() - start) / 1000000);
+					 (kvt_now_ns() - start) / 1000000);
 			return 0;
 		}
 		if (errno == EINTR)
 			continue;
 		if (errno != EWOULDBLOCK)
 			return log_error_errno(-errno, "Failed to lock spill file '%s': %m", path);
-		if (spill_now_ns() - start >= (uint64_t)SPILL_LOCK_WAIT_MS * 1000000)
+		if (kvt_now_ns() - start >= (uint64_t)SPILL_LOCK_WAIT_MS * 1000000)
 			return log_error_errno(-EBUSY, "Another kvtierd holds spill file '%s' (flock): stop it first, or give this instance other spill paths",
 					       path);
 		if (!said) {

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "macro.h"
 #include "spill.h"
 
 /* The magic of a slot header: recovery tells a torn header (magic intact)
@@ -47,13 +48,6 @@ static inline uint64_t spill_get_le64(const uint8_t *p)
 	for (int i = 7; i >= 0; i--)
 		v = (v << 8) | p[i];
 	return v;
-}
-
-static inline uint64_t spill_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* spill-format.c: 1..SPILL_TENANT_MAX bytes, no NUL among them. */

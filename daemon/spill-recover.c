@@ -55,7 +55,7 @@ static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t offset)
 
 static void recovery_progress(struct recovery *rc, const struct spill_file *f, uint32_t region)
 {
-	uint64_t now = spill_now_ns();
+	uint64_t now = kvt_now_ns();
 
 	if (now - rc->last_log < RECOVER_PROGRESS_NS)
 		return;
@@ -215,7 +215,7 @@ int spill_recover(struct spill *s, spill_found_fn fn, void *userdata,
 		.s = s,
 		.fn = fn,
 		.userdata = userdata,
-		.start = spill_now_ns(),
+		.start = kvt_now_ns(),
 	};
 	int r = 0;
 
@@ -245,7 +245,7 @@ int spill_recover(struct spill *s, spill_found_fn fn, void *userdata,
 	s->recovered = true;
 	rc.st.slots_replaced = s->recovery_frees;
 	rc.st.next_seq = s->next_seq;
-	rc.st.elapsed_ns = spill_now_ns() - rc.start;
+	rc.st.elapsed_ns = kvt_now_ns() - rc.start;
 	log_info("Spill recovery: %u file(s), %" PRIu64 " of %" PRIu64 " regions bound, %" PRIu64 " blocks recovered (%" PRIu64 " MiB, %" PRIu64 " older copies replaced), %" PRIu64 " torn or corrupt dropped, %" PRIu64 " stale, %" PRIu64 " declined, in %.3f s",
 		 rc.st.files, rc.st.regions_bound, rc.st.regions, rc.st.slots_recovered,
 		 rc.st.bytes >> 20, rc.st.slots_replaced, rc.st.slots_dropped, rc.st.slots_stale,

@@ -264,7 +264,7 @@ static uint64_t new_generation(void)
 
 	/* Fails only before the kernel's generator is seeded (early boot). */
 	if (getrandom(&g, sizeof(g), GRND_NONBLOCK) != sizeof(g)) {
-		uint64_t mix[3] = { spill_now_ns(), ++counter, (uint64_t)getpid() };
+		uint64_t mix[3] = { kvt_now_ns(), ++counter, (uint64_t)getpid() };
 		g = XXH3_64bits(mix, sizeof(mix));
 	}
 	return g ? g : 1;

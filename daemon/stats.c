@@ -168,7 +168,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	bool nvme = m->nvme != NULL;
 	if (nvme)
 		nvme_get_stats(m->nvme, &ns);
-	kvt_rec_begin(&e->b, "daemon", nvme ? 36 + 22 : 36);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 39 + 22 : 39);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -202,6 +202,9 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "turns", m->turns.taken);
 	kvt_rec_u64(&e->b, "turns_yielded", m->turns.yielded);
 	kvt_rec_u64(&e->b, "turns_waiting", m->turns.n);
+	kvt_rec_u64(&e->b, "dispatches", m->c.dispatches);
+	kvt_rec_u64(&e->b, "dispatch_max_us", m->c.dispatch_max_ns / 1000);
+	kvt_rec_u64(&e->b, "dispatches_slow", m->c.dispatches_slow);
 	kvt_rec_u64(&e->b, "fragmentation_alert_ppm", m->config->fragmentation_alert_ppm);
 	kvt_rec_u64(&e->b, "fragmented_tenants", fragmented_tenants(m));
 	kvt_rec_u64(&e->b, "fragmentation_warnings", m->store.frag_warnings);

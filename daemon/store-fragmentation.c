@@ -9,6 +9,7 @@
 
 #include "fragmentation.h"
 #include "log.h"
+#include "macro.h"
 #include "pool.h"
 #include "size.h"
 #include "store-private.h"
@@ -20,9 +21,7 @@
 
 static uint64_t now_usec(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+	return kvt_now_ns() / 1000;
 }
 
 void store_frag_classes(const struct store *s, const struct tenant *t, struct frag_class *ret,

@@ -10,16 +10,14 @@
 #include <stddef.h>
 #include <time.h>
 
+#include "macro.h"
 #include "store-private.h"
 #include "store.h"
 
 /* The hints' clock: whole seconds, CLOCK_MONOTONIC. */
 static uint32_t now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint32_t)ts.tv_sec;
+	return (uint32_t)(kvt_now_ns() / 1000000000u);
 }
 
 static struct block *block_of(const struct evict_entry *x)

@@ -16,6 +16,7 @@
 #include <sys/queue.h>
 #include <time.h>
 
+#include "macro.h"
 #include "store-private.h"
 #include "store.h"
 
@@ -28,10 +29,7 @@ struct partial {
 
 static uint64_t now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return kvt_now_ns() / 1000000;
 }
 
 void store_partial_note(struct store *s, struct block *b)

@@ -8,19 +8,13 @@
 #include <errno.h>
 #include <time.h>
 
+#include "macro.h"
 #include "session.h"
 #include "turns.h"
 
-static uint64_t now_nsec(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 bool turn_over(const struct turn *t)
 {
-	return now_nsec() >= t->deadline;
+	return kvt_now_ns() >= t->deadline;
 }
 
 /* Due at once: it becomes pending when the loop next looks at its
@@ -54,7 +48,7 @@ static struct session *dequeue(struct turns *q)
 /* One turn of s; back to the end of the queue if work is left. */
 static void take_turn(struct turns *q, struct session *s)
 {
-	struct turn t = {.deadline = now_nsec() + TURN_NSEC};
+	struct turn t = {.deadline = kvt_now_ns() + TURN_NSEC};
 
 	q->taken++;
 	if (q->ops->work(s, &t) && !s->dead) {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The few macros every part of kvtier uses: error propagation, array
- * lengths, and scope-bound cleanup in the manner of systemd's _cleanup_.
+ * lengths, scope-bound cleanup in the manner of systemd's _cleanup_, and
+ * the monotonic clock.
  *
  *	_cleanup_free_ char *p = malloc(n);
  *	_cleanup_close_ int fd = open(path, O_RDONLY);
@@ -10,7 +11,9 @@
  */
 #pragma once
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Return the negative errno of x, if any, from the calling function. */
@@ -60,3 +63,11 @@ static inline void kvt_closep(const int *fd)
 		(fd) = -1;                              \
 		_take_fd;                               \
 	})
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+static inline uint64_t kvt_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

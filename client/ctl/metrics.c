@@ -50,6 +50,12 @@ static const struct metric daemon_metrics[] = {
 	{"fragmentation_alert_ppm", "fragmentation_alert_ratio", "gauge", "[pool] fragmentation_alert: a tenant below this fill with memory stranded is fragmented (0: off).", 1000000},
 	{"fragmented_tenants", "fragmented_tenants", "gauge", "Tenants fragmented now (kvtier_tenant_fragmented).", 0},
 	{"fragmentation_warnings", "fragmentation_warnings_total", "counter", "Fragmentation warnings logged (at most one a minute per tenant).", 0},
+	{"turns", "turns_total", "counter", "Turns sessions have taken at the event loop.", 0},
+	{"turns_yielded", "turns_yielded_total", "counter", "Turns that ended with work left, the session waiting behind others.", 0},
+	{"turns_waiting", "turns_waiting", "gauge", "Sessions waiting for their next turn.", 0},
+	{"dispatches", "loop_dispatches_total", "counter", "Events the daemon's loop has dispatched.", 0},
+	{"dispatch_max_us", "loop_dispatch_max_seconds", "gauge", "The longest one dispatch held the loop since start.", 1000000},
+	{"dispatches_slow", "loop_dispatches_slow_total", "counter", "Dispatches that held the loop 5 ms or more.", 0},
 };
 /* Identity, not measurements: pid changes with every restart, and the
  * version and protocol are labels of kvtier_info. */

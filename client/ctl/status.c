@@ -113,6 +113,10 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 		printf("%-13s%" PRIu64 " accepted, %" PRIu64 " refused, %" PRIu64
 		       " malformed\n", "Connections:", rec_u64(d, "connections"),
 		       rec_u64(d, "refused"), rec_u64(d, "malformed"));
+	if (rec_has(d, "dispatch_max_us"))
+		printf("%-13slongest dispatch %.1f ms, %" PRIu64 " of %" PRIu64 " over 5 ms\n",
+		       "Loop:", (double)rec_u64(d, "dispatch_max_us") / 1000.0,
+		       rec_u64(d, "dispatches_slow"), rec_u64(d, "dispatches"));
 	if (!rec_has(d, "capacity"))
 		printf("\n(Only your own tenant is shown; run as root or as kvtierd's user for the whole daemon.)\n");
 }

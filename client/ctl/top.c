@@ -66,21 +66,13 @@ static bool keys_setup(void)
 	return true;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Sleep until deadline (CLOCK_MONOTONIC ns); false when the user asked
  * to stop (q, Ctrl-C, SIGTERM). */
 static bool wait_until(uint64_t deadline, bool keys)
 {
 	for (;;) {
 		struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
-		uint64_t now = now_ns();
+		uint64_t now = kvt_now_ns();
 		int ms, r;
 
 		if (stop)
@@ -310,13 +302,13 @@ static int top_run(struct ctx *x)
 	}
 
 	for (uint64_t i = 0; !stop; i++) {
-		uint64_t start = now_ns(), t;
+		uint64_t start = kvt_now_ns(), t;
 		char *frame = NULL;
 		size_t len = 0;
 		FILE *f;
 
 		fetch_error = ctx_fetch(x, STATS_STATUS, true);
-		t = now_ns();
+		t = kvt_now_ns();
 		if (fetch_error < 0) {
 			/* The library reconnects by itself; rates restart
 			 * from the next good refresh. */

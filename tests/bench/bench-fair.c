@@ -10,12 +10,15 @@
  *   lookup   8192-key lookups of its stored blocks, back to back;
  *   stats    full STATS (every record), back to back;
  *   evict    ADMIN_EVICT of its namespace of --blocks blocks (then stores
- *            them again, unmeasured, for the next pair).
+ *            them again, unmeasured, for the next pair);
+ *   store    RESERVE, COMMIT and DELETE of 8192 new blocks, back to back;
+ *   exit     leases on all its --blocks blocks, then its process exits
+ *            holding them: kvtierd ends them all after the quarantine.
  *
  * The limit is B's own latency with A idle, measured in the same run and
  * alternated with the loaded one (--pairs pairs): each pair's ratio is B's
  * median under load over B's median alone.  For evict, whose request is a
- * single long one, B's worst latency while it runs is the figure, against
+ * single long one, and for exit, B's worst latency while it runs is the figure, against
  * B's worst alone over as many lookups.  A's own rate (keys/s of its
  * lookups, evictions/s) is reported alone and beside B, so that fairness
  * is not bought with A's throughput.
@@ -57,8 +60,13 @@ struct shared {
 static struct shared *sh;
 
 
-enum load { LOAD_LOOKUP, LOAD_STATS, LOAD_EVICT, N_LOADS };
-static const char *const load_name[] = {"lookup", "stats", "evict"};
+enum load { LOAD_LOOKUP, LOAD_STATS, LOAD_EVICT, LOAD_STORE, LOAD_EXIT, N_LOADS };
+static const char *const load_name[] = {"lookup", "stats", "evict", "store", "exit"};
+/* Units of A's rate, and their scale. */
+static const char *const load_unit[] = {"M keys/s", "k/s", "M blocks/s", "M blocks/s",
+					"M leases/s"};
+static const double load_scale[] = {1e6, 1e3, 1e6, 1e6, 1e6};
+#define QUARANTINE_MS 100
 
 struct result {
 	double alone_us[MAX_PAIRS], during_us[MAX_PAIRS], ratio[MAX_PAIRS];
@@ -151,6 +159,49 @@ static int count_cb(const kvt_record *r, void *userdata)
 
 /* ---- A: the heavy neighbour, in a process of its own ----------------- */
 
+/* BIG new blocks reserved and committed (their bytes are not written: a
+ * benchmark's), then deleted.  \return blocks */
+static uint64_t store_delete(kvt_client *c, kvt_ns *ns, uint8_t *keys, uint64_t round)
+{
+	static kvt_slot_ref refs[BIG];
+	static uint64_t handles[BIG];
+	static uint8_t ok[BIG];
+	static int32_t st[BIG];
+
+	for (unsigned j = 0; j < BIG; j++)
+		make_key(keys + j * KVT_KEY_BYTES, round * BIG + j, 3);
+	int n = kvt_reserve(ns, 0, keys, BIG, refs);
+	if (n != (int)BIG)
+		die("A's reserve of %u blocks reserved %d", BIG, n);
+	for (unsigned j = 0; j < BIG; j++) {
+		handles[j] = refs[j].handle;
+		ok[j] = 1;
+	}
+	if (kvt_commit(c, handles, ok, BIG, st) < 0)
+		die("A's commit failed");
+	n = kvt_delete(ns, keys, BIG);
+	if (n != (int)BIG)
+		die("A's delete of %u blocks deleted %d", BIG, n);
+	return BIG;
+}
+
+/* A lease on each of A's blocks, never released.  \return leases */
+static uint64_t lease_all(kvt_ns *ns, uint8_t *keys)
+{
+	static kvt_slot_ref refs[BIG];
+
+	for (uint64_t i = 0; i < n_blocks;) {
+		unsigned k = n_blocks - i < BIG ? (unsigned)(n_blocks - i) : BIG;
+		for (unsigned j = 0; j < k; j++)
+			make_key(keys + j * KVT_KEY_BYTES, i + j, 1);
+		int n = kvt_acquire(ns, 0, keys, k, refs);
+		if (n != (int)k)
+			die("A's acquire of %u blocks acquired %d", k, n);
+		i += k;
+	}
+	return n_blocks;
+}
+
 static void a_loop(enum load load, char sock_a[], uint64_t *ring)
 {
 	kvt_client *c = connect_to(load == LOAD_EVICT ? dmn.socket : sock_a);
@@ -176,6 +227,10 @@ static void a_loop(enum load load, char sock_a[], uint64_t *ring)
 			if (r < 0)
 				die("A's lookup: %s", strerror(-r));
 			units = BIG;
+		} else if (load == LOAD_STORE) {
+			units = store_delete(ca ? ca : c, ns, keys, pos++);
+		} else if (load == LOAD_EXIT) {
+			units = lease_all(ns, keys);
 		} else if (load == LOAD_STATS) {
 			uint64_t n = 0;
 			if (kvt_stats(c, KVT_STATS_ALL, count_cb, &n) < 0)
@@ -190,6 +245,8 @@ static void a_loop(enum load load, char sock_a[], uint64_t *ring)
 		atomic_fetch_add(&sh->ns, now_ns() - t0);
 		atomic_fetch_add(&sh->units, units);
 		atomic_fetch_add(&sh->done, 1);
+		if (load == LOAD_EXIT)
+			_exit(0); /* holding every lease */
 		if (load == LOAD_EVICT) {
 			/* One eviction a pair: B watches it, then the blocks come
 			 * back for the next. */
@@ -234,17 +291,46 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* B's one-key lookups until it has iters of them and, when until_done,
- * until A has finished a request since B began (so an eviction is
- * inside the sample).  Its median and worst in microseconds. */
-static void b_sample(kvt_ns *ns, const uint8_t *key, bool until_done, double *ret_p50,
+static kvt_client *admin; /* B's view of the daemon record */
+
+static int quarantined_cb(const kvt_record *r, void *userdata)
+{
+	if (!strcmp(kvt_record_kind(r), "daemon"))
+		kvt_record_get_u64(r, "quarantined", userdata);
+	return 0;
+}
+
+static uint64_t quarantined(void)
+{
+	uint64_t q = 0;
+	if (kvt_stats(admin, KVT_STATS_DAEMON, quarantined_cb, &q) < 0)
+		die("stats: %s", kvt_client_error(admin));
+	return q;
+}
+
+/* What B waits for beyond its iters, so that A's long request is inside
+ * the sample: A's next request done, or the daemon's quarantine over. */
+enum until { UNTIL_ITERS, UNTIL_A_DONE, UNTIL_QUARANTINED };
+
+static bool waiting(enum until until, uint64_t done0, uint64_t q_want, unsigned n)
+{
+	if (until == UNTIL_A_DONE)
+		return atomic_load(&sh->done) == done0;
+	/* Asked between lookups, every 32 of them, untimed. */
+	return until == UNTIL_QUARANTINED && (n % 32 || quarantined() < q_want);
+}
+
+/* B's one-key lookups until it has iters of them and until the wait is
+ * over.  Its median and worst in microseconds. */
+static void b_sample(kvt_ns *ns, const uint8_t *key, enum until until, double *ret_p50,
 		     double *ret_worst)
 {
 	static double v[1u << 20];
 	unsigned n = 0;
 	uint64_t done0 = atomic_load(&sh->done);
+	uint64_t q_want = until == UNTIL_QUARANTINED ? quarantined() + n_blocks : 0;
 	uint8_t st;
-	while (n < n_iters || (until_done && atomic_load(&sh->done) == done0 && n < sizeof(v) / sizeof(v[0]))) {
+	while (n < n_iters || (waiting(until, done0, q_want, n) && n < sizeof(v) / sizeof(v[0]))) {
 		uint64_t t0 = now_ns();
 		if (kvt_lookup(ns, key, 1, 0, &st) != 1)
 			die("B's lookup of its stored block missed");
@@ -266,8 +352,12 @@ static void run_load(enum load load, char *sock_a, uint64_t *ring, kvt_ns *nb, c
 	struct result *r = &res[load];
 	double p50, worst;
 
+	enum until until = load == LOAD_EVICT  ? UNTIL_A_DONE
+			   : load == LOAD_EXIT ? UNTIL_QUARANTINED
+					       : UNTIL_ITERS;
+
 	/* A alone, for its own rate. */
-	if (load != LOAD_EVICT) {
+	if (until == UNTIL_ITERS) {
 		pid_t a = a_start(load, sock_a, ring);
 		while (atomic_load(&sh->done) < 20)
 			usleep(1000);
@@ -277,12 +367,12 @@ static void run_load(enum load load, char *sock_a, uint64_t *ring, kvt_ns *nb, c
 	double rates = 0;
 	for (unsigned p = 0; p < n_pairs; p++) {
 		progress("%s: pair %u of %u", load_name[load], p + 1, n_pairs);
-		b_sample(nb, kb, false, &r->alone_us[p], &r->worst_alone_us[p]);
+		b_sample(nb, kb, UNTIL_ITERS, &r->alone_us[p], &r->worst_alone_us[p]);
 		pid_t a = a_start(load, sock_a, ring);
-		if (load != LOAD_EVICT)
+		if (until == UNTIL_ITERS)
 			while (atomic_load(&sh->done) == 0)
 				usleep(100);
-		b_sample(nb, kb, load == LOAD_EVICT, &p50, &worst);
+		b_sample(nb, kb, until, &p50, &worst);
 		a_stop(a);
 		rates += a_rate();
 		r->during_us[p] = p50;
@@ -310,8 +400,8 @@ static void print_table(FILE *out)
 			median(r->alone_us, r->n), median(r->during_us, r->n),
 			ratio_range(r->ratio, r->n, buf, sizeof(buf)), median(r->worst_alone_us, r->n),
 			median(r->worst_during_us, r->n));
-		const char *unit = l == LOAD_LOOKUP ? "M keys/s" : l == LOAD_STATS ? "k/s" : "M blocks/s";
-		double scale = l == LOAD_STATS ? 1e3 : 1e6;
+		const char *unit = load_unit[l];
+		double scale = load_scale[l];
 		if (r->a_rate_alone > 0)
 			fprintf(out, "%.2f %s | ", r->a_rate_alone / scale, unit);
 		else
@@ -345,11 +435,12 @@ static void help(void)
 {
 	printf("Usage: bench-fair [OPTIONS] [KVTIERD]\n"
 	       "B's one-key lookups, alone and beside a tenant A that floods the daemon with\n"
-	       "8192-key lookups, full STATS, or evicts a namespace of --blocks blocks.\n\n"
+	       "8192-key lookups, full STATS, or 8192-block stores and deletes, evicts a\n"
+	       "namespace of --blocks blocks, or exits holding a lease on each of them.\n\n"
 	       "  --blocks N   A's blocks of 4 KiB (default 100000)\n"
 	       "  --pairs N    alone/beside pairs per load (default 7, at most %d)\n"
 	       "  --iters N    B's lookups per sample (default 2000)\n"
-	       "  --load LIST  lookup,stats,evict (default all)\n"
+	       "  --load LIST  lookup,stats,evict,store,exit (default all)\n"
 	       "  --json       one JSON line on stdout, the table on stderr\n"
 	       "  --help       this text\n\n"
 	       "KVTIERD: the daemon to run (default $KVTIERD, else kvtierd on PATH); an older\n"
@@ -365,7 +456,7 @@ int main(int argc, char **argv)
 		{"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
 		{0},
 	};
-	bool json = false, want[N_LOADS] = {true, true, true};
+	bool json = false, want[N_LOADS] = {true, true, true, true, true};
 	int o;
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -409,10 +500,12 @@ int main(int argc, char **argv)
 			(64ull << 20);
 	bench_daemon_config(&dmn,
 			    "[pool]\ncapacity = %llu\nextent_size = 64M\n"
-			    "[limits]\nkeys_per_request = %u\n"
+			    "[daemon]\nquarantine_ms = %u\n"
+			    "[limits]\nkeys_per_request = %u\nhandles_per_tenant = %llu\n"
 			    "[tenant.a]\nsocket = %s\nquota = %llu\n"
 			    "[tenant.b]\nsocket = %s\nquota = 64M\n",
-			    (unsigned long long)pool, BIG, sock_a,
+			    (unsigned long long)pool, QUARANTINE_MS, BIG,
+			    (unsigned long long)(n_blocks + 2 * BIG), sock_a,
 			    (unsigned long long)(pool - (64ull << 20)), sock_b);
 	bench_daemon_start(&dmn, 120ull * 1000000000ull);
 	/* kvtierd binds the tenants' sockets before its main one; an older
@@ -424,6 +517,7 @@ int main(int argc, char **argv)
 	kvt_client *ca = connect_to(sock_a);
 	kvt_ns *na = open_ns(ca);
 	store_all(na, n_blocks, 1);
+	admin = connect_to(dmn.socket);
 	kvt_client *cb = connect_to(sock_b);
 	kvt_ns *nb = open_ns(cb);
 	uint8_t kb[KVT_KEY_BYTES];
@@ -450,6 +544,7 @@ int main(int argc, char **argv)
 	kvt_ns_close(na);
 	kvt_client_free(cb);
 	kvt_client_free(ca);
+	kvt_client_free(admin);
 	bench_daemon_stop(&dmn);
 	bench_daemon_remove(&dmn);
 	bench_print(json, print_table, print_json);

@@ -8,6 +8,10 @@
  * sees the first under way depends on scheduling, so each attempt that
  * misses it (the eviction finished first) stores the blocks again and
  * tries once more; a daemon that runs a request whole never shows it.
+ *
+ * The same for the quarantine: a process that exits holding a lease on
+ * each of A's blocks has them ended in parts, and a STATS between two
+ * parts sees some of them ended and some not.
  */
 #include <poll.h>
 #include <signal.h>
@@ -17,6 +21,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "macro.h"
 
 #define BLOCK 4096u /* 1 layer, K and V, 1 head of 128 bytes, 16 tokens */
 #define N_A 40000u  /* the evicted namespace's blocks */
@@ -93,6 +98,35 @@ static pid_t evict_in_child(uint32_t tenant, uint32_t ns_id, int *ret_fd)
 	return pid;
 }
 
+/* A's process: a lease on each of A's blocks, a byte on the pipe, and an
+ * exit holding them all. */
+static pid_t lease_in_child(int *ret_fd)
+{
+	int p[2];
+	CHECK(pipe(p) == 0, "pipe");
+	pid_t pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		static uint8_t keys[BATCH * 32];
+		static kvt_slot_ref refs[BATCH];
+		harness_in_child();
+		close(p[0]);
+		kvt_client *c = client_connect(&d, "leaser");
+		kvt_ns *ns = open_4k(c, "fair-a");
+		for (uint32_t i = 0; i < N_A;) {
+			uint32_t n = N_A - i < BATCH ? N_A - i : BATCH;
+			for (uint32_t j = 0; j < n; j++)
+				key_of(keys + j * 32, i + j, 1);
+			CHECK(kvt_acquire(ns, 0, keys, n, refs) == (int)n, "the leaser's acquire");
+			i += n;
+		}
+		_exit(write(p[1], "l", 1) == 1 ? 0 : 1);
+	}
+	close(p[1]);
+	*ret_fd = p[0];
+	return pid;
+}
+
 static bool readable(int fd)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -101,7 +135,8 @@ static bool readable(int fd)
 
 int main(void)
 {
-	daemon_start(&d, "[pool]\ncapacity = 192M\nextent_size = 64M\n"
+	daemon_start(&d, "[daemon]\nquarantine_ms = 50\n"
+			 "[pool]\ncapacity = 192M\nextent_size = 64M\n"
 			 "[limits]\nkeys_per_request = 8192\n");
 	kvt_client *ca = client_connect(&d, "a");
 	kvt_client *cb = client_connect(&d, "b");
@@ -158,6 +193,34 @@ int main(void)
 	key_of(ka, N_A / 2, 1);
 	CHECK(kvt_lookup(na, ka, 1, 0, &state) == 0 && state == KVT_MISS, "A's block gone");
 	CHECK(kvt_load(nb, 0, kb, 1, &dst, &st) == 1 && !memcmp(got, want, BLOCK), "B's block stays");
+
+	/* An exited process's leases end in parts. */
+	store_a(na);
+	seen = false;
+	for (attempt = 1; attempt <= ATTEMPTS && !seen; attempt++) {
+		int fd;
+		char c;
+		pid_t pid = lease_in_child(&fd);
+		CHECK(read(fd, &c, 1) == 1, "the leaser holds its leases");
+		close(fd);
+		CHECK(wait_exit(pid) == 0, "the leaser exited");
+		uint64_t q0 = stat_get(cb, "daemon", "quarantined"), h;
+		CHECK(stat_get(cb, "daemon", "handles") == N_A, "the leaser's %u leases held", N_A);
+		/* Until the quarantine has ended them all: a STATS between
+		 * two parts sees some, fewer than all. */
+		uint64_t t0 = kvt_now_ns();
+		while ((h = stat_get(cb, "daemon", "handles")) > 0) {
+			seen |= h < N_A;
+			CHECK(kvt_now_ns() - t0 < 120000000000ull, "the exited leaser's leases never ended");
+		}
+		CHECK(stat_get(cb, "daemon", "quarantined") == q0 + N_A,
+		      "all %u leases ended by the quarantine", N_A);
+	}
+	CHECK(seen, "the quarantine ended the leases in one go (%d attempts)", ATTEMPTS);
+	fprintf(stderr, "a STATS saw the quarantine under way at attempt %d\n", attempt - 1);
+	CHECK(kvt_load(nb, 0, kb, 1, &dst, &st) == 1 && !memcmp(got, want, BLOCK), "B's block stays");
+	CHECK(kvt_admin_evict(cb, (uint32_t)tenant, info.ns_id, 1) == N_A,
+	      "A's blocks, their leases ended, can be dropped");
 
 	kvt_ns_close(na);
 	kvt_ns_close(nb);
