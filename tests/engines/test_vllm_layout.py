@@ -5,7 +5,13 @@ rule, stored into a real kvtierd through kvtier.vllm_layout and loaded
 back: the bytes of each block are compared with what the backend's own
 split expression reads out of the cache, in both directions.  A wrong K/V
 rule must show: the FlashAttention rule applied to CPU_ATTN's views does
-not give CPU_ATTN's K and V."""
+not give CPU_ATTN's K and V.
+
+transformers meets FlashAttention's views there too: the blocks kvtier.hf
+stored, loaded into FLASH_ATTN views, are transformers' K and V by
+FlashAttention's own split; blocks stored from such views, written through
+that split, are restored by kvtier.hf with logits bit-identical to
+recomputing the prefix."""
 
 import hashlib
 import itertools
@@ -16,7 +22,9 @@ import torch
 import kvtd
 import kvtier
 from kvtier import vllm_layout
+from kvtier.hf import KvtierCache
 from kvtier.identity import ModelIdentity
+from test_hf import generate, load, prefix_cache, same_logits
 
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -37,15 +45,15 @@ CELL_BACKENDS = ["FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER"]
 MLA_BACKENDS = ["FLASHMLA", "TRITON_MLA"]
 
 
-def views(spec, layout, kernel):
+def views(spec, layout, kernel, n_layers=LAYERS):
     """vLLM's per-layer views of one allocation, as its model runner makes
     them (allocate_kv_cache), filled with random bytes; None where vLLM
     itself refuses the layout and split."""
-    names = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
-    per_block = spec.page_size_bytes * LAYERS
+    names = [f"model.layers.{i}.self_attn.attn" for i in range(n_layers)]
+    per_block = spec.page_size_bytes * n_layers
     block_stride = per_block if layout.is_block_outermost else None
     layer_stride, block_stride, *_ = compute_layout_strides(
-        spec, BLOCKS, LAYERS, layout, fixed_strides=(None, block_stride, None, None, None))
+        spec, BLOCKS, n_layers, layout, fixed_strides=(None, block_stride, None, None, None))
     cfg = KVCacheConfig(num_blocks=BLOCKS, kv_cache_groups=[KVCacheGroupSpec(names, spec)],
                         kv_cache_tensors=[KVCacheTensor(size=per_block * BLOCKS, layers=names,
                                                         layer_stride=layer_stride,
@@ -230,3 +238,107 @@ def test_rules_name_real_backends():
         assert backend.get_name() in vllm_layout.RULES, backend.get_name()
         found += 1
     assert found >= 3, found
+
+
+# ---- transformers and FlashAttention's views ----------------------------
+
+HF_BLOCK = 16  # tokens per block, kvtier.hf's and the views'
+HF_BLOCKS = 4  # blocks of the prefix
+PAGES = [5, 0, 3, 1]  # the vLLM blocks they sit in
+
+
+def flash_kv(view, head, pages_per_block):
+    """FlashAttention's K and V of one layer's view (flash_attn.py's split),
+    as [blocks, tokens, heads, head] views into it."""
+    k, v = view.transpose(1, 2).split(head, dim=-1)
+    p, n, h, c = k.shape
+    return (x.unflatten(0, (p // pages_per_block, pages_per_block)) for x in (k, v))
+
+
+def hf_block(t, b):
+    """Block b of a transformers K or V [1, heads, seq, head] as [tokens, heads, head]."""
+    return t[0, :, b * HF_BLOCK:(b + 1) * HF_BLOCK].transpose(0, 1)
+
+
+def flash_views(model, dtype, layout, kernel):
+    """FLASH_ATTN views for the model's layers, their geometry and Layout;
+    None where vLLM refuses the layout and split."""
+    cfg = model.config
+    spec = FullAttentionSpec(block_size=HF_BLOCK, num_kv_heads=cfg.num_key_value_heads,
+                             head_size=cfg.head_dim, dtype=dtype)
+    layers = views(spec, layout, kernel, n_layers=cfg.num_hidden_layers)
+    if layers is None:
+        return None
+    geo = vllm_layout.geometry("FLASH_ATTN", layers[0], cfg.head_dim, cfg.num_key_value_heads,
+                               HF_BLOCK)
+    return layers, geo, vllm_layout.layout(geo, layers, HF_BLOCK)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_transformers_blocks_read_by_flash_attention(daemon, model_dir, dtype):
+    """kvtier.hf stores a prefix; loaded into FLASH_ATTN views of every
+    order and split, FlashAttention's split reads transformers' K and V."""
+    model = load(model_dir, dtype)
+    ids = kvtd.prompt_ids(HF_BLOCKS * HF_BLOCK + 3, seed=11)
+    n = HF_BLOCKS * HF_BLOCK
+    ref = prefix_cache(model, ids, n)
+    ran = 0
+    with KvtierCache(model, socket=daemon.socket, block_tokens=HF_BLOCK) as kv:
+        assert kv.save(ids[:n], ref) == HF_BLOCKS
+        keys = kv._keys(ids[:n])
+        for layout, kernel in itertools.product(KVCacheLayout, KERNELS):
+            made = flash_views(model, dtype, layout, kernel)
+            if made is None:
+                continue
+            layers, geo, lay = made
+            loaded, status = kv.ns.load_paged(0, lay, keys, vllm_layout.indices(geo, PAGES, HF_BLOCK))
+            assert loaded == HF_BLOCKS, status
+            for layer, view in enumerate(layers):
+                k, v = flash_kv(view, model.config.head_dim, geo.pages_per_block)
+                for b, page in enumerate(PAGES):
+                    for got, want, what in ((k, ref.layers[layer].keys, "K"),
+                                            (v, ref.layers[layer].values, "V")):
+                        assert torch.equal(got[page].flatten(0, 1), hf_block(want, b)), \
+                            f"{layout.name} split {kernel}: layer {layer} block {b} {what}"
+            ran += 1
+    assert ran >= len(KVCacheLayout), ran
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_flash_attention_blocks_restored_by_transformers(daemon, model_dir, dtype):
+    """K and V written into FLASH_ATTN views through FlashAttention's split
+    and stored from them are restored by kvtier.hf: the same K and V in
+    every order and split, and the first one's generation has logits
+    bit-identical to the prefix computed in-process."""
+    model = load(model_dir, dtype)
+    ids = kvtd.prompt_ids(HF_BLOCKS * HF_BLOCK + 7, seed=12)
+    n = HF_BLOCKS * HF_BLOCK
+    ref = prefix_cache(model, ids, n)
+    ran = 0
+    with KvtierCache(model, socket=daemon.socket, block_tokens=HF_BLOCK) as kv:
+        keys = kv._keys(ids[:n])
+        for layout, kernel in itertools.product(KVCacheLayout, KERNELS):
+            made = flash_views(model, dtype, layout, kernel)
+            if made is None:
+                continue
+            layers, geo, lay = made
+            for layer, view in enumerate(layers):
+                k, v = flash_kv(view, model.config.head_dim, geo.pages_per_block)
+                for b, page in enumerate(PAGES):
+                    k[page].copy_(hf_block(ref.layers[layer].keys, b).unflatten(0, k.shape[1:3]))
+                    v[page].copy_(hf_block(ref.layers[layer].values, b).unflatten(0, v.shape[1:3]))
+            stored, status = kv.ns.store_paged(0, lay, keys, vllm_layout.indices(geo, PAGES, HF_BLOCK))
+            assert stored == HF_BLOCKS and status == [0] * HF_BLOCKS, status
+            cache, t = kv.restore(ids)
+            assert t == n, f"{layout.name} split {kernel}: restored {t} of {n} tokens"
+            for layer in range(model.config.num_hidden_layers):
+                assert torch.equal(cache.layers[layer].keys, ref.layers[layer].keys[:, :, :n])
+                assert torch.equal(cache.layers[layer].values, ref.layers[layer].values[:, :, :n])
+            if ran == 0:
+                again = generate(model, ids, cache)
+                want = generate(model, ids, prefix_cache(model, ids, n))
+                assert torch.equal(again.sequences, want.sequences)
+                assert same_logits(again, want), "logits differ from the prefix computed in-process"
+            assert kv.ns.delete(keys) == HF_BLOCKS
+            ran += 1
+    assert ran >= len(KVCacheLayout), ran

@@ -8,10 +8,19 @@
  * are timed from LOOKUP until the blocks are in host memory.  Prints
  * ratios to docs/benchmarks.md's format.  Not a pass/fail test.
  *
- *   build/tests/remote/bench-remote   (KVT_CEPH_BYTES=1610612736 is set)
+ * With --neighbour, only this: while node B restores a 64-block leading
+ * run at its default queue depth, a neighbour on B does one-key lookups
+ * of a block of its own; its median and worst beside the restore, against
+ * the same neighbour alone just before (KVTIERD=an older build's kvtierd
+ * gives the figures before a change).
+ *
+ *   build/tests/remote/bench-remote [--neighbour]   (KVT_CEPH_BYTES=1610612736 is set)
  */
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "ceph.h"
@@ -73,8 +82,143 @@ static void store_reused(const struct daemon *a, const char *model, uint64_t see
 			 "--suffix", "0", "--name", "A-reuse", "--no-store", NULL) == 0, "A reuses");
 }
 
-int main(void)
+/* ---- --neighbour ------------------------------------------------------ */
+
+#define NEIGHBOUR_ROUNDS 7
+#define NEIGHBOUR_MAX (1u << 20)
+
+struct neighbour {
+	atomic_int stop;
+	atomic_int started;
+	double p50_us, worst_us;
+	unsigned n;
+};
+
+static int cmp_double(const void *a, const void *b);
+
+/* One-key lookups of key until told to stop; median and worst. */
+static pid_t neighbour_start(const struct daemon *b, const uint8_t *key, struct neighbour *nb)
 {
+	atomic_store(&nb->stop, 0);
+	atomic_store(&nb->started, 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid)
+		return pid;
+	harness_in_child();
+	static double v[NEIGHBOUR_MAX];
+	kvt_client *c = client_connect(b, "neighbour");
+	kvt_ns *ns = engine_ns(c, "tiny", 1);
+	unsigned n = 0;
+	uint8_t st;
+	atomic_store(&nb->started, 1);
+	while (!atomic_load(&nb->stop) && n < NEIGHBOUR_MAX) {
+		double t0 = now_s();
+		CHECK(kvt_lookup(ns, key, 1, 0, &st) == 1 && st == KVT_HOST, "the neighbour's block");
+		v[n++] = (now_s() - t0) * 1e6;
+	}
+	qsort(v, n, sizeof(v[0]), cmp_double);
+	nb->p50_us = v[n / 2];
+	nb->worst_us = v[n - 1];
+	nb->n = n;
+	_exit(0);
+}
+
+static void neighbour_stop(pid_t pid, struct neighbour *nb)
+{
+	atomic_store(&nb->stop, 1);
+	CHECK(wait_exit(pid) == 0, "the neighbour");
+}
+
+static double median_of(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(v[0]), cmp_double);
+	return v[n / 2];
+}
+
+static int neighbour_main(void)
+{
+	struct ceph ceph;
+	static struct daemon a, b;
+	char sec[1024], cfg[2048];
+	struct neighbour *nb = mmap(NULL, sizeof(*nb), PROT_READ | PROT_WRITE,
+				    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(nb != MAP_FAILED, "mmap");
+
+	setenv("KVT_CEPH_BYTES", "1610612736", 0);
+	ceph_start(&ceph);
+	/* The default queue depth: what a node runs with. */
+	ceph_remote_section(&ceph, sec, sizeof(sec), "shared", "");
+	snprintf(cfg, sizeof(cfg),
+		 "[pool]\ncapacity = 1G\nextent_size = 64M\n[tenant.alice]\nuids = 0\nquota = 1G\n%scapacity = 1400M\n",
+		 sec);
+	node_start(&a, cfg);
+	node_start(&b, cfg);
+	kvt_client *ca = client_connect(&a, "bench");
+	kvt_client *cb = client_connect(&b, "bench");
+	WAIT_FOR(stat_get(ca, "remote", "up") == 1 && stat_get(cb, "remote", "up") == 1, "up");
+
+	/* The neighbour's block, on node B only. */
+	uint8_t key[32];
+	kvt_ns *tiny = engine_ns(cb, "tiny", 1);
+	kvt_ns_info info;
+	CHECK(kvt_ns_get_info(tiny, &info) == 0, "ns info");
+	CHECK(engine_keys(999, 16, 0, 0, key, 1) == 1, "key");
+	void *block = calloc(1, info.block_bytes);
+	const void *src = block;
+	int32_t st;
+	CHECK(block && kvt_store(tiny, 0, key, 1, &src, &st) == 1 && st == 0, "the neighbour's store");
+
+	double alone_p50[NEIGHBOUR_ROUNDS], alone_worst[NEIGHBOUR_ROUNDS];
+	double beside_p50[NEIGHBOUR_ROUNDS], beside_worst[NEIGHBOUR_ROUNDS], took[NEIGHBOUR_ROUNDS];
+	uint64_t written = 0;
+	for (int i = 0; i < NEIGHBOUR_ROUNDS; i++) {
+		/* Node A computes and reuses a run of BLOCKS blocks: written back. */
+		store_reused(&a, "llama3-8b", 300 + i, BLOCKS);
+		written += BLOCKS;
+		while (stat_get(ca, "remote", "writes") < written)
+			usleep(1000);
+		/* The neighbour alone, for about as long as the restore takes. */
+		pid_t pid = neighbour_start(&b, key, nb);
+		while (!atomic_load(&nb->started))
+			usleep(100);
+		usleep(i ? (useconds_t)(took[i - 1] * 1e6) : 500000);
+		neighbour_stop(pid, nb);
+		alone_p50[i] = nb->p50_us;
+		alone_worst[i] = nb->worst_us;
+		/* Beside node B's restore of the run. */
+		pid = neighbour_start(&b, key, nb);
+		while (!atomic_load(&nb->started))
+			usleep(100);
+		took[i] = restore(cb, "llama3-8b", 300 + i, BLOCKS);
+		neighbour_stop(pid, nb);
+		beside_p50[i] = nb->p50_us;
+		beside_worst[i] = nb->worst_us;
+		fprintf(stderr, "round %d: restore %.0f ms; neighbour alone p50 %.1f worst %.0f us, beside p50 %.1f worst %.0f us\n",
+			i + 1, took[i] * 1e3, alone_p50[i], alone_worst[i], beside_p50[i], beside_worst[i]);
+	}
+	printf("node B restores %d blocks of 2 MiB from the remote tier (queue depth 32), %d rounds; "
+	       "a neighbour's one-key lookups on B, medians of the rounds:\n", BLOCKS, NEIGHBOUR_ROUNDS);
+	printf("| neighbour | p50 (us) | worst (us) |\n|---|---|---|\n");
+	printf("| alone | %.1f | %.0f |\n", median_of(alone_p50, NEIGHBOUR_ROUNDS),
+	       median_of(alone_worst, NEIGHBOUR_ROUNDS));
+	printf("| beside the restore | %.1f | %.0f |\n", median_of(beside_p50, NEIGHBOUR_ROUNDS),
+	       median_of(beside_worst, NEIGHBOUR_ROUNDS));
+	printf("restore of %d blocks: median %.0f ms\n", BLOCKS, median_of(took, NEIGHBOUR_ROUNDS) * 1e3);
+	free(block);
+	kvt_ns_close(tiny);
+	two_nodes_stop(&ceph, &a, &b, ca, cb);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--neighbour"))
+		return neighbour_main();
+	if (argc > 1) {
+		fprintf(stderr, "usage: bench-remote [--neighbour]\n");
+		return 2;
+	}
 	struct ceph ceph;
 	static struct daemon a, b;
 	static char out[65536];

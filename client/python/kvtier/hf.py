@@ -25,17 +25,15 @@ stores nothing; generation itself never fails because of kvtier.
 
 import errno
 import logging
-import time
 
 import torch
 
 from . import HAVE_CUDA, INDEX_PAGE, Client, Error, Layout, hash_chain
 from .identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
+from .reconnect import Reconnecting
 
 log = logging.getLogger("kvtier.hf")
 
-# Seconds between attempts to reach a kvtierd that was not there.
-_RETRY_S = 1.0
 
 
 def identity_of(model, block_tokens: int, model_name: str | None = None,
@@ -85,42 +83,28 @@ class KvtierCache:
         self.model = model
         self.block_tokens = block_tokens
         self.identity = identity_of(model, block_tokens, model_name, weights, salt)
-        self._own_client = client is None
-        self._socket = socket
-        self.client = client
-        self.ns = None
-        self._next_try = 0.0
+        self._conn = Reconnecting(self.identity, client=client, socket=socket,
+                                  name="transformers", log=log)
         self.restored_tokens = 0
         self._cuda = None
         self._namespace()
 
+    @property
+    def client(self) -> Client | None:
+        return self._conn.client
+
+    @property
+    def ns(self):
+        return self._conn.ns
+
     def _namespace(self):
-        """The namespace, connecting first if needed; None while kvtierd
-        cannot be reached (tried again after _RETRY_S)."""
-        if self.ns is not None:
-            return self.ns
-        now = time.monotonic()
-        if now < self._next_try:
-            return None
-        try:
-            if self.client is None:
-                self.client = Client(socket=self._socket, name="transformers")
-            self.ns = self.identity.open(self.client)
-        except Error as e:
-            self._next_try = now + _RETRY_S
-            log.warning("kvtier: kvtierd unavailable (%s); generating without it", e)
-            if self._own_client and self.client is not None:
-                self.client.close()
-                self.client = None
-        return self.ns
+        """The namespace, or None while kvtierd cannot be reached."""
+        return self._conn.namespace()
 
     def close(self):
         if self._cuda is not None:
             self._cuda.close()
-        if self.ns is not None:
-            self.ns.close()
-        if self._own_client and self.client is not None:
-            self.client.close()
+        self._conn.close()
 
     def _gpu_copy(self, load: bool, kv: torch.Tensor, keys: bytes, n: int) -> list[int]:
         """A copy between the pool and a cache on a GPU through the

@@ -56,7 +56,6 @@ so that no block is ever made of shards from different computations.
 import logging
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,14 +66,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from . import HAVE_CUDA, HOST, Client, Error, hash_chain
+from . import HAVE_CUDA, HOST, Error, hash_chain
 from . import vllm_layout, vllm_stats
+from .reconnect import Reconnecting
 from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
 
 log = logging.getLogger("kvtier.vllm")
 
-# Seconds between attempts to reach a kvtierd that was not there.
-_RETRY_S = 1.0
 # How long an asynchronous load waits for blocks staged from NVMe or the
 # remote tier (the request waits, not the batch); later ones are
 # recomputed.
@@ -167,16 +165,14 @@ class KvtierConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
-        self._socket = extra.get("socket")
         self._end = extra.get("end", "none")
         if self._end not in _ENDS:
             raise ValueError(f"kvtier.vllm: kv_connector_extra_config 'end' is {self._end!r}; "
                              f"it is one of {', '.join(_ENDS)}")
         self._identity = identity_of(vllm_config, extra)
         self._block = self._identity.block_tokens
-        self._client: Client | None = None
-        self._ns = None
-        self._next_try = 0.0
+        self._conn = Reconnecting(self._identity, socket=extra.get("socket"),
+                                  name=f"vllm-{role.name.lower()}", log=log)
         # Scheduler side.
         self._requests: dict[str, _Request] = {}
         # req -> (first block, end block, vLLM's pages for an asynchronous load)
@@ -191,7 +187,6 @@ class KvtierConnector(KVConnectorBase_V1):
         self._writer = True  # whether it writes that shard
         self._device = None  # CUDA device index of the caches, or None (host memory)
         self._cuda = None  # kvtier.CudaContext, made at the first copy on a GPU
-        self._unavailable = False  # warned that kvtierd cannot be reached
         self._load_errors: set[int] = set()
         self._failed_reqs: set[str] = set()  # this step's requests with a failed load
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
@@ -209,30 +204,8 @@ class KvtierConnector(KVConnectorBase_V1):
     # ---------------------------------------------------------------- common
 
     def _namespace(self):
-        """The namespace, connecting first if needed; None while kvtierd
-        cannot be reached (tried again after _RETRY_S)."""
-        if self._ns is not None:
-            return self._ns
-        now = time.monotonic()
-        if now < self._next_try:
-            return None
-        try:
-            if self._client is None:
-                self._client = Client(socket=self._socket, name=f"vllm-{self.role.name.lower()}")
-            self._ns = self._identity.open(self._client)
-            log.info("kvtier: connected, namespace %d", self._ns.info["ns_id"])
-            self._unavailable = False
-        except Error as e:
-            self._next_try = now + _RETRY_S
-            if not self._unavailable:
-                log.warning("kvtier: kvtierd unavailable (%s); serving without it, "
-                            "trying again every %.0f s", e, _RETRY_S)
-            self._unavailable = True
-            if self._client is not None and not self._client.connected:
-                self._client.close()
-                self._client = None
-            return None
-        return self._ns
+        """The namespace, or None while kvtierd cannot be reached."""
+        return self._conn.namespace()
 
     def shutdown(self):
         if self._mover is not None:  # the copies under way finish first
@@ -242,12 +215,7 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._cuda is not None:
             self._cuda.close()
             self._cuda = None
-        if self._ns is not None:
-            self._ns.close()
-            self._ns = None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._conn.close()
 
     # -------------------------------------------------------------- scheduler
 
@@ -383,7 +351,7 @@ class KvtierConnector(KVConnectorBase_V1):
             log.warning("kvtier: request %s: bad kv_transfer_params 'kvtier' (%s); no hints",
                         request.request_id, e)
             return
-        ns = self._ns  # a hint is not worth connecting for
+        ns = self._conn.ns  # a hint is not worth connecting for
         n = len(keys) // 32
         shared = min(shared, n)
         if ns is None or (not shared and (end == "none" or shared == n)):
