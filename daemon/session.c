@@ -232,8 +232,16 @@ static int session_io(sd_event_source *src, int fd, uint32_t revents, void *user
 		return 0;
 
 	/* A queued session reads no more: what it has sent waits its turn,
-	 * and a request under way keeps its bytes where they are. */
+	 * and a request under way keeps its bytes where they are.  Nor once
+	 * a turn's worth of work is done in this wakeup: a client that sends
+	 * its next request while the last is handled would otherwise be
+	 * served again and again before the loop looks at the other sockets
+	 * (the turns' queue only knows of those it has read).  The socket
+	 * stays readable, and its turn comes after theirs. */
+	uint64_t until = kvt_now_ns() + TURN_NSEC;
 	for (int i = 0; i < READS_PER_WAKEUP && !s->dead && !s->paused && !s->queued; i++) {
+		if (i > 0 && kvt_now_ns() >= until)
+			break;
 		ssize_t n = kvt_conn_recv(&s->conn, false);
 		if (n == -EAGAIN)
 			break;

@@ -96,16 +96,15 @@ void turns_done(struct turns *q)
 	q->source = sd_event_source_disable_unref(q->source);
 }
 
+/* A turn at once, also when others wait: they have had a turn since they
+ * last waited for nothing, and s, which has not, is served before their
+ * next one.  A session that keeps sending gets no more than they: while
+ * it has work left it waits in the queue and reads nothing. */
 void turns_request(struct turns *q, struct session *s)
 {
 	if (s->queued || s->dead)
 		return;
-	if (q->n > 0) {
-		enqueue(q, s);
-		q->ops->settled(s);
-	} else {
-		take_turn(q, s);
-	}
+	take_turn(q, s);
 }
 
 void turns_forget(struct turns *q, struct session *s)

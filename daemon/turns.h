@@ -4,12 +4,11 @@
  * turns of at most TURN_NSEC of work; a session with work left after its
  * turn (whole requests still buffered, or a long request under way) waits
  * at the end of a queue, and the queue is served one turn at a time, taking
- * its place among the sockets that are ready.  So a request that arrives
- * waits for at most a turn or two of others, however much they have asked
- * for.
- *
- * When nobody waits, a session's input is handled at once, in the
- * wakeup that read it: the common case costs nothing more.
+ * its place among the sockets that are ready.  A session's new input is
+ * handled at once, in the wakeup that read it, before the next turn of
+ * those that wait: so a request that arrives waits for at most the turn
+ * under way, however much others have asked for, and a session alone
+ * costs nothing more than without turns.
  */
 #pragma once
 
@@ -47,7 +46,7 @@ struct turns {
 
 int turns_init(struct turns *q, sd_event *e, const struct turns_ops *ops);
 void turns_done(struct turns *q);
-/* s has input: a turn now if nobody waits, else a place in the queue. */
+/* s has new input: a turn now (and a place in the queue if work is left). */
 void turns_request(struct turns *q, struct session *s);
 /* s goes away (it is being freed). */
 void turns_forget(struct turns *q, struct session *s);
