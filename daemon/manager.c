@@ -127,6 +127,7 @@ void manager_free(struct manager *m)
 	m->nvme = NULL;
 	store_partial_done(&m->store);
 	store_done(&m->store);
+	pool_done(&m->pool);
 	process_free_all(m);
 	for (uint32_t i = 0; i < m->n_listeners; i++) {
 		struct listener *l = m->listeners[i];
@@ -140,6 +141,7 @@ void manager_free(struct manager *m)
 	sd_event_source_disable_unref(m->reap_source);
 	sd_event_source_disable_unref(m->status_source);
 	sd_event_source_disable_unref(m->hints_source);
+	sd_event_source_disable_unref(m->ahead_source);
 	sd_event_source_disable_unref(m->accept_retry);
 	kvt_buf_free(&m->reply);
 	free(m->slots);
@@ -626,6 +628,20 @@ static int on_signal(sd_event_source *src, const struct signalfd_siginfo *si, vo
 	return 0;
 }
 
+/* An extent's memory made ahead is ready: the remote tier's reads that
+ * waited for a slot go on. */
+static int on_extent_ahead(sd_event_source *src, int fd, uint32_t revents, void *userdata)
+{
+	struct manager *m = userdata;
+
+	pool_ahead_clear(&m->pool);
+#if KVT_HAVE_RADOS
+	if (m->remote)
+		remote_memory_ready(m->remote);
+#endif
+	return 0;
+}
+
 /* sd_event_loop, with each dispatch timed: a dispatch runs one event
  * source, so the longest is the longest any request or timer held the
  * loop, and a neighbour's request waited behind it. */
@@ -699,6 +715,12 @@ int manager_run(struct manager *m)
 	if (r < 0)
 		return log_error_errno(r, "Failed to add the hints timer: %m");
 	sd_event_source_set_enabled(m->hints_source, SD_EVENT_ON);
+	if (pool_ahead_fd(&m->pool) >= 0) {
+		r = sd_event_add_io(m->event, &m->ahead_source, pool_ahead_fd(&m->pool), EPOLLIN,
+				    on_extent_ahead, m);
+		if (r < 0)
+			return log_error_errno(r, "Failed to watch the pool's extents made ahead: %m");
+	}
 	sd_notify(false, "READY=1");
 	notify_status(m);
 	r = run_loop(m);

@@ -65,6 +65,7 @@ struct manager {
 	sd_event_source *reap_source; /* frees sessions marked dead */
 	sd_event_source *status_source; /* periodic STATUS= for systemd */
 	sd_event_source *hints_source;  /* retentions lapse (store_hints_lapse) */
+	sd_event_source *ahead_source;  /* an extent made ahead is ready */
 	/* Out of descriptors: the listeners are off until one is freed. */
 	bool accept_paused;
 	sd_event_source *accept_retry; /* checks for free descriptors */

@@ -131,7 +131,7 @@ int nvme_stage(struct nvme *n, struct block *b)
 	struct op *op = nvme_op_new(FAULT_RESTORE);
 	if (!op)
 		return -ENOMEM;
-	r = store_host_slot(n->store, b->ns, b);
+	r = store_host_slot(n->store, b->ns, b, true);
 	if (r < 0) {
 		/* No host memory for it right now: it stays on NVMe, and a
 		 * later lookup tries again. */

@@ -4,9 +4,12 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <numaif.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
@@ -62,6 +65,7 @@ void pool_init(struct pool *p, const struct config *c)
 	memset(p, 0, sizeof(*p));
 	p->config = c;
 	p->capacity = c->capacity;
+	p->ahead_efd = -1;
 }
 
 void pool_probe(struct pool *p)
@@ -71,6 +75,9 @@ void pool_probe(struct pool *p)
 	char thp[128];
 
 	p->watchdog = sd_watchdog_enabled(false, NULL) > 0;
+	p->ahead_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->ahead_efd < 0)
+		log_warning_errno(-errno, "Failed to create an eventfd, staging waits for new extents in the loop: %m");
 	long free_pages = hugetlb_free_pages();
 	if (mode == HUGEPAGES_OFF) {
 		snprintf(caps->page_reason, sizeof(caps->page_reason),
@@ -143,29 +150,9 @@ uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes)
 	return (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
 }
 
-static int extent_make_fd(struct pool *p, uint64_t size, uint32_t *flags)
+static int memfd_sized(uint64_t size, unsigned flags)
 {
-	int fd;
-
-	if (p->caps.hugetlb) {
-		fd = memfd_create("kvtier-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
-		if (fd >= 0) {
-			/* Reserve the pages now: with hugetlb a later shortage
-			 * would be a SIGBUS, not an error. */
-			if (ftruncate(fd, (off_t)size) == 0 &&
-			    fallocate(fd, 0, 0, (off_t)size) == 0) {
-				*flags |= KVT_EXTENT_HUGETLB;
-				return fd;
-			}
-			log_warning_errno(-errno, "Failed to reserve %llu MiB of hugetlb pages, falling back to shmem: %m",
-					  (unsigned long long)(size >> 20));
-			close(fd);
-		}
-	}
-	if (p->config->hugepages == HUGEPAGES_HUGETLB)
-		return log_error_errno(-ENOMEM, "No hugetlb pages for a %llu MiB extent and hugepages=hugetlb allows nothing else; reserve more (vm.nr_hugepages)",
-				       (unsigned long long)(size >> 20));
-	fd = memfd_create("kvtier-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int fd = memfd_create("kvtier-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING | flags);
 	if (fd < 0)
 		return -errno;
 	if (ftruncate(fd, (off_t)size) < 0) {
@@ -176,9 +163,53 @@ static int extent_make_fd(struct pool *p, uint64_t size, uint32_t *flags)
 	return fd;
 }
 
+/* The extent's descriptor: made in the loop, so that the daemon's
+ * descriptors change only with its requests (a hugetlb one may become a
+ * shmem one in backing_reserve, under the same number). */
+static int backing_open(const struct pool *p, struct backing *b)
+{
+	int fd = -1;
+
+	if (p->caps.hugetlb) {
+		fd = memfd_sized(b->size, MFD_HUGETLB);
+		if (fd >= 0)
+			b->flags |= KVT_EXTENT_HUGETLB;
+	}
+	if (fd < 0)
+		fd = memfd_sized(b->size, 0);
+	if (fd < 0)
+		return log_error_errno(fd, "Failed to create a %llu MiB memfd extent: %m",
+				       (unsigned long long)(b->size >> 20));
+	b->fd = fd;
+	return 0;
+}
+
+/* Reserve hugetlb pages now: with hugetlb a later shortage would be a
+ * SIGBUS, not an error.  Short of them, shmem where the configuration
+ * allows it. */
+static int backing_reserve(const struct pool *p, struct backing *b)
+{
+	if (!(b->flags & KVT_EXTENT_HUGETLB) || fallocate(b->fd, 0, 0, (off_t)b->size) == 0)
+		return 0;
+	b->flags &= ~KVT_EXTENT_HUGETLB;
+	if (p->config->hugepages == HUGEPAGES_HUGETLB)
+		return log_error_errno(-ENOMEM, "No hugetlb pages for a %llu MiB extent and hugepages=hugetlb allows nothing else; reserve more (vm.nr_hugepages)",
+				       (unsigned long long)(b->size >> 20));
+	log_warning_errno(-errno, "Failed to reserve %llu MiB of hugetlb pages, falling back to shmem: %m",
+			  (unsigned long long)(b->size >> 20));
+	int fd = memfd_sized(b->size, 0);
+	if (fd < 0)
+		return log_error_errno(fd, "Failed to create a %llu MiB memfd extent: %m",
+				       (unsigned long long)(b->size >> 20));
+	int r = dup2(fd, b->fd) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
 /* Ask for the extent's pages on a node before they exist: population then
  * allocates them there, or nearby when the node is short. */
-static bool place_on_node(struct pool *p, uint8_t *map, uint64_t size, int node)
+static bool place_on_node(const struct pool *p, uint32_t *warned, uint8_t *map, uint64_t size,
+			  int node)
 {
 	unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
 
@@ -188,8 +219,8 @@ static bool place_on_node(struct pool *p, uint8_t *map, uint64_t size, int node)
 		return false;
 	mask[node / (8 * sizeof(unsigned long))] |= 1UL << (node % (8 * sizeof(unsigned long)));
 	if (mbind(map, size, MPOL_PREFERRED, mask, 1024, 0) < 0) {
-		if (!(p->warned & 2)) {
-			p->warned |= 2;
+		if (!(*warned & 2)) {
+			*warned |= 2;
 			log_warning_errno(-errno, "Failed to place pool memory on NUMA node %d, using any node: %m",
 					  node);
 		}
@@ -206,16 +237,11 @@ static int actual_node(uint8_t *map)
 	return node;
 }
 
-static int extent_map(struct extent *e, uint64_t size)
+static int backing_map(struct backing *b)
 {
-	if (fault_hit(FAULT_EXTENT)) {
-		e->map = MAP_FAILED;
-		errno = ENOMEM;
-	} else {
-		e->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
-	}
-	if (e->map == MAP_FAILED) {
-		e->map = NULL;
+	b->map = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+	if (b->map == MAP_FAILED) {
+		b->map = NULL;
 		return log_error_errno(-errno, "Failed to map a new extent: %m");
 	}
 	return 0;
@@ -223,21 +249,21 @@ static int extent_map(struct extent *e, uint64_t size)
 
 /* Populate now: allocation and zeroing happen here, once, and not in the
  * first copy a client makes into the slot.  In chunks, pinging the watchdog
- * between them: a 1 GiB extent takes seconds on 4 KiB pages and the loop
- * must not look hung meanwhile. */
-static int extent_populate(struct pool *p, struct extent *e, uint64_t size)
+ * between them when in the loop: a 1 GiB extent takes seconds on 4 KiB
+ * pages and the loop must not look hung meanwhile. */
+static int backing_populate(const struct pool *p, struct backing *b, bool in_loop)
 {
-	for (uint64_t off = 0; off < size; off += POPULATE_CHUNK) {
-		uint64_t len = size - off < POPULATE_CHUNK ? size - off : POPULATE_CHUNK;
-		if (madvise(e->map + off, len, MADV_POPULATE_WRITE) < 0) {
+	for (uint64_t off = 0; off < b->size; off += POPULATE_CHUNK) {
+		uint64_t len = b->size - off < POPULATE_CHUNK ? b->size - off : POPULATE_CHUNK;
+		if (madvise(b->map + off, len, MADV_POPULATE_WRITE) < 0) {
 			if (errno != EINVAL)
 				return log_error_errno(-errno, "Failed to populate a %llu MiB extent (out of memory?): %m",
-						       (unsigned long long)(size >> 20));
+						       (unsigned long long)(b->size >> 20));
 			/* Kernels before 5.14: touch every page. */
 			for (uint64_t o = off; o < off + len; o += 4096)
-				e->map[o] = 0;
+				b->map[o] = 0;
 		}
-		if (p->watchdog)
+		if (in_loop && p->watchdog)
 			sd_notify(false, "WATCHDOG=1");
 	}
 	return 0;
@@ -245,15 +271,15 @@ static int extent_populate(struct pool *p, struct extent *e, uint64_t size)
 
 /* Lock the extent where the limits allow; lock=yes refuses one that
  * cannot be locked. */
-static int extent_lock(struct pool *p, struct extent *e, uint64_t size, uint32_t *flags)
+static int backing_lock(const struct pool *p, uint32_t *warned, struct backing *b)
 {
 	if (p->caps.lockable) {
-		if (mlock(e->map, size) == 0)
-			*flags |= KVT_EXTENT_LOCKED;
+		if (mlock(b->map, b->size) == 0)
+			b->flags |= KVT_EXTENT_LOCKED;
 		else if (p->config->lock == LOCK_YES)
 			return log_error_errno(-errno, "Refusing an extent that cannot be locked (lock=yes): %m; raise LimitMEMLOCK=");
-		else if (!(p->warned & 1)) {
-			p->warned |= 1;
+		else if (!(*warned & 1)) {
+			*warned |= 1;
 			log_warning_errno(-errno, "Failed to lock pool memory, continuing unlocked: %m");
 		}
 	} else if (p->config->lock == LOCK_YES) {
@@ -261,6 +287,162 @@ static int extent_lock(struct pool *p, struct extent *e, uint64_t size, uint32_t
 				       p->caps.lock_reason);
 	}
 	return 0;
+}
+
+static void backing_free(struct backing *b)
+{
+	if (b->map)
+		munmap(b->map, b->size);
+	if (b->fd >= 0)
+		close(b->fd);
+	b->map = NULL;
+	b->fd = -1;
+}
+
+/* The memory of an extent opened by backing_open(), on b->node where it
+ * can be: reserved, mapped, placed, populated and locked.  Reads only the
+ * pool's settings and what it probed, so that a thread can do it (warned:
+ * the warnings given once, its own copy there). */
+static int backing_make(const struct pool *p, uint32_t *warned, struct backing *b, bool in_loop)
+{
+	uint64_t t0 = kvt_now_ns();
+	int r = backing_reserve(p, b);
+
+	if (r >= 0)
+		r = backing_map(b);
+	if (r >= 0) {
+		b->placed = place_on_node(p, warned, b->map, b->size, b->node);
+		if (!(b->flags & KVT_EXTENT_HUGETLB) && p->caps.thp &&
+		    madvise(b->map, b->size, MADV_HUGEPAGE) == 0)
+			b->flags |= KVT_EXTENT_THP;
+		r = backing_populate(p, b, in_loop);
+	}
+	if (r >= 0)
+		r = backing_lock(p, warned, b);
+	if (r < 0)
+		backing_free(b);
+	b->populate_ns = kvt_now_ns() - t0;
+	return r;
+}
+
+static void *ahead_main(void *arg)
+{
+	struct pool_ahead *a = arg;
+	uint64_t one = 1;
+
+	a->r = backing_make(a->pool, &a->warned, &a->b, false);
+	atomic_store(&a->done, true);
+	if (a->pool->ahead_efd >= 0)
+		(void)!write(a->pool->ahead_efd, &one, sizeof(one));
+	return NULL;
+}
+
+/* Wait for the extent made ahead; its time and warnings become the pool's.
+ * \return 0 when it was made */
+static int ahead_join(struct pool *p)
+{
+	struct pool_ahead *a = &p->ahead;
+
+	if (!a->running)
+		return -ENOENT;
+	pthread_join(a->thread, NULL);
+	a->running = false;
+	p->warned |= a->warned;
+	p->populate_ns += a->b.populate_ns;
+	return a->r;
+}
+
+/* Its memory back to the system, made or not. */
+static void ahead_drop(struct pool *p)
+{
+	if (ahead_join(p) == 0)
+		backing_free(&p->ahead.b);
+}
+
+/* \return whether a thread is making it now */
+static bool ahead_start(struct pool *p, uint64_t size, int node)
+{
+	struct pool_ahead *a = &p->ahead;
+
+	if (a->running || p->allocated + size > p->capacity)
+		return false;
+	*a = (struct pool_ahead){.pool = p, .warned = p->warned};
+	a->b = (struct backing){.fd = -1, .size = size, .node = node};
+	if (backing_open(p, &a->b) < 0)
+		return false;
+	int r = pthread_create(&a->thread, NULL, ahead_main, a);
+	if (r != 0) {
+		backing_free(&a->b);
+		if (!(p->warned & 4)) {
+			p->warned |= 4;
+			log_warning_errno(-r, "Failed to start making an extent ahead, making each when needed: %m");
+		}
+		return false;
+	}
+	a->running = true;
+	return true;
+}
+
+void pool_make_ahead(struct pool *p, uint64_t slot_bytes, int node)
+{
+	ahead_start(p, pool_extent_bytes(p, slot_bytes), node);
+}
+
+int pool_ahead_fd(const struct pool *p)
+{
+	return p->ahead_efd;
+}
+
+void pool_ahead_clear(struct pool *p)
+{
+	uint64_t v;
+
+	(void)!read(p->ahead_efd, &v, sizeof(v));
+}
+
+void pool_done(struct pool *p)
+{
+	ahead_drop(p);
+	if (p->ahead_efd >= 0)
+		close(p->ahead_efd);
+	p->ahead_efd = -1;
+}
+
+/* The memory for an extent of size bytes on node (-1: any): the one made
+ * ahead when it is that, else made now (after giving back one made ahead
+ * for another size or node, when the capacity has no room for both).
+ * Without wait, -EAGAIN instead of waiting for memory: while the one made
+ * ahead is not finished, or once a thread has started making it. */
+static int extent_backing(struct pool *p, uint64_t size, int node, bool wait,
+			  struct backing *ret)
+{
+	struct pool_ahead *a = &p->ahead;
+
+	if (p->ahead_efd < 0)
+		wait = true; /* nothing would say when to ask again */
+	if (!wait && a->running && !atomic_load(&a->done))
+		return -EAGAIN;
+	if (a->running && a->b.size == size && (node < 0 || a->b.node == node)) {
+		int r = ahead_join(p);
+		if (r == 0) {
+			*ret = a->b;
+			p->extents_ahead++;
+			return 0;
+		}
+		if (!wait)
+			return r; /* as if made now: it would fail the same way */
+	}
+	if (a->running && (!wait || p->allocated + a->b.size + size > p->capacity))
+		ahead_drop(p);
+	if (!wait && ahead_start(p, size, node))
+		return -EAGAIN;
+	*ret = (struct backing){.fd = -1, .size = size, .node = node};
+	int r = backing_open(p, ret);
+	if (r < 0)
+		return r;
+	r = backing_make(p, &p->warned, ret, true);
+	p->populate_ns += ret->populate_ns;
+	return r;
 }
 
 static void extent_account(struct pool *p, struct extent *e)
@@ -272,47 +454,29 @@ static void extent_account(struct pool *p, struct extent *e)
 	p->n_locked += (e->flags & KVT_EXTENT_LOCKED) != 0;
 }
 
-int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
+int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node, bool wait,
 		    struct extent **ret)
 {
 	uint64_t size = pool_extent_bytes(p, slot_bytes);
-	uint32_t flags = 0;
+	struct backing b = {.fd = -1};
 	int r;
 
 	if (p->allocated + size > p->capacity)
 		return -ENOSPC;
+	if (fault_hit(FAULT_EXTENT))
+		return log_error_errno(-ENOMEM, "Failed to map a new extent: %m");
 
 	struct extent *e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	e->fd = -1;
-	e->node = -1;
-
-	uint64_t t0 = kvt_now_ns();
-	r = extent_make_fd(p, size, &flags);
-	if (r < 0) {
-		log_error_errno(r, "Failed to create a %llu MiB memfd extent: %m",
-				(unsigned long long)(size >> 20));
-		goto fail;
-	}
-	e->fd = r;
-	r = extent_map(e, size);
+	r = extent_backing(p, size, node, wait, &b);
 	if (r < 0)
 		goto fail;
-	bool placed = place_on_node(p, e->map, size, node);
-	if (!(flags & KVT_EXTENT_HUGETLB) && p->caps.thp &&
-	    madvise(e->map, size, MADV_HUGEPAGE) == 0)
-		flags |= KVT_EXTENT_THP;
-	r = extent_populate(p, e, size);
-	if (r < 0)
-		goto fail;
-	r = extent_lock(p, e, size, &flags);
-	if (r < 0)
-		goto fail;
-	p->populate_ns += kvt_now_ns() - t0;
+	e->fd = b.fd;
+	e->map = b.map;
 	e->node = actual_node(e->map);
-	e->for_node = node;
-	if (node >= 0 && (!placed || e->node != node))
+	e->for_node = b.node;
+	if (node >= 0 && (!b.placed || e->node != node))
 		p->numa_fallbacks++;
 
 	if (fcntl(e->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
@@ -326,20 +490,17 @@ int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
 	e->id = id;
 	e->size = size;
 	e->slot_bytes = slot_bytes;
-	e->flags = flags;
+	e->flags = b.flags;
 	extent_account(p, e);
 	log_debug("Extent %u: %llu MiB, %u slots of %llu KiB, %s%s, node %d (asked %d)", e->id,
 		  (unsigned long long)(size >> 20), e->slots.n,
 		  (unsigned long long)(slot_bytes >> 10), pool_page_mode(e),
-		  (flags & KVT_EXTENT_LOCKED) ? ", locked" : "", e->node, node);
+		  (b.flags & KVT_EXTENT_LOCKED) ? ", locked" : "", e->node, node);
 	*ret = e;
 	return 0;
 
 fail:
-	if (e->map)
-		munmap(e->map, size);
-	if (e->fd >= 0)
-		close(e->fd);
+	backing_free(&b);
 	free(e);
 	return r;
 }

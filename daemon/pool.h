@@ -14,6 +14,8 @@
  */
 #pragma once
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -46,6 +48,34 @@ struct pool_caps {
 	char lock_reason[160];
 };
 
+/* An extent's memory before it is an extent. */
+struct backing {
+	int fd;
+	uint8_t *map;
+	uint64_t size;
+	int node;      /* asked for (-1: any) */
+	bool placed;   /* the node's policy could be set */
+	uint32_t flags; /* KVT_EXTENT_* */
+	uint64_t populate_ns;
+};
+
+/*
+ * The next extent, made ahead on a thread of its own: population takes
+ * about a millisecond a MiB on 4 KiB pages, and in the loop every other
+ * session's request would wait behind it.  One at a time, within the
+ * capacity; taken by the growth it was made for (same size and node), or
+ * given back when another growth needs its room.
+ */
+struct pool_ahead {
+	struct pool *pool;
+	pthread_t thread;
+	bool running; /* started and not yet joined */
+	atomic_bool done; /* the thread has finished */
+	int r;
+	uint32_t warned; /* the thread's copy of pool.warned */
+	struct backing b;
+};
+
 struct pool {
 	const struct config *config;
 	uint64_t capacity;
@@ -54,6 +84,9 @@ struct pool {
 	uint32_t n_hugetlb, n_thp; /* extents by backing, the rest 4 KiB */
 	uint32_t n_locked;
 	uint64_t populate_ns; /* time spent populating, all extents */
+	uint64_t extents_ahead; /* extents whose memory was made ahead */
+	struct pool_ahead ahead;
+	int ahead_efd; /* readable when the one made ahead is finished */
 	struct pool_caps caps;
 	uint32_t warned;
 	struct numa_topology topo;
@@ -69,9 +102,21 @@ uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes);
 /* An extent whose memory is on NUMA node `node` if it can be (-1: any);
  * -ENOSPC when the node-wide capacity is spent.  Its id is the caller's:
  * unique within the tenant it is for, so that one tenant's ids say nothing
- * of how many extents the others have. */
-int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node,
+ * of how many extents the others have.  Without wait, -EAGAIN where its
+ * memory would have to be made in the loop: a thread makes it, and
+ * pool_ahead_fd() says when to ask again. */
+int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node, bool wait,
 		    struct extent **ret);
+/* Start making the memory of the next extent for this slot size and node
+ * on a thread, unless one is being made already or the capacity has no
+ * room for it: the growth that asks for it next takes it ready. */
+void pool_make_ahead(struct pool *p, uint64_t slot_bytes, int node);
+/* Readable when an extent made ahead is finished (-1: none can be):
+ * pool_ahead_clear() reads it. */
+int pool_ahead_fd(const struct pool *p);
+void pool_ahead_clear(struct pool *p);
+/* Waits for and gives back the extent being made ahead. */
+void pool_done(struct pool *p);
 /* Only at shutdown, after every session: a notice queued to a connection
  * borrows the extent's descriptor until it is sent (session_send). */
 void pool_extent_free(struct pool *p, struct extent *e);

@@ -223,7 +223,6 @@ void remote_io_put_back(struct remote *rt, struct rop_queue *q)
 	TAILQ_CONCAT(q, &rt->done, done_link);
 	TAILQ_CONCAT(&rt->done, q, done_link);
 	pthread_mutex_unlock(&rt->lock);
-	remote_io_kick(rt);
 }
 
 void remote_io_kick(struct remote *rt)

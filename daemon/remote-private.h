@@ -153,6 +153,7 @@ struct remote {
 	unsigned n_conns;
 	int efd;
 	sd_event_source *efd_src;
+	bool memory_wait; /* a read done waits for a host slot (remote_memory_ready) */
 	pthread_mutex_t lock; /* done and callbacks_pending */
 	pthread_cond_t idle;
 	struct rop_queue done;
@@ -235,8 +236,8 @@ void remote_op_complete(struct rop *op);
 void remote_io_drain(struct remote *rt);
 /* Take the ops that completed; the caller handles and frees them. */
 void remote_io_take(struct remote *rt, struct rop_queue *ret);
-/* Put back ops taken and not handled, ahead of the ones completed since,
- * and have the loop call remote_on_event again. */
+/* Put back ops taken and not handled, ahead of the ones completed since
+ * (remote_io_kick() has the loop take them again). */
 void remote_io_put_back(struct remote *rt, struct rop_queue *q);
 /* Have the loop call remote_on_event: there is work that waited. */
 void remote_io_kick(struct remote *rt);

@@ -330,13 +330,22 @@ const struct store_tier_ops remote_tier_ops = {
 	.fetch = tier_fetch,
 };
 
-static void read_done(struct remote *rt, struct rop *op)
+/* \return false when the block's host slot is in an extent still being
+ * made: the read is done again once the memory is ready
+ * (remote_memory_ready()), and the loop does not wait for it. */
+static bool read_done(struct remote *rt, struct rop *op)
 {
 	struct remote_conn *c = op->c;
 	struct block *b = op->b;
 	size_t payload = op->len - SPILL_SLOT_HEADER_BYTES;
 	bool ok = false;
+	int have_slot = -1;
 
+	if (op->result >= 0 && op->verified >= 0 && b->indexed) {
+		have_slot = store_host_slot(rt->store, b->ns, b, false);
+		if (have_slot == -EAGAIN)
+			return false;
+	}
 	if (op->result == -ENOENT) {
 		conn_ok(c);
 		c->st.misses++;
@@ -351,7 +360,7 @@ static void read_done(struct remote *rt, struct rop *op)
 			miss_note(rt, b->ns, op->key);
 			log_warning("Remote tier %s: object of tenant %s failed verification (%s): a miss",
 				    c->conf->name, op->tenant->name, strerror(-op->verified));
-		} else if (b->indexed && store_host_slot(rt->store, b->ns, b) == 0) {
+		} else if (have_slot == 0) {
 			/* Verified bytes (on librados's thread), copied here:
 			 * pool memory is touched only under the loop's guard. */
 			uint8_t *slot = b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
@@ -370,6 +379,7 @@ static void read_done(struct remote *rt, struct rop *op)
 	/* Not served: the rest of its run is worth nothing to the prefix. */
 	if (!ok && !taken)
 		run_end(rt, op->run);
+	return true;
 }
 
 static void write_done(struct remote *rt, struct rop *op)
@@ -411,26 +421,41 @@ int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userda
 	while (!TAILQ_EMPTY(&q)) {
 		if (turn_over(&turn)) {
 			remote_io_put_back(rt, &q);
+			remote_io_kick(rt);
 			break;
 		}
 		struct rop *op = TAILQ_FIRST(&q);
 		TAILQ_REMOVE(&q, op, done_link);
-		if (op->kind == ROP_READ)
-			read_done(rt, op);
-		else if (op->kind == ROP_WRITE)
+		if (op->kind == ROP_READ) {
+			if (!read_done(rt, op)) {
+				/* It and the rest wait for the pool's memory. */
+				TAILQ_INSERT_HEAD(&q, op, done_link);
+				rt->memory_wait = true;
+				remote_io_put_back(rt, &q);
+				break;
+			}
+		} else if (op->kind == ROP_WRITE) {
 			write_done(rt, op);
-		else if (op->kind == ROP_PROBE && (op->result >= 0 || op->result == -ENOENT))
+		} else if (op->kind == ROP_PROBE && (op->result >= 0 || op->result == -ENOENT)) {
 			conn_ok(op->c);
-		else if (op->kind == ROP_PROBE) {
+		} else if (op->kind == ROP_PROBE) {
 			op->c->probes_failed++;
 			remote_conn_failed(op->c, op->result, "probing");
-		}
-		else
+		} else {
 			rt->connected(op);
+		}
 		remote_op_free(op);
 	}
 	/* Reads first: an engine waits for them. */
 	fetch_pump(rt);
 	pump(rt, &turn);
 	return 0;
+}
+
+void remote_memory_ready(struct remote *rt)
+{
+	if (rt->memory_wait) {
+		rt->memory_wait = false;
+		remote_io_kick(rt);
+	}
 }

@@ -55,6 +55,8 @@ struct remote_tenant_stats {
  * [remote.NAME]. */
 int remote_start(struct store *s, const struct config *c, sd_event *event, struct remote **ret);
 void remote_free(struct remote *r);
+/* Host memory that reads waited for may be ready: they go on. */
+void remote_memory_ready(struct remote *r);
 unsigned remote_count(const struct remote *r);
 void remote_get_stats(const struct remote *r, unsigned i, struct remote_stats *ret);
 /* \return 0, or -ENOENT when the tenant is not served */

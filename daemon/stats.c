@@ -168,7 +168,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	bool nvme = m->nvme != NULL;
 	if (nvme)
 		nvme_get_stats(m->nvme, &ns);
-	kvt_rec_begin(&e->b, "daemon", nvme ? 39 + 22 : 39);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 41 + 22 : 41);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -188,6 +188,8 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_str(&e->b, "pages", m->pool.caps.page_reason);
 	kvt_rec_str(&e->b, "lock", m->pool.caps.lock_reason);
 	kvt_rec_u64(&e->b, "populate_ms", m->pool.populate_ns / 1000000);
+	kvt_rec_u64(&e->b, "extents_ahead", m->pool.extents_ahead);
+	kvt_rec_u64(&e->b, "ahead_bytes", m->pool.ahead.running ? m->pool.ahead.b.size : 0);
 	kvt_rec_u64(&e->b, "tenants", m->store.n_tenants);
 	kvt_rec_u64(&e->b, "namespaces", nss);
 	kvt_rec_u64(&e->b, "blocks", blocks);

@@ -157,7 +157,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		if (!b) {
 			struct extent *e;
 			uint32_t slot;
-			r = store_class_alloc(s, t, ns->cls, node, false, &e, &slot);
+			r = store_class_alloc(s, t, ns->cls, node, 0, &e, &slot);
 			if (r < 0) {
 				ns->c.rejected++;
 				out->status = r;

@@ -24,17 +24,18 @@ static struct extent *class_free_slot(struct slot_class *c, int node, uint32_t *
 }
 
 /* A slot in a new extent for node, while the tenant's quota lasts.
- * \return 0, or -ENOSPC */
+ * \return 0, -ENOSPC, or without wait -EAGAIN (pool_extent_new()) */
 static int class_new_extent(struct store *s, struct tenant *t, struct slot_class *c, int node,
-			    struct extent **ret_e, uint32_t *ret_slot)
+			    bool wait, struct extent **ret_e, uint32_t *ret_slot)
 {
 	uint64_t bytes = pool_extent_bytes(s->pool, c->slot_bytes);
 	struct extent *e;
 
 	if (t->allocated + bytes > t->quota || !ARRAY_GROW(c->extents, c->n_extents, struct extent *))
 		return -ENOSPC;
-	if (pool_extent_new(s->pool, t->next_extent_id, c->slot_bytes, node, &e) != 0)
-		return -ENOSPC;
+	int r = pool_extent_new(s->pool, t->next_extent_id, c->slot_bytes, node, wait, &e);
+	if (r < 0)
+		return r == -EAGAIN ? r : -ENOSPC;
 	t->next_extent_id++;
 	e->cls = c;
 	c->extents[c->n_extents++] = e;
@@ -116,6 +117,18 @@ static int class_evict(struct store *s, struct slot_class *c, bool stage,
 	return 0;
 }
 
+/* When the class has less than half an extent's slots left free and the
+ * tenant's quota has room for another extent, the pool makes it ahead: the
+ * growth then takes it ready instead of populating it in the loop. */
+static void class_maybe_ahead(struct store *s, struct tenant *t, struct slot_class *c, int node)
+{
+	uint64_t bytes = pool_extent_bytes(s->pool, c->slot_bytes);
+
+	if ((c->slots - c->used_slots) * 2 * c->slot_bytes < bytes &&
+	    t->allocated + bytes <= t->quota)
+		pool_make_ahead(s->pool, c->slot_bytes, node);
+}
+
 /*
  * Placement: a free slot in an extent made for the client's node first,
  * then a new extent for that node while the quota lasts (the kernel may
@@ -125,16 +138,25 @@ static int class_evict(struct store *s, struct slot_class *c, bool stage,
  * Staging (restore) takes the slot of a block staged for a lookup that has
  * not leased it yet only when nothing else can go: restores for one
  * request would otherwise evict each other in turn.
+ * With PLACE_NOWAIT a new extent whose memory is still being made is
+ * -EAGAIN, not a wait in the loop, nor an eviction.
  */
 int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
-		      bool stage, struct extent **ret_e, uint32_t *ret_slot)
+		      unsigned how, struct extent **ret_e, uint32_t *ret_slot)
 {
+	int r = 0;
+
 	if (!(*ret_e = class_free_slot(c, node, ret_slot)) &&
-	    class_new_extent(s, t, c, node, ret_e, ret_slot) < 0 &&
+	    (r = class_new_extent(s, t, c, node, !(how & PLACE_NOWAIT), ret_e, ret_slot)) < 0 &&
 	    !(node >= 0 && (*ret_e = class_free_slot(c, -1, ret_slot)))) {
+		/* Memory on its way: no eviction for a slot the tenant's
+		 * quota has room for. */
+		if (r == -EAGAIN)
+			return r;
 		store_frag_no_room(s, t, c);
-		TRY(class_evict(s, c, stage, ret_e, ret_slot));
+		TRY(class_evict(s, c, how & PLACE_STAGE, ret_e, ret_slot));
 	}
 	c->used_slots++;
+	class_maybe_ahead(s, t, c, node);
 	return 0;
 }

@@ -79,10 +79,12 @@ void store_block_resident(struct block *b);
 void store_lru_maybe_insert(struct block *b);
 
 /* store-place.c: a host slot of class c for a block of tenant t; node is
- * the client's NUMA node (-1: any); stage: for staging from NVMe.
- * \return 0, or -ENOSPC */
+ * the client's NUMA node (-1: any); how: PLACE_* bits.
+ * \return 0, -ENOSPC, or -EAGAIN (PLACE_NOWAIT) */
+#define PLACE_STAGE 1u  /* for staging from a tier */
+#define PLACE_NOWAIT 2u /* memory not ready now is -EAGAIN */
 int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
-		      bool stage, struct extent **ret_e, uint32_t *ret_slot);
+		      unsigned how, struct extent **ret_e, uint32_t *ret_slot);
 
 /* store-fragmentation.c: class c of tenant t found no free slot and no
  * room for an extent; counts the allocation as starved when another class

@@ -14,11 +14,12 @@
 #include "store-private.h"
 #include "store.h"
 
-int store_host_slot(struct store *s, struct ns *ns, struct block *b)
+int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait)
 {
 	struct extent *e;
 	uint32_t slot;
-	int r = store_class_alloc(s, ns->tenant, ns->cls, -1, true, &e, &slot);
+	int r = store_class_alloc(s, ns->tenant, ns->cls, -1, PLACE_STAGE | (wait ? 0 : PLACE_NOWAIT),
+				  &e, &slot);
 	if (r < 0)
 		return r;
 	b->extent = e;

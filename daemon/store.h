@@ -341,8 +341,10 @@ struct tenant *store_tenant_by_id(struct store *s, uint32_t id);
 /* Drop a handle as if its owner released it (reservations abort). */
 void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);
 
-/* For the NVMe tier (nvme.c): host slots and block transitions. */
-int store_host_slot(struct store *s, struct ns *ns, struct block *b);
+/* For the tiers (nvme.c, remote-tier.c): host slots and block transitions.
+ * Without wait, a slot whose extent is still being made is -EAGAIN: ask
+ * again once pool_ahead_fd() is readable. */
+int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait);
 void store_block_spilled(struct store *s, struct block *b);
 void store_block_restored(struct store *s, struct block *b);
 void store_block_cleaned(struct store *s, struct block *b, bool ok);

@@ -33,6 +33,8 @@ static const struct metric daemon_metrics[] = {
 	{"extents_thp", "pool_thp_extents", "gauge", "Pool extents backed by transparent huge pages.", 0},
 	{"extents_locked", "pool_locked_extents", "gauge", "Pool extents locked in memory.", 0},
 	{"populate_ms", "pool_populate_seconds_total", "counter", "Time spent pre-faulting pool extents.", 1000},
+	{"extents_ahead", "pool_extents_ahead_total", "counter", "Pool extents whose memory was made ahead of need on a thread.", 0},
+	{"ahead_bytes", "pool_ahead_bytes", "gauge", "Memory of the pool extent made ahead and not yet taken.", 0},
 	{"numa_nodes", "numa_nodes", "gauge", "NUMA nodes the pool places extents on.", 0},
 	{"numa_fallbacks", "numa_fallbacks_total", "counter", "Pool extents placed on another NUMA node than the one asked for.", 0},
 	{"tenants", "tenants", "gauge", "Tenants with state in the daemon.", 0},

@@ -340,6 +340,11 @@ uint64_t stat_get(kvt_client *c, const char *kind, const char *field)
 	return q.value;
 }
 
+int pool_descriptors(kvt_client *c)
+{
+	return (int)stat_get(c, "daemon", "extents") + (stat_get(c, "daemon", "ahead_bytes") > 0);
+}
+
 uint64_t stat_sum(kvt_client *c, const char *kind, const char *field)
 {
 	return stat_query(c, kind, field).sum;

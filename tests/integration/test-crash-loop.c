@@ -84,7 +84,7 @@ static size_t n_held, cap_held;
 /* The daemon instance's figures, taken with only the checker connected. */
 struct baseline {
 	int fds;
-	uint64_t extents;
+	int pool_fds; /* pool_descriptors() */
 	uint64_t quarantined_min; /* handles known to have been held at a kill */
 	uint64_t confirmed;       /* of those, checked at a checkpoint */
 };
@@ -259,7 +259,7 @@ static void checkpoint(kvt_client *c, struct baseline *b, const char *when)
 	WAIT_FOR(stat_sum(c, "tenant", "handles") == 0, "quarantine to end every handle");
 	WAIT_FOR(reserved_blocks(c) == 0, "every reserved block to be dropped");
 	WAIT_FOR(pinned_bytes(c) == 0, "host slots outside resident blocks to return");
-	int want_fds = b->fds + (int)(stat_get(c, "daemon", "extents") - b->extents);
+	int want_fds = b->fds + pool_descriptors(c) - b->pool_fds;
 	WAIT_FOR(daemon_fd_count(&d) == want_fds, "the daemon's descriptors to return");
 	CHECK(daemon_fd_count(&d) == want_fds, "daemon has %d fds, baseline %d",
 	      daemon_fd_count(&d), want_fds);
@@ -286,7 +286,7 @@ static kvt_client *take_baseline(struct baseline *b)
 	kvt_client *c = client_connect(&d, "checker");
 	WAIT_FOR(stat_get(c, "daemon", "clients") == 1, "only the checker to be connected");
 	b->fds = daemon_fd_count(&d);
-	b->extents = stat_get(c, "daemon", "extents");
+	b->pool_fds = pool_descriptors(c);
 	b->quarantined_min = 0;
 	b->confirmed = 0;
 	return c;

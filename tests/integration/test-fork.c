@@ -220,7 +220,7 @@ int main(void)
 	/* The start-up probe's connection is gone before the count. */
 	WAIT_FOR(stat_get(c, "daemon", "clients") == 1, "only the checker connected");
 	int fds_before = daemon_fd_count(&d);
-	uint64_t extents_before = stat_get(c, "daemon", "extents");
+	int pool_fds_before = pool_descriptors(c);
 	uint64_t quarantined_before = stat_get(c, "daemon", "quarantined");
 
 	CHECK(pipe2(report, O_CLOEXEC) == 0 && pipe2(go, O_CLOEXEC) == 0 &&
@@ -309,7 +309,7 @@ int main(void)
 	      "the witness's lease and C's last one ended by quarantine (%llu)",
 	      (unsigned long long)(stat_get(c, "daemon", "quarantined") - quarantined_before));
 	WAIT_FOR(stat_get(c, "daemon", "clients") == 1, "only the checker left");
-	int fds_want = fds_before + (int)(stat_get(c, "daemon", "extents") - extents_before);
+	int fds_want = fds_before + pool_descriptors(c) - pool_fds_before;
 	for (int i = 0; i < 1500 && daemon_fd_count(&d) != fds_want; i++)
 		usleep(20000);
 	CHECK(daemon_fd_count(&d) == fds_want, "daemon has %d fds, want %d", daemon_fd_count(&d),
