@@ -50,10 +50,16 @@ void node_start(struct daemon *d, const char *config)
 void two_nodes(const struct ceph *c, const char *extra, struct daemon *a, struct daemon *b,
 	       kvt_client **ret_ca, kvt_client **ret_cb)
 {
+	two_nodes_with(c, "", extra, a, b, ret_ca, ret_cb);
+}
+
+void two_nodes_with(const struct ceph *c, const char *config, const char *extra,
+		    struct daemon *a, struct daemon *b, kvt_client **ret_ca, kvt_client **ret_cb)
+{
 	char sec[1024], cfg[2048];
 
 	ceph_remote_section(c, sec, sizeof(sec), "shared", extra);
-	snprintf(cfg, sizeof(cfg), "[tenant.alice]\nuids = 0\n%s", sec);
+	snprintf(cfg, sizeof(cfg), "%s[tenant.alice]\nuids = 0\n%s", config, sec);
 	node_start(a, cfg);
 	node_start(b, cfg);
 	*ret_ca = client_connect(a, "checker");

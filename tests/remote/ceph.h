@@ -39,6 +39,10 @@ void node_start(struct daemon *d, const char *config);
  * client of each in *ret_ca and *ret_cb.  a and b: static, as node_start. */
 void two_nodes(const struct ceph *c, const char *extra, struct daemon *a, struct daemon *b,
 	       kvt_client **ret_ca, kvt_client **ret_cb);
+/* The same, with config (a [pool] or [tenants] section) ahead of the
+ * tenant's in each node's file. */
+void two_nodes_with(const struct ceph *c, const char *config, const char *extra,
+		    struct daemon *a, struct daemon *b, kvt_client **ret_ca, kvt_client **ret_cb);
 /* Free the clients, stop both nodes (checking they exit 0) and the cluster. */
 void two_nodes_stop(struct ceph *c, struct daemon *a, struct daemon *b, kvt_client *ca,
 		    kvt_client *cb);

@@ -6,6 +6,8 @@
  * a run that fails verification is a miss and ends the run: the client is
  * served the blocks before it, the keys still waiting are not read, and
  * what the client then computes and stores is what a later lookup serves.
+ * A run whose blocks need new extents on the reading node comes back
+ * whole too: its reads wait off the loop for the memory made ahead.
  */
 #include <string.h>
 
@@ -14,6 +16,7 @@
 #define DEPTH "4"
 #define RUN 24 /* blocks of the tiny model's 384-token prefix: 6 x DEPTH */
 #define BAD 10
+#define BIG_RUN 32 /* blocks of llama3-8b's 512-token prefix */
 
 int main(void)
 {
@@ -24,7 +27,9 @@ int main(void)
 
 	ceph_start(&ceph);
 	kvt_client *ca, *cb;
-	two_nodes(&ceph, "min_reuse = 0\nqueue_depth = " DEPTH "\n", &a, &b, &ca, &cb);
+	/* Room for the last part's run: extents of 16 MiB, 8 blocks of 2 MiB. */
+	two_nodes_with(&ceph, "[pool]\ncapacity = 256M\nextent_size = 16M\n[tenants]\ndefault_quota = 256M\n",
+		       "min_reuse = 0\nqueue_depth = " DEPTH "\n", &a, &b, &ca, &cb);
 
 	CHECK(engine_run(&a, out, sizeof(out), "--model", "tiny", "--name", "A1", "--prefix", "384",
 			 "--suffix", "0", "--expect-hits", "0", NULL) == 0, "A stores 24 blocks");
@@ -63,6 +68,22 @@ int main(void)
 			 "--prefix-seed", "2", "--suffix", "0", "--expect-hits", "24", "--no-store",
 			 NULL) == 0, "B: all 24 local now");
 	CHECK(strstr(out, "every loaded byte verified"), "B3's bytes: fetched and recomputed alike");
+
+	/* 32 blocks of 2 MiB: B's pool grows by four extents while the
+	 * reads complete, those after the first made ahead. */
+	CHECK(engine_run(&a, out, sizeof(out), "--model", "llama3-8b", "--name", "A4", "--prefix",
+			 "512", "--prefix-seed", "4", "--suffix", "0", "--expect-hits", "0", NULL) == 0,
+	      "A stores 32 blocks of 2 MiB");
+	WAIT_FOR(stat_get(ca, "remote", "writes") == 2 * RUN + BIG_RUN, "A writes them back");
+	uint64_t reads0 = stat_get(cb, "remote", "reads");
+	uint64_t ahead0 = stat_get(cb, "daemon", "extents_ahead");
+	CHECK(engine_run(&b, out, sizeof(out), "--model", "llama3-8b", "--name", "B4", "--prefix",
+			 "512", "--prefix-seed", "4", "--suffix", "0", "--expect-hits", "32",
+			 "--no-store", NULL) == 0,
+	      "B: the whole run of 32, into new extents: %s", out);
+	CHECK(strstr(out, "every loaded byte verified"), "B4's bytes are A's");
+	CHECK(stat_get(cb, "remote", "reads") - reads0 == BIG_RUN, "32 read from the remote tier");
+	CHECK(stat_get(cb, "daemon", "extents_ahead") > ahead0, "an extent made ahead for them");
 
 	two_nodes_stop(&ceph, &a, &b, ca, cb);
 	return 0;
