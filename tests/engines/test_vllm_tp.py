@@ -161,3 +161,24 @@ def test_counters_reach_prometheus():
     assert value("load_failures") == 1 and value("async_loads") == 0
     assert set(vllm_stats.COUNTERS) == {"loaded_blocks", "load_failures", "stored_blocks",
                                         "store_skipped", "async_loads"}
+
+
+def test_sleep_mode_refused_at_start(model_dir):
+    """vLLM's sleep mode frees the cache's memory under kvtier's copies:
+    the connector refuses it when it is made, on either side, saying so."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.engine.arg_utils import EngineArgs
+
+    from kvtier.vllm import KvtierConnector
+
+    ktc = {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
+           "kv_role": "kv_both",
+           "kv_connector_extra_config": {"socket": "/nonexistent/kvtierd.sock"}}
+    cfg = EngineArgs(model=model_dir, block_size=BLOCK, dtype="bfloat16",
+                     kv_transfer_config=ktc).create_engine_config()
+    KvtierConnector(cfg, KVConnectorRole.SCHEDULER).shutdown()  # starts without it
+    # vLLM allows sleep mode on GPUs only: the flag as a GPU deployment has it.
+    cfg.model_config.enable_sleep_mode = True
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        with pytest.raises(NotImplementedError, match="sleep mode"):
+            KvtierConnector(cfg, role)

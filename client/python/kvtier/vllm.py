@@ -117,6 +117,13 @@ def identity_of(vllm_config, extra: dict) -> ModelIdentity:
     if pc.pipeline_parallel_size > 1:
         raise NotImplementedError("kvtier.vllm: pipeline parallelism is not supported yet; "
                                   "run without the kvtier connector")
+    if getattr(mc, "enable_sleep_mode", False):
+        # Sleep gives the cache's GPU memory back under the same addresses,
+        # and nothing tells a connector: a copy under way or after it would
+        # touch memory that is gone, or serve what is left in it.
+        raise NotImplementedError("kvtier.vllm: sleep mode (--enable-sleep-mode) frees the KV "
+                                  "cache's GPU memory while kvtier may be copying to or from "
+                                  "it; run without sleep mode or without the kvtier connector")
     dtype = mc.dtype if cc.cache_dtype in (None, "auto") else cc.cache_dtype
     try:
         dtype = dtype_name(dtype)
