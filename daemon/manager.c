@@ -597,7 +597,7 @@ int manager_reload(struct manager *m)
 	config_reload(cur, &fresh, changed, sizeof(changed), restart, sizeof(restart));
 	config_free(&fresh);
 
-	m->pool.capacity = cur->capacity;
+	pool_set_capacity(&m->pool, cur->capacity);
 	if (m->pool.allocated > cur->capacity)
 		log_warning("Capacity %llu MiB is below the %llu MiB already in extents: no new extents until blocks are evicted; held extents stay until restart",
 			    (unsigned long long)(cur->capacity >> 20),

@@ -383,6 +383,13 @@ static bool ahead_start(struct pool *p, uint64_t size, int node)
 	return true;
 }
 
+void pool_set_capacity(struct pool *p, uint64_t capacity)
+{
+	p->capacity = capacity;
+	if (p->ahead.running && p->allocated + p->ahead.b.size > capacity)
+		ahead_drop(p);
+}
+
 void pool_make_ahead(struct pool *p, uint64_t slot_bytes, int node)
 {
 	ahead_start(p, pool_extent_bytes(p, slot_bytes), node);

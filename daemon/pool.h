@@ -107,6 +107,9 @@ uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes);
  * pool_ahead_fd() says when to ask again. */
 int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node, bool wait,
 		    struct extent **ret);
+/* A new [pool] capacity (a reload): an extent made ahead that no longer
+ * fits is given back. */
+void pool_set_capacity(struct pool *p, uint64_t capacity);
 /* Start making the memory of the next extent for this slot size and node
  * on a thread, unless one is being made already or the capacity has no
  * room for it: the growth that asks for it next takes it ready. */
