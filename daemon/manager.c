@@ -628,13 +628,14 @@ static int on_signal(sd_event_source *src, const struct signalfd_siginfo *si, vo
 	return 0;
 }
 
-/* An extent's memory made ahead is ready: the remote tier's reads that
- * waited for a slot go on. */
+/* An extent's memory made ahead is ready: the requests and the remote
+ * tier's reads that waited for it go on. */
 static int on_extent_ahead(sd_event_source *src, int fd, uint32_t revents, void *userdata)
 {
 	struct manager *m = userdata;
 
 	pool_ahead_clear(&m->pool);
+	requests_memory_ready(m);
 #if KVT_HAVE_RADOS
 	if (m->remote)
 		remote_memory_ready(m->remote);

@@ -33,6 +33,7 @@ struct manager_counters {
 	uint64_t dispatches;
 	uint64_t dispatch_max_ns;
 	uint64_t dispatches_slow; /* of MANAGER_SLOW_DISPATCH_NS or more */
+	uint64_t memory_waits;    /* requests that waited off the loop for an extent's memory */
 };
 
 /* A dispatch this long is a stall a one-key lookup beside it would feel. */

@@ -75,8 +75,12 @@ typedef int (*decode_fn)(struct session *s, const struct kvt_header *h, struct k
 /* Handlers return 0 (replied, or refused with a reason), 1 when the
  * request is under way at the end of the turn t (its message stays in
  * the input, and the session's next turn decodes it again and goes on
- * from s->work), or a negative errno for a violation that closes the
- * connection.  ns: the namespace of an OP_NAMESPACE request, else NULL. */
+ * from s->work), WAIT_MEMORY when it has done nothing yet and needs host
+ * memory that is still being made (its message stays, and the session
+ * reads and is served nothing until requests_memory_ready()), or a
+ * negative errno for a violation that closes the connection.  ns: the
+ * namespace of an OP_NAMESPACE request, else NULL. */
+#define WAIT_MEMORY 2
 typedef int (*handle_fn)(struct session *s, const struct kvt_header *h, union request *req,
 			 struct ns *ns, const struct turn *turn);
 
@@ -381,6 +385,11 @@ static int do_slots(struct session *s, const struct kvt_header *h, union request
 		return 0;
 	}
 	if (h->opcode == KVT_OP_RESERVE) {
+		/* New extents for its blocks first, or a wait off the loop
+		 * for their memory: not inside the request, with everyone else
+		 * waiting behind it. */
+		if (store_reserve_room(&m->store, ns, req->keys, req->n, s->numa_node) == -EAGAIN)
+			return WAIT_MEMORY;
 		store_reserve(&m->store, ns, req->arg, req->keys, req->n, s->process, s->numa_node,
 			      m->slots);
 	} else {
@@ -639,8 +648,9 @@ static int dispatch(struct session *s, const struct kvt_header *h, struct kvt_cu
 	/* Clients send requests only: no flags, no descriptors. */
 	if (h->flags != 0 || h->n_fds != 0)
 		return -EBADMSG;
-	/* A request under way was counted at its first part. */
-	if (!s->work) {
+	/* A request under way was counted at its first part, one that
+	 * waited for memory when it first came. */
+	if (!s->work && !s->retried) {
 		s->requests++;
 		s->m->c.requests++;
 	}
@@ -670,13 +680,26 @@ static int dispatch(struct session *s, const struct kvt_header *h, struct kvt_cu
 
 /* ---- input -------------------------------------------------------- */
 
+void requests_memory_ready(struct manager *m)
+{
+	struct session *s;
+
+	LIST_FOREACH(s, &m->sessions, link) {
+		if (!s->memory_wait)
+			continue;
+		s->memory_wait = false;
+		turns_request(&m->turns, s);
+	}
+}
+
 bool requests_process(struct session *s, const struct turn *turn)
 {
 	struct kvt_header h;
 	struct kvt_cursor c;
 	int r;
 
-	while (!s->dead && !s->paused && (r = kvt_conn_next(&s->conn, &h, &c)) != 0) {
+	while (!s->dead && !s->paused && !s->memory_wait &&
+	       (r = kvt_conn_next(&s->conn, &h, &c)) != 0) {
 		if (r < 0) {
 			s->m->c.malformed++;
 			session_kill(s, r == -EPROTONOSUPPORT
@@ -687,6 +710,12 @@ bool requests_process(struct session *s, const struct turn *turn)
 		r = dispatch(s, &h, &c, turn);
 		if (r == 1)
 			return true; /* under way: the message stays */
+		s->retried = r == WAIT_MEMORY;
+		if (r == WAIT_MEMORY) {
+			s->memory_wait = true; /* the message stays */
+			s->m->c.memory_waits++;
+			return false;
+		}
 		work_end(s); /* done, or refused on a later part */
 		kvt_conn_consume(&s->conn);
 		if (r < 0) {
@@ -700,5 +729,5 @@ bool requests_process(struct session *s, const struct turn *turn)
 			break;
 	}
 	/* Work is left when another whole message waits. */
-	return !s->dead && !s->paused && kvt_conn_next(&s->conn, &h, &c) != 0;
+	return !s->dead && !s->paused && !s->memory_wait && kvt_conn_next(&s->conn, &h, &c) != 0;
 }

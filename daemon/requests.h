@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 
+struct manager;
 struct session;
 struct turn;
 
@@ -12,3 +13,6 @@ struct turn;
  * session.  \return true when work is left: a request under way, or
  * another whole one buffered. */
 bool requests_process(struct session *s, const struct turn *turn);
+/* Host memory that requests waited for may be ready: their sessions are
+ * served again. */
+void requests_memory_ready(struct manager *m);

@@ -116,7 +116,7 @@ static void update_events(struct session *s)
 	uint32_t ev = 0;
 	if (s->dead)
 		return;
-	if (!s->paused && !s->queued)
+	if (!s->paused && !s->queued && !s->memory_wait)
 		ev |= EPOLLIN;
 	if (kvt_conn_out_pending(&s->conn))
 		ev |= EPOLLOUT;
@@ -228,7 +228,8 @@ static int session_io(sd_event_source *src, int fd, uint32_t revents, void *user
 		}
 		update_events(s);
 	}
-	if (!(revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) || s->paused || s->queued || s->dead)
+	if (!(revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) || s->paused || s->queued ||
+	    s->memory_wait || s->dead)
 		return 0;
 
 	/* A queued session reads no more: what it has sent waits its turn,
@@ -239,7 +240,8 @@ static int session_io(sd_event_source *src, int fd, uint32_t revents, void *user
 	 * (the turns' queue only knows of those it has read).  The socket
 	 * stays readable, and its turn comes after theirs. */
 	uint64_t until = kvt_now_ns() + TURN_NSEC;
-	for (int i = 0; i < READS_PER_WAKEUP && !s->dead && !s->paused && !s->queued; i++) {
+	for (int i = 0; i < READS_PER_WAKEUP && !s->dead && !s->paused && !s->queued && !s->memory_wait;
+	     i++) {
 		if (i > 0 && kvt_now_ns() >= until)
 			break;
 		ssize_t n = kvt_conn_recv(&s->conn, false);

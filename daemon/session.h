@@ -54,6 +54,9 @@ struct session {
 	bool dead;
 	bool paused; /* not reading: too many reply bytes queued */
 	bool queued; /* waiting for its next turn (turns.h), not reading */
+	bool memory_wait; /* its next request waits for host memory being
+			   * made (requests.c), not reading */
+	bool retried;     /* that request was counted when it first came */
 	void *work;  /* a request under way across turns: requests.c's, one
 		      * allocation, freed with the session */
 

@@ -168,7 +168,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	bool nvme = m->nvme != NULL;
 	if (nvme)
 		nvme_get_stats(m->nvme, &ns);
-	kvt_rec_begin(&e->b, "daemon", nvme ? 41 + 22 : 41);
+	kvt_rec_begin(&e->b, "daemon", nvme ? 42 + 22 : 42);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
 	kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
@@ -207,6 +207,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	kvt_rec_u64(&e->b, "dispatches", m->c.dispatches);
 	kvt_rec_u64(&e->b, "dispatch_max_us", m->c.dispatch_max_ns / 1000);
 	kvt_rec_u64(&e->b, "dispatches_slow", m->c.dispatches_slow);
+	kvt_rec_u64(&e->b, "memory_waits", m->c.memory_waits);
 	kvt_rec_u64(&e->b, "fragmentation_alert_ppm", m->config->fragmentation_alert_ppm);
 	kvt_rec_u64(&e->b, "fragmented_tenants", fragmented_tenants(m));
 	kvt_rec_u64(&e->b, "fragmentation_warnings", m->store.frag_warnings);

@@ -124,6 +124,17 @@ uint32_t store_lookup_end(struct store *s, struct ns *ns, const uint8_t *keys, u
 	return leading + remote_fetch(s, ns, keys, n, leading, ret_states);
 }
 
+int store_reserve_room(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t n, int node)
+{
+	uint64_t fresh = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		fresh += !b || b->io == BLOCK_IO_FETCH;
+	}
+	return fresh ? store_class_room(s, ns->tenant, ns->cls, node, fresh) : 0;
+}
+
 void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		   const uint8_t *keys, uint32_t n, struct process *owner, int node,
 		   struct kvt_slot *ret)

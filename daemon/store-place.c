@@ -23,10 +23,22 @@ static struct extent *class_free_slot(struct slot_class *c, int node, uint32_t *
 	return NULL;
 }
 
-/* A slot in a new extent for node, while the tenant's quota lasts.
+/* When the class has less than half an extent's slots left free and the
+ * tenant's quota has room for another extent, the pool makes it ahead: the
+ * growth then takes it ready instead of populating it in the loop. */
+static void class_maybe_ahead(struct store *s, struct tenant *t, struct slot_class *c, int node)
+{
+	uint64_t bytes = pool_extent_bytes(s->pool, c->slot_bytes);
+
+	if ((c->slots - c->used_slots) * 2 * c->slot_bytes < bytes &&
+	    t->allocated + bytes <= t->quota)
+		pool_make_ahead(s->pool, c->slot_bytes, node);
+}
+
+/* A new extent for node, while the tenant's quota lasts.
  * \return 0, -ENOSPC, or without wait -EAGAIN (pool_extent_new()) */
-static int class_new_extent(struct store *s, struct tenant *t, struct slot_class *c, int node,
-			    bool wait, struct extent **ret_e, uint32_t *ret_slot)
+static int class_grow(struct store *s, struct tenant *t, struct slot_class *c, int node,
+		      bool wait, struct extent **ret_e)
 {
 	uint64_t bytes = pool_extent_bytes(s->pool, c->slot_bytes);
 	struct extent *e;
@@ -46,9 +58,31 @@ static int class_new_extent(struct store *s, struct tenant *t, struct slot_class
 		s->tier_ops->extent_added(s->tier, e);
 	if (s->extent_added)
 		s->extent_added(s->userdata, t, e);
-	if (slots_alloc(&e->slots, ret_slot) < 0)
-		return -ENOSPC;
 	*ret_e = e;
+	return 0;
+}
+
+/* A slot in a new extent for node (class_grow()). */
+static int class_new_extent(struct store *s, struct tenant *t, struct slot_class *c, int node,
+			    bool wait, struct extent **ret_e, uint32_t *ret_slot)
+{
+	TRY(class_grow(s, t, c, node, wait, ret_e));
+	return slots_alloc(&(*ret_e)->slots, ret_slot) < 0 ? -ENOSPC : 0;
+}
+
+int store_class_room(struct store *s, struct tenant *t, struct slot_class *c, int node,
+		     uint64_t slots)
+{
+	struct extent *e;
+
+	while (c->slots - c->used_slots < slots) {
+		int r = class_grow(s, t, c, node, false, &e);
+		if (r == -EAGAIN)
+			return r;
+		if (r < 0)
+			return 0; /* no more room to grow into: eviction's turn */
+	}
+	class_maybe_ahead(s, t, c, node);
 	return 0;
 }
 
@@ -115,18 +149,6 @@ static int class_evict(struct store *s, struct slot_class *c, bool stage,
 		return -ENOSPC;
 	*ret_e = e;
 	return 0;
-}
-
-/* When the class has less than half an extent's slots left free and the
- * tenant's quota has room for another extent, the pool makes it ahead: the
- * growth then takes it ready instead of populating it in the loop. */
-static void class_maybe_ahead(struct store *s, struct tenant *t, struct slot_class *c, int node)
-{
-	uint64_t bytes = pool_extent_bytes(s->pool, c->slot_bytes);
-
-	if ((c->slots - c->used_slots) * 2 * c->slot_bytes < bytes &&
-	    t->allocated + bytes <= t->quota)
-		pool_make_ahead(s->pool, c->slot_bytes, node);
 }
 
 /*

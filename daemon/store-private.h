@@ -85,6 +85,12 @@ void store_lru_maybe_insert(struct block *b);
 #define PLACE_NOWAIT 2u /* memory not ready now is -EAGAIN */
 int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
 		      unsigned how, struct extent **ret_e, uint32_t *ret_slot);
+/* store-place.c: room for slots more blocks of class c without waiting in
+ * the loop: extents added while the tenant's quota and the pool allow,
+ * those made ahead taken.  \return 0 (room, or no more room to grow into),
+ * or -EAGAIN when the next extent's memory is still being made. */
+int store_class_room(struct store *s, struct tenant *t, struct slot_class *c, int node,
+		     uint64_t slots);
 
 /* store-fragmentation.c: class c of tenant t found no free slot and no
  * room for an extent; counts the allocation as starved when another class

@@ -283,6 +283,11 @@ void store_lookup_keys(struct store *s, struct ns *ns, const uint8_t *keys, uint
 		       uint32_t n, uint32_t flags, uint8_t *ret_states);
 uint32_t store_lookup_end(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t n,
 			  uint8_t *ret_states);
+/* Before store_reserve(): room for the keys' new blocks, so that the
+ * RESERVE does not wait in the loop for an extent's memory.  \return 0,
+ * or -EAGAIN: the memory is still being made (ask again once
+ * pool_ahead_fd() is readable). */
+int store_reserve_room(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t n, int node);
 /* node: the NUMA node the client's GPU is on, -1 if unknown. */
 void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		   const uint8_t *keys, uint32_t n, struct process *owner, int node,

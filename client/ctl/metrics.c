@@ -58,6 +58,7 @@ static const struct metric daemon_metrics[] = {
 	{"dispatches", "loop_dispatches_total", "counter", "Events the daemon's loop has dispatched.", 0},
 	{"dispatch_max_us", "loop_dispatch_max_seconds", "gauge", "The longest one dispatch held the loop since start.", 1000000},
 	{"dispatches_slow", "loop_dispatches_slow_total", "counter", "Dispatches that held the loop 5 ms or more.", 0},
+	{"memory_waits", "loop_memory_waits_total", "counter", "Requests that waited off the loop for an extent's memory.", 0},
 };
 /* Identity, not measurements: pid changes with every restart, and the
  * version and protocol are labels of kvtier_info. */
