@@ -43,8 +43,12 @@ static void per_tenant_users(struct ceph *ceph)
 	node_start(&b, cfg);
 	kvt_client *ca = client_connect(&a, "checker");
 	kvt_client *cb = client_connect(&b, "checker");
-	WAIT_FOR(stat_named(ca, "remote", "name", "b", "up") == 1 &&
-		 stat_named(cb, "remote", "name", "a", "up") == 1, "all four connections");
+	/* A write-back of a tenant whose connection is still connecting is
+	 * skipped, not queued: every connection up on both nodes first. */
+	WAIT_FOR(stat_named(ca, "remote", "name", "a", "up") == 1 &&
+		 stat_named(ca, "remote", "name", "b", "up") == 1 &&
+		 stat_named(cb, "remote", "name", "a", "up") == 1 &&
+		 stat_named(cb, "remote", "name", "b", "up") == 1, "all four connections");
 
 	CHECK(engine(&a, "alice", "alice@A", "1", "0", true) == 0, "alice stores on A");
 	WAIT_FOR(stat_named(ca, "remote", "name", "a", "writes") == 8, "alice's 8 written back");
