@@ -13,18 +13,19 @@ FlashAttention's own split; blocks stored from such views, written through
 that split, are restored by kvtier.hf with logits bit-identical to
 recomputing the prefix."""
 
-import hashlib
 import itertools
+import json
 
 import pytest
 import torch
 
 import kvtd
 import kvtier
+import vllm_views
 from kvtier import vllm_layout
 from kvtier.hf import KvtierCache
-from kvtier.identity import ModelIdentity
 from test_hf import generate, load, prefix_cache, same_logits
+from vllm_views import BLOCK, BLOCKS, HEAD, HEADS, LATENT, LAYERS
 
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     FullAttentionSpec,
@@ -37,8 +38,6 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
 from vllm.v1.worker.utils import allocate_kv_cache  # noqa: E402
 
-LAYERS, HEADS, HEAD, LATENT = 3, 2, 16, 40
-BLOCK, BLOCKS = 32, 6
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float8_e4m3fn]
 KERNELS = [None, 16, 8]  # kernel pages per vLLM block: 1, 2, 4
 CELL_BACKENDS = ["FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER"]
@@ -63,30 +62,25 @@ def views(spec, layout, kernel, n_layers=LAYERS):
                                    [kernel] if kernel else None)
     except ValueError:
         return None  # vLLM does not split blocks of this layout
-    raw = torch.empty(0, dtype=torch.uint8).set_(caches[names[0]].untyped_storage())
-    g = torch.Generator().manual_seed(7)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=g))
+    vllm_views.fill(torch.empty(0, dtype=torch.uint8).set_(caches[names[0]].untyped_storage()))
     return [caches[n] for n in names]
 
 
-def backend_kv(rule, view, pages_per_block):
-    """What the backend reads from one layer's view, by its own expression,
-    as [blocks, planes, tokens, heads, content] bytes."""
-    v = view.view(torch.uint8) if view.element_size() == 1 else view
-    if rule == vllm_layout.CELL:  # flash_attn.py, triton_attn.py, flex_attention.py
-        k, val = v.transpose(1, 2).split(HEAD, dim=-1)
-        planes = [k, val]
-    elif rule == vllm_layout.ROWS:  # cpu_attn.py
-        p, h, n, _ = v.shape
-        k, val = v.view((p, h, n * 2, -1)).chunk(2, dim=2)
-        planes = [k.transpose(1, 2), val.transpose(1, 2)]
-    else:  # MLA: [pages, 1, tokens, latent]
-        planes = [v.transpose(1, 2)]
-    out = []
-    for x in planes:  # [pages, tokens, heads, content] -> whole blocks
-        p, n, h, c = x.shape
-        out.append(x.reshape(p // pages_per_block, pages_per_block * n, h, c))
-    return torch.stack(out, dim=1).contiguous().view(torch.uint8)
+def spec_of(dtype, mla):
+    if mla:
+        return MLAAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=LATENT, dtype=dtype)
+    return FullAttentionSpec(block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD, dtype=dtype)
+
+
+def round_trip(client, backend, rule, dtype, layout, kernel, mla=False, check_rule=None):
+    """vllm_views.round_trip on the views vLLM allocates; False where vLLM
+    refuses the layout and split."""
+    layers = views(spec_of(dtype, mla), layout, kernel)
+    if layers is None:
+        return False
+    vllm_views.round_trip(client, backend, rule, layers, mla, check_rule,
+                          tag=(layout.name, kernel))
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -101,66 +95,25 @@ def client(daemon):
         yield c
 
 
-_namespaces = {}
+def recorded_cases() -> list[dict]:
+    """The fixture of GPU runs (vllm_views.FIXTURE): the views of every
+    order, split and dtype a GPU backend allocates, for each K/V rule."""
+    cases = []
+    for rule, mla, dtypes in [(vllm_layout.CELL, False, DTYPES),
+                              (vllm_layout.LATENT, True, [torch.bfloat16, torch.float8_e4m3fn])]:
+        for dtype, layout, kernel in itertools.product(dtypes, KVCacheLayout, KERNELS):
+            layers = views(spec_of(dtype, mla), layout, kernel)
+            if layers is not None:
+                cases.append(vllm_views.record(layers, rule=rule, mla=mla, order=layout.name,
+                                               kernel=kernel))
+    return cases
 
 
-def namespace(client, dtype, mla):
-    key = (dtype, mla)
-    if key not in _namespaces:
-        ident = ModelIdentity(model="vllm-layout-test", layers=LAYERS,
-                              kv_heads=1 if mla else HEADS, head_size=LATENT if mla else HEAD,
-                              dtype=kvtier.dtype_name(dtype), block_tokens=BLOCK, mla=mla)
-        _namespaces[key] = ident.open(client)
-    return _namespaces[key]
-
-
-def keys_for(*what) -> bytes:
-    seed = hashlib.sha256(repr(what).encode()).digest()
-    return b"".join(hashlib.sha256(seed + bytes([i])).digest() for i in range(BLOCKS))
-
-
-def spec_of(dtype, mla):
-    if mla:
-        return MLAAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=LATENT, dtype=dtype)
-    return FullAttentionSpec(block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD, dtype=dtype)
-
-
-def round_trip(client, backend, rule, dtype, layout, kernel, mla=False, check_rule=None):
-    """Store blocks 1, 4 and 2 of vLLM's views through the layout that
-    vllm_layout derives for backend, compare kvtierd's blocks with the
-    bytes check_rule's expression reads (default: backend's), then load
-    them into zeroed views and compare again.  False where vLLM refuses
-    the layout; raises AssertionError on a mismatch."""
-    spec = spec_of(dtype, mla)
-    layers = views(spec, layout, kernel)
-    if layers is None:
-        return False
-    head = LATENT if mla else HEAD
-    geo = vllm_layout.geometry(backend, layers[0], head, 1 if mla else HEADS, BLOCK)
-    lay = vllm_layout.layout(geo, layers, BLOCK)
-    ns = namespace(client, dtype, mla)
-    keys = keys_for(backend, rule, dtype, layout.name, kernel, mla, check_rule)
-    ids = [1, 4, 2]
-    stored, status = ns.store_paged(0, lay, keys[: 3 * 32], vllm_layout.indices(geo, ids, BLOCK))
-    assert stored == 3 and status == [0, 0, 0], status
-    expect = [backend_kv(check_rule or rule, v, geo.pages_per_block) for v in layers]
-    bufs = [bytearray(ns.info["shard_bytes"]) for _ in ids]
-    got, _ = ns.load(0, keys[: 3 * 32], bufs)
-    assert got == 3
-    for i, b in enumerate(ids):
-        want = b"".join(bytes(e[b].flatten().numpy()) for e in expect)
-        assert bytes(bufs[i]) == want, f"block {b}: kvtierd's bytes are not the backend's K/V"
-    # Back: into zeroed views, only the loaded blocks change.
-    for v in layers:
-        v.view(torch.uint8).zero_() if v.element_size() == 1 else v.zero_()
-    loaded, status = ns.load_paged(0, lay, keys[: 3 * 32], vllm_layout.indices(geo, ids, BLOCK))
-    assert loaded == 3, status
-    for layer, (v, e) in enumerate(zip(layers, expect)):
-        now = backend_kv(check_rule or rule, v, geo.pages_per_block)
-        for b in range(BLOCKS):
-            want = e[b] if b in ids else torch.zeros_like(e[b])
-            assert torch.equal(now[b], want), f"layer {layer} block {b} after the load"
-    return True
+def test_gpu_fixture_is_what_vllm_allocates():
+    """vllm-views.json, which the GPU run rebuilds its views from, is what
+    this vLLM allocates (python test_vllm_layout.py --record rewrites it)."""
+    assert vllm_views.load_fixture() == json.loads(json.dumps(recorded_cases())), \
+        "vllm-views.json is stale: run python tests/engines/test_vllm_layout.py --record"
 
 
 @pytest.mark.parametrize("backend", CELL_BACKENDS)
@@ -342,3 +295,13 @@ def test_flash_attention_blocks_restored_by_transformers(daemon, model_dir, dtyp
             assert kv.ns.delete(keys) == HF_BLOCKS
             ran += 1
     assert ran >= len(KVCacheLayout), ran
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--record"]:
+        sys.exit("usage: test_vllm_layout.py --record (rewrites vllm-views.json)")
+    with open(vllm_views.FIXTURE, "w") as f:
+        json.dump(recorded_cases(), f, indent=0)
+        f.write("\n")

@@ -7,8 +7,11 @@
 # there with `dpkg -x` (or ar and tar) into a private root and builds the
 # whole tree against it.
 #
+# With them, pytest's wheels (pinned as in tests/engines/requirements.txt)
+# in DIR/py, for a GPU machine whose Python has torch but not pytest.
+#
 # Usage: tests/gpu/fetch-debs.sh [DIR]    (default: tests/gpu/debs, which
-# git ignores; carry it to the GPU machine with the tree, ~6 MiB)
+# git ignores; carry it to the GPU machine with the tree, ~7 MiB)
 set -eu -o pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,4 +26,9 @@ mkdir -p "$dir"
 cd "$dir"
 # shellcheck disable=SC2086
 apt-get download $pkgs
+reqs=$here/../engines/requirements.txt
+py=${PYTHON:-python3}
+# shellcheck disable=SC2046
+"$py" -m pip download --no-deps --only-binary=:all: -d "$dir/py" \
+	$(grep -E '^(pytest|pluggy|iniconfig|packaging)==' "$reqs")
 ls -l "$dir"

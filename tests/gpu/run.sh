@@ -33,7 +33,13 @@
 #             find the machine's own);
 #   hf        where a Python with torch, transformers and pytest is found
 #             (KVT_PYTHON), tests/engines/test_hf.py's CUDA cases through
-#             the library's CUDA path.
+#             the library's CUDA path;
+#   vllm      tests/engines/test_vllm_gpu.py: CUDA tensors shaped and
+#             strided exactly as vLLM 0.32 allocates them for its GPU
+#             backends (every layout order, kernel split and dtype, from
+#             a record made on the CPU), stored and loaded through the
+#             CUDA path and compared byte for byte with the backend's
+#             own K/V split.
 #
 # Usage: tests/gpu/run.sh OUTDIR
 # OUTDIR gets summary.txt first (a line per step as it ends, so a run cut
@@ -259,17 +265,45 @@ fi
 # python3) and the tree was built with its Python package.
 hf() {
 	local py=${KVT_PYTHON:-python3}
+	pytest_path
 	if ! "$py" -c 'import torch, transformers, pytest' >/dev/null 2>&1 ||
 		[ ! -d "$build/meson/client/python" ]; then
 		echo "no torch, transformers and pytest for $py, or no Python package built"
 		return 77
 	fi
-	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python" \
+	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python${PYTHONPATH:+:$PYTHONPATH}" \
 		"$py" -m pytest -q -p no:cacheprovider -k cuda "$root/tests/engines/test_hf.py"
 }
+# ---- vllm ---------------------------------------------------------------------
+# The views vLLM allocates for its GPU backends, rebuilt from the record
+# made on the CPU (tests/engines/vllm-views.json: vLLM is not needed
+# here), through the CUDA path's kernel and copy engines.
+# pytest from the carried wheels (tests/gpu/fetch-debs.sh) where the
+# machine's Python has torch but no pytest.
+pytest_path() {
+	local py=${KVT_PYTHON:-python3} w
+	"$py" -c 'import pytest' >/dev/null 2>&1 && return
+	for w in "${KVT_DEBS:-$here/debs}"/py/*.whl; do
+		[ -f "$w" ] && "$py" -m zipfile -e "$w" "$build/py" >/dev/null 2>&1
+	done
+	export PYTHONPATH=$build/py${PYTHONPATH:+:$PYTHONPATH}
+}
+
+vllm() {
+	local py=${KVT_PYTHON:-python3}
+	pytest_path
+	if ! "$py" -c 'import torch, pytest' >/dev/null 2>&1 ||
+		[ ! -d "$build/meson/client/python" ]; then
+		echo "no torch and pytest for $py, or no Python package built"
+		return 77
+	fi
+	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python${PYTHONPATH:+:$PYTHONPATH}" \
+		"$py" -m pytest -q -p no:cacheprovider -rs "$root/tests/engines/test_vllm_gpu.py"
+}
 if [ "$gpu" -eq 1 ] && [ -d "$build/meson" ]; then
-	export -f hf
+	export -f pytest_path hf vllm
 	step hf 120 hf
+	step vllm 120 vllm
 fi
 
 if [ "$failed" -ne 0 ]; then
