@@ -182,3 +182,24 @@ def test_sleep_mode_refused_at_start(model_dir):
     for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
         with pytest.raises(NotImplementedError, match="sleep mode"):
             KvtierConnector(cfg, role)
+
+
+def test_layerwise_asks_for_piecewise_graphs():
+    """Loads waited for layer by layer on a GPU run between the pieces of
+    vLLM's CUDA graphs: with "layerwise" the connector, as vLLM's factory
+    finds it, asks for piecewise graphs; without it, not; a value that is
+    not a boolean is refused with its name."""
+    from vllm.config import KVTransferConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    def asks(extra):
+        ktc = KVTransferConfig(kv_connector="KvtierConnector",
+                               kv_connector_module_path="kvtier.vllm", kv_role="kv_both",
+                               kv_connector_extra_config=extra)
+        cls = KVConnectorFactory.get_connector_class(ktc)
+        return cls.requires_piecewise_for_cudagraph(ktc.kv_connector_extra_config)
+
+    assert asks({"layerwise": True}) and asks({"layerwise": "true"})
+    assert not asks({}) and not asks({"layerwise": False})
+    with pytest.raises(ValueError, match="'layerwise' is 'sometimes'"):
+        asks({"layerwise": "sometimes"})

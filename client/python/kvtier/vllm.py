@@ -32,11 +32,19 @@ while the worker's mover thread waits for the staging and copies, and the
 batch goes on without it.  After the forward, every full prompt block the
 step computed that kvtierd does not hold yet is stored: on the CPU by the
 mover while the next step computes (vLLM keeps a finished request's pages
-until its stores are done), on a GPU on the current stream.  A block that fails to load is reported to vLLM, which recomputes it
+until its stores are done).  A block that fails to load is reported to vLLM, which recomputes it
 (and the connector stores it then, not what the step computed on top of
 the unfilled pages): kvtier never makes the engine produce other output.  Without kvtierd
 (absent, killed, restarting) lookups miss and stores are skipped, and the
 connector reconnects by itself.
+
+On a GPU the copies run on the library's CUDA streams and the CPU waits
+for none of them in the step: a load is queued after the work on the
+compute stream, which waits for it on the GPU (before the forward, or
+layer by layer with the extra config ``"layerwise": true``, which asks vLLM
+for piecewise CUDA graphs); a store is queued after an event recorded at
+the end of the forward and copies while the next step computes, its pages
+kept as on the CPU.
 
 Layouts: each layer's cache is read from the view vLLM allocated, by its
 strides and the attention backend's K/V rule (kvtier.vllm_layout: the
@@ -53,6 +61,7 @@ group before the forward, and none stores what the step computes for it,
 so that no block is ever made of shards from different computations.
 """
 
+import errno
 import logging
 import queue
 import threading
@@ -77,6 +86,8 @@ log = logging.getLogger("kvtier.vllm")
 # remote tier (the request waits, not the batch); later ones are
 # recomputed.
 _STAGE_TIMEOUT_MS = 10000
+# A CUDA job's status for a block whose copy is still under way.
+_IN_FLIGHT = -errno.EINPROGRESS
 # What a finished request may tell kvtierd (kvt_end), and the priority of
 # a request's shared tokens when it does not give one.
 _ENDS = ("none", "request", "session")
@@ -166,6 +177,16 @@ def _least_over_ranks(values: list[int]) -> list[int]:
     return t.tolist()
 
 
+def _flag(extra: dict, name: str) -> bool:
+    v = extra.get(name, False)
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0"):
+        return v.lower() in ("true", "1")
+    if not isinstance(v, bool):
+        raise ValueError(f"kvtier.vllm: kv_connector_extra_config {name!r} is {v!r}; "
+                         "it is true or false")
+    return v
+
+
 class KvtierConnector(KVConnectorBase_V1):
     """vLLM V1 KV connector backed by kvtierd (see the module docstring)."""
 
@@ -176,6 +197,7 @@ class KvtierConnector(KVConnectorBase_V1):
         if self._end not in _ENDS:
             raise ValueError(f"kvtier.vllm: kv_connector_extra_config 'end' is {self._end!r}; "
                              f"it is one of {', '.join(_ENDS)}")
+        self._layerwise = _flag(extra, "layerwise")
         self._identity = identity_of(vllm_config, extra)
         self._block = self._identity.block_tokens
         self._conn = Reconnecting(self._identity, socket=extra.get("socket"),
@@ -193,7 +215,13 @@ class KvtierConnector(KVConnectorBase_V1):
         self._shard = 0  # the shard it reads
         self._writer = True  # whether it writes that shard
         self._device = None  # CUDA device index of the caches, or None (host memory)
-        self._cuda = None  # kvtier.CudaContext, made at the first copy on a GPU
+        # (client, kvtier.CudaContext) of vLLM's thread and of the mover's
+        # (a context serves one thread at a time), made at their first copy.
+        self._cuda = None
+        self._mover_cuda = None
+        self._layer_index: dict[str, int] = {}
+        self._step_jobs: list = []  # this step's loads on a GPU (wait_for_layer_load)
+        self._load_jobs: list = []  # (job, statuses at submission) of loads not seen complete
         self._load_errors: set[int] = set()
         self._failed_reqs: set[str] = set()  # this step's requests with a failed load
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
@@ -205,7 +233,6 @@ class KvtierConnector(KVConnectorBase_V1):
         self._in_flight: dict[str, int] = {}  # stores queued or running, per request
         self._kept_here: set[str] = set()  # finished requests waiting for their stores
         self._received: list[tuple[str, list[int], int]] = []  # async loads done
-        self._stream = None  # the mover's CUDA stream
         self._reported: dict[str, int] = {}  # counters as last handed to vLLM's statistics
 
     # ---------------------------------------------------------------- common
@@ -219,10 +246,17 @@ class KvtierConnector(KVConnectorBase_V1):
             self._jobs.put(None)
             self._mover.join()
             self._mover = None
-        if self._cuda is not None:
-            self._cuda.close()
-            self._cuda = None
+        self._close_loads()
+        for held in (self._cuda, self._mover_cuda):
+            if held is not None:
+                held[1].close()
+        self._cuda = self._mover_cuda = None
         self._conn.close()
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
+        # wait_for_layer_load runs between the graph's pieces, not in them.
+        return _flag(extra_config or {}, "layerwise")
 
     # -------------------------------------------------------------- scheduler
 
@@ -412,44 +446,92 @@ class KvtierConnector(KVConnectorBase_V1):
                                       "supported; run without the kvtier connector")
         self._layout = vllm_layout.layout(self._geometry, [kv_caches[n] for n in names],
                                           self._block)
+        self._layer_index = {n: i for i, n in enumerate(names)}
         log.info("kvtier: %d layers registered (%s, %d kernel pages per block), rank %d",
                  len(names), _backend_name(self._vllm_config, names[0]),
                  self._geometry.pages_per_block, self._rank)
 
+    def _context(self, ns, mover: bool):
+        """The CUDA context of the mover's thread or of vLLM's, on ns's
+        client (a new one after kvtierd restarted)."""
+        from . import CudaContext
+
+        slot = "_mover_cuda" if mover else "_cuda"
+        held = getattr(self, slot)
+        if held is None or held[0] is not ns.client:
+            if held is not None:
+                if not mover:
+                    self._close_loads()
+                held[1].close()
+            held = (ns.client, CudaContext(ns.client, self._device))
+            setattr(self, slot, held)
+        return held[1]
+
+    def _close_loads(self) -> None:
+        for job, _ in self._load_jobs:
+            job.close()  # waits for its copies, then releases its leases
+        self._load_jobs, self._step_jobs = [], []
+
     def _copy(self, load: bool, ns, keys: bytes, block_ids: list[int],
-              stream=None) -> tuple[int, list[int]]:
-        """Load or store blocks between kvtierd and vLLM's pages: how many
-        were copied, and the per-block statuses.  On a GPU through the
-        library's CUDA path, on stream (default: the current one, so after
-        the forward that computed a store and before the one that reads a
-        load), waited for here."""
+              event=None) -> tuple[int, list[int]]:
+        """Load or store blocks between kvtierd and vLLM's pages, waited
+        for: how many were copied, and the per-block statuses.  On a GPU
+        (from the mover only) through the mover's CUDA context, after
+        event (a torch.cuda.Event recorded on the compute stream)."""
         idx = vllm_layout.indices(self._geometry, block_ids, self._block)
         if self._device is None:
             op = ns.load_paged if load else ns.store_paged
             return op(self._shard, self._layout, keys, idx)
-        from . import CudaContext
-
-        if self._cuda is None:
-            self._cuda = CudaContext(ns.client, self._device)
-        submit = self._cuda.load if load else self._cuda.store
-        if stream is None:
-            stream = torch.cuda.current_stream(self._device)
-        with submit(ns, self._shard, self._layout, keys, idx, stream.cuda_stream) as job:
+        ctx = self._context(ns, mover=True)
+        submit = ctx.load if load else ctx.store
+        with submit(ns, self._shard, self._layout, keys, idx, event=event.cuda_event,
+                    after="event") as job:
             status = job.wait()
         return sum(1 for x in status if x == 0), status
+
+    def _load_on_stream(self, ns, t: _Transfer) -> list[int]:
+        """A load on a GPU, queued after the work on the compute stream,
+        which waits for it on the GPU (before the forward, or layer by
+        layer in wait_for_layer_load); the CPU does not wait.  Returns the
+        statuses known at once (leases refused); copies under way read
+        _IN_FLIGHT."""
+        idx = vllm_layout.indices(self._geometry, t.block_ids, self._block)
+        stream = torch.cuda.current_stream(self._device).cuda_stream
+        job = self._context(ns, mover=False).load(ns, self._shard, self._layout, t.keys, idx, stream)
+        if self._layerwise:
+            self._step_jobs.append(job)
+        else:
+            job.wait_stream(stream)
+        status = job.poll()[1]
+        self._load_jobs.append((job, status))
+        return status
+
+    def _reap_loads(self) -> None:
+        """Loads on a GPU seen complete give their leases back; a copy that
+        failed after its submission (the GPU's own error) is reported."""
+        left = []
+        for job, queued in self._load_jobs:
+            done, status = job.poll()
+            if not done:
+                left.append((job, queued))
+                continue
+            failed = sum(1 for q, x in zip(queued, status) if q == _IN_FLIGHT and x < 0)
+            if failed:
+                log.error("kvtier: %d block copies to the GPU failed after they were queued "
+                          "(the GPU's error); the step read what the pages held", failed)
+            job.close()
+        self._load_jobs = left
 
     def _open_shard(self, ns) -> None:
         self._shard, self._writer = shard_of(self._rank, ns.info["shards"],
                                              self._identity.tp_size)
 
     # The mover: one thread that copies what the step need not wait for
-    # (asynchronous loads, and stores on the CPU path), in order.  The
+    # (asynchronous loads, and stores), in order.  The
     # library releases the GIL while it waits and copies.
 
     def _submit(self, job) -> None:
         if self._mover is None:
-            if self._device is not None:
-                self._stream = torch.cuda.Stream(self._device)
             self._mover = threading.Thread(target=self._move, name="kvtier-mover", daemon=True)
             self._mover.start()
         self._jobs.put(job)
@@ -466,12 +548,12 @@ class KvtierConnector(KVConnectorBase_V1):
             finally:
                 self._jobs.task_done()
 
-    def _load_async(self, ns, t: _Transfer) -> None:
+    def _load_async(self, ns, t: _Transfer, event) -> None:
         status = None
         try:
             # Staging from NVMe or the remote tier began at the lookup.
             ns.wait_resident(t.keys, _STAGE_TIMEOUT_MS)
-            _, status = self._copy(True, ns, t.keys, t.block_ids, self._stream)
+            _, status = self._copy(True, ns, t.keys, t.block_ids, event)
         except Error as e:
             log.warning("kvtier: load failed: %s", e)
         bad = len(t.block_ids) if status is None else next(
@@ -479,10 +561,10 @@ class KvtierConnector(KVConnectorBase_V1):
         with self._lock:
             self._received.append((t.req_id, t.block_ids[bad:], bad))
 
-    def _store(self, ns, t: _Transfer) -> None:
+    def _store(self, ns, t: _Transfer, event) -> None:
         stored, skipped = 0, 0
         try:
-            stored, _ = self._copy(False, ns, t.keys, t.block_ids)
+            stored, _ = self._copy(False, ns, t.keys, t.block_ids, event)
         except Error as e:
             skipped = len(t.block_ids)
             log.warning("kvtier: store skipped: %s", e)
@@ -512,6 +594,7 @@ class KvtierConnector(KVConnectorBase_V1):
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         self._failed_reqs = set()  # for this step's wait_for_save
+        self._step_jobs = []
         if not isinstance(meta, KvtierConnectorMetadata):
             return
         with self._lock:
@@ -521,13 +604,16 @@ class KvtierConnector(KVConnectorBase_V1):
         ns = self._namespace()
         if ns is not None:
             self._open_shard(ns)
+        # On a GPU the pages may still be read by work queued before this
+        # step (a freed block given to a new request): copies start after it.
+        event = self._compute_event() if meta.async_loads else None
         for t in meta.async_loads:
             self.stats["async_loads"] += 1
             if ns is None or self._layout is None:
                 with self._lock:
                     self._received.append((t.req_id, list(t.block_ids), 0))
             else:
-                self._submit(lambda t=t: self._load_async(ns, t))
+                self._submit(lambda t=t: self._load_async(ns, t, event))
         if not meta.loads:
             return
         firsts = []  # each load's first failed block
@@ -535,12 +621,15 @@ class KvtierConnector(KVConnectorBase_V1):
             status = None
             if ns is not None and self._layout is not None:
                 try:
-                    _, status = self._copy(True, ns, t.keys, t.block_ids)
+                    if self._device is None:
+                        _, status = self._copy(True, ns, t.keys, t.block_ids)
+                    else:
+                        status = self._load_on_stream(ns, t)
                 except Error as e:
                     log.warning("kvtier: load failed: %s", e)
             # A failed block and every block after it are recomputed.
             firsts.append(len(t.block_ids) if status is None else next(
-                (i for i, s in enumerate(status) if s < 0), len(status)))
+                (i for i, s in enumerate(status) if s < 0 and s != _IN_FLIGHT), len(status)))
         # The ranks compute each request together: a load that failed on
         # one rank fails on all, from the first block any rank missed.
         if self._identity.tp_size > 1:
@@ -553,22 +642,42 @@ class KvtierConnector(KVConnectorBase_V1):
                 self._failed_reqs.add(t.req_id)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # every layer is loaded in start_load_kv
+        """With layerwise on a GPU: the compute stream waits for this
+        layer of the step's loads, the later layers still copying."""
+        if not self._step_jobs:
+            return  # none, on the CPU, or waited for before the forward
+        layer = self._layer_index.get(layer_name)
+        if layer is None:
+            return
+        stream = torch.cuda.current_stream(self._device).cuda_stream
+        for job in self._step_jobs:
+            job.wait_layer(layer, stream)
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
         return  # blocks hold every layer: stored once the step is done
 
+    def _compute_event(self):
+        """On a GPU, an event recorded on the compute stream now; else None."""
+        if self._device is None:
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self._device))
+        return event
+
     def wait_for_save(self):
-        """The step's new blocks: on the CPU handed to the mover, which
-        copies them while the next step computes (vLLM keeps a finished
-        request's pages until get_finished says its stores are done); on a
-        GPU copied on the current stream, after the forward."""
+        """The step's new blocks, handed to the mover, which copies them
+        while the next step computes (vLLM keeps a finished request's
+        pages until get_finished says its stores are done); on a GPU on
+        the library's store stream, after an event recorded here, at the
+        end of the forward that computed them."""
+        self._step_jobs = []
         meta = self._get_connector_metadata()
         if not isinstance(meta, KvtierConnectorMetadata) or not meta.stores:
             return
         ns = self._namespace()
         if ns is not None:
             self._open_shard(ns)
+        event = self._compute_event()
         for t in meta.stores:
             # What this step computed after a failed load (on any rank)
             # rests on pages that were never filled: vLLM computes it
@@ -581,10 +690,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 continue
             with self._lock:
                 self._in_flight[t.req_id] = self._in_flight.get(t.req_id, 0) + 1
-            if self._device is None:
-                self._submit(lambda t=t: self._store(ns, t))
-            else:
-                self._store(ns, t)
+            self._submit(lambda t=t: self._store(ns, t, event))
 
     def get_kv_connector_stats(self):
         """The worker's counts since vLLM last asked (kvtier.vllm_stats):
@@ -611,6 +717,7 @@ class KvtierConnector(KVConnectorBase_V1):
         loads that are (their failed blocks go to
         get_block_ids_with_load_errors, which vLLM asks next, in the same
         step)."""
+        self._reap_loads()
         with self._lock:
             received, self._received = self._received, []
             sending = {rid for rid in self._kept_here if rid not in self._in_flight}
