@@ -7,7 +7,7 @@ kvtier.vllm derives: on a GPU through the library's CUDA path
 (kvtier.CudaContext, kernel and copy-engine paths), and here on the CPU
 path too, which checks the rebuilt views themselves.  kvtierd's blocks
 are compared with what the backend's own split expression reads, byte
-for byte, in both directions; test_vllm_layout.py checks that the record
+for byte, in both directions; test_layouts.py checks that the record
 is what vLLM allocates."""
 
 import pytest

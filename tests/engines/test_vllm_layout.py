@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """vLLM's own cache views, built on the CPU by vLLM's allocate_kv_cache for
 every KVCacheLayout order, dtype, kernel-page split and attention backend
-rule, stored into a real kvtierd through kvtier.vllm_layout and loaded
+rule, stored into a real kvtierd through kvtier.layouts and loaded
 back: the bytes of each block are compared with what the backend's own
 split expression reads out of the cache, in both directions.  A wrong K/V
 rule must show: the FlashAttention rule applied to CPU_ATTN's views does
@@ -22,7 +22,7 @@ import torch
 import kvtd
 import kvtier
 import vllm_views
-from kvtier import vllm_layout
+from kvtier import layouts
 from kvtier.hf import KvtierCache
 from test_hf import generate, load, prefix_cache, same_logits
 from vllm_views import BLOCK, BLOCKS, HEAD, HEADS, LATENT, LAYERS
@@ -99,8 +99,8 @@ def recorded_cases() -> list[dict]:
     """The fixture of GPU runs (vllm_views.FIXTURE): the views of every
     order, split and dtype a GPU backend allocates, for each K/V rule."""
     cases = []
-    for rule, mla, dtypes in [(vllm_layout.CELL, False, DTYPES),
-                              (vllm_layout.LATENT, True, [torch.bfloat16, torch.float8_e4m3fn])]:
+    for rule, mla, dtypes in [(layouts.CELL, False, DTYPES),
+                              (layouts.LATENT, True, [torch.bfloat16, torch.float8_e4m3fn])]:
         for dtype, layout, kernel in itertools.product(dtypes, KVCacheLayout, KERNELS):
             layers = views(spec_of(dtype, mla), layout, kernel)
             if layers is not None:
@@ -111,9 +111,9 @@ def recorded_cases() -> list[dict]:
 
 def test_gpu_fixture_is_what_vllm_allocates():
     """vllm-views.json, which the GPU run rebuilds its views from, is what
-    this vLLM allocates (python test_vllm_layout.py --record rewrites it)."""
+    this vLLM allocates (python test_layouts.py --record rewrites it)."""
     assert vllm_views.load_fixture() == json.loads(json.dumps(recorded_cases())), \
-        "vllm-views.json is stale: run python tests/engines/test_vllm_layout.py --record"
+        "vllm-views.json is stale: run python tests/engines/test_layouts.py --record"
 
 
 @pytest.mark.parametrize("backend", CELL_BACKENDS)
@@ -122,7 +122,7 @@ def test_cell_backends(client, backend, dtype):
     """K and V side by side in each cell, in every layout order and split."""
     ran = 0
     for layout, kernel in itertools.product(KVCacheLayout, KERNELS):
-        ran += round_trip(client, backend, vllm_layout.CELL, dtype, layout, kernel)
+        ran += round_trip(client, backend, layouts.CELL, dtype, layout, kernel)
     # Every order unsplit, the layer-compact ones split too.
     assert ran >= len(KVCacheLayout) + 2 * 2, ran
 
@@ -133,7 +133,7 @@ def test_mla_backends(client, backend, dtype):
     """One latent plane, one head slot."""
     ran = 0
     for layout, kernel in itertools.product(KVCacheLayout, KERNELS):
-        ran += round_trip(client, backend, vllm_layout.LATENT, dtype, layout, kernel, mla=True)
+        ran += round_trip(client, backend, layouts.LATENT, dtype, layout, kernel, mla=True)
     assert ran >= len(KVCacheLayout), ran
 
 
@@ -144,8 +144,8 @@ def test_cpu_backend(client, dtype):
     ran = refused = 0
     for layout, kernel in itertools.product(KVCacheLayout, KERNELS):
         try:
-            ran += round_trip(client, "CPU_ATTN", vllm_layout.ROWS, dtype, layout, kernel)
-        except vllm_layout.LayoutError as e:
+            ran += round_trip(client, "CPU_ATTN", layouts.ROWS, dtype, layout, kernel)
+        except layouts.LayoutError as e:
             assert "CPU_ATTN" in str(e) and "contiguous" in str(e)
             refused += 1
     assert ran >= 4 and refused >= 2, (ran, refused)
@@ -155,21 +155,21 @@ def test_wrong_rule_shows(client):
     """The negative control: the FlashAttention rule on CPU_ATTN's views
     stores bytes that are not CPU_ATTN's K and V."""
     with pytest.raises(AssertionError, match="not the backend's K/V"):
-        round_trip(client, "FLASH_ATTN", vllm_layout.CELL, torch.bfloat16, KVCacheLayout.LBHNC,
-                   None, check_rule=vllm_layout.ROWS)
+        round_trip(client, "FLASH_ATTN", layouts.CELL, torch.bfloat16, KVCacheLayout.LBHNC,
+                   None, check_rule=layouts.ROWS)
 
 
 def test_unknown_backend_and_quantised_cache_fail_closed():
     spec = spec_of(torch.bfloat16, False)
     layers = views(spec, KVCacheLayout.LBNHC, None)
-    with pytest.raises(vllm_layout.LayoutError, match="ROCM_AITER_FA.*is not one kvtier knows"):
-        vllm_layout.geometry("ROCM_AITER_FA", layers[0], HEAD, HEADS, BLOCK)
+    with pytest.raises(layouts.LayoutError, match="ROCM_AITER_FA.*is not one kvtier knows"):
+        layouts.geometry("ROCM_AITER_FA", layers[0], HEAD, HEADS, BLOCK)
     # A content axis wider than K and V (scales beside them).
-    with pytest.raises(vllm_layout.LayoutError, match="quantised"):
-        vllm_layout.geometry("FLASH_ATTN", layers[0], HEAD - 2, HEADS, BLOCK)
+    with pytest.raises(layouts.LayoutError, match="quantised"):
+        layouts.geometry("FLASH_ATTN", layers[0], HEAD - 2, HEADS, BLOCK)
     # Pages that do not divide the block.
-    with pytest.raises(vllm_layout.LayoutError, match="do not divide"):
-        vllm_layout.geometry("FLASH_ATTN", layers[0], HEAD, HEADS, 48)
+    with pytest.raises(layouts.LayoutError, match="do not divide"):
+        layouts.geometry("FLASH_ATTN", layers[0], HEAD, HEADS, 48)
 
 
 def test_rules_name_real_backends():
@@ -188,7 +188,7 @@ def test_rules_name_real_backends():
             backend = getattr(importlib.import_module(mod), cls)
         except (ImportError, AttributeError):
             continue
-        assert backend.get_name() in vllm_layout.RULES, backend.get_name()
+        assert backend.get_name() in layouts.RULES, backend.get_name()
         found += 1
     assert found >= 3, found
 
@@ -222,9 +222,9 @@ def flash_views(model, dtype, layout, kernel):
     layers = views(spec, layout, kernel, n_layers=cfg.num_hidden_layers)
     if layers is None:
         return None
-    geo = vllm_layout.geometry("FLASH_ATTN", layers[0], cfg.head_dim, cfg.num_key_value_heads,
+    geo = layouts.geometry("FLASH_ATTN", layers[0], cfg.head_dim, cfg.num_key_value_heads,
                                HF_BLOCK)
-    return layers, geo, vllm_layout.layout(geo, layers, HF_BLOCK)
+    return layers, geo, layouts.layout(geo, layers, HF_BLOCK)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -244,7 +244,7 @@ def test_transformers_blocks_read_by_flash_attention(daemon, model_dir, dtype):
             if made is None:
                 continue
             layers, geo, lay = made
-            loaded, status = kv.ns.load_paged(0, lay, keys, vllm_layout.indices(geo, PAGES, HF_BLOCK))
+            loaded, status = kv.ns.load_paged(0, lay, keys, layouts.indices(geo, PAGES, HF_BLOCK))
             assert loaded == HF_BLOCKS, status
             for layer, view in enumerate(layers):
                 k, v = flash_kv(view, model.config.head_dim, geo.pages_per_block)
@@ -280,7 +280,7 @@ def test_flash_attention_blocks_restored_by_transformers(daemon, model_dir, dtyp
                 for b, page in enumerate(PAGES):
                     k[page].copy_(hf_block(ref.layers[layer].keys, b).unflatten(0, k.shape[1:3]))
                     v[page].copy_(hf_block(ref.layers[layer].values, b).unflatten(0, v.shape[1:3]))
-            stored, status = kv.ns.store_paged(0, lay, keys, vllm_layout.indices(geo, PAGES, HF_BLOCK))
+            stored, status = kv.ns.store_paged(0, lay, keys, layouts.indices(geo, PAGES, HF_BLOCK))
             assert stored == HF_BLOCKS and status == [0] * HF_BLOCKS, status
             cache, t = kv.restore(ids)
             assert t == n, f"{layout.name} split {kernel}: restored {t} of {n} tokens"
@@ -301,7 +301,7 @@ if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] != ["--record"]:
-        sys.exit("usage: test_vllm_layout.py --record (rewrites vllm-views.json)")
+        sys.exit("usage: test_layouts.py --record (rewrites vllm-views.json)")
     with open(vllm_views.FIXTURE, "w") as f:
         json.dump(recorded_cases(), f, indent=0)
         f.write("\n")

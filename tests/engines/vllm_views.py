@@ -2,7 +2,7 @@
 """vLLM's per-layer cache views without vLLM: what a backend reads out of
 them, their round trip through kvtierd, and the record of the views vLLM
 0.32's allocate_kv_cache makes (vllm-views.json, written and checked
-against vLLM by test_vllm_layout.py) rebuilt on any device, so that a
+against vLLM by test_layouts.py) rebuilt on any device, so that a
 machine with a GPU but no vLLM copies through views shaped and strided
 exactly as vLLM allocates them (test_vllm_gpu.py)."""
 
@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from kvtier import vllm_layout
+from kvtier import layouts
 from kvtier.identity import ModelIdentity
 import kvtier
 
@@ -58,11 +58,11 @@ def backend_kv(rule, view, pages_per_block):
     """What the backend reads from one layer's view, by its own expression,
     as [blocks, planes, tokens, heads, content] bytes."""
     v = view.view(torch.uint8) if view.element_size() == 1 else view
-    if rule == vllm_layout.CELL:  # flash_attn.py, triton_attn.py, flex_attention.py
+    if rule == layouts.CELL:  # flash_attn.py, triton_attn.py, flex_attention.py
         head = v.shape[-1] // 2
         k, val = v.transpose(1, 2).split(head, dim=-1)
         planes = [k, val]
-    elif rule == vllm_layout.ROWS:  # cpu_attn.py
+    elif rule == layouts.ROWS:  # cpu_attn.py
         p, h, n, _ = v.shape
         k, val = v.view((p, h, n * 2, -1)).chunk(2, dim=2)
         planes = [k.transpose(1, 2), val.transpose(1, 2)]
@@ -99,20 +99,20 @@ def paged(ns):
 
 
 def round_trip(client, backend, rule, layers, mla=False, check_rule=None, copy=None, tag=()):
-    """Store blocks STORED of layers through the layout that vllm_layout
+    """Store blocks STORED of layers through the layout that kvtier.layouts
     derives for backend (copy: default the CPU path, or a function
     (load, layout, keys, indices) -> (copied, statuses)), compare
     kvtierd's blocks with the bytes check_rule's expression reads (default:
     backend's), then load them into zeroed views and compare again.
     Raises AssertionError on a mismatch."""
     head = LATENT if mla else HEAD
-    geo = vllm_layout.geometry(backend, layers[0], head, 1 if mla else HEADS, BLOCK)
-    lay = vllm_layout.layout(geo, layers, BLOCK)
+    geo = layouts.geometry(backend, layers[0], head, 1 if mla else HEADS, BLOCK)
+    lay = layouts.layout(geo, layers, BLOCK)
     ns = namespace(client, layers[0].dtype, mla)
     copy = copy or paged(ns)
     n = len(STORED)
     keys = keys_for(backend, rule, str(layers[0].dtype), mla, check_rule, *tag)[: n * 32]
-    idx = vllm_layout.indices(geo, STORED, BLOCK)
+    idx = layouts.indices(geo, STORED, BLOCK)
     stored, status = copy(False, lay, keys, idx)
     assert stored == n and list(status) == [0] * n, status
     expect = [backend_kv(check_rule or rule, v, geo.pages_per_block).cpu() for v in layers]

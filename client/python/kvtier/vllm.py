@@ -47,7 +47,7 @@ the end of the forward and copies while the next step computes, its pages
 kept as on the CPU.
 
 Layouts: each layer's cache is read from the view vLLM allocated, by its
-strides and the attention backend's K/V rule (kvtier.vllm_layout: the
+strides and the attention backend's K/V rule (kvtier.layouts: the
 FlashAttention, Triton, Flex and FlashInfer backends, FlashMLA and the
 other MLA backends, CPU_ATTN), in every KVCacheLayout order and with
 kernel pages smaller than vLLM's blocks.  A backend, dtype or layout it
@@ -76,7 +76,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from . import HAVE_CUDA, HOST, Error, hash_chain
-from . import vllm_layout, vllm_stats
+from . import layouts, vllm_stats
 from .reconnect import Reconnecting
 from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
 
@@ -210,7 +210,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._holding: set[str] = set()  # requests whose pages vLLM keeps for us
         # Worker side.
         self._layout = None  # kvtier.Layout of every layer
-        self._geometry: vllm_layout.Geometry | None = None
+        self._geometry: layouts.Geometry | None = None
         self._rank = 0  # this worker's tensor-parallel rank
         self._shard = 0  # the shard it reads
         self._writer = True  # whether it writes that shard
@@ -425,11 +425,11 @@ class KvtierConnector(KVConnectorBase_V1):
                 f"{ident.layers} (a speculative decoding draft model's layers?); kvtier "
                 "stores the target model's layers only. Run without the kvtier connector "
                 "or without speculative decoding")
-        geoms = {vllm_layout.geometry(_backend_name(self._vllm_config, n), kv_caches[n],
+        geoms = {layouts.geometry(_backend_name(self._vllm_config, n), kv_caches[n],
                                       ident.head_size, ident.heads_per_rank, self._block)
                  for n in names}
         if len(geoms) != 1:
-            raise vllm_layout.LayoutError(
+            raise layouts.LayoutError(
                 "kvtier.vllm: the layers' caches are laid out differently "
                 f"({len(geoms)} geometries); run without the kvtier connector")
         self._geometry = geoms.pop()
@@ -444,7 +444,7 @@ class KvtierConnector(KVConnectorBase_V1):
         elif first.device.type != "cpu":
             raise NotImplementedError(f"kvtier.vllm: caches on {first.device.type} are not "
                                       "supported; run without the kvtier connector")
-        self._layout = vllm_layout.layout(self._geometry, [kv_caches[n] for n in names],
+        self._layout = layouts.layout(self._geometry, [kv_caches[n] for n in names],
                                           self._block)
         self._layer_index = {n: i for i, n in enumerate(names)}
         log.info("kvtier: %d layers registered (%s, %d kernel pages per block), rank %d",
@@ -478,7 +478,7 @@ class KvtierConnector(KVConnectorBase_V1):
         for: how many were copied, and the per-block statuses.  On a GPU
         (from the mover only) through the mover's CUDA context, after
         event (a torch.cuda.Event recorded on the compute stream)."""
-        idx = vllm_layout.indices(self._geometry, block_ids, self._block)
+        idx = layouts.indices(self._geometry, block_ids, self._block)
         if self._device is None:
             op = ns.load_paged if load else ns.store_paged
             return op(self._shard, self._layout, keys, idx)
@@ -495,7 +495,7 @@ class KvtierConnector(KVConnectorBase_V1):
         layer in wait_for_layer_load); the CPU does not wait.  Returns the
         statuses known at once (leases refused); copies under way read
         _IN_FLIGHT."""
-        idx = vllm_layout.indices(self._geometry, t.block_ids, self._block)
+        idx = layouts.indices(self._geometry, t.block_ids, self._block)
         stream = torch.cuda.current_stream(self._device).cuda_stream
         job = self._context(ns, mover=False).load(ns, self._shard, self._layout, t.keys, idx, stream)
         if self._layerwise:

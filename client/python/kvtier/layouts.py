@@ -1,5 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Where vLLM keeps a layer's KV cache, as a kvtier :class:`Layout`.
+"""Where each engine keeps its KV cache, as a kvtier :class:`Layout`: one
+place for every engine's layout rules, each read from the engine's own
+tensors (their strides), never from a shape assumed.
 
 vLLM (0.32) hands a connector one view per attention layer, shaped
 ``[pages, head slots, tokens, content]`` and laid out in memory in any of
@@ -22,6 +24,11 @@ per block, ``ratio`` times as many of them: a block's tokens are then named
 by their slots (block x block_tokens + token), which kvtier maps to kernel
 pages itself.  Anything else fails closed, naming the backend and the
 layout, rather than copy bytes to the wrong place.
+
+SGLang (0.5.23) keeps a host pool of pages for its HiCache, one tensor for
+all layers in one of its host layouts (SGLANG_HOST): for MHA K and V are
+the first axis, for MLA there is one latent plane; pages are named by
+their index (host token index // page size).  sglang_host() reads it.
 """
 
 from dataclasses import dataclass
@@ -133,3 +140,57 @@ def indices(geo: Geometry, block_ids: list[int], block_tokens: int) -> list[int]
     if geo.pages_per_block == 1:
         return list(block_ids)
     return [b * block_tokens + t for b in block_ids for t in range(block_tokens)]
+
+
+#: SGLang's host pool layouts: the axes of its kv_buffer, outermost first
+#: (plane: K/V, absent for MLA; token: a token of the pool, pages of
+#: page_size back to back; page and slot: a page and a token in it).
+SGLANG_HOST = {
+    ("mha", "layer_first"): ("plane", "layer", "token", "head", "dim"),
+    ("mha", "page_first"): ("plane", "token", "layer", "head", "dim"),
+    ("mha", "page_first_direct"): ("plane", "page", "layer", "slot", "head", "dim"),
+    ("mha", "page_head"): ("plane", "page", "head", "slot", "layer", "dim"),
+    ("mla", "layer_first"): ("layer", "token", "head", "dim"),
+    ("mla", "page_first"): ("token", "layer", "head", "dim"),
+    ("mla", "page_first_direct"): ("page", "layer", "slot", "head", "dim"),
+}
+
+
+def sglang_host(kv_buffer, layout: str, mla: bool, page_size: int, layers: int,
+                heads: int, head_size: int):
+    """The Geometry of an SGLang host pool's kv_buffer in its layout, and
+    the per-layer views whose data_ptr() are the layers' bases (for
+    layout()).  heads: the KV heads this rank holds (1 for MLA)."""
+    kind = "mla" if mla else "mha"
+    axes = SGLANG_HOST.get((kind, layout))
+    pool = f"SGLang's {kind.upper()} host pool in the {layout!r} layout"
+    if axes is None:
+        known = ", ".join(sorted(l for k, l in SGLANG_HOST if k == kind))
+        raise LayoutError(f"kvtier: {pool} is not one kvtier knows (it knows {known}); "
+                          "run SGLang with --hicache-mem-layout set to one of those")
+    if kv_buffer.dim() != len(axes):
+        raise LayoutError(f"kvtier: {pool} has shape {tuple(kv_buffer.shape)}, not the "
+                          f"{len(axes)} axes {axes}")
+    dim = dict(zip(axes, kv_buffer.shape))
+    e = kv_buffer.element_size()
+    st = {a: s * e for a, s in zip(axes, kv_buffer.stride())}
+    want = {"layer": layers, "head": heads, "dim": head_size, "plane": 2, "slot": page_size}
+    for a, n in want.items():
+        if a in dim and dim[a] != n:
+            raise LayoutError(f"kvtier: {pool} has {dim[a]} along its {a} axis where "
+                              f"kvtier expects {n} (shape {tuple(kv_buffer.shape)})")
+    if kv_buffer.stride(-1) != 1:
+        raise LayoutError(f"kvtier: {pool} does not keep a head's elements contiguous")
+    if "token" in dim:
+        if dim["token"] % page_size:
+            raise LayoutError(f"kvtier: {pool} holds {dim['token']} tokens, not whole "
+                              f"pages of {page_size}")
+        st["slot"], st["page"] = st["token"], st["token"] * page_size
+        dim["page"] = dim["token"] // page_size
+    geo = Geometry(2 if "plane" in dim else 1, heads, head_size * e, page_size, 1,
+                   st.get("plane", 0), st["page"], st["slot"], st["head"], dim["page"])
+    views = []
+    for layer in range(layers):
+        index = tuple(layer if a == "layer" else 0 for a in axes[:axes.index("layer") + 1])
+        views.append(kv_buffer[index])
+    return geo, views
