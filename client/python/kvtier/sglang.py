@@ -1,0 +1,297 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kvtier as an SGLang HiCache storage backend (the L3 tier behind SGLang's
+host pool).
+
+    python -m sglang.launch_server --model-path MODEL --enable-hierarchical-cache \\
+        --hicache-storage-backend dynamic \\
+        --hicache-storage-backend-extra-config '{"backend_name": "kvtier",
+            "module_path": "kvtier.sglang", "class_name": "KvtierStorage",
+            "interface_v1": 1, "socket": "/run/kvtierd/kvtierd.sock"}'
+
+Extra config keys besides SGLang's own: ``socket`` (default $KVTIER_SOCKET
+or kvtierd's default), ``salt`` (narrows sharing to engines that give the
+same one), ``model_name`` and ``weights`` (hex) to override the namespace
+identity (default: the model path SGLang names and a fingerprint of its
+weight files, as kvtier.hf and kvtier.vllm compute it).
+
+Pages move between kvtierd's pool and SGLang's registered host pool
+directly (``batch_set_v1`` / ``batch_get_v1``, with ``interface_v1``: no
+buffer between them), through kvtier.layouts' rules for every host layout
+SGLang has for MHA and MLA (layer_first, page_first, page_first_direct,
+and page_head for MHA); anything else is refused at start, naming it.
+``batch_exists`` is the leading run of pages kvtierd holds (in memory or
+on NVMe, which ``batch_get_v1`` waits for).  Each tensor-parallel rank
+stores and loads its own shard of a page; an MLA page is one shard,
+written by rank 0.
+
+Without kvtierd (absent, killed, restarting) every page is a miss and
+every store is skipped: nothing raises into SGLang's cache controller, a
+page that did not load whole is never reported loaded, and the backend
+reconnects by itself (at most once a second, one warning per outage).
+"""
+
+import errno
+import hashlib
+import logging
+import os
+import threading
+from typing import Any, List, Optional
+
+import torch
+
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+
+from . import Error, layouts
+from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
+from .reconnect import Reconnecting
+
+log = logging.getLogger("kvtier.sglang")
+
+# How long a load waits for pages staging from NVMe (SGLang's prefetch
+# thread waits, not the batch); pages still staging then are misses.
+_STAGE_TIMEOUT_MS = 10000
+_COUNTERS = ("lookups", "hit_pages", "loaded_pages", "load_failures", "stored_pages",
+             "store_skipped")
+
+
+def page_key(key: str) -> bytes:
+    """kvtier's 32-byte key of an SGLang page key: its SHA-256 hex digest
+    as bytes, or the digest of any other string."""
+    if len(key) == 64:
+        try:
+            return bytes.fromhex(key)
+        except ValueError:
+            pass
+    return hashlib.sha256(key.encode()).digest()
+
+
+def _keys(keys: List[str]) -> bytes:
+    return b"".join(page_key(k) for k in keys)
+
+
+class KvtierStorage(HiCacheStorage):
+    """SGLang HiCacheStorage backed by kvtierd (see the module docstring)."""
+
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
+        cfg = storage_config
+        for what, size in (("pipeline", cfg.pp_size), ("attention context", cfg.attn_cp_size),
+                           ("decode context", cfg.dcp_size)):
+            if size > 1:
+                raise NotImplementedError(
+                    f"kvtier.sglang: {what} parallelism ({what} size {size}) is not supported "
+                    "yet; run without the kvtier storage backend")
+        self._config = cfg
+        self._extra = dict(cfg.extra_config or {})
+        self._conn: Reconnecting | None = None  # made when the host pool is registered
+        self._layout = None
+        self._host: dict = {}
+        self._page = 0
+        self._shard, self._writer = 0, True
+        self._lock = threading.Lock()  # SGLang's prefetch and backup threads
+        self.counts = dict.fromkeys(_COUNTERS, 0)
+
+    # ----------------------------------------------------------- registration
+
+    def register_mem_pool_host(self, mem_pool_host):
+        super().register_mem_pool_host(mem_pool_host)
+        pool, cfg = mem_pool_host, self._config
+        mla = bool(cfg.is_mla_model)
+        if mla:
+            heads, head_size = 1, pool.kv_cache_dim
+        else:
+            heads, head_size = pool.head_num, pool.head_dim
+            if pool.v_head_dim != pool.head_dim:
+                raise NotImplementedError(
+                    f"kvtier.sglang: K heads of {pool.head_dim} and V heads of "
+                    f"{pool.v_head_dim} elements; kvtier stores equal ones. Run without "
+                    "the kvtier storage backend")
+        try:
+            dtype = dtype_name(pool.dtype)
+        except ValueError:
+            raise ValueError(f"kvtier.sglang: the host pool's dtype {pool.dtype} is not one "
+                             "kvtier stores; run without the kvtier storage backend") from None
+        geo, views = layouts.sglang_host(pool.kv_buffer, pool.layout, mla, pool.page_size,
+                                         pool.layer_num, heads, head_size)
+        self._layout = layouts.layout(geo, views, pool.page_size)
+        self._page = pool.page_size
+        # One page of the pool, as the generic calls hand pages over.
+        axes = layouts.SGLANG_HOST[("mla" if mla else "mha", pool.layout)]
+        shape = [pool.page_size if a == "token" else 1 if a == "page" else n
+                 for a, n in zip(axes, pool.kv_buffer.shape)]
+        self._host = dict(layout=pool.layout, mla=mla, layers=pool.layer_num, heads=heads,
+                          head_size=head_size, dtype=pool.dtype, page_shape=shape)
+        path = self._extra.get("model_name") or cfg.model_name or ""
+        if not path:
+            raise ValueError("kvtier.sglang: SGLang names no model; give model_name in "
+                             "--hicache-storage-backend-extra-config")
+        weights = self._extra.get("weights")
+        identity = ModelIdentity(
+            model=model_id(path), layers=pool.layer_num,
+            kv_heads=1 if mla else heads * cfg.tp_size, head_size=head_size, dtype=dtype,
+            block_tokens=pool.page_size,
+            weights=bytes.fromhex(weights) if weights else (
+                weights_fingerprint(path) if os.path.isdir(path) else b""),
+            tp_size=cfg.tp_size, salt=str(self._extra.get("salt", "")).encode(), mla=mla)
+        self._conn = Reconnecting(identity, socket=self._extra.get("socket"),
+                                  name=f"sglang-tp{cfg.tp_rank}", log=log)
+        log.info("kvtier: SGLang host pool registered (%s, %s, %d layers, pages of %d "
+                 "tokens), tp rank %d of %d", pool.layout, "MLA" if mla else "MHA",
+                 pool.layer_num, pool.page_size, cfg.tp_rank, cfg.tp_size)
+
+    def _namespace(self):
+        if self._conn is None:
+            return None
+        ns = self._conn.namespace()
+        if ns is not None:
+            self._shard, self._writer = shard_of(self._config.tp_rank, ns.info["shards"],
+                                                 self._config.tp_size)
+        return ns
+
+    def _count(self, **n):
+        with self._lock:
+            for k, v in n.items():
+                self.counts[k] += v
+
+    def _pages(self, host_indices, n: int) -> list[int]:
+        """The host pool pages of n keys' tokens (page_size tokens each)."""
+        first = host_indices[: n * self._page: self._page]
+        return [int(i) // self._page for i in first.tolist()]
+
+    # --------------------------------------------------------------- v1 calls
+
+    def batch_exists(self, keys: List[str], extra_info=None) -> int:
+        ns = self._namespace()
+        if ns is None or not keys:
+            return 0
+        try:
+            hits, _ = ns.lookup(_keys(keys))
+        except Error as e:
+            log.warning("kvtier: lookup failed: %s", e)
+            return 0
+        self._count(lookups=1, hit_pages=hits)
+        return hits
+
+    def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
+                     extra_info=None) -> List[bool]:
+        n = len(keys)
+        ns = self._namespace()
+        if ns is None or not n:
+            return [False] * n
+        kb, pages = _keys(keys), self._pages(host_indices, n)
+        try:
+            _, status = ns.load_paged(self._shard, self._layout, kb, pages)
+            late = [i for i, s in enumerate(status) if s == -errno.EAGAIN]
+            if late:  # still staging from NVMe: wait for them, then again
+                ns.wait_resident(b"".join(kb[i * 32:(i + 1) * 32] for i in late),
+                                 _STAGE_TIMEOUT_MS)
+                _, again = ns.load_paged(self._shard, self._layout,
+                                         b"".join(kb[i * 32:(i + 1) * 32] for i in late),
+                                         [pages[i] for i in late])
+                for i, s in zip(late, again):
+                    status[i] = s
+        except Error as e:
+            log.warning("kvtier: load failed: %s", e)
+            self._count(load_failures=n)
+            return [False] * n
+        ok = [s == 0 for s in status]
+        self._count(loaded_pages=sum(ok), load_failures=n - sum(ok))
+        return ok
+
+    def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
+                     extra_info=None) -> List[bool]:
+        n = len(keys)
+        ns = self._namespace()
+        if ns is None:
+            self._count(store_skipped=n)
+            return [False] * n
+        if not self._writer or not n:
+            return [True] * n  # another rank of its replica group writes the shard
+        try:
+            _, status = ns.store_paged(self._shard, self._layout, _keys(keys),
+                                       self._pages(host_indices, n))
+        except Error as e:
+            log.warning("kvtier: store skipped: %s", e)
+            self._count(store_skipped=n)
+            return [False] * n
+        ok = [s in (0, -errno.EEXIST) for s in status]
+        self._count(stored_pages=sum(1 for s in status if s == 0), store_skipped=n - sum(ok))
+        return ok
+
+    # ------------------------------------------------------ the generic calls
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    def _page_layout(self, page: torch.Tensor):
+        """A Layout of one flat page as SGLang's generic calls hand it over
+        (get_data_page / get_dummy_flat_data_page): a host pool of one
+        page in the pool's own layout."""
+        g = self._host
+        one = page.view(g["dtype"]).view(g["page_shape"])
+        geo, views = layouts.sglang_host(one, g["layout"], g["mla"], self._page, g["layers"],
+                                         g["heads"], g["head_size"])
+        return layouts.layout(geo, views, self._page)
+
+    def get(self, key: str, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None):
+        return self.batch_get([key], [target_location])[0]
+
+    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None):
+        """Pages into SGLang's flat page tensors, for its generic interface
+        (which copies each page again into the pool; interface_v1 does
+        not): the tensors loaded, None from the first page that was not."""
+        out = [None] * len(keys)
+        ns = self._namespace()
+        if ns is None or target_locations is None:
+            return out
+        for i, (key, t) in enumerate(zip(keys, target_locations)):
+            try:
+                _, status = ns.load_paged(self._shard, self._page_layout(t), page_key(key), [0])
+            except (Error, RuntimeError, ValueError) as e:
+                log.warning("kvtier: load failed: %s", e)
+                status = [-errno.EIO]
+            if status[0] != 0:
+                self._count(load_failures=len(keys) - i)
+                break
+            self._count(loaded_pages=1)
+            out[i] = t
+        return out
+
+    def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
+            target_sizes: Optional[Any] = None) -> bool:
+        return self.batch_set([key], [value])
+
+    def batch_set(self, keys: List[str], values: Optional[Any] = None,
+                  target_locations: Optional[Any] = None,
+                  target_sizes: Optional[Any] = None) -> bool:
+        """SGLang's generic interface: pages from flat page tensors."""
+        ns = self._namespace()
+        if ns is None or values is None:
+            self._count(store_skipped=len(keys))
+            return False
+        if not self._writer:
+            return True
+        ok = True
+        for key, v in zip(keys, values):
+            try:
+                _, status = ns.store_paged(self._shard, self._page_layout(v.contiguous()),
+                                           page_key(key), [0])
+            except (Error, RuntimeError, ValueError) as e:
+                log.warning("kvtier: store skipped: %s", e)
+                status = [-errno.EIO]
+            self._count(stored_pages=int(status[0] == 0),
+                        store_skipped=int(status[0] not in (0, -errno.EEXIST)))
+            ok = ok and status[0] in (0, -errno.EEXIST)
+        return ok
+
+    def clear(self) -> None:
+        return  # kvtierd's blocks are shared with other engines: not one engine's to clear
+
+    def get_stats(self):
+        with self._lock:
+            return dict(self.counts)
+
+    def close(self):
+        if self._conn is not None:
+            self._conn.close()

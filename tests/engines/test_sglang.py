@@ -1,0 +1,227 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kvtier.sglang as SGLang (0.5.23) runs a HiCache storage backend: made by
+SGLang's own factory from its module path, over SGLang's own host pool
+classes (on the CPU), against a real kvtierd.  Pages stored from every
+host layout, MHA and MLA, are kvtier's block bytes, and a fresh backend in
+another process, in another layout, loads them back equal; a byte altered
+in the pool shows; tensor-parallel ranks keep their shards, and an MLA
+page is written once; a killed kvtierd is misses and skipped stores, and
+hits again once it is back."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import torch
+
+import kvtd
+import kvtier
+import sglang_pools as sp
+from kvtier import layouts
+from kvtier.identity import ModelIdentity
+from kvtier.sglang import KvtierStorage
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = [(lay, False) for lay in sp.MHA_LAYOUTS] + [(lay, True) for lay in sp.MLA_LAYOUTS]
+IDS = [f"{'mla' if m else 'mha'}-{lay}" for lay, m in CASES]
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    with kvtd.Daemon() as d:
+        yield d
+
+
+def page_keys(*what, n=3) -> list[str]:
+    seed = hashlib.sha256(repr(what).encode()).digest()
+    return [hashlib.sha256(seed + bytes([i])).hexdigest() for i in range(n)]
+
+
+def namespace(client, mla, heads=sp.HEADS, tp_size=1):
+    ident = ModelIdentity(model=sp.MODEL, layers=sp.LAYERS, kv_heads=1 if mla else heads,
+                          head_size=sp.LORA + sp.ROPE if mla else sp.HEAD, dtype="bfloat16",
+                          block_tokens=sp.PAGE, tp_size=tp_size, mla=mla)
+    return ident.open(client)
+
+
+def in_child(socket, layout, mla, keys, pages, **kw):
+    """A fresh backend in a process of its own loads keys into pages."""
+    d = tempfile.mkdtemp(prefix="kvt-sglang-")
+    req, res = os.path.join(d, "req.json"), os.path.join(d, "res.pt")
+    with open(req, "w") as f:
+        json.dump(dict(socket=socket, layout=layout, mla=mla, keys=keys, pages=pages, **kw), f)
+    subprocess.run([sys.executable, os.path.join(HERE, "sglang_pools.py"), req, res],
+                   check=True, timeout=300)
+    return torch.load(res)
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Byte for byte (random bytes hold NaNs, which torch.equal does not
+    find equal to themselves)."""
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.uint8),
+                                              b.contiguous().view(torch.uint8))
+
+
+def block_bytes(page: torch.Tensor) -> bytes:
+    """kvtier's block layout of a [layers, planes, tokens, heads, dim] page."""
+    return bytes(page.contiguous().view(torch.uint8).flatten().numpy())
+
+
+@pytest.mark.parametrize("layout,mla", CASES, ids=IDS)
+def test_pages_round_trip(daemon, layout, mla):
+    """Stored from one layout, kvtierd holds kvtier's block bytes (what
+    vLLM and transformers store), and a fresh backend in another process,
+    in another layout of the same kind, reads back every page equal."""
+    pool = sp.host_pool(layout, mla)
+    b = sp.backend(pool, daemon.socket, mla)
+    assert isinstance(b, KvtierStorage)
+    keys, pages = page_keys(layout, mla), [2, 5, 3]
+    assert b.batch_exists(keys) == 0
+    assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+    assert b.batch_exists(keys + page_keys("absent")) == 3
+    assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3  # already there
+    with kvtier.Client(socket=daemon.socket, name="checker") as c:
+        ns = namespace(c, mla)
+        bufs = [bytearray(ns.info["shard_bytes"]) for _ in keys]
+        got, _ = ns.load(0, b"".join(bytes.fromhex(k) for k in keys), bufs)
+        assert got == 3
+        for buf, p in zip(bufs, pages):
+            assert bytes(buf) == block_bytes(sp.page_kv(pool, p)), f"page {p}: not kvtier's block"
+    kinds = sp.MLA_LAYOUTS if mla else sp.MHA_LAYOUTS
+    other = kinds[(kinds.index(layout) + 1) % len(kinds)]
+    r = in_child(daemon.socket, other, mla, keys, [7, 1, 4])
+    assert r["hits"] == 3 and r["ok"] == [True] * 3
+    for got, p in zip(r["pages"], pages):
+        assert same(got, sp.page_kv(pool, p)), f"{layout} -> {other}: page {p} differs"
+    assert b.get_stats()["stored_pages"] == 3
+    b.close()
+
+
+def test_altered_byte_is_caught(daemon):
+    """The negative control: one byte changed in kvtierd's copy of a page
+    reaches the loading backend, and the comparison sees it."""
+    pool = sp.host_pool("page_first")
+    b = sp.backend(pool, daemon.socket)
+    keys = page_keys("altered", n=1)
+    assert b.batch_set_v1(keys, sp.host_indices([4])) == [True]
+    with kvtier.Client(socket=daemon.socket, name="checker") as c:
+        ns = namespace(c, False)
+        lease = ns.acquire(0, bytes.fromhex(keys[0]))[0]
+        mem = c.map(lease["extent_id"], lease["offset"], lease["bytes"])
+        mem[1000] ^= 0x40
+        c.release([lease["handle"]])
+    fresh = sp.host_pool("page_first", seed=5)
+    b2 = sp.backend(fresh, daemon.socket)
+    assert b2.batch_get_v1(keys, sp.host_indices([6])) == [True]
+    assert not same(sp.page_kv(fresh, 6), sp.page_kv(pool, 4))
+    diff = (sp.page_kv(fresh, 6).contiguous().view(torch.uint8).flatten()
+            != sp.page_kv(pool, 4).contiguous().view(torch.uint8).flatten())
+    assert diff.sum() == 1 and diff.nonzero().item() == 1000
+    b.close()
+    b2.close()
+
+
+def test_generic_interface(daemon):
+    """SGLang's generic calls (interface_v1 off): flat pages as its cache
+    controller makes them, the same blocks as the zero-copy calls."""
+    pool = sp.host_pool("layer_first")
+    b = sp.backend(pool, daemon.socket)
+    keys = page_keys("generic", n=2)
+    pages = [pool.get_data_page(p * sp.PAGE) for p in (1, 6)]
+    assert b.batch_set(keys, pages) is True
+    assert b.exists(keys[0]) and not b.exists(page_keys("nothing", n=1)[0])
+    fresh = sp.host_pool("layer_first", seed=3)
+    b2 = sp.backend(fresh, daemon.socket)
+    assert b2.batch_get_v1(keys, sp.host_indices([2, 3])) == [True, True]
+    assert same(sp.page_kv(fresh, 2), sp.page_kv(pool, 1))
+    assert same(sp.page_kv(fresh, 3), sp.page_kv(pool, 6))
+    dummies = [fresh.get_dummy_flat_data_page() for _ in keys]
+    got = b2.batch_get(keys + page_keys("missing", n=1), dummies + [fresh.get_dummy_flat_data_page()])
+    assert got[2] is None and got[0] is dummies[0]
+    assert same(dummies[1], pool.get_data_page(6 * sp.PAGE))
+    b.close()
+    b2.close()
+
+
+def test_tensor_parallel_shards(daemon):
+    """Ranks 0 and 1 of tp_size=2 store their own heads; a page is a hit
+    once both shards are in; fresh ranks read back their own shard."""
+    heads = sp.HEADS  # per rank
+    pools = [sp.host_pool("page_head", heads=heads, seed=10 + r) for r in (0, 1)]
+    bs = [sp.backend(pools[r], daemon.socket, tp_rank=r, tp_size=2) for r in (0, 1)]
+    keys, pages = page_keys("tp"), [1, 2, 3]
+    assert bs[0].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+    assert bs[1].batch_exists(keys) == 0, "visible with one shard of two"
+    assert bs[1].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+    for r in (0, 1):
+        got = in_child(daemon.socket, "layer_first", False, keys, [4, 5, 6], heads=heads,
+                       tp_rank=r, tp_size=2)
+        assert got["ok"] == [True] * 3
+        for g, p in zip(got["pages"], pages):
+            assert same(g, sp.page_kv(pools[r], p)), f"rank {r} page {p}"
+    for b in bs:
+        b.close()
+
+
+def test_mla_written_once(daemon):
+    """An MLA page is one latent for every rank: rank 0 writes it, rank
+    1's store writes nothing, and rank 1 reads rank 0's latent."""
+    pools = [sp.host_pool("page_first", mla=True, seed=20 + r) for r in (0, 1)]
+    bs = [sp.backend(pools[r], daemon.socket, mla=True, tp_rank=r, tp_size=2) for r in (0, 1)]
+    keys, pages = page_keys("mla-tp"), [3, 4, 5]
+    assert bs[1].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+    assert bs[1].batch_exists(keys) == 0, "rank 1 wrote an MLA page"
+    assert bs[0].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+    got = in_child(daemon.socket, "layer_first", True, keys, [0, 1, 2], tp_rank=1, tp_size=2)
+    assert got["ok"] == [True] * 3
+    for g, p in zip(got["pages"], pages):
+        assert same(g, sp.page_kv(pools[0], p))
+    for b in bs:
+        b.close()
+
+
+def test_daemon_killed_and_restarted():
+    """Misses and skipped stores while kvtierd is away, never an exception
+    into SGLang; hits again once it is back."""
+    with kvtd.Daemon() as d:
+        pool = sp.host_pool("page_first_direct")
+        b = sp.backend(pool, d.socket)
+        keys, pages = page_keys("restart"), [1, 2, 3]
+        assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+        d.kill()
+        assert b.batch_exists(keys) == 0
+        assert b.batch_get_v1(keys, sp.host_indices([4, 5, 6])) == [False] * 3
+        assert b.batch_set_v1(keys, sp.host_indices(pages)) == [False] * 3
+        d.start()
+        # The blocks died with it: stored again once it answers.
+        deadline = time.monotonic() + 60
+        while b.batch_set_v1(keys, sp.host_indices(pages)) != [True] * 3:
+            assert time.monotonic() < deadline, "no store reached the restarted kvtierd"
+            time.sleep(0.05)
+        assert b.batch_exists(keys) == 3
+        assert b.batch_get_v1(keys, sp.host_indices([4, 5, 6])) == [True] * 3
+        for p, q in zip(pages, [4, 5, 6]):
+            assert same(sp.page_kv(pool, q), sp.page_kv(pool, p))
+        assert b.get_stats()["store_skipped"] >= 3
+        b.close()
+
+
+def test_refused_at_start(daemon):
+    """What the backend cannot serve is refused when it is made, naming it."""
+    from sglang.srt.mem_cache.storage import StorageBackendFactory
+
+    with pytest.raises(NotImplementedError, match="pipeline parallelism"):
+        StorageBackendFactory.create_backend("dynamic", sp.storage_config(daemon.socket,
+                                                                          pp_size=2), None)
+    pool = sp.host_pool("layer_first")
+    with pytest.raises(layouts.LayoutError, match="'page_unified' layout is not one kvtier knows"):
+        layouts.sglang_host(pool.kv_buffer, "page_unified", False, sp.PAGE, sp.LAYERS,
+                            sp.HEADS, sp.HEAD)
+    with pytest.raises(layouts.LayoutError, match="along its head axis"):
+        layouts.sglang_host(pool.kv_buffer, "layer_first", False, sp.PAGE, sp.LAYERS,
+                            sp.HEADS + 1, sp.HEAD)
