@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """SGLang's own HiCache host pools, built on the CPU, and kvtier.sglang
 made by SGLang's own storage backend factory over them.  Run as a script,
-a fresh backend in a process of its own loads pages and saves what it
+fresh backends in a process of their own load pages and save what they
 read (test_sglang.py):
 
-    sglang_pools.py REQUEST.json RESULT.pt
+    sglang_pools.py REQUESTS.json RESULTS.pt
 """
 
 import json
@@ -105,19 +105,23 @@ def backend(pool, socket: str, mla: bool = False, **kw):
     return b
 
 
-def main(request: str, result: str) -> None:
-    """A fresh backend loads the request's keys into its pool's pages and
-    saves what each page holds then, and what was reported."""
-    with open(request) as f:
-        req = json.load(f)
+def load_in_fresh(req: dict) -> dict:
+    """A fresh backend loads the request's keys into its pool's pages:
+    what it reported, and what each page holds then."""
     pool = host_pool(req["layout"], req["mla"], req.get("heads", HEADS), seed=99)
     b = backend(pool, req["socket"], req["mla"], tp_rank=req.get("tp_rank", 0),
                 tp_size=req.get("tp_size", 1))
     hits = b.batch_exists(req["keys"])
     ok = b.batch_get_v1(req["keys"], host_indices(req["pages"]))
-    torch.save({"hits": hits, "ok": ok,
-                "pages": [page_kv(pool, p).clone() for p in req["pages"]]}, result)
     b.close()
+    return {"hits": hits, "ok": ok, "pages": [page_kv(pool, p).clone() for p in req["pages"]]}
+
+
+def main(requests: str, results: str) -> None:
+    """load_in_fresh for each request of a JSON list, results saved in order."""
+    with open(requests) as f:
+        reqs = json.load(f)
+    torch.save([load_in_fresh(r) for r in reqs], results)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from kvtier.sglang import KvtierStorage
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = [(lay, False) for lay in sp.MHA_LAYOUTS] + [(lay, True) for lay in sp.MLA_LAYOUTS]
-IDS = [f"{'mla' if m else 'mha'}-{lay}" for lay, m in CASES]
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +48,13 @@ def namespace(client, mla, heads=sp.HEADS, tp_size=1):
     return ident.open(client)
 
 
-def in_child(socket, layout, mla, keys, pages, **kw):
-    """A fresh backend in a process of its own loads keys into pages."""
+def in_child(requests: list[dict]) -> list[dict]:
+    """Fresh backends in a process of their own load each request's keys
+    into its pages (sglang_pools.load_in_fresh), in order."""
     d = tempfile.mkdtemp(prefix="kvt-sglang-")
     req, res = os.path.join(d, "req.json"), os.path.join(d, "res.pt")
     with open(req, "w") as f:
-        json.dump(dict(socket=socket, layout=layout, mla=mla, keys=keys, pages=pages, **kw), f)
+        json.dump(requests, f)
     subprocess.run([sys.executable, os.path.join(HERE, "sglang_pools.py"), req, res],
                    check=True, timeout=300)
     return torch.load(res)
@@ -72,34 +72,39 @@ def block_bytes(page: torch.Tensor) -> bytes:
     return bytes(page.contiguous().view(torch.uint8).flatten().numpy())
 
 
-@pytest.mark.parametrize("layout,mla", CASES, ids=IDS)
-def test_pages_round_trip(daemon, layout, mla):
-    """Stored from one layout, kvtierd holds kvtier's block bytes (what
-    vLLM and transformers store), and a fresh backend in another process,
-    in another layout of the same kind, reads back every page equal."""
-    pool = sp.host_pool(layout, mla)
-    b = sp.backend(pool, daemon.socket, mla)
-    assert isinstance(b, KvtierStorage)
-    keys, pages = page_keys(layout, mla), [2, 5, 3]
-    assert b.batch_exists(keys) == 0
-    assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
-    assert b.batch_exists(keys + page_keys("absent")) == 3
-    assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3  # already there
+def test_pages_round_trip(daemon):
+    """Stored from each layout, kvtierd holds kvtier's block bytes (what
+    vLLM and transformers store), and fresh backends in another process,
+    each in another layout of the same kind, read back every page equal."""
+    stored, requests = [], []
     with kvtier.Client(socket=daemon.socket, name="checker") as c:
-        ns = namespace(c, mla)
-        bufs = [bytearray(ns.info["shard_bytes"]) for _ in keys]
-        got, _ = ns.load(0, b"".join(bytes.fromhex(k) for k in keys), bufs)
-        assert got == 3
-        for buf, p in zip(bufs, pages):
-            assert bytes(buf) == block_bytes(sp.page_kv(pool, p)), f"page {p}: not kvtier's block"
-    kinds = sp.MLA_LAYOUTS if mla else sp.MHA_LAYOUTS
-    other = kinds[(kinds.index(layout) + 1) % len(kinds)]
-    r = in_child(daemon.socket, other, mla, keys, [7, 1, 4])
-    assert r["hits"] == 3 and r["ok"] == [True] * 3
-    for got, p in zip(r["pages"], pages):
-        assert same(got, sp.page_kv(pool, p)), f"{layout} -> {other}: page {p} differs"
-    assert b.get_stats()["stored_pages"] == 3
-    b.close()
+        for layout, mla in CASES:
+            pool = sp.host_pool(layout, mla)
+            b = sp.backend(pool, daemon.socket, mla)
+            assert isinstance(b, KvtierStorage)
+            keys, pages = page_keys(layout, mla), [2, 5, 3]
+            assert b.batch_exists(keys) == 0
+            assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+            assert b.batch_exists(keys + page_keys("absent")) == 3
+            assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3  # already there
+            assert b.get_stats()["stored_pages"] == 3
+            b.close()
+            ns = namespace(c, mla)
+            bufs = [bytearray(ns.info["shard_bytes"]) for _ in keys]
+            got, _ = ns.load(0, b"".join(bytes.fromhex(k) for k in keys), bufs)
+            assert got == 3
+            for buf, p in zip(bufs, pages):
+                assert bytes(buf) == block_bytes(sp.page_kv(pool, p)), \
+                    f"{layout}: page {p} is not kvtier's block"
+            kinds = sp.MLA_LAYOUTS if mla else sp.MHA_LAYOUTS
+            other = kinds[(kinds.index(layout) + 1) % len(kinds)]
+            stored.append((layout, other, pool, pages))
+            requests.append(dict(socket=daemon.socket, layout=other, mla=mla, keys=keys,
+                                 pages=[7, 1, 4]))
+    for (layout, other, pool, pages), r in zip(stored, in_child(requests)):
+        assert r["hits"] == 3 and r["ok"] == [True] * 3, (layout, r["hits"], r["ok"])
+        for got, p in zip(r["pages"], pages):
+            assert same(got, sp.page_kv(pool, p)), f"{layout} -> {other}: page {p} differs"
 
 
 def test_altered_byte_is_caught(daemon):
@@ -158,11 +163,11 @@ def test_tensor_parallel_shards(daemon):
     assert bs[0].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
     assert bs[1].batch_exists(keys) == 0, "visible with one shard of two"
     assert bs[1].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+    got = in_child([dict(socket=daemon.socket, layout="layer_first", mla=False, keys=keys,
+                         pages=[4, 5, 6], heads=heads, tp_rank=r, tp_size=2) for r in (0, 1)])
     for r in (0, 1):
-        got = in_child(daemon.socket, "layer_first", False, keys, [4, 5, 6], heads=heads,
-                       tp_rank=r, tp_size=2)
-        assert got["ok"] == [True] * 3
-        for g, p in zip(got["pages"], pages):
+        assert got[r]["ok"] == [True] * 3
+        for g, p in zip(got[r]["pages"], pages):
             assert same(g, sp.page_kv(pools[r], p)), f"rank {r} page {p}"
     for b in bs:
         b.close()
@@ -177,7 +182,8 @@ def test_mla_written_once(daemon):
     assert bs[1].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
     assert bs[1].batch_exists(keys) == 0, "rank 1 wrote an MLA page"
     assert bs[0].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
-    got = in_child(daemon.socket, "layer_first", True, keys, [0, 1, 2], tp_rank=1, tp_size=2)
+    got = in_child([dict(socket=daemon.socket, layout="layer_first", mla=True, keys=keys,
+                         pages=[0, 1, 2], tp_rank=1, tp_size=2)])[0]
     assert got["ok"] == [True] * 3
     for g, p in zip(got["pages"], pages):
         assert same(g, sp.page_kv(pools[0], p))
