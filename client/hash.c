@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Block keys: k_i = SHA-256(k_{i-1} ‖ tokens_i as u32 little-endian ‖
- * extra_i), with k_{-1} = 32 zero bytes.  The byte order is fixed so that a
- * key computed on any host, or in another language, names the same block.
+ * Block keys, key scheme 2: k_i = SHA-256(k_{i-1} ‖ tokens_i as u32
+ * little-endian ‖ extra_i), the first block hashed with no parent at all.
+ * The byte order is fixed so that a key computed on any host, or in
+ * another language, names the same block; without extra it is SGLang's
+ * page hash too.
  */
 #include <errno.h>
 #include <limits.h>
@@ -20,15 +22,13 @@ static int hash_one(EVP_MD_CTX *ctx, const uint8_t *parent,
 		    const uint32_t *tokens, size_t n_tokens, const void *extra,
 		    size_t extra_len, uint8_t *ret_key)
 {
-	static const uint8_t zero_key[KVT_KEY_BYTES];
 	uint8_t buf[HASH_TOKEN_CHUNK * 4];
 	uint8_t md[EVP_MAX_MD_SIZE];
 	unsigned int len = 0;
 
 	if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
 		return -EIO;
-	if (EVP_DigestUpdate(ctx, parent ? parent : zero_key,
-			     KVT_KEY_BYTES) != 1)
+	if (parent && EVP_DigestUpdate(ctx, parent, KVT_KEY_BYTES) != 1)
 		return -EIO;
 
 	while (n_tokens > 0) {

@@ -40,11 +40,17 @@ KVT_EXPORT uint32_t kvt_protocol_version(void);
 /* Block keys                                                         */
 /* ------------------------------------------------------------------ */
 
+/* The block keys kvt_hash_block makes, announced in every namespace's
+ * identity (docs/protocol.md §3): blocks stored under another scheme are
+ * in other namespaces, and miss. */
+#define KVT_KEY_SCHEME 2
+
 /**
- * Key of one block: SHA-256(parent ‖ tokens as u32 little-endian ‖ extra).
+ * Key of one block: SHA-256(parent ‖ tokens as u32 little-endian ‖ extra),
+ * the same as SGLang's page hash where there is no extra.
  *
  * \param parent     key of the previous block, or NULL for the first block
- *                   of a sequence (hashed as 32 zero bytes)
+ *                   of a sequence (nothing is hashed before its tokens)
  * \param tokens     [n_tokens] token ids of this block
  * \param extra      optional bytes mixed into this block (LoRA id,
  *                   multimodal hashes, a salt); may be NULL when extra_len 0

@@ -21,7 +21,7 @@ KVT_EXPORT int kvt_ns_open(kvt_client *c, const kvt_ns_desc *d, kvt_ns **ret)
 		return -EINVAL;
 
 	memset(&id, 0, sizeof(id));
-	id.key_scheme = 1;
+	id.key_scheme = KVT_KEY_SCHEME;
 	strcpy(id.model, d->model);
 	if (d->weights_len)
 		memcpy(id.weights, d->weights, d->weights_len);

@@ -34,30 +34,33 @@ def _ptrs(ts):
     return torch.tensor([t.data_ptr() for t in ts], dtype=torch.uint64)
 
 
-def host_pool(layout: str, mla: bool = False, heads: int = HEADS, seed: int = 1):
+def host_pool(layout: str, mla: bool = False, heads: int = HEADS, seed: int = 1,
+              layers: int = 0, head: int = 0, dtype=DTYPE):
     """SGLang's host pool class in layout, over device buffers on the CPU,
-    its pages filled with random bytes (seed)."""
-    cpu = torch.device("cpu")
+    its pages filled with random bytes (seed); layers and head: LAYERS and
+    HEAD unless given."""
+    cpu, n_layers, head_dim = torch.device("cpu"), layers or LAYERS, head or HEAD
     if mla:
-        bufs = tuple(torch.zeros(DEVICE_TOKENS, 1, LORA + ROPE, dtype=DTYPE)
-                     for _ in range(LAYERS))
+        bufs = tuple(torch.zeros(DEVICE_TOKENS, 1, LORA + ROPE, dtype=dtype)
+                     for _ in range(n_layers))
         info = MLABufferInfo(buffers=bufs, data_ptrs=_ptrs(bufs),
-                             layer_indices=tuple(range(LAYERS)), device_layer_num=LAYERS,
+                             layer_indices=tuple(range(n_layers)), device_layer_num=n_layers,
                              page_size=PAGE, kv_lora_rank=LORA, qk_rope_head_dim=ROPE,
-                             kv_cache_dim=LORA + ROPE, dtype=DTYPE, device=cpu)
+                             kv_cache_dim=LORA + ROPE, dtype=dtype, device=cpu)
         pool = MLATokenToKVPoolHost(info, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu",
                                     device_capacity_tokens=DEVICE_TOKENS, start_layer=0,
-                                    end_layer=LAYERS, target_layer_num=LAYERS)
+                                    end_layer=n_layers, target_layer_num=n_layers)
     else:
-        k = tuple(torch.zeros(DEVICE_TOKENS, heads, HEAD, dtype=DTYPE) for _ in range(LAYERS))
-        v = tuple(torch.zeros(DEVICE_TOKENS, heads, HEAD, dtype=DTYPE) for _ in range(LAYERS))
+        k, v = ([torch.zeros(DEVICE_TOKENS, heads, head_dim, dtype=dtype)
+                 for _ in range(n_layers)] for _ in range(2))
+        k, v = tuple(k), tuple(v)
         info = MHABufferInfo(buffers=KVBuffers(k=k, v=v, k_data_ptrs=_ptrs(k),
                                                v_data_ptrs=_ptrs(v), layout=KVBufferLayout.NHD),
-                             page_size=PAGE, head_num=heads, head_dim=HEAD, v_head_dim=HEAD,
-                             dtype=DTYPE, device=cpu)
+                             page_size=PAGE, head_num=heads, head_dim=head_dim,
+                             v_head_dim=head_dim, dtype=dtype, device=cpu)
         pool = MHATokenToKVPoolHost(info, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu",
                                     device_capacity_tokens=DEVICE_TOKENS, start_layer=0,
-                                    end_layer=LAYERS)
+                                    end_layer=n_layers)
     raw = pool.kv_buffer.view(torch.uint8)
     g = torch.Generator().manual_seed(seed)
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=g))
@@ -86,13 +89,13 @@ def host_indices(pages) -> torch.Tensor:
 
 
 def storage_config(socket: str, mla: bool = False, tp_rank: int = 0, tp_size: int = 1,
-                   pp_size: int = 1, **extra) -> HiCacheStorageConfig:
+                   pp_size: int = 1, model: str = MODEL, **extra) -> HiCacheStorageConfig:
     cfg = {"backend_name": "kvtier", "module_path": "kvtier.sglang",
            "class_name": "KvtierStorage", "interface_v1": 1, "socket": socket, **extra}
     return HiCacheStorageConfig(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=pp_size,
                                 attn_cp_rank=0, attn_cp_size=1, is_mla_model=mla,
                                 enable_storage_metrics=False, is_page_first_layout=False,
-                                model_name=MODEL, extra_config=cfg)
+                                model_name=model, extra_config=cfg)
 
 
 def backend(pool, socket: str, mla: bool = False, **kw):

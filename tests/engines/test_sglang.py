@@ -231,3 +231,80 @@ def test_refused_at_start(daemon):
     with pytest.raises(layouts.LayoutError, match="along its head axis"):
         layouts.sglang_host(pool.kv_buffer, "layer_first", False, sp.PAGE, sp.LAYERS,
                             sp.HEADS + 1, sp.HEAD)
+
+
+# ---- one prefix, SGLang and transformers ------------------------------
+
+HF_PAGES = 4  # pages of the prefix
+
+
+def sglang_keys(ids) -> list[str]:
+    """SGLang's own page hashes of a prompt's full pages (HiCache's keys)."""
+    from sglang.srt.mem_cache.utils import get_hash_str
+
+    return get_hash_str(ids, None, sp.PAGE)
+
+
+def model_pool(model, dtype, layout, seed):
+    cfg = model.config
+    return sp.host_pool(layout, heads=cfg.num_key_value_heads, seed=seed,
+                        layers=cfg.num_hidden_layers, head=cfg.head_dim, dtype=dtype)
+
+
+def hf_page(t, b):
+    """Page b of a transformers K or V [1, heads, seq, head] as [tokens, heads, head]."""
+    return t[0, :, b * sp.PAGE:(b + 1) * sp.PAGE].transpose(0, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_transformers_and_sglang_share_a_prefix(daemon, model_dir, dtype):
+    """SGLang's keys are kvtier's: pages SGLang's host pool stored under
+    its own page hashes are restored by kvtier.hf with logits bit-identical
+    to recomputing the prefix, and a prefix kvtier.hf stored is a leading
+    hit for SGLang, loaded into its host pool as transformers computed it."""
+    from test_hf import generate, load, prefix_cache, same_logits
+
+    from kvtier.hf import KvtierCache
+
+    model = load(model_dir, dtype)
+    n = HF_PAGES * sp.PAGE
+    ids = kvtd.prompt_ids(n + 5, seed=31)
+    ref = prefix_cache(model, ids, n)
+    assert kvtier.hash_chain(ids[:n], sp.PAGE).hex() == "".join(sglang_keys(ids[:n]))
+
+    # SGLang -> transformers: its host pool holds the prefix's K and V.
+    pool = model_pool(model, dtype, "page_first", seed=4)
+    pages = [5, 0, 7, 2]
+    for b, p in enumerate(pages):
+        kv = sp.page_kv(pool, p)
+        for layer in range(model.config.num_hidden_layers):
+            kv[layer, 0].copy_(hf_page(ref.layers[layer].keys, b))
+            kv[layer, 1].copy_(hf_page(ref.layers[layer].values, b))
+    b = sp.backend(pool, daemon.socket, model=model_dir)
+    assert b.batch_set_v1(sglang_keys(ids[:n]), sp.host_indices(pages)) == [True] * HF_PAGES
+    with KvtierCache(model, socket=daemon.socket, block_tokens=sp.PAGE) as kv:
+        cache, t = kv.restore(ids)
+        assert t == n, f"transformers restored {t} of SGLang's {n} tokens"
+        for layer in range(model.config.num_hidden_layers):
+            assert same(cache.layers[layer].keys, ref.layers[layer].keys[:, :, :n])
+            assert same(cache.layers[layer].values, ref.layers[layer].values[:, :, :n])
+        again, want = generate(model, ids, cache), generate(model, ids, prefix_cache(model, ids, n))
+        assert torch.equal(again.sequences, want.sequences)
+        assert same_logits(again, want), "logits differ from the prefix computed in-process"
+
+        # transformers -> SGLang.
+        ids2 = kvtd.prompt_ids(n + 3, seed=32)
+        ref2 = prefix_cache(model, ids2, n)
+        assert kv.save(ids2[:n], ref2) == HF_PAGES
+    fresh = model_pool(model, dtype, "page_head", seed=6)
+    b2 = sp.backend(fresh, daemon.socket, model=model_dir)
+    keys2 = sglang_keys(ids2[:n])
+    assert b2.batch_exists(keys2) == HF_PAGES
+    assert b2.batch_get_v1(keys2, sp.host_indices([1, 3, 6, 8])) == [True] * HF_PAGES
+    for i, p in enumerate([1, 3, 6, 8]):
+        kv = sp.page_kv(fresh, p)
+        for layer in range(model.config.num_hidden_layers):
+            assert same(kv[layer, 0], hf_page(ref2.layers[layer].keys, i)), (p, layer, "K")
+            assert same(kv[layer, 1], hf_page(ref2.layers[layer].values, i)), (p, layer, "V")
+    b.close()
+    b2.close()

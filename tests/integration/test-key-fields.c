@@ -40,7 +40,7 @@ struct ident {
 static void base(struct ident *id)
 {
 	memset(id, 0, sizeof(*id));
-	id->key_scheme = 1;
+	id->key_scheme = KVT_KEY_SCHEME;
 	snprintf(id->model, sizeof(id->model), "kf-model");
 	memcpy(id->weights, "wfp-0123456789ab", 16);
 	id->weights_len = 16;
@@ -159,8 +159,8 @@ static const char *variant(int i, struct ident *id)
 		id->g[0].n_layers = 4;
 		return "one group instead of two";
 	case 29:
-		id->key_scheme = 2;
-		return "key scheme";
+		id->key_scheme = 1;
+		return "key scheme 1 (the first block chained from 32 zero bytes)";
 	default:
 		return NULL;
 	}
@@ -347,7 +347,7 @@ int main(void)
 		if (!what)
 			break;
 		n_variants++;
-		if (id.key_scheme != 1) {
+		if (id.key_scheme != KVT_KEY_SCHEME) {
 			raw_variant(&id, what);
 		} else {
 			/* A fresh connection each time: nothing cached client-side. */
@@ -370,7 +370,7 @@ int main(void)
 	c = client_connect(&d, "recheck");
 	for (int v = 0; v <= n_variants; v++) {
 		const char *what = variant(v, &id);
-		if (id.key_scheme != 1)
+		if (id.key_scheme != KVT_KEY_SCHEME)
 			continue;
 		ns = open_variant(c, v, &info);
 		expect_own_bytes(ns, &info, v, what);

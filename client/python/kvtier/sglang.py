@@ -24,6 +24,10 @@ on NVMe, which ``batch_get_v1`` waits for).  Each tensor-parallel rank
 stores and loads its own shard of a page; an MLA page is one shard,
 written by rank 0.
 
+Keys: SGLang's page hashes are kvtier's block keys (key scheme 2), so a
+prefix SGLang stored is a hit for kvtier.vllm and kvtier.hf on the same
+model and geometry (page size = their block size), and theirs for SGLang.
+
 Without kvtierd (absent, killed, restarting) every page is a miss and
 every store is skipped: nothing raises into SGLang's cache controller, a
 page that did not load whole is never reported loaded, and the backend
