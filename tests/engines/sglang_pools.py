@@ -89,12 +89,13 @@ def host_indices(pages) -> torch.Tensor:
 
 
 def storage_config(socket: str, mla: bool = False, tp_rank: int = 0, tp_size: int = 1,
-                   pp_size: int = 1, model: str = MODEL, **extra) -> HiCacheStorageConfig:
+                   pp_size: int = 1, model: str = MODEL, metrics: bool = False,
+                   **extra) -> HiCacheStorageConfig:
     cfg = {"backend_name": "kvtier", "module_path": "kvtier.sglang",
            "class_name": "KvtierStorage", "interface_v1": 1, "socket": socket, **extra}
     return HiCacheStorageConfig(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=pp_size,
                                 attn_cp_rank=0, attn_cp_size=1, is_mla_model=mla,
-                                enable_storage_metrics=False, is_page_first_layout=False,
+                                enable_storage_metrics=metrics, is_page_first_layout=False,
                                 model_name=model, extra_config=cfg)
 
 

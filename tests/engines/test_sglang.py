@@ -87,7 +87,7 @@ def test_pages_round_trip(daemon):
             assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
             assert b.batch_exists(keys + page_keys("absent")) == 3
             assert b.batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3  # already there
-            assert b.get_stats()["stored_pages"] == 3
+            assert b.counts["stored_pages"] == 3
             b.close()
             ns = namespace(c, mla)
             bufs = [bytearray(ns.info["shard_bytes"]) for _ in keys]
@@ -213,7 +213,7 @@ def test_daemon_killed_and_restarted():
         assert b.batch_get_v1(keys, sp.host_indices([4, 5, 6])) == [True] * 3
         for p, q in zip(pages, [4, 5, 6]):
             assert same(sp.page_kv(pool, q), sp.page_kv(pool, p))
-        assert b.get_stats()["store_skipped"] >= 3
+        assert b.counts["store_skipped"] >= 3
         b.close()
 
 
@@ -308,3 +308,22 @@ def test_transformers_and_sglang_share_a_prefix(daemon, model_dir, dtype):
             assert same(kv[layer, 1], hf_page(ref2.layers[layer].values, i)), (p, layer, "V")
     b.close()
     b2.close()
+
+
+def test_storage_metrics_reach_sglang(daemon):
+    """With SGLang's storage metrics on, get_stats hands its collector the
+    pages and bandwidth of each call since the last one."""
+    from sglang.srt.observability.metrics_collector import StorageMetricsCollector
+
+    pool = sp.host_pool("page_first_direct")
+    b = sp.backend(pool, daemon.socket, metrics=True)
+    keys = page_keys("metrics", n=4)
+    assert b.batch_set_v1(keys, sp.host_indices([0, 1, 2, 3])) == [True] * 4
+    assert b.batch_get_v1(keys[:2], sp.host_indices([5, 6])) == [True] * 2
+    m = b.get_stats()
+    assert m.backup_pgs == [4] and m.prefetch_pgs == [2]
+    assert all(x > 0 for x in m.backup_bandwidth + m.prefetch_bandwidth)
+    StorageMetricsCollector(labels={"model_name": "kvtier-test"}).log_storage_metrics(m)
+    assert b.get_stats().backup_pgs == []  # drained
+    assert sp.backend(pool, daemon.socket).get_stats() is None  # metrics off
+    b.close()

@@ -39,11 +39,13 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from typing import Any, List, Optional
 
 import torch
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
+from sglang.srt.observability.metrics_collector import StorageMetrics
 
 from . import Error, layouts
 from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
@@ -92,7 +94,10 @@ class KvtierStorage(HiCacheStorage):
         self._page = 0
         self._shard, self._writer = 0, True
         self._lock = threading.Lock()  # SGLang's prefetch and backup threads
+        # kvtier's counts since the start (the docstring's get_stats).
         self.counts = dict.fromkeys(_COUNTERS, 0)
+        # SGLang's per-call figures, when it asks for them, until get_stats.
+        self._metrics = StorageMetrics() if cfg.enable_storage_metrics else None
 
     # ----------------------------------------------------------- registration
 
@@ -156,6 +161,15 @@ class KvtierStorage(HiCacheStorage):
             for k, v in n.items():
                 self.counts[k] += v
 
+    def _measured(self, load: bool, pages: int, started: float, ns) -> None:
+        """A call's pages and GB/s, for SGLang's storage metrics."""
+        if self._metrics is None or not pages:
+            return
+        gbs = pages * ns.info["shard_bytes"] / 1e9 / max(time.perf_counter() - started, 1e-9)
+        with self._lock:
+            (self._metrics.prefetch_pgs if load else self._metrics.backup_pgs).append(pages)
+            (self._metrics.prefetch_bandwidth if load else self._metrics.backup_bandwidth).append(gbs)
+
     def _pages(self, host_indices, n: int) -> list[int]:
         """The host pool pages of n keys' tokens (page_size tokens each)."""
         first = host_indices[: n * self._page: self._page]
@@ -182,6 +196,7 @@ class KvtierStorage(HiCacheStorage):
         if ns is None or not n:
             return [False] * n
         kb, pages = _keys(keys), self._pages(host_indices, n)
+        started = time.perf_counter()
         try:
             _, status = ns.load_paged(self._shard, self._layout, kb, pages)
             late = [i for i, s in enumerate(status) if s == -errno.EAGAIN]
@@ -199,6 +214,7 @@ class KvtierStorage(HiCacheStorage):
             return [False] * n
         ok = [s == 0 for s in status]
         self._count(loaded_pages=sum(ok), load_failures=n - sum(ok))
+        self._measured(True, sum(ok), started, ns)
         return ok
 
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
@@ -210,6 +226,7 @@ class KvtierStorage(HiCacheStorage):
             return [False] * n
         if not self._writer or not n:
             return [True] * n  # another rank of its replica group writes the shard
+        started = time.perf_counter()
         try:
             _, status = ns.store_paged(self._shard, self._layout, _keys(keys),
                                        self._pages(host_indices, n))
@@ -218,7 +235,9 @@ class KvtierStorage(HiCacheStorage):
             self._count(store_skipped=n)
             return [False] * n
         ok = [s in (0, -errno.EEXIST) for s in status]
-        self._count(stored_pages=sum(1 for s in status if s == 0), store_skipped=n - sum(ok))
+        stored = sum(1 for s in status if s == 0)
+        self._count(stored_pages=stored, store_skipped=n - sum(ok))
+        self._measured(False, stored, started, ns)
         return ok
 
     # ------------------------------------------------------ the generic calls
@@ -293,8 +312,14 @@ class KvtierStorage(HiCacheStorage):
         return  # kvtierd's blocks are shared with other engines: not one engine's to clear
 
     def get_stats(self):
+        """SGLang's storage metrics since the last call (pages and GB/s of
+        each load and store), with enable_storage_metrics; else None.
+        kvtier's own counts are in ``counts``."""
+        if self._metrics is None:
+            return None
         with self._lock:
-            return dict(self.counts)
+            m, self._metrics = self._metrics, StorageMetrics()
+        return m
 
     def close(self):
         if self._conn is not None:
