@@ -327,3 +327,38 @@ def test_storage_metrics_reach_sglang(daemon):
     assert b.get_stats().backup_pgs == []  # drained
     assert sp.backend(pool, daemon.socket).get_stats() is None  # metrics off
     b.close()
+
+
+def test_prefetch_and_backup_threads_at_once(daemon):
+    """SGLang's prefetch and backup threads call one backend at the same
+    time (a round's loads beside the next round's stores): every page
+    stored by one thread is loaded whole by the other."""
+    import threading
+
+    pool = sp.host_pool("layer_first")
+    b = sp.backend(pool, daemon.socket)
+    rounds, errors = 20, []
+    keys = [page_keys("threads", r, n=2) for r in range(rounds)]
+    stored = [threading.Event() for _ in range(rounds)]
+
+    def backup():
+        for r in range(rounds):
+            if b.batch_set_v1(keys[r], sp.host_indices([0, 1])) != [True, True]:
+                errors.append(f"round {r}: store")
+            stored[r].set()
+
+    def prefetch():
+        for r in range(rounds):
+            stored[r].wait()
+            if b.batch_get_v1(keys[r], sp.host_indices([2 + r % 4, 6 + r % 2])) != [True, True]:
+                errors.append(f"round {r}: load")
+
+    threads = [threading.Thread(target=f) for f in (backup, prefetch)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert same(sp.page_kv(pool, 2 + (rounds - 1) % 4), sp.page_kv(pool, 0))
+    assert b.counts["stored_pages"] == 2 * rounds and b.counts["loaded_pages"] == 2 * rounds
+    b.close()

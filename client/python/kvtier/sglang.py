@@ -93,7 +93,8 @@ class KvtierStorage(HiCacheStorage):
         self._host: dict = {}
         self._page = 0
         self._shard, self._writer = 0, True
-        self._lock = threading.Lock()  # SGLang's prefetch and backup threads
+        # SGLang calls from its prefetch and backup threads at once.
+        self._lock = threading.Lock()
         # kvtier's counts since the start (the docstring's get_stats).
         self.counts = dict.fromkeys(_COUNTERS, 0)
         # SGLang's per-call figures, when it asks for them, until get_stats.
@@ -150,10 +151,11 @@ class KvtierStorage(HiCacheStorage):
     def _namespace(self):
         if self._conn is None:
             return None
-        ns = self._conn.namespace()
-        if ns is not None:
-            self._shard, self._writer = shard_of(self._config.tp_rank, ns.info["shards"],
-                                                 self._config.tp_size)
+        with self._lock:  # one connection for both threads, made once
+            ns = self._conn.namespace()
+            if ns is not None:
+                self._shard, self._writer = shard_of(self._config.tp_rank, ns.info["shards"],
+                                                     self._config.tp_size)
         return ns
 
     def _count(self, **n):
