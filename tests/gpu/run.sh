@@ -259,49 +259,40 @@ else
 	failed=1
 fi
 
-# ---- hf -----------------------------------------------------------------------
-# transformers on the GPU through the library's CUDA path, where a Python
-# with torch, transformers and pytest is at hand (KVT_PYTHON, default
-# python3) and the tree was built with its Python package.
-hf() {
-	local py=${KVT_PYTHON:-python3}
-	pytest_path
-	if ! "$py" -c 'import torch, transformers, pytest' >/dev/null 2>&1 ||
+# ---- hf, vllm -------------------------------------------------------------
+# tests/engines' Python on the GPU, where KVT_PYTHON (default python3) has
+# torch and what the file needs, and the tree was built with its Python
+# package; pytest from the carried wheels (tests/gpu/fetch-debs.sh) where
+# that Python has none.  py_tests "MODULES" FILE [PYTEST ARGS...]
+py_tests() {
+	local py=${KVT_PYTHON:-python3} mods=$1 file=$2 w
+	shift 2
+	if ! "$py" -c 'import pytest' >/dev/null 2>&1; then
+		for w in "${KVT_DEBS:-$here/debs}"/py/*.whl; do
+			[ -f "$w" ] && "$py" -m zipfile -e "$w" "$build/py" >/dev/null 2>&1
+		done
+		export PYTHONPATH=$build/py${PYTHONPATH:+:$PYTHONPATH}
+	fi
+	if ! "$py" -c "import torch, pytest${mods:+, $mods}" >/dev/null 2>&1 ||
 		[ ! -d "$build/meson/client/python" ]; then
-		echo "no torch, transformers and pytest for $py, or no Python package built"
+		echo "no torch, pytest${mods:+ and $mods} for $py, or no Python package built"
 		return 77
 	fi
 	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python${PYTHONPATH:+:$PYTHONPATH}" \
-		"$py" -m pytest -q -p no:cacheprovider -k cuda "$root/tests/engines/test_hf.py"
+		"$py" -m pytest -q -p no:cacheprovider -rs "$@" "$root/tests/engines/$file"
 }
-# ---- vllm ---------------------------------------------------------------------
+# transformers through the library's CUDA path.
+hf() {
+	py_tests transformers test_hf.py -k cuda
+}
 # The views vLLM allocates for its GPU backends, rebuilt from the record
 # made on the CPU (tests/engines/vllm-views.json: vLLM is not needed
 # here), through the CUDA path's kernel and copy engines.
-# pytest from the carried wheels (tests/gpu/fetch-debs.sh) where the
-# machine's Python has torch but no pytest.
-pytest_path() {
-	local py=${KVT_PYTHON:-python3} w
-	"$py" -c 'import pytest' >/dev/null 2>&1 && return
-	for w in "${KVT_DEBS:-$here/debs}"/py/*.whl; do
-		[ -f "$w" ] && "$py" -m zipfile -e "$w" "$build/py" >/dev/null 2>&1
-	done
-	export PYTHONPATH=$build/py${PYTHONPATH:+:$PYTHONPATH}
-}
-
 vllm() {
-	local py=${KVT_PYTHON:-python3}
-	pytest_path
-	if ! "$py" -c 'import torch, pytest' >/dev/null 2>&1 ||
-		[ ! -d "$build/meson/client/python" ]; then
-		echo "no torch and pytest for $py, or no Python package built"
-		return 77
-	fi
-	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python${PYTHONPATH:+:$PYTHONPATH}" \
-		"$py" -m pytest -q -p no:cacheprovider -rs "$root/tests/engines/test_vllm_gpu.py"
+	py_tests "" test_vllm_gpu.py
 }
 if [ "$gpu" -eq 1 ] && [ -d "$build/meson" ]; then
-	export -f pytest_path hf vllm
+	export -f py_tests hf vllm
 	step hf 120 hf
 	step vllm 120 vllm
 fi
