@@ -173,6 +173,30 @@ def test_tensor_parallel_shards(daemon):
         b.close()
 
 
+def test_replicated_heads_written_once(daemon):
+    """A model of one KV head on two ranks (kv_heads 1): both ranks hold
+    that head, the pages are one shard, rank 0 writes it and rank 1 reads
+    rank 0's; a count that no replication explains is refused."""
+    pools = [sp.host_pool("page_first", heads=1, seed=40 + r) for r in (0, 1)]
+    bs = [sp.backend(pools[r], daemon.socket, tp_rank=r, tp_size=2, kv_heads=1)
+          for r in (0, 1)]
+    keys, pages = page_keys("replicated"), [2, 3, 4]
+    assert bs[1].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+    assert bs[1].batch_exists(keys) == 0, "rank 1 wrote its replica's shard"
+    assert bs[0].batch_set_v1(keys, sp.host_indices(pages)) == [True] * 3
+    assert bs[1].batch_exists(keys) == 3
+    assert bs[1].batch_get_v1(keys, sp.host_indices([5, 6, 7])) == [True] * 3
+    for p, q in zip(pages, [5, 6, 7]):
+        assert same(sp.page_kv(pools[1], q), sp.page_kv(pools[0], p))
+    with kvtier.Client(socket=daemon.socket, name="checker") as c:
+        assert namespace(c, False, heads=1, tp_size=2).info["shards"] == 1
+    for b in bs:
+        b.close()
+    with pytest.raises(ValueError, match="do not replicate the model's 3"):
+        sp.backend(sp.host_pool("page_first", heads=2), daemon.socket, tp_rank=0, tp_size=2,
+                   kv_heads=3)
+
+
 def test_mla_written_once(daemon):
     """An MLA page is one latent for every rank: rank 0 writes it, rank
     1's store writes nothing, and rank 1 reads rank 0's latent."""

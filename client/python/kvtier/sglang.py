@@ -12,7 +12,8 @@ Extra config keys besides SGLang's own: ``socket`` (default $KVTIER_SOCKET
 or kvtierd's default), ``salt`` (narrows sharing to engines that give the
 same one), ``model_name`` and ``weights`` (hex) to override the namespace
 identity (default: the model path SGLang names and a fingerprint of its
-weight files, as kvtier.hf and kvtier.vllm compute it).
+weight files, as kvtier.hf and kvtier.vllm compute it), and ``kv_heads``,
+the model's KV heads over all ranks (default: from its config.json).
 
 Pages move between kvtierd's pool and SGLang's registered host pool
 directly (``batch_set_v1`` / ``batch_get_v1``, with ``interface_v1``: no
@@ -21,8 +22,9 @@ SGLang has for MHA and MLA (layer_first, page_first, page_first_direct,
 and page_head for MHA); anything else is refused at start, naming it.
 ``batch_exists`` is the leading run of pages kvtierd holds (in memory or
 on NVMe, which ``batch_get_v1`` waits for).  Each tensor-parallel rank
-stores and loads its own shard of a page; an MLA page is one shard,
-written by rank 0.
+stores and loads its own shard of a page; where the model has fewer KV
+heads than ranks, the ranks that replicate a head share one shard, which
+the first of them writes; an MLA page is one shard, written by rank 0.
 
 Keys: SGLang's page hashes are kvtier's block keys (key scheme 2), so a
 prefix SGLang stored is a hit for kvtier.vllm and kvtier.hf on the same
@@ -36,6 +38,7 @@ reconnects by itself (at most once a second, one warning per outage).
 
 import errno
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -73,6 +76,19 @@ def page_key(key: str) -> bytes:
 
 def _keys(keys: List[str]) -> bytes:
     return b"".join(page_key(k) for k in keys)
+
+
+def _model_kv_heads(path: str) -> int:
+    """The model's KV heads over all ranks, from its config.json; 0 where
+    that cannot be read."""
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return 0
+    cfg = cfg.get("text_config", cfg)
+    heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or 0
+    return heads if isinstance(heads, int) and heads > 0 else 0
 
 
 class KvtierStorage(HiCacheStorage):
@@ -137,7 +153,8 @@ class KvtierStorage(HiCacheStorage):
         weights = self._extra.get("weights")
         identity = ModelIdentity(
             model=model_id(path), layers=pool.layer_num,
-            kv_heads=1 if mla else heads * cfg.tp_size, head_size=head_size, dtype=dtype,
+            kv_heads=1 if mla else self._kv_heads(path, heads), head_size=head_size,
+            dtype=dtype,
             block_tokens=pool.page_size,
             weights=bytes.fromhex(weights) if weights else (
                 weights_fingerprint(path) if os.path.isdir(path) else b""),
@@ -147,6 +164,21 @@ class KvtierStorage(HiCacheStorage):
         log.info("kvtier: SGLang host pool registered (%s, %s, %d layers, pages of %d "
                  "tokens), tp rank %d of %d", pool.layout, "MLA" if mla else "MHA",
                  pool.layer_num, pool.page_size, cfg.tp_rank, cfg.tp_size)
+
+    def _kv_heads(self, path: str, heads: int) -> int:
+        """KV heads over all ranks.  Where the model has fewer than ranks,
+        each is replicated on tp / kv_heads ranks, one head a rank: one
+        shard per replica group, written by its first rank (the model's
+        count from the extra config's kv_heads, or its config.json)."""
+        tp = self._config.tp_size
+        total = int(self._extra.get("kv_heads") or _model_kv_heads(path) or heads * tp)
+        if total >= heads * tp:
+            return heads * tp
+        if heads != 1 or tp % total:
+            raise ValueError(f"kvtier.sglang: {heads} KV heads a rank on {tp} ranks do not "
+                             f"replicate the model's {total}; give kv_heads in "
+                             "--hicache-storage-backend-extra-config")
+        return total
 
     def _namespace(self):
         if self._conn is None:
