@@ -147,7 +147,8 @@ def test_generic_interface(daemon):
     assert same(sp.page_kv(fresh, 3), sp.page_kv(pool, 6))
     dummies = [fresh.get_dummy_flat_data_page() for _ in keys]
     got = b2.batch_get(keys + page_keys("missing", n=1), dummies + [fresh.get_dummy_flat_data_page()])
-    assert got[2] is None and got[0] is dummies[0]
+    assert got[2] is None and got[0] is dummies[0] and got[1] is dummies[1]
+    assert same(dummies[0], pool.get_data_page(1 * sp.PAGE))
     assert same(dummies[1], pool.get_data_page(6 * sp.PAGE))
     b.close()
     b2.close()

@@ -156,6 +156,14 @@ SGLANG_HOST = {
 }
 
 
+def sglang_page_shape(kv_buffer, layout: str, mla: bool, page_size: int) -> list[int]:
+    """The shape of one page of an SGLang host pool's kv_buffer: a flat page
+    of its generic calls (get_data_page), viewed as a pool of one page."""
+    axes = SGLANG_HOST[("mla" if mla else "mha", layout)]
+    return [page_size if a == "token" else 1 if a == "page" else n
+            for a, n in zip(axes, kv_buffer.shape)]
+
+
 def sglang_host(kv_buffer, layout: str, mla: bool, page_size: int, layers: int,
                 heads: int, head_size: int):
     """The Geometry of an SGLang host pool's kv_buffer in its layout, and

@@ -106,12 +106,12 @@ class KvtierStorage(HiCacheStorage):
         self._extra = dict(cfg.extra_config or {})
         self._conn: Reconnecting | None = None  # made when the host pool is registered
         self._layout = None
-        self._host: dict = {}
+        self._one_page: tuple = ()
         self._page = 0
         self._shard, self._writer = 0, True
         # SGLang calls from its prefetch and backup threads at once.
         self._lock = threading.Lock()
-        # kvtier's counts since the start (the docstring's get_stats).
+        # kvtier's counts since the start (get_stats is SGLang's metrics).
         self.counts = dict.fromkeys(_COUNTERS, 0)
         # SGLang's per-call figures, when it asks for them, until get_stats.
         self._metrics = StorageMetrics() if cfg.enable_storage_metrics else None
@@ -141,11 +141,9 @@ class KvtierStorage(HiCacheStorage):
         self._layout = layouts.layout(geo, views, pool.page_size)
         self._page = pool.page_size
         # One page of the pool, as the generic calls hand pages over.
-        axes = layouts.SGLANG_HOST[("mla" if mla else "mha", pool.layout)]
-        shape = [pool.page_size if a == "token" else 1 if a == "page" else n
-                 for a, n in zip(axes, pool.kv_buffer.shape)]
-        self._host = dict(layout=pool.layout, mla=mla, layers=pool.layer_num, heads=heads,
-                          head_size=head_size, dtype=pool.dtype, page_shape=shape)
+        self._one_page = (pool.dtype, layouts.sglang_page_shape(pool.kv_buffer, pool.layout,
+                                                                mla, pool.page_size),
+                          (pool.layout, mla, pool.page_size, pool.layer_num, heads, head_size))
         path = self._extra.get("model_name") or cfg.model_name or ""
         if not path:
             raise ValueError("kvtier.sglang: SGLang names no model; give model_name in "
@@ -156,8 +154,7 @@ class KvtierStorage(HiCacheStorage):
             kv_heads=1 if mla else self._kv_heads(path, heads), head_size=head_size,
             dtype=dtype,
             block_tokens=pool.page_size,
-            weights=bytes.fromhex(weights) if weights else (
-                weights_fingerprint(path) if os.path.isdir(path) else b""),
+            weights=bytes.fromhex(weights) if weights else weights_fingerprint(path),
             tp_size=cfg.tp_size, salt=str(self._extra.get("salt", "")).encode(), mla=mla)
         self._conn = Reconnecting(identity, socket=self._extra.get("socket"),
                                   name=f"sglang-tp{cfg.tp_rank}", log=log)
@@ -235,11 +232,9 @@ class KvtierStorage(HiCacheStorage):
             _, status = ns.load_paged(self._shard, self._layout, kb, pages)
             late = [i for i, s in enumerate(status) if s == -errno.EAGAIN]
             if late:  # still staging from NVMe: wait for them, then again
-                ns.wait_resident(b"".join(kb[i * 32:(i + 1) * 32] for i in late),
-                                 _STAGE_TIMEOUT_MS)
-                _, again = ns.load_paged(self._shard, self._layout,
-                                         b"".join(kb[i * 32:(i + 1) * 32] for i in late),
-                                         [pages[i] for i in late])
+                lk = b"".join(kb[i * 32:(i + 1) * 32] for i in late)
+                ns.wait_resident(lk, _STAGE_TIMEOUT_MS)
+                _, again = ns.load_paged(self._shard, self._layout, lk, [pages[i] for i in late])
                 for i, s in zip(late, again):
                     status[i] = s
         except Error as e:
@@ -283,10 +278,8 @@ class KvtierStorage(HiCacheStorage):
         """A Layout of one flat page as SGLang's generic calls hand it over
         (get_data_page / get_dummy_flat_data_page): a host pool of one
         page in the pool's own layout."""
-        g = self._host
-        one = page.view(g["dtype"]).view(g["page_shape"])
-        geo, views = layouts.sglang_host(one, g["layout"], g["mla"], self._page, g["layers"],
-                                         g["heads"], g["head_size"])
+        dtype, shape, args = self._one_page
+        geo, views = layouts.sglang_host(page.view(dtype).view(shape), *args)
         return layouts.layout(geo, views, self._page)
 
     def get(self, key: str, target_location: Optional[Any] = None,
