@@ -13,37 +13,55 @@
 
 /*
  * How one block's bytes move between the caller and its slot: a plain
- * buffer, or an engine's paged cache through the layout descriptor.
+ * buffer, or an engine's paged cache through layout descriptors, one per
+ * layer group, whose blocks follow each other in the slot.
  */
 struct copier {
 	const void *const *srcs; /* kvt_store */
 	void *const *dsts;       /* kvt_load */
-	const kvt_layout *layout; /* *_paged */
-	const int64_t *indices;
+	uint32_t n_parts;        /* *_paged: layer groups */
+	const kvt_layout *const *layouts; /* [n_parts] */
+	const int64_t *const *indices;    /* [n_parts] */
+	uint64_t offset[KVT_MAX_GROUPS];  /* of each group's block in the slot */
 	uint32_t block_tokens;
 };
 
+/* The indices of block i in part k. */
+static const int64_t *part_indices(const struct copier *cp, uint32_t k, size_t i)
+{
+	size_t per = cp->layouts[k]->index_kind == KVT_INDEX_SLOT ? cp->block_tokens : 1;
+	return cp->indices[k] + i * per;
+}
+
 static int copy_in(const struct copier *cp, size_t i, void *slot, uint64_t bytes)
 {
-	if (cp->layout) {
-		size_t per = cp->layout->index_kind == KVT_INDEX_SLOT ? cp->block_tokens : 1;
-		void *blocks[1] = {slot};
-		return kvt_layout_gather(cp->layout, cp->block_tokens,
-					 cp->indices + i * per, 1, blocks);
+	if (!cp->n_parts) {
+		memcpy(slot, cp->srcs[i], bytes);
+		return 0;
 	}
-	memcpy(slot, cp->srcs[i], bytes);
+	for (uint32_t k = 0; k < cp->n_parts; k++) {
+		void *blocks[1] = {(uint8_t *)slot + cp->offset[k]};
+		int r = kvt_layout_gather(cp->layouts[k], cp->block_tokens,
+					  part_indices(cp, k, i), 1, blocks);
+		if (r < 0)
+			return r;
+	}
 	return 0;
 }
 
 static int copy_out(const struct copier *cp, size_t i, const void *slot, uint64_t bytes)
 {
-	if (cp->layout) {
-		size_t per = cp->layout->index_kind == KVT_INDEX_SLOT ? cp->block_tokens : 1;
-		const void *blocks[1] = {slot};
-		return kvt_layout_scatter(cp->layout, cp->block_tokens,
-					  cp->indices + i * per, 1, blocks);
+	if (!cp->n_parts) {
+		memcpy(cp->dsts[i], slot, bytes);
+		return 0;
 	}
-	memcpy(cp->dsts[i], slot, bytes);
+	for (uint32_t k = 0; k < cp->n_parts; k++) {
+		const void *blocks[1] = {(const uint8_t *)slot + cp->offset[k]};
+		int r = kvt_layout_scatter(cp->layouts[k], cp->block_tokens,
+					   part_indices(cp, k, i), 1, blocks);
+		if (r < 0)
+			return r;
+	}
 	return 0;
 }
 
@@ -172,24 +190,34 @@ KVT_EXPORT int kvt_load(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t 
 	return load_batch(ns, shard, keys, n, &cp, ret_status);
 }
 
-/* The copier of a paged call, once its layout is checked against the
- * namespace's geometry. */
-static int paged_copier(kvt_ns *ns, const kvt_layout *layout, const int64_t *indices, size_t n,
-			struct copier *ret)
+/* The copier of a paged call, once its layouts are checked against the
+ * namespace's geometry: their blocks, one after the other, are its shard. */
+static int paged_copier(kvt_ns *ns, uint32_t n_groups, const kvt_layout *const *layouts,
+			const int64_t *const *indices, size_t n, struct copier *ret)
 {
-	if (!ns || !layout || (n && !indices))
+	uint64_t bytes = 0;
+
+	if (!ns || !layouts || !indices || n_groups == 0 || n_groups > KVT_MAX_GROUPS)
 		return -EINVAL;
-	uint64_t bytes = kvt_layout_block_bytes(layout, ns->info.block_tokens);
-	if (bytes == 0 || bytes != ns->info.shard_bytes) {
+	*ret = (struct copier){.n_parts = n_groups, .layouts = layouts, .indices = indices,
+			       .block_tokens = ns->info.block_tokens};
+	for (uint32_t k = 0; k < n_groups; k++) {
+		uint64_t b = layouts[k] ? kvt_layout_block_bytes(layouts[k], ns->info.block_tokens)
+					: 0;
+		if (b == 0 || (n && !indices[k]))
+			return -EINVAL;
+		ret->offset[k] = bytes;
+		bytes += b;
+	}
+	if (bytes != ns->info.shard_bytes) {
 		if (ns->c)
 			snprintf(ns->c->error, sizeof(ns->c->error),
-				 "the layout holds %llu bytes per block but the namespace's shard is %llu bytes",
+				 "the layout%s hold%s %llu bytes per block but the namespace's shard is %llu bytes",
+				 n_groups > 1 ? "s" : "", n_groups > 1 ? "" : "s",
 				 (unsigned long long)bytes,
 				 (unsigned long long)ns->info.shard_bytes);
 		return -EINVAL;
 	}
-	*ret = (struct copier){.layout = layout, .indices = indices,
-			       .block_tokens = ns->info.block_tokens};
 	return 0;
 }
 
@@ -197,16 +225,32 @@ KVT_EXPORT int kvt_store_paged(kvt_ns *ns, uint32_t shard, const kvt_layout *lay
 			       const uint8_t *keys, size_t n, const int64_t *indices,
 			       int32_t *ret_status)
 {
-	struct copier cp;
-	int r = paged_copier(ns, layout, indices, n, &cp);
-	return r < 0 ? r : store_batch(ns, shard, keys, n, &cp, ret_status);
+	return kvt_store_paged_groups(ns, shard, 1, &layout, keys, n, &indices, ret_status);
 }
 
 KVT_EXPORT int kvt_load_paged(kvt_ns *ns, uint32_t shard, const kvt_layout *layout,
 			      const uint8_t *keys, size_t n, const int64_t *indices,
 			      int32_t *ret_status)
 {
+	return kvt_load_paged_groups(ns, shard, 1, &layout, keys, n, &indices, ret_status);
+}
+
+KVT_EXPORT int kvt_store_paged_groups(kvt_ns *ns, uint32_t shard, uint32_t n_groups,
+				      const kvt_layout *const *layouts, const uint8_t *keys,
+				      size_t n, const int64_t *const *group_indices,
+				      int32_t *ret_status)
+{
 	struct copier cp;
-	int r = paged_copier(ns, layout, indices, n, &cp);
+	int r = paged_copier(ns, n_groups, layouts, group_indices, n, &cp);
+	return r < 0 ? r : store_batch(ns, shard, keys, n, &cp, ret_status);
+}
+
+KVT_EXPORT int kvt_load_paged_groups(kvt_ns *ns, uint32_t shard, uint32_t n_groups,
+				     const kvt_layout *const *layouts, const uint8_t *keys,
+				     size_t n, const int64_t *const *group_indices,
+				     int32_t *ret_status)
+{
+	struct copier cp;
+	int r = paged_copier(ns, n_groups, layouts, group_indices, n, &cp);
 	return r < 0 ? r : load_batch(ns, shard, keys, n, &cp, ret_status);
 }

@@ -491,6 +491,29 @@ KVT_EXPORT int kvt_load_paged(kvt_ns *ns, uint32_t shard,
 			      int32_t *ret_status);
 
 /**
+ * kvt_store_paged for a namespace whose layer groups differ in geometry
+ * (sliding-window beside full attention, MLA beside MHA), or whose engine
+ * keeps a block table per group: one layout and one set of indices per
+ * group, in the namespace's group order.  A block is each group's block
+ * (kvt_layout_block_bytes of its layout) after the other's, which must add
+ * up to the namespace's shard.  With KVT_INDEX_SLOT a group's block may be
+ * all padding (-1): a store gathers zeros there, so store only blocks
+ * whose every group holds its pages; a load leaves that group's pages
+ * alone (a sliding-window group's pages that left the window).
+ * \return as kvt_store_paged; -EINVAL for n_groups 0 or above 16, or
+ *         layouts whose blocks do not add up to the shard
+ */
+KVT_EXPORT int kvt_store_paged_groups(kvt_ns *ns, uint32_t shard, uint32_t n_groups,
+				      const kvt_layout *const *layouts, const uint8_t *keys,
+				      size_t n, const int64_t *const *group_indices,
+				      int32_t *ret_status);
+/** kvt_load_paged for layer groups (see kvt_store_paged_groups). */
+KVT_EXPORT int kvt_load_paged_groups(kvt_ns *ns, uint32_t shard, uint32_t n_groups,
+				     const kvt_layout *const *layouts, const uint8_t *keys,
+				     size_t n, const int64_t *const *group_indices,
+				     int32_t *ret_status);
+
+/**
  * Evict namespace ns_id of tenant tenant_id (ids as in the
  * "tenant" and "namespace" records).  Needs root or kvtierd's uid.
  * \param drop  non-zero: from every tier; zero: from host memory, where

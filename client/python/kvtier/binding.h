@@ -4,9 +4,10 @@
  * share.  module.c (the module and its functions), binding.c (kvtier.Error,
  * __enter__, the calls in progress on a Client), args.c (memory, keys and
  * integers from Python objects), cuda-args.c (the CUDA path's arguments,
- * checked without CUDA), client.c, namespace.c, layout.c and cuda.c (one
+ * checked without CUDA), paged-args.c (a paged copy's keys, layouts and
+ * indices), client.c, namespace.c, layout.c and cuda.c (one
  * Python type each).  Calls run one way: module.c to the types, the types
- * to cuda-args.c, args.c and binding.c.
+ * to cuda-args.c, paged-args.c, args.c and binding.c.
  *
  * Lifetime: a Namespace holds a reference to its Client, and both count
  * the calls in progress on them, so that close() from one thread while
@@ -107,14 +108,30 @@ int ns_enter(NamespaceObject *self);
 void ns_leave(NamespaceObject *self);
 PyObject *ns_error(NamespaceObject *self, int r, const char *call);
 
-/* Keys and page or slot indices of one paged copy, checked against each
- * other (n keys need n, or n * block_tokens, indices). */
+/* ---- paged-args.c ---- */
+
+#define KVT_PY_MAX_GROUPS 16 /* layer groups of a namespace (KVT_MAX_GROUPS) */
+
+/* The keys, layouts and page or slot indices of one paged copy (the CPU
+ * path's store_paged/load_paged, the CUDA path's load/store): a layout and
+ * its indices, or with groups= a layout per layer group and either one set
+ * of indices for all or group_indices, one per group; checked against
+ * each other and the namespace (n keys need n, or n * block_tokens,
+ * indices; the layouts' blocks add up to its shard). */
 struct paged_args {
-	struct mem keys, indices;
-	void *owned;
+	struct mem keys;
 	size_t n;
+	int grouped; /* groups= was given */
+	uint32_t n_layouts;
+	const kvt_layout *layouts[KVT_PY_MAX_GROUPS]; /* [n_layouts] */
+	const int64_t *group_idx[KVT_PY_MAX_GROUPS];  /* [n_layouts] */
+	struct mem idx[KVT_PY_MAX_GROUPS];
+	void *owned[KVT_PY_MAX_GROUPS];
+	PyObject *keep; /* the Layout, or a tuple of the groups' */
 };
-int paged_args_get(NamespaceObject *ns, LayoutObject *lo, PyObject *keys_o, PyObject *idx_o,
+/* need_n_pages: every layout must bound its indices (the CUDA path). */
+int paged_args_get(NamespaceObject *ns, PyObject *layout, PyObject *keys, PyObject *indices,
+		   PyObject *groups, PyObject *group_indices, int need_n_pages,
 		   struct paged_args *ret);
 void paged_args_release(struct paged_args *a);
 
@@ -123,7 +140,6 @@ void paged_args_release(struct paged_args *a);
 #if KVT_HAVE_CUDA
 #include "kvtier-cuda.h"
 
-#define KVT_PY_CUDA_MAX_GROUPS 16  /* kvt_cuda_submit_opts.n_groups */
 #define KVT_PY_CUDA_MAX_CTAS 65535 /* kvt_cuda_opts.max_ctas */
 
 /* CudaContext's keywords (copy_path NULL: "auto"); 0, or -1 with a
@@ -145,14 +161,7 @@ struct cuda_submit_in {
 /* ... checked against the namespace, as the library takes them. */
 struct cuda_submit_args {
 	kvt_cuda_submit_opts o;
-	struct mem keys;
-	size_t n;
-	uint32_t n_layouts;
-	const kvt_layout *layouts[KVT_PY_CUDA_MAX_GROUPS]; /* [n_layouts] */
-	const int64_t *group_idx[KVT_PY_CUDA_MAX_GROUPS];  /* [n_layouts] */
-	struct mem idx[KVT_PY_CUDA_MAX_GROUPS];
-	void *owned[KVT_PY_CUDA_MAX_GROUPS];
-	PyObject *keep; /* the Layout, or a tuple of the groups' */
+	struct paged_args p;
 };
 
 int cuda_submit_args_get(NamespaceObject *ns, const struct cuda_submit_in *in,

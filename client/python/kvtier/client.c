@@ -354,12 +354,15 @@ static PyMethodDef Client_methods[] = {
 	 METH_VARARGS | METH_KEYWORDS,
 	 "open_namespace(model, layers, kv_heads, head_bytes, block_tokens, dtype, *,\n"
 	 "               tp_size=1, cp_size=1, layer_first=0, mla=False, window=0,\n"
-	 "               weights=b'', salt=b'', scale_layout=0)\n--\n\n"
+	 "               weights=b'', salt=b'', scale_layout=0, groups=None)\n--\n\n"
 	 "Open (or join) the namespace of one model and KV geometry.  kv_heads is\n"
 	 "the total over all tensor-parallel ranks; head_bytes is head_dim times\n"
 	 "the element size (for MLA: the latent of one token); dtype is an integer\n"
-	 "code (kvtier.DTYPES).  Every argument is part of the identity: change one\n"
-	 "and no block is shared."},
+	 "code (kvtier.DTYPES).  groups: the layer groups of a hybrid model, in\n"
+	 "block order, as (layers, window) pairs (window 0: full attention) that\n"
+	 "add up to layers; a block then holds each group's layers after the\n"
+	 "other's.  Every argument is part of the identity: change one and no\n"
+	 "block is shared."},
 	{NULL}};
 
 static PyGetSetDef Client_getset[] = {

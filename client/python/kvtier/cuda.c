@@ -125,7 +125,7 @@ static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyO
 	jo->job = NULL;
 	jo->ctx = (CudaContextObject *)Py_NewRef(self);
 	jo->ns = (NamespaceObject *)Py_NewRef(ns);
-	jo->layouts = Py_NewRef(a.keep);
+	jo->layouts = Py_NewRef(a.p.keep);
 	if (cuda_enter(self) < 0) {
 		Py_DECREF(jo);
 		goto out;
@@ -137,13 +137,13 @@ static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyO
 	}
 	int r;
 	kvt_cuda_job *job = NULL;
-	const kvt_layout *layout = a.o.n_groups ? NULL : a.layouts[0];
-	const int64_t *indices = a.o.group_indices ? NULL : a.group_idx[0];
+	const kvt_layout *layout = a.o.n_groups ? NULL : a.p.layouts[0];
+	const int64_t *indices = a.o.group_indices ? NULL : a.p.group_idx[0];
 	Py_BEGIN_ALLOW_THREADS
-	r = load ? kvt_cuda_load_submit_opts(self->ctx, ns->ns, in.shard, layout, a.keys.ptr,
-					     a.n, indices, &a.o, &job)
-		 : kvt_cuda_store_submit_opts(self->ctx, ns->ns, in.shard, layout, a.keys.ptr,
-					      a.n, indices, &a.o, &job);
+	r = load ? kvt_cuda_load_submit_opts(self->ctx, ns->ns, in.shard, layout, a.p.keys.ptr,
+					     a.p.n, indices, &a.o, &job)
+		 : kvt_cuda_store_submit_opts(self->ctx, ns->ns, in.shard, layout, a.p.keys.ptr,
+					      a.p.n, indices, &a.o, &job);
 	Py_END_ALLOW_THREADS
 	ns_leave(ns);
 	self->busy = 0;

@@ -33,30 +33,92 @@ PyObject *ns_error(NamespaceObject *self, int r, const char *what)
 	return client_error_for(self->client, r, what);
 }
 
+/* The layer groups of open_namespace: one of every layer (window), or
+ * groups= as (layers, window) pairs, window 0 for full attention, whose
+ * layers add up to layers.  0, or -1 with a ValueError or TypeError. */
+static int groups_get(PyObject *groups, unsigned int layers, unsigned int window,
+		      const kvt_layer_group *proto, kvt_layer_group *ret, uint32_t *ret_n)
+{
+	if (groups == Py_None) {
+		ret[0] = *proto;
+		ret[0].n_layers = layers;
+		ret[0].window = window;
+		*ret_n = 1;
+		return 0;
+	}
+	if (window) {
+		PyErr_SetString(PyExc_ValueError,
+				"kvtier: window and groups are exclusive: give each group its window");
+		return -1;
+	}
+	PyObject *seq = PySequence_Fast(groups, "kvtier: groups must be a sequence of "
+						"(layers, window) pairs");
+	if (!seq)
+		return -1;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	uint64_t total = 0;
+	int r = -1;
+	if (n < 1 || n > KVT_PY_MAX_GROUPS) {
+		PyErr_Format(PyExc_ValueError, "kvtier: groups takes 1 to %d (layers, window) pairs, "
+			     "got %zd", KVT_PY_MAX_GROUPS, n);
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		unsigned int gl, gw;
+		PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+		if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "II", &gl, &gw)) {
+			PyErr_Format(PyExc_TypeError, "kvtier: groups[%zd] must be a (layers, window) "
+				     "pair of ints", i);
+			goto out;
+		}
+		ret[i] = *proto;
+		ret[i].n_layers = gl;
+		ret[i].window = gw;
+		ret[i].attn = proto->attn == KVT_ATTN_MLA ? KVT_ATTN_MLA
+			      : gw		     ? KVT_ATTN_SWA
+						     : KVT_ATTN_MHA;
+		total += gl;
+	}
+	if (total != layers) {
+		PyErr_Format(PyExc_ValueError, "kvtier: the groups hold %llu layers; layers is %u",
+			     (unsigned long long)total, layers);
+		goto out;
+	}
+	*ret_n = (uint32_t)n;
+	r = 0;
+out:
+	Py_DECREF(seq);
+	return r;
+}
+
 PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"model",	"layers",   "kv_heads", "head_bytes",
 				 "block_tokens", "dtype",    "tp_size",  "cp_size",
 				 "layer_first", "mla",	    "window",	"weights",
-				 "salt",	"scale_layout", NULL};
+				 "salt",	"scale_layout", "groups", NULL};
 	const char *model;
 	unsigned int layers, kv_heads, hb, bt, dtype, tp = 1, cp = 1, first = 0, window = 0,
 							 scale = 0;
 	int mla = 0;
 	Py_buffer weights = {0}, salt = {0};
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sIIIII|$IIIpIy*y*I:open_namespace", kwlist,
+	PyObject *groups_o = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sIIIII|$IIIpIy*y*IO:open_namespace", kwlist,
 					 &model, &layers, &kv_heads, &hb, &bt, &dtype, &tp, &cp,
-					 &first, &mla, &window, &weights, &salt, &scale))
+					 &first, &mla, &window, &weights, &salt, &scale, &groups_o))
 		return NULL;
 	PyObject *ret = NULL;
-	kvt_layer_group g = {.n_layers = layers,
-			     .attn = mla ? KVT_ATTN_MLA : window ? KVT_ATTN_SWA : KVT_ATTN_MHA,
-			     .window = window,
-			     .planes = mla ? 1 : 2,
-			     .kv_heads = kv_heads,
-			     .head_bytes = hb,
-			     .dtype = dtype,
-			     .scale_layout = scale};
+	const kvt_layer_group proto = {.attn = mla ? KVT_ATTN_MLA : window ? KVT_ATTN_SWA
+									: KVT_ATTN_MHA,
+				       .planes = mla ? 1 : 2,
+				       .kv_heads = kv_heads,
+				       .head_bytes = hb,
+				       .dtype = dtype,
+				       .scale_layout = scale};
+	kvt_layer_group groups[KVT_PY_MAX_GROUPS];
+	uint32_t n_groups;
+	if (groups_get(groups_o, layers, window, &proto, groups, &n_groups) < 0)
+		goto out;
 	kvt_ns_desc d = {.model = model,
 			 .weights = weights.buf,
 			 .weights_len = (uint32_t)weights.len,
@@ -65,8 +127,8 @@ PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw
 			 .tp_size = tp,
 			 .cp_size = cp,
 			 .block_tokens = bt,
-			 .n_groups = 1,
-			 .groups = &g,
+			 .n_groups = n_groups,
+			 .groups = groups,
 			 .salt = salt.buf,
 			 .salt_len = (uint32_t)salt.len};
 	NamespaceObject *nso = PyObject_New(NamespaceObject, &NamespaceType);
@@ -396,42 +458,19 @@ static PyObject *Namespace_load(NamespaceObject *self, PyObject *args)
 	return Namespace_copy_op(self, args, 0);
 }
 
-int paged_args_get(NamespaceObject *ns, LayoutObject *lo, PyObject *keys_o, PyObject *idx_o,
-		   struct paged_args *ret)
+/* store_paged/load_paged through a Layout, or one per layer group:
+ * (count, statuses). */
+static PyObject *Namespace_paged_op(NamespaceObject *self, PyObject *args, PyObject *kw,
+				    int store)
 {
-	size_t ni;
-	memset(ret, 0, sizeof(*ret));
-	if (keys_get(keys_o, &ret->keys, &ret->n) < 0)
-		return -1;
-	if (ints_get(idx_o, 8, 1, &ret->indices, &ret->owned, &ni) < 0)
-		goto fail;
-	size_t per = lo->l.index_kind == KVT_INDEX_SLOT ? ns->info.block_tokens : 1;
-	if (ni == ret->n * per)
-		return 0;
-	PyErr_Format(PyExc_ValueError, "kvtier: %zu keys need %zu indices, got %zu", ret->n,
-		     ret->n * per, ni);
-fail:
-	paged_args_release(ret);
-	return -1;
-}
-
-void paged_args_release(struct paged_args *a)
-{
-	mem_release(&a->indices);
-	free(a->owned);
-	a->owned = NULL;
-	mem_release(&a->keys);
-}
-
-/* store_paged/load_paged through a Layout: (count, statuses). */
-static PyObject *Namespace_paged_op(NamespaceObject *self, PyObject *args, int store)
-{
+	static char *kwlist[] = {"shard", "layout", "keys", "indices", "groups", "group_indices",
+				 NULL};
 	unsigned int shard;
-	PyObject *keys_o, *idx_o;
-	LayoutObject *lo;
+	PyObject *layout, *keys_o, *idx_o = Py_None, *groups = Py_None, *gidx = Py_None;
 	struct paged_args a;
-	if (!PyArg_ParseTuple(args, "IO!OO", &shard, &LayoutType, &lo, &keys_o, &idx_o) ||
-	    paged_args_get(self, lo, keys_o, idx_o, &a) < 0)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "IOO|O$OO", kwlist, &shard, &layout, &keys_o,
+					 &idx_o, &groups, &gidx) ||
+	    paged_args_get(self, layout, keys_o, idx_o, groups, gidx, 0, &a) < 0)
 		return NULL;
 	PyObject *ret = NULL;
 	int32_t *st = calloc(a.n ? a.n : 1, sizeof(*st));
@@ -443,8 +482,10 @@ static PyObject *Namespace_paged_op(NamespaceObject *self, PyObject *args, int s
 		goto out;
 	int r;
 	Py_BEGIN_ALLOW_THREADS
-	r = store ? kvt_store_paged(self->ns, shard, &lo->l, a.keys.ptr, a.n, a.indices.ptr, st)
-		  : kvt_load_paged(self->ns, shard, &lo->l, a.keys.ptr, a.n, a.indices.ptr, st);
+	r = store ? kvt_store_paged_groups(self->ns, shard, a.n_layouts, a.layouts, a.keys.ptr,
+					   a.n, a.group_idx, st)
+		  : kvt_load_paged_groups(self->ns, shard, a.n_layouts, a.layouts, a.keys.ptr,
+					  a.n, a.group_idx, st);
 	Py_END_ALLOW_THREADS
 	ret = count_result(self, r, st, a.n, store ? "store_paged" : "load_paged");
 	ns_leave(self);
@@ -454,14 +495,14 @@ out:
 	return ret;
 }
 
-static PyObject *Namespace_store_paged(NamespaceObject *self, PyObject *args)
+static PyObject *Namespace_store_paged(NamespaceObject *self, PyObject *args, PyObject *kw)
 {
-	return Namespace_paged_op(self, args, 1);
+	return Namespace_paged_op(self, args, kw, 1);
 }
 
-static PyObject *Namespace_load_paged(NamespaceObject *self, PyObject *args)
+static PyObject *Namespace_load_paged(NamespaceObject *self, PyObject *args, PyObject *kw)
 {
-	return Namespace_paged_op(self, args, 0);
+	return Namespace_paged_op(self, args, kw, 0);
 }
 
 static PyMethodDef Namespace_methods[] = {
@@ -506,12 +547,19 @@ static PyMethodDef Namespace_methods[] = {
 	{"load", (PyCFunction)Namespace_load, METH_VARARGS,
 	 "load(shard, keys, buffers)\n--\n\nLoad whole shards into writable buffers.  Returns\n"
 	 "(loaded, statuses); a miss leaves its buffer untouched."},
-	{"store_paged", (PyCFunction)Namespace_store_paged, METH_VARARGS,
-	 "store_paged(shard, layout, keys, indices)\n--\n\nStore blocks from an engine's paged\n"
-	 "cache described by a Layout.  Returns (stored, statuses)."},
-	{"load_paged", (PyCFunction)Namespace_load_paged, METH_VARARGS,
-	 "load_paged(shard, layout, keys, indices)\n--\n\nLoad blocks into an engine's paged\n"
-	 "cache.  Returns (loaded, statuses)."},
+	{"store_paged", (PyCFunction)(void (*)(void))Namespace_store_paged,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "store_paged(shard, layout, keys, indices=None, *, groups=None, group_indices=None)\n--\n\n"
+	 "Store blocks from an engine's paged cache described by a Layout, or,\n"
+	 "for a namespace of several layer groups, by one Layout per group\n"
+	 "(layout None, groups=) with their indices (group_indices=, one per\n"
+	 "group, or indices for all).  Store only blocks whose every group\n"
+	 "holds its pages.  Returns (stored, statuses)."},
+	{"load_paged", (PyCFunction)(void (*)(void))Namespace_load_paged,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "load_paged(shard, layout, keys, indices=None, *, groups=None, group_indices=None)\n--\n\n"
+	 "Load blocks into an engine's paged cache (as store_paged); a group's\n"
+	 "padding slots (-1) are left alone.  Returns (loaded, statuses)."},
 	{NULL}};
 
 static PyGetSetDef Namespace_getset[] = {
