@@ -77,7 +77,7 @@ with set_current_vllm_config(cfg):
     pages = [caches[n].view(torch.uint8) for n in names]  # [pages, heads, tokens, bytes]
 
     def transfers(items):
-        return [_Transfer(r, bytes.fromhex(k), list(ids)) for r, k, ids in items]
+        return [_Transfer(r, bytes.fromhex(k), (list(ids),)) for r, k, ids in items]
 
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:

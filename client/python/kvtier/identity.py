@@ -110,6 +110,9 @@ class ModelIdentity:
     tp_size: int = 1
     salt: bytes = b""
     mla: bool = False  # one latent per token (kv_heads 1, head_size its width)
+    # A hybrid model's layer groups in block order, as (layers, sliding
+    # window or 0) pairs adding up to layers; () for one group of all.
+    groups: tuple[tuple[int, int], ...] = ()
 
     @property
     def elem_bytes(self) -> int:
@@ -127,7 +130,7 @@ class ModelIdentity:
             self.model, self.layers, 1 if self.mla else self.kv_heads,
             self.head_size * self.elem_bytes, self.block_tokens,
             dtype_code(self.dtype), tp_size=self.tp_size, mla=self.mla,
-            weights=self.weights, salt=self.salt)
+            weights=self.weights, salt=self.salt, groups=list(self.groups) or None)
 
 
 def shard_of(rank: int, shards: int, tp_size: int) -> tuple[int, bool]:

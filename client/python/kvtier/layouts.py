@@ -125,21 +125,32 @@ def geometry(backend: str, view, head_size: int, heads: int,
                     head_size * e, st[1], pages)
 
 
-def layout(geo: Geometry, tensors: list, block_tokens: int) -> Layout:
-    """The Layout of layers whose views all have geometry geo."""
+def by_slot(geo: Geometry, gaps: bool = False) -> bool:
+    """Whether a Layout of geo names blocks by their tokens' slots: with
+    kernel pages smaller than a block, or where a block may have no pages
+    (gaps: a sliding-window group's pages that left the window, which vLLM
+    frees), since only slots have a padding value (-1)."""
+    return gaps or geo.pages_per_block > 1
+
+
+def layout(geo: Geometry, tensors: list, block_tokens: int, gaps: bool = False) -> Layout:
+    """The Layout of layers whose views all have geometry geo (gaps: see
+    by_slot)."""
     return Layout(len(tensors), geo.planes, geo.heads, geo.head_bytes, geo.page_tokens,
                   [t.data_ptr() for t in tensors], geo.stride_plane, geo.stride_page,
                   geo.stride_token, geo.stride_head,
-                  INDEX_PAGE if geo.pages_per_block == 1 else INDEX_SLOT, keep=tensors,
+                  INDEX_SLOT if by_slot(geo, gaps) else INDEX_PAGE, keep=tensors,
                   n_pages=geo.n_pages)
 
 
-def indices(geo: Geometry, block_ids: list[int], block_tokens: int) -> list[int]:
-    """What the Layout of geo names vLLM's blocks by: their ids, or, with
-    kernel pages smaller than a block, their tokens' slots."""
-    if geo.pages_per_block == 1:
+def indices(geo: Geometry, block_ids: list[int], block_tokens: int,
+            gaps: bool = False) -> list[int]:
+    """What the Layout of geo names vLLM's blocks by: their ids, or their
+    tokens' slots (by_slot), a block id of -1 (no pages) making padding."""
+    if not by_slot(geo, gaps):
         return list(block_ids)
-    return [b * block_tokens + t for b in block_ids for t in range(block_tokens)]
+    return [b * block_tokens + t if b >= 0 else -1
+            for b in block_ids for t in range(block_tokens)]
 
 
 #: SGLang's host pool layouts: the axes of its kv_buffer, outermost first

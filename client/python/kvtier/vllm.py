@@ -31,8 +31,12 @@ asynchronous load: the request waits in vLLM's WAITING_FOR_REMOTE_KVS
 while the worker's mover thread waits for the staging and copies, and the
 batch goes on without it.  After the forward, every full prompt block the
 step computed that kvtierd does not hold yet is stored: on the CPU by the
-mover while the next step computes (vLLM keeps a finished request's pages
-until its stores are done).  A block that fails to load is reported to vLLM, which recomputes it
+mover while the next step computes.  The pages a copy under way reads or
+writes are pinned in vLLM's block pool from the step that hands it to
+the mover until every worker has reported it done, so that no page is
+given to another request under a copy: not when the request finishes,
+is preempted or is aborted, and not when a sliding window leaves it.
+A block that fails to load is reported to vLLM, which recomputes it
 (and the connector stores it then, not what the step computed on top of
 the unfilled pages): kvtier never makes the engine produce other output.  Without kvtierd
 (absent, killed, restarting) lookups miss and stores are skipped, and the
@@ -44,7 +48,17 @@ compute stream, which waits for it on the GPU (before the forward, or
 layer by layer with the extra config ``"layerwise": true``, which asks vLLM
 for piecewise CUDA graphs); a store is queued after an event recorded at
 the end of the forward and copies while the next step computes, its pages
-kept as on the CPU.
+pinned as on the CPU.
+
+Hybrid models (vLLM's hybrid KV cache allocator, several KV cache groups:
+sliding-window layers beside full attention): one namespace of a layer
+group per KV cache group, in vLLM's group order, each group's layers read
+through its own pages.  A sliding-window group keeps pages only for the
+blocks its window still sees: a load leaves the others alone (the block
+holds them, for a request whose window ends there), and a block is stored
+only when every group holds its pages.  Their loads are all asynchronous,
+since vLLM can only recompute a hybrid request's failed load as a whole.
+Mamba and other groups without per-token pages are refused at start.
 
 Layouts: each layer's cache is read from the view vLLM allocated, by its
 strides and the attention backend's K/V rule (kvtier.layouts: the
@@ -65,6 +79,7 @@ import errno
 import logging
 import queue
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +88,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
+    KVConnectorWorkerMetadata,
+    SupportsHMA,
 )
 
 from . import HAVE_CUDA, HOST, Error, hash_chain
@@ -98,7 +116,10 @@ _SHARED_PRIORITY = 90
 class _Transfer:
     req_id: str
     keys: bytes  # 32 bytes per block
-    block_ids: list[int]  # vLLM pages, one per key
+    # vLLM's pages, one per key, in each KV cache group; -1 where a group
+    # holds none (a sliding window's freed pages)
+    block_ids: tuple[list[int], ...]
+    pin: int = 0  # the scheduler's pin of the pages (0: none)
 
 
 @dataclass
@@ -108,22 +129,51 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     # WAITING_FOR_REMOTE_KVS) until get_finished says they are loaded.
     async_loads: list[_Transfer] = field(default_factory=list)
     stores: list[_Transfer] = field(default_factory=list)
-    # Finished requests whose pages vLLM keeps until their stores are done.
-    kept: list[str] = field(default_factory=list)
-    preempted: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
+    """What workers tell the scheduler: the pins of the transfers they
+    have done with, each counted once per worker."""
+
+    done: Counter = field(default_factory=Counter)
+
+    def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
+        if isinstance(other, KvtierWorkerMetadata):
+            self.done.update(other.done)
+        return self
 
 
 @dataclass
 class _Request:
     keys: bytes  # every full prompt block but the last prompt token's
-    block_ids: list[int]
+    block_ids: tuple[list[int], ...]  # per KV cache group
     local: int = 0  # tokens vLLM's own prefix cache had
     done: int = 0  # leading blocks loaded or stored already
     staging: bool = False  # the run found goes on past host memory
-    stored: bool = False  # stores were asked of the workers
 
 
-def identity_of(vllm_config, extra: dict) -> ModelIdentity:
+def _groups_of(kv_cache_config) -> list[tuple[list[str], int, Any]]:
+    """vLLM's KV cache groups as (layer names, sliding window or 0, spec);
+    a group kvtier cannot store is refused, naming it."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec
+
+    out = []
+    for g in getattr(kv_cache_config, "kv_cache_groups", None) or ():
+        spec = g.kv_cache_spec
+        kind = type(spec)
+        if kind not in (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec):
+            raise NotImplementedError(
+                f"kvtier.vllm: this model has a KV cache group of {kind.__name__} "
+                f"({len(g.layer_names)} layers, e.g. {g.layer_names[0]}); kvtier stores "
+                "full-attention, MLA and sliding-window layers only (no Mamba or other "
+                "state). Run without the kvtier connector")
+        out.append((list(g.layer_names), spec.sliding_window if kind is SlidingWindowSpec else 0,
+                    spec))
+    return out
+
+
+def identity_of(vllm_config, extra: dict, kv_cache_config=None) -> ModelIdentity:
     mc, pc, cc = vllm_config.model_config, vllm_config.parallel_config, vllm_config.cache_config
     if pc.pipeline_parallel_size > 1:
         raise NotImplementedError("kvtier.vllm: pipeline parallelism is not supported yet; "
@@ -146,17 +196,31 @@ def identity_of(vllm_config, extra: dict) -> ModelIdentity:
     path = extra.get("model_name") or mc.model
     weights = extra.get("weights")
     mla = bool(getattr(mc, "use_mla", False))
+    block, groups = cc.block_size, ()
+    specs = _groups_of(kv_cache_config)
+    if specs:
+        sizes = {spec.block_size for _, _, spec in specs}
+        heads = {spec.head_size for _, _, spec in specs}
+        if len(sizes) != 1 or len(heads) != 1 or heads != {mc.get_head_size()}:
+            raise NotImplementedError(
+                f"kvtier.vllm: the model's KV cache groups differ in block size "
+                f"({sorted(sizes)}) or head size ({sorted(heads)}); kvtier stores groups "
+                "of one geometry. Run without the kvtier connector")
+        block = sizes.pop()
+        if len(specs) > 1 or specs[0][1]:
+            groups = tuple((len(names), window) for names, window, _ in specs)
     return ModelIdentity(
         model=model_id(path),
         layers=mc.get_num_layers(pc),
         kv_heads=1 if mla else mc.get_total_num_kv_heads(),
         head_size=mc.get_head_size(),
         dtype=dtype,
-        block_tokens=cc.block_size,
+        block_tokens=block,
         weights=bytes.fromhex(weights) if weights else weights_fingerprint(path),
         tp_size=pc.tensor_parallel_size,
         salt=str(extra.get("salt", "")).encode(),
         mla=mla,
+        groups=groups,
     )
 
 
@@ -187,7 +251,7 @@ def _flag(extra: dict, name: str) -> bool:
     return v
 
 
-class KvtierConnector(KVConnectorBase_V1):
+class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM V1 KV connector backed by kvtierd (see the module docstring)."""
 
     def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
@@ -198,19 +262,34 @@ class KvtierConnector(KVConnectorBase_V1):
             raise ValueError(f"kvtier.vllm: kv_connector_extra_config 'end' is {self._end!r}; "
                              f"it is one of {', '.join(_ENDS)}")
         self._layerwise = _flag(extra, "layerwise")
-        self._identity = identity_of(vllm_config, extra)
+        if role == KVConnectorRole.SCHEDULER and \
+                getattr(self._kv_transfer_config, "kv_load_failure_policy", "") == "fail":
+            log.warning("kvtier: kv_load_failure_policy is 'fail' (vLLM's default): a request "
+                        "whose blocks kvtier cannot load (evicted, kvtierd restarting) ends "
+                        "with an error; set \"kv_load_failure_policy\": \"recompute\" in "
+                        "--kv-transfer-config to compute them instead")
+        self._identity = identity_of(vllm_config, extra, kv_cache_config)
         self._block = self._identity.block_tokens
+        # A hybrid model's failed load can only be recomputed whole, which
+        # vLLM does for asynchronous loads.
+        self._hybrid = len(self._identity.groups) > 1
         self._conn = Reconnecting(self._identity, socket=extra.get("socket"),
                                   name=f"vllm-{role.name.lower()}", log=log)
         # Scheduler side.
         self._requests: dict[str, _Request] = {}
         # req -> (first block, end block, vLLM's pages for an asynchronous load)
-        self._pending_loads: dict[str, tuple[int, int, list[int] | None]] = {}
-        self._kept: list[str] = []  # request_finished kept their pages, since the last step
-        self._holding: set[str] = set()  # requests whose pages vLLM keeps for us
+        self._pending_loads: dict[str, tuple[int, int, tuple[list[int], ...] | None]] = {}
+        self._load_failed: set[str] = set()  # requests vLLM computes after a failed load
+        self._pool = None  # vLLM's block pool (bind_gpu_block_pool)
+        self._null = 0  # its null block's id
+        self._pins: dict[int, list] = {}  # pin -> the pool's blocks it holds
+        self._pin_reports: Counter = Counter()  # pin -> workers that are done with it
+        self._next_pin = 0
+        self._workers = vllm_config.parallel_config.tensor_parallel_size
         # Worker side.
-        self._layout = None  # kvtier.Layout of every layer
-        self._geometry: layouts.Geometry | None = None
+        self._layouts: list = []  # kvtier.Layout of each group's layers
+        self._geometries: list[layouts.Geometry] = []
+        self._gaps: list[bool] = []  # whether a group's blocks may lack pages
         self._rank = 0  # this worker's tensor-parallel rank
         self._shard = 0  # the shard it reads
         self._writer = True  # whether it writes that shard
@@ -223,6 +302,7 @@ class KvtierConnector(KVConnectorBase_V1):
         self._step_jobs: list = []  # this step's loads on a GPU (wait_for_layer_load)
         self._load_jobs: list = []  # (job, statuses at submission) of loads not seen complete
         self._load_errors: set[int] = set()
+        self._failed_loads: set[str] = set()  # hybrid: requests whose load failed
         self._failed_reqs: set[str] = set()  # this step's requests with a failed load
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
                       "load_failures": 0, "stored_blocks": 0, "store_skipped": 0,
@@ -230,9 +310,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._lock = threading.Lock()  # the worker's mover thread and vLLM's
         self._mover: threading.Thread | None = None
         self._jobs: queue.Queue = queue.Queue()
-        self._in_flight: dict[str, int] = {}  # stores queued or running, per request
-        self._kept_here: set[str] = set()  # finished requests waiting for their stores
-        self._received: list[tuple[str, list[int], int]] = []  # async loads done
+        self._done_pins: list[int] = []  # transfers done with, since the last step
+        self._received: list[tuple[str, tuple[list[int], ...], int]] = []  # async loads done
         self._reported: dict[str, int] = {}  # counters as last handed to vLLM's statistics
 
     # ---------------------------------------------------------------- common
@@ -260,6 +339,10 @@ class KvtierConnector(KVConnectorBase_V1):
 
     # -------------------------------------------------------------- scheduler
 
+    def bind_gpu_block_pool(self, gpu_block_pool) -> None:
+        self._pool = gpu_block_pool
+        self._null = gpu_block_pool.null_block.block_id
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         tokens = list(request.prompt_token_ids or [])
         n = (len(tokens) - 1) // self._block  # leave a prompt token to compute
@@ -268,10 +351,10 @@ class KvtierConnector(KVConnectorBase_V1):
         salt = getattr(request, "cache_salt", None)
         keys = hash_chain(tokens[: n * self._block], self._block,
                           extra=salt.encode() if salt else None)
-        self._requests[request.request_id] = _Request(keys=keys, block_ids=[],
+        self._requests[request.request_id] = _Request(keys=keys, block_ids=(),
                                                       local=num_computed_tokens)
         ns = self._namespace()
-        if ns is None:
+        if ns is None or request.request_id in self._load_failed:
             return 0, False
         try:
             hits, states = ns.lookup(keys)
@@ -284,37 +367,70 @@ class KvtierConnector(KVConnectorBase_V1):
         r.done = hits  # in kvtierd already
         # A run that goes on past host memory is loaded asynchronously:
         # the request waits for its staging, the batch does not.
-        r.staging = any(s != HOST for s in states[:hits])
+        r.staging = self._hybrid or any(s != HOST for s in states[:hits])
         n = max(0, hits * self._block - num_computed_tokens)
         return n, bool(n) and r.staging
+
+    def _pages(self, block_ids) -> tuple[list[int], ...]:
+        """vLLM's block ids of each group, its null block as -1."""
+        return tuple([-1 if b == self._null else b for b in ids] for ids in block_ids)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
         r = self._requests.get(request.request_id)
         if num_external_tokens <= 0 or r is None:
             return
         first = r.local // self._block
-        pages = list(blocks.get_block_ids()[0]) if r.staging else None
+        pages = self._pages(blocks.get_block_ids()) if r.staging else None
         self._pending_loads[request.request_id] = (
             first, first + num_external_tokens // self._block, pages)
 
-    def _track(self, req_id: str, block_ids: list[int] | None, new: bool):
+    def _track(self, req_id: str, block_ids, new: bool):
         r = self._requests.get(req_id)
         if r is None:
             return None
         if block_ids:
-            r.block_ids = list(block_ids) if new else r.block_ids + list(block_ids)
+            pages = self._pages(block_ids)
+            r.block_ids = pages if new or not r.block_ids else tuple(
+                old + add for old, add in zip(r.block_ids, pages))
         return r
+
+    def _transfer(self, rid: str, r: _Request, a: int, b: int, pages=None) -> _Transfer:
+        """Blocks a..b of request rid, its pages pinned in vLLM's pool until
+        every worker is done with them."""
+        ids = tuple(g[a:b] for g in (pages or r.block_ids))
+        t = _Transfer(rid, r.keys[a * 32: b * 32], ids)
+        if self._pool is not None:
+            held = [self._pool.blocks[p] for g in ids for p in g if p >= 0]
+            self._pool.touch(held)
+            self._next_pin += 1
+            t.pin = self._next_pin
+            self._pins[t.pin] = held
+        return t
+
+    def _stored_runs(self, r: _Request, a: int, b: int) -> list[tuple[int, int]]:
+        """The runs of blocks a..b whose every group holds its pages (a
+        sliding window's freed pages, for blocks vLLM's own prefix cache
+        had, cannot be stored)."""
+        runs, start = [], None
+        for i in range(a, b):
+            whole = all(g[i] >= 0 for g in r.block_ids)
+            if whole and start is None:
+                start = i
+            elif not whole and start is not None:
+                runs.append((start, i))
+                start = None
+        if start is not None:
+            runs.append((start, b))
+        return runs
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
         meta = KvtierConnectorMetadata()
         steps = []
         for nr in scheduler_output.scheduled_new_reqs:
-            steps.append((nr.req_id, nr.block_ids[0] if nr.block_ids else None, True,
-                          nr.num_computed_tokens))
+            steps.append((nr.req_id, nr.block_ids, True, nr.num_computed_tokens))
         cached = scheduler_output.scheduled_cached_reqs
         for i, rid in enumerate(cached.req_ids):
-            nb = cached.new_block_ids[i]
-            steps.append((rid, nb[0] if nb else None, rid in cached.resumed_req_ids,
+            steps.append((rid, cached.new_block_ids[i], rid in cached.resumed_req_ids,
                           cached.num_computed_tokens[i]))
         scheduled = {step[0] for step in steps}
         for rid, (a, b, pages) in list(self._pending_loads.items()):
@@ -323,18 +439,19 @@ class KvtierConnector(KVConnectorBase_V1):
             # Waits in WAITING_FOR_REMOTE_KVS: scheduled once loaded.
             r = self._requests[rid]
             r.block_ids = pages
-            meta.async_loads.append(_Transfer(rid, r.keys[a * 32: b * 32], pages[a:b]))
+            meta.async_loads.append(self._transfer(rid, r, a, b))
             r.done = max(r.done, b)
             del self._pending_loads[rid]
         for rid, block_ids, new, computed in steps:
             r = self._track(rid, block_ids, new)
-            if r is None:
+            if r is None or not r.block_ids:
                 continue
             n_keys = len(r.keys) // 32
             load = self._pending_loads.pop(rid, None)
             if load is not None:
                 a, b, _ = load
-                meta.loads.append(_Transfer(rid, r.keys[a * 32: b * 32], r.block_ids[a:b]))
+                meta.loads.append(_Transfer(rid, r.keys[a * 32: b * 32],
+                                            tuple(g[a:b] for g in r.block_ids)))
                 r.done = max(r.done, b)
             else:
                 # vLLM computes from `computed` on.  After a failed load
@@ -345,38 +462,56 @@ class KvtierConnector(KVConnectorBase_V1):
             # Blocks whose every token is computed by the end of this step
             # (computed counts vLLM's and kvtier's hits).
             full = min(n_keys, (computed + scheduler_output.num_scheduled_tokens.get(rid, 0))
-                       // self._block, len(r.block_ids))
+                       // self._block, min(len(g) for g in r.block_ids))
             if full > r.done:
-                meta.stores.append(_Transfer(rid, r.keys[r.done * 32: full * 32],
-                                             r.block_ids[r.done: full]))
+                for a, b in self._stored_runs(r, r.done, full):
+                    meta.stores.append(self._transfer(rid, r, a, b))
                 r.done = full
-                r.stored = True
         for rid in scheduler_output.finished_req_ids:
             self._requests.pop(rid, None)
             self._pending_loads.pop(rid, None)
-        meta.kept, self._kept = self._kept, []
-        meta.preempted = list(getattr(scheduler_output, "preempted_req_ids", None) or ())
+            self._load_failed.discard(rid)
         return meta
 
     def request_finished(self, request, block_ids):
+        return self.request_finished_all_groups(request, (block_ids,))
+
+    def request_finished_all_groups(self, request, block_ids):
+        """Its pages go back to vLLM now: those a copy still uses stay
+        pinned until the copy is done."""
         r = self._requests.pop(request.request_id, None)
         self._pending_loads.pop(request.request_id, None)
+        self._load_failed.discard(request.request_id)
         if r is not None and r.keys:
             self._hint(request, r.keys)
-        if r is not None and r.stored:
-            # Its stores may still be copying from its pages: the workers
-            # report it in get_finished once they are done.
-            self._kept.append(request.request_id)
-            self._holding.add(request.request_id)
-            return True, None
         return False, None
 
     def update_connector_output(self, connector_output):
-        for rid in connector_output.finished_sending or ():
-            self._holding.discard(rid)
+        # A request whose load failed is computed by vLLM, which asks for
+        # its blocks again: it is not offered them again (they would fail
+        # again the same way, for ever).
+        failed = set(getattr(connector_output, "failed_recving", None) or ())
+        bad = getattr(connector_output, "invalid_block_ids", None)
+        if bad:
+            failed.update(rid for rid, r in self._requests.items()
+                          if r.block_ids and not bad.isdisjoint(r.block_ids[0]))
+        self._load_failed.update(failed)
+        meta = getattr(connector_output, "kv_connector_worker_meta", None)
+        if not isinstance(meta, KvtierWorkerMetadata) or self._pool is None:
+            return
+        for pin, n in meta.done.items():
+            self._pin_reports[pin] += n
+            if self._pin_reports[pin] >= self._workers:
+                del self._pin_reports[pin]
+                self._pool.free_blocks(self._pins.pop(pin, ()))
 
     def has_pending_block_frees(self) -> bool:
-        return bool(self._holding)
+        return bool(self._pins)
+
+    def has_pending_push_work(self) -> bool:
+        # The engine steps on while copies hold pages, to hear that they
+        # are done and give the pages back.
+        return bool(self._pins)
 
     def _hint(self, request, keys: bytes):
         """The request's lifecycle hints (module docstring) for its stored
@@ -412,12 +547,6 @@ class KvtierConnector(KVConnectorBase_V1):
 
         self._rank = get_tensor_model_parallel_rank()
         ident = self._identity
-        groups = getattr(self._kv_cache_config, "kv_cache_groups", None) or []
-        if len(groups) > 1:
-            raise NotImplementedError(
-                f"kvtier.vllm: this model has {len(groups)} KV cache groups (a hybrid "
-                "model: sliding-window or Mamba layers beside full attention); kvtier "
-                "stores models of one group yet. Run without the kvtier connector")
         names = list(kv_caches)
         if len(names) != ident.layers:
             raise NotImplementedError(
@@ -425,15 +554,29 @@ class KvtierConnector(KVConnectorBase_V1):
                 f"{ident.layers} (a speculative decoding draft model's layers?); kvtier "
                 "stores the target model's layers only. Run without the kvtier connector "
                 "or without speculative decoding")
-        geoms = {layouts.geometry(_backend_name(self._vllm_config, n), kv_caches[n],
-                                      ident.head_size, ident.heads_per_rank, self._block)
-                 for n in names}
-        if len(geoms) != 1:
-            raise layouts.LayoutError(
-                "kvtier.vllm: the layers' caches are laid out differently "
-                f"({len(geoms)} geometries); run without the kvtier connector")
-        self._geometry = geoms.pop()
+        # Each group's layers in the order vLLM registered them; one group
+        # of all without the hybrid allocator's groups.
+        specs = _groups_of(self._kv_cache_config) or [(names, 0, None)]
+        groups = [([n for n in names if n in set(g)], window) for g, window, _ in specs]
+        if sum(len(g) for g, _ in groups) != len(names):
+            raise NotImplementedError(
+                "kvtier.vllm: vLLM's KV cache groups do not name every registered cache "
+                "layer once; run without the kvtier connector")
+        self._layouts, self._geometries, self._gaps = [], [], []
         first = kv_caches[names[0]]
+        for group, window in groups:
+            geoms = {layouts.geometry(_backend_name(self._vllm_config, n), kv_caches[n],
+                                      ident.head_size, ident.heads_per_rank, self._block)
+                     for n in group}
+            if len(geoms) != 1:
+                raise layouts.LayoutError(
+                    "kvtier.vllm: the layers' caches are laid out differently "
+                    f"({len(geoms)} geometries in a group); run without the kvtier connector")
+            geo = geoms.pop()
+            self._geometries.append(geo)
+            self._gaps.append(bool(window))
+            self._layouts.append(layouts.layout(geo, [kv_caches[n] for n in group], self._block,
+                                                gaps=bool(window)))
         if first.device.type == "cuda":
             if not HAVE_CUDA:
                 raise NotImplementedError(
@@ -444,12 +587,12 @@ class KvtierConnector(KVConnectorBase_V1):
         elif first.device.type != "cpu":
             raise NotImplementedError(f"kvtier.vllm: caches on {first.device.type} are not "
                                       "supported; run without the kvtier connector")
-        self._layout = layouts.layout(self._geometry, [kv_caches[n] for n in names],
-                                          self._block)
-        self._layer_index = {n: i for i, n in enumerate(names)}
-        log.info("kvtier: %d layers registered (%s, %d kernel pages per block), rank %d",
-                 len(names), _backend_name(self._vllm_config, names[0]),
-                 self._geometry.pages_per_block, self._rank)
+        # A load's layers are counted across the groups, in block order.
+        order = [n for group, _ in groups for n in group]
+        self._layer_index = {n: i for i, n in enumerate(order)}
+        log.info("kvtier: %d layers in %d groups registered (%s, %s kernel pages per block), "
+                 "rank %d", len(names), len(groups), _backend_name(self._vllm_config, names[0]),
+                 "/".join(str(g.pages_per_block) for g in self._geometries), self._rank)
 
     def _context(self, ns, mover: bool):
         """The CUDA context of the mover's thread or of vLLM's, on ns's
@@ -472,20 +615,25 @@ class KvtierConnector(KVConnectorBase_V1):
             job.close()  # waits for its copies, then releases its leases
         self._load_jobs, self._step_jobs = [], []
 
-    def _copy(self, load: bool, ns, keys: bytes, block_ids: list[int],
-              event=None) -> tuple[int, list[int]]:
-        """Load or store blocks between kvtierd and vLLM's pages, waited
-        for: how many were copied, and the per-block statuses.  On a GPU
-        (from the mover only) through the mover's CUDA context, after
-        event (a torch.cuda.Event recorded on the compute stream)."""
-        idx = layouts.indices(self._geometry, block_ids, self._block)
+    def _indices(self, t: _Transfer) -> list[list[int]]:
+        """What each group's Layout names the transfer's pages by."""
+        return [layouts.indices(geo, ids, self._block, gaps)
+                for geo, ids, gaps in zip(self._geometries, t.block_ids, self._gaps)]
+
+    def _copy(self, load: bool, ns, t: _Transfer, event=None) -> tuple[int, list[int]]:
+        """Load or store a transfer's blocks between kvtierd and vLLM's
+        pages, waited for: how many were copied, and the per-block
+        statuses.  On a GPU (from the mover only) through the mover's CUDA
+        context, after event (a torch.cuda.Event recorded on the compute
+        stream)."""
+        idx = self._indices(t)
         if self._device is None:
             op = ns.load_paged if load else ns.store_paged
-            return op(self._shard, self._layout, keys, idx)
+            return op(self._shard, None, t.keys, groups=self._layouts, group_indices=idx)
         ctx = self._context(ns, mover=True)
         submit = ctx.load if load else ctx.store
-        with submit(ns, self._shard, self._layout, keys, idx, event=event.cuda_event,
-                    after="event") as job:
+        with submit(ns, self._shard, None, t.keys, event=event.cuda_event, after="event",
+                    groups=self._layouts, group_indices=idx) as job:
             status = job.wait()
         return sum(1 for x in status if x == 0), status
 
@@ -495,9 +643,10 @@ class KvtierConnector(KVConnectorBase_V1):
         layer in wait_for_layer_load); the CPU does not wait.  Returns the
         statuses known at once (leases refused); copies under way read
         _IN_FLIGHT."""
-        idx = layouts.indices(self._geometry, t.block_ids, self._block)
         stream = torch.cuda.current_stream(self._device).cuda_stream
-        job = self._context(ns, mover=False).load(ns, self._shard, self._layout, t.keys, idx, stream)
+        job = self._context(ns, mover=False).load(ns, self._shard, None, t.keys, stream=stream,
+                                                  groups=self._layouts,
+                                                  group_indices=self._indices(t))
         if self._layerwise:
             self._step_jobs.append(job)
         else:
@@ -548,48 +697,43 @@ class KvtierConnector(KVConnectorBase_V1):
             finally:
                 self._jobs.task_done()
 
+    def _done(self, t: _Transfer) -> None:
+        """This worker is done with t's pages (called with the lock held)."""
+        if t.pin:
+            self._done_pins.append(t.pin)
+
     def _load_async(self, ns, t: _Transfer, event) -> None:
         status = None
         try:
             # Staging from NVMe or the remote tier began at the lookup.
             ns.wait_resident(t.keys, _STAGE_TIMEOUT_MS)
-            _, status = self._copy(True, ns, t.keys, t.block_ids, event)
+            _, status = self._copy(True, ns, t, event)
         except Error as e:
             log.warning("kvtier: load failed: %s", e)
-        bad = len(t.block_ids) if status is None else next(
-            (i for i, x in enumerate(status) if x < 0), len(status))
-        with self._lock:
-            self._received.append((t.req_id, t.block_ids[bad:], bad))
+        finally:
+            n = len(t.keys) // 32
+            bad = n if status is None else next((i for i, x in enumerate(status) if x < 0), n)
+            with self._lock:
+                self._received.append((t.req_id, tuple(g[bad:] for g in t.block_ids), bad))
+                self._done(t)
 
     def _store(self, ns, t: _Transfer, event) -> None:
         stored, skipped = 0, 0
         try:
-            stored, _ = self._copy(False, ns, t.keys, t.block_ids, event)
+            stored, _ = self._copy(False, ns, t, event)
         except Error as e:
-            skipped = len(t.block_ids)
+            skipped = len(t.keys) // 32
             log.warning("kvtier: store skipped: %s", e)
-        with self._lock:
-            self.stats["stored_blocks"] += stored
-            self.stats["store_skipped"] += skipped
-            self._in_flight[t.req_id] -= 1
-            if not self._in_flight[t.req_id]:
-                del self._in_flight[t.req_id]
+        finally:
+            with self._lock:
+                self.stats["stored_blocks"] += stored
+                self.stats["store_skipped"] += skipped
+                self._done(t)
 
     def drain(self) -> None:
         """Wait until the copies handed to the mover are done."""
         if self._mover is not None:
             self._jobs.join()
-
-    def handle_preemptions(self, kv_connector_metadata) -> None:
-        """A preempted request's pages go to others: its stores copy out
-        of them first."""
-        meta = kv_connector_metadata
-        if not isinstance(meta, KvtierConnectorMetadata) or not meta.preempted:
-            return
-        with self._lock:
-            busy = any(rid in self._in_flight for rid in meta.preempted)
-        if busy:
-            self.drain()
 
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
@@ -597,8 +741,6 @@ class KvtierConnector(KVConnectorBase_V1):
         self._step_jobs = []
         if not isinstance(meta, KvtierConnectorMetadata):
             return
-        with self._lock:
-            self._kept_here.update(meta.kept)
         if not meta.loads and not meta.async_loads:
             return
         ns = self._namespace()
@@ -609,9 +751,10 @@ class KvtierConnector(KVConnectorBase_V1):
         event = self._compute_event() if meta.async_loads else None
         for t in meta.async_loads:
             self.stats["async_loads"] += 1
-            if ns is None or self._layout is None:
+            if ns is None or not self._layouts:
                 with self._lock:
-                    self._received.append((t.req_id, list(t.block_ids), 0))
+                    self._received.append((t.req_id, t.block_ids, 0))
+                    self._done(t)
             else:
                 self._submit(lambda t=t: self._load_async(ns, t, event))
         if not meta.loads:
@@ -619,26 +762,28 @@ class KvtierConnector(KVConnectorBase_V1):
         firsts = []  # each load's first failed block
         for t in meta.loads:
             status = None
-            if ns is not None and self._layout is not None:
+            if ns is not None and self._layouts:
                 try:
                     if self._device is None:
-                        _, status = self._copy(True, ns, t.keys, t.block_ids)
+                        _, status = self._copy(True, ns, t)
                     else:
                         status = self._load_on_stream(ns, t)
                 except Error as e:
                     log.warning("kvtier: load failed: %s", e)
             # A failed block and every block after it are recomputed.
-            firsts.append(len(t.block_ids) if status is None else next(
-                (i for i, s in enumerate(status) if s < 0 and s != _IN_FLIGHT), len(status)))
+            n = len(t.keys) // 32
+            firsts.append(n if status is None else next(
+                (i for i, s in enumerate(status) if s < 0 and s != _IN_FLIGHT), n))
         # The ranks compute each request together: a load that failed on
         # one rank fails on all, from the first block any rank missed.
         if self._identity.tp_size > 1:
             firsts = _least_over_ranks(firsts)
         for bad, t in zip(firsts, meta.loads):
             self.stats["loaded_blocks"] += bad
-            if bad < len(t.block_ids):
-                self.stats["load_failures"] += len(t.block_ids) - bad
-                self._load_errors.update(t.block_ids[bad:])
+            n = len(t.keys) // 32
+            if bad < n:
+                self.stats["load_failures"] += n - bad
+                self._load_errors.update(t.block_ids[0][bad:])
                 self._failed_reqs.add(t.req_id)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
@@ -666,10 +811,10 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def wait_for_save(self):
         """The step's new blocks, handed to the mover, which copies them
-        while the next step computes (vLLM keeps a finished request's
-        pages until get_finished says its stores are done); on a GPU on
-        the library's store stream, after an event recorded here, at the
-        end of the forward that computed them."""
+        while the next step computes (their pages pinned until every
+        worker is done with them); on a GPU on the library's store stream,
+        after an event recorded here, at the end of the forward that
+        computed them."""
         self._step_jobs = []
         meta = self._get_connector_metadata()
         if not isinstance(meta, KvtierConnectorMetadata) or not meta.stores:
@@ -682,14 +827,13 @@ class KvtierConnector(KVConnectorBase_V1):
             # What this step computed after a failed load (on any rank)
             # rests on pages that were never filled: vLLM computes it
             # again, and it is stored then.
-            if not self._writer and t.req_id not in self._failed_reqs:
-                continue  # another rank of its replica group writes the shard
-            if t.req_id in self._failed_reqs or ns is None or self._layout is None:
+            failed = t.req_id in self._failed_reqs
+            if failed or ns is None or not self._layouts or not self._writer:
                 with self._lock:
-                    self.stats["store_skipped"] += len(t.block_ids)
+                    if self._writer or failed:
+                        self.stats["store_skipped"] += len(t.keys) // 32
+                    self._done(t)  # another rank of its replica group writes the shard
                 continue
-            with self._lock:
-                self._in_flight[t.req_id] = self._in_flight.get(t.req_id, 0) + 1
             self._submit(lambda t=t: self._store(ns, t, event))
 
     def get_kv_connector_stats(self):
@@ -708,24 +852,36 @@ class KvtierConnector(KVConnectorBase_V1):
         return vllm_stats.KvtierPromMetrics(vllm_config, metric_types, labelnames,
                                             per_engine_labelvalues)
 
+    def build_connector_worker_meta(self):
+        """The pins of the transfers this worker is done with."""
+        with self._lock:
+            done, self._done_pins = self._done_pins, []
+        return KvtierWorkerMetadata(Counter(done)) if done else None
+
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
         return errors
 
     def get_finished(self, finished_req_ids):
-        """The kept requests whose stores are done, and the asynchronous
-        loads that are (their failed blocks go to
+        """The asynchronous loads that are done (their failed blocks go to
         get_block_ids_with_load_errors, which vLLM asks next, in the same
-        step)."""
+        step; a hybrid model's failed request to failed_recving)."""
         self._reap_loads()
         with self._lock:
             received, self._received = self._received, []
-            sending = {rid for rid in self._kept_here if rid not in self._in_flight}
-            self._kept_here -= sending
-        for _, failed, loaded in received:
+        for rid, failed, loaded in received:
             self.stats["loaded_blocks"] += loaded
-            if failed:
-                self.stats["load_failures"] += len(failed)
-                self._load_errors.update(failed)
+            if failed[0]:
+                self.stats["load_failures"] += len(failed[0])
+                if self._hybrid:
+                    self._failed_loads.add(rid)
+                else:
+                    self._load_errors.update(failed[0])
         recving = {rid for rid, _, _ in received}
-        return sending or None, recving or None
+        return None, recving or None
+
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        _, recving = self.get_finished(finished_req_ids)
+        failed, self._failed_loads = self._failed_loads, set()
+        return KVConnectorTransferResults(finished_recving=set(recving or ()),
+                                          failed_recving=failed)
