@@ -308,18 +308,26 @@ def test_pages_under_a_copy_are_not_given_out(engines):
     assert list(rb.output_token_ids) == list(r1.output_token_ids)
 
 
+def stored_then_looked_up(start, seed: int):
+    """Engine a computes and stores a prompt; a fresh engine b is given it
+    and schedules one step, in which its lookup hits and the load is left
+    to its worker.  Returns a, its request, b, its request and the step."""
+    a = start()
+    ra = a.add("a", seed=seed)
+    a.run()
+    b = start()
+    rb = b.add("b", seed=seed)
+    out = b.sched.schedule()
+    assert b.conn.stats["hit_tokens"] > 0
+    return a, ra, b, rb, out
+
+
 def test_failed_hybrid_load_is_recomputed(engines):
     """A hybrid request whose load fails (kvtierd killed between the
     lookup and the copy) is recomputed whole by vLLM, from its
     failed_recving report, and gives the same tokens."""
     d, start = engines
-    a = start()
-    ra = a.add("a", seed=9)
-    a.run()
-    b = start()
-    rb = b.add("b", seed=9)
-    out = b.sched.schedule()  # the lookup hits; the load is the worker's
-    assert b.conn.stats["hit_tokens"] > 0
+    _, ra, b, rb, out = stored_then_looked_up(start, seed=9)
     d.kill()
     b.step(out)
     b.run()
@@ -335,12 +343,7 @@ def test_a_failed_load_is_not_offered_again(engines):
     holds them again by then, so that a load that fails the same way each
     time cannot keep a request waiting for ever."""
     _, start = engines
-    a = start()
-    ra = a.add("a", seed=11)
-    a.run()
-    b = start()
-    rb = b.add("b", seed=11)
-    out = b.sched.schedule()  # the lookup hits; the load is the worker's
+    a, ra, b, rb, out = stored_then_looked_up(start, seed=11)
     client, ns = b.conn._conn.client, b.conn._conn.ns
     tenant = [r for r in client.stats() if r["kind"] == "tenant"][0]["id"]
     assert client.admin_evict(tenant, ns.info["ns_id"], drop=True) == PROMPT // BLOCK
