@@ -302,7 +302,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._step_jobs: list = []  # this step's loads on a GPU (wait_for_layer_load)
         self._load_jobs: list = []  # (job, statuses at submission) of loads not seen complete
         self._load_errors: set[int] = set()
-        self._failed_loads: set[str] = set()  # hybrid: requests whose load failed
+        self._failed_recving: set[str] = set()  # hybrid: requests whose load failed
         self._failed_reqs: set[str] = set()  # this step's requests with a failed load
         self.stats = {"lookups": 0, "hit_tokens": 0, "loaded_blocks": 0,
                       "load_failures": 0, "stored_blocks": 0, "store_skipped": 0,
@@ -874,7 +874,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             if failed[0]:
                 self.stats["load_failures"] += len(failed[0])
                 if self._hybrid:
-                    self._failed_loads.add(rid)
+                    self._failed_recving.add(rid)
                 else:
                     self._load_errors.update(failed[0])
         recving = {rid for rid, _, _ in received}
@@ -882,6 +882,6 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
         _, recving = self.get_finished(finished_req_ids)
-        failed, self._failed_loads = self._failed_loads, set()
+        failed, self._failed_recving = self._failed_recving, set()
         return KVConnectorTransferResults(finished_recving=set(recving or ()),
                                           failed_recving=failed)
