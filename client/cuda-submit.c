@@ -91,6 +91,13 @@ static int part_init(const kvt_cuda_ctx *ctx, const kvt_layout *layout,
 	if (!layout || kvt_geom_from_layout(layout, block_tokens, &p->g) < 0 ||
 	    !layout->layer_base || (n && !indices))
 		return -EINVAL;
+	/* K by columns is vLLM's CPU attention's, never a GPU cache's. */
+	if (p->g.k_column_elem) {
+		client_log(ctx->c, KVT_LOG_WARNING,
+			   "CUDA: a layout with K kept by columns "
+			   "(KVT_LAYOUT_K_COLUMNS) is copied on the CPU only");
+		return -EINVAL;
+	}
 	/* An index past the cache would be written on the GPU, out of
 	 * bounds: the bound is required here. */
 	if (!layout->n_pages) {

@@ -47,6 +47,14 @@ extern "C" {
  * and is head_bytes long.  With KVT_INDEX_SLOT, a block's indices are token
  * slots s (page = s / page_tokens, token = s % page_tokens; -1 = padding).
  *
+ * With KVT_LAYOUT_K_COLUMNS, plane 0 (K) keeps each (page, head) column
+ * by column, as vLLM's CPU attention does (its vec ISAs): element i, of
+ * elem_bytes, of token t of head h of page g is at
+ *   layer_base[l] + g*stride_page + h*stride_head
+ *                 + (i*page_tokens + t)*elem_bytes
+ * and stride_token applies to plane 1 (V) only.  The CPU path copies such
+ * a plane element by element; the CUDA path refuses it.
+ *
  * n_pages bounds the indices: a page (or a slot's page) at or past it is
  * refused with -EINVAL before anything is copied.  0 means unknown: the
  * CPU path then only refuses pages whose offset leaves int64 (the fields
@@ -72,12 +80,16 @@ typedef struct kvt_layout {
 	int64_t stride_head;  /* bytes */
 	uint64_t n_pages;     /* pages of the cache (B for dense); 0 unknown */
 	uint32_t flags;       /* KVT_LAYOUT_* */
-	uint32_t reserved;    /* 0 */
+	uint32_t elem_bytes;  /* KVT_LAYOUT_K_COLUMNS: bytes of one element of
+			       * K (1, 2, 4 or 8); otherwise 0 */
 } kvt_layout;
 
 /** flags: layer_base is [n_layers * planes], one base per (layer, plane);
  * stride_plane is not used. */
 #define KVT_LAYOUT_PLANE_BASES 0x1u
+/** flags: K is kept column by column (see above); needs planes == 2,
+ * elem_bytes, and no KVT_LAYOUT_PLANE_BASES. */
+#define KVT_LAYOUT_K_COLUMNS 0x2u
 
 /** \return bytes of one kvtier block of block_tokens tokens for layout. */
 KVT_EXPORT uint64_t kvt_layout_block_bytes(const kvt_layout *layout,

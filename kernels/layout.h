@@ -53,6 +53,8 @@ struct kvt_geom {
 	int64_t n_pages;      /* pages of the engine cache; 0 unknown */
 	int32_t index_kind;   /* KVT_INDEX_PAGE or KVT_INDEX_SLOT */
 	int32_t plane_bases;  /* one base per (layer, plane); stride_plane 0 */
+	int64_t k_column_elem; /* plane 0 column by column, elements of this
+				* many bytes (KVT_LAYOUT_K_COLUMNS); 0: not */
 };
 
 /* Which base pointer (layer_base[]) element (layer, plane) is relative to. */
@@ -93,6 +95,19 @@ KVT_HD static inline int64_t kvt_geom_engine_offset(const struct kvt_geom *g,
 {
 	return plane * g->stride_plane + page * g->stride_page +
 	       token * g->stride_token + head * g->stride_head;
+}
+
+/*
+ * With k_column_elem: byte offset of element i of (page, token, head) of
+ * plane 0 relative to its base; a head's elements are page_tokens *
+ * k_column_elem bytes apart.
+ */
+KVT_HD static inline int64_t kvt_geom_column_offset(const struct kvt_geom *g,
+						    int64_t page, int64_t token,
+						    int64_t head, int64_t i)
+{
+	return page * g->stride_page + head * g->stride_head +
+	       (i * g->page_tokens + token) * g->k_column_elem;
 }
 
 /* Byte offset of (layer, plane, token, head) in a block laid out as

@@ -41,16 +41,35 @@ static int span_add(uint64_t *acc, uint64_t n, int64_t stride)
 	return 0;
 }
 
-/* Bytes one page spans past its start, or -EINVAL beyond int64. */
+/* Bytes one page spans past its start, or -EINVAL beyond int64.  A K
+ * plane kept by columns spans its heads' columns. */
 static int geom_page_extent(const struct kvt_geom *g, uint64_t *ret)
 {
-	uint64_t extent = (uint64_t)g->head_bytes;
+	uint64_t extent = (uint64_t)g->head_bytes, columns = 0;
 
 	if (span_add(&extent, (uint64_t)g->planes - 1, g->stride_plane) < 0 ||
 	    span_add(&extent, (uint64_t)g->page_tokens - 1, g->stride_token) < 0 ||
 	    span_add(&extent, (uint64_t)g->heads - 1, g->stride_head) < 0)
 		return -EINVAL;
-	*ret = extent;
+	if (g->k_column_elem &&
+	    (span_add(&columns, (uint64_t)g->page_tokens, g->head_bytes) < 0 ||
+	     span_add(&columns, (uint64_t)g->heads - 1, g->stride_head) < 0))
+		return -EINVAL;
+	*ret = extent > columns ? extent : columns;
+	return 0;
+}
+
+/* The descriptor's K-by-columns part: none (0), or a valid element size
+ * with two planes and one base per layer. */
+static int check_k_columns(const kvt_layout *layout)
+{
+	uint32_t e = layout->elem_bytes;
+
+	if (!(layout->flags & KVT_LAYOUT_K_COLUMNS))
+		return e ? -EINVAL : 0;
+	if ((e != 1 && e != 2 && e != 4 && e != 8) || layout->head_bytes % e ||
+	    layout->planes != 2 || (layout->flags & KVT_LAYOUT_PLANE_BASES))
+		return -EINVAL;
 	return 0;
 }
 
@@ -73,8 +92,8 @@ static int geom_init(const kvt_layout *layout, uint32_t block_tokens,
 		return -EINVAL;
 	if (layout->planes != 1 && layout->planes != 2)
 		return -EINVAL;
-	if ((layout->flags & ~KVT_LAYOUT_PLANE_BASES) || layout->reserved ||
-	    layout->n_pages > INT64_MAX)
+	if ((layout->flags & ~(KVT_LAYOUT_PLANE_BASES | KVT_LAYOUT_K_COLUMNS)) ||
+	    check_k_columns(layout) < 0 || layout->n_pages > INT64_MAX)
 		return -EINVAL;
 	switch (layout->index_kind) {
 	case KVT_INDEX_PAGE:
@@ -113,6 +132,9 @@ static int geom_init(const kvt_layout *layout, uint32_t block_tokens,
 		.n_pages = (int64_t)layout->n_pages,
 		.index_kind = (int32_t)layout->index_kind,
 		.plane_bases = (layout->flags & KVT_LAYOUT_PLANE_BASES) != 0,
+		.k_column_elem = (layout->flags & KVT_LAYOUT_K_COLUMNS)
+					 ? layout->elem_bytes
+					 : 0,
 	};
 	if (geom_page_extent(&g, &extent) < 0)
 		return -EINVAL;
@@ -216,6 +238,25 @@ static inline void move_bytes(int to_block, uint8_t *eng, uint8_t *blk,
 		memcpy(eng, blk, n);
 }
 
+/* copy_run() of a K plane kept by columns: element by element. */
+static void copy_columns(const struct copy_ctx *c, int to_block, uint8_t *base,
+			 int64_t page, int64_t token, int64_t n, uint8_t *blk)
+{
+	const struct kvt_geom *g = &c->g;
+	int64_t e = g->k_column_elem, per_head = g->head_bytes / e;
+
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t h = 0; h < g->heads; h++) {
+			uint8_t *b = blk + (i * g->heads + h) * g->head_bytes;
+
+			for (int64_t x = 0; x < per_head; x++)
+				move_bytes(to_block,
+					   base + kvt_geom_column_offset(
+							  g, page, token + i, h, x),
+					   b + x * e, (size_t)e);
+		}
+}
+
 /*
  * Copies n consecutive tokens of one (layer, plane): engine tokens
  * token..token+n-1 of page, block tokens t..t+n-1.  With heads back to back
@@ -228,10 +269,15 @@ static inline void copy_run(const struct copy_ctx *c, int to_block,
 			    uint8_t *block)
 {
 	const struct kvt_geom *g = &c->g;
-	uint8_t *eng = (uint8_t *)c->base[kvt_geom_base_index(g, layer, plane)] +
-		       kvt_geom_engine_offset(g, plane, page, token, 0);
+	uint8_t *base = (uint8_t *)c->base[kvt_geom_base_index(g, layer, plane)];
+	uint8_t *eng = base + kvt_geom_engine_offset(g, plane, page, token, 0);
 	uint8_t *blk = block + kvt_geom_block_offset(g, layer, plane, t, 0);
 	size_t tb = c->token_bytes;
+
+	if (plane == 0 && g->k_column_elem) {
+		copy_columns(c, to_block, base, page, token, n, blk);
+		return;
+	}
 
 	if (c->heads_contig) {
 		if (n == 1 || g->stride_token == (int64_t)tb) {

@@ -35,31 +35,33 @@ def _ptrs(ts):
 
 
 def host_pool(layout: str, mla: bool = False, heads: int = HEADS, seed: int = 1,
-              layers: int = 0, head: int = 0, dtype=DTYPE):
+              layers: int = 0, head: int = 0, dtype=DTYPE, page: int = PAGE):
     """SGLang's host pool class in layout, over device buffers on the CPU,
-    its pages filled with random bytes (seed); layers and head: LAYERS and
-    HEAD unless given."""
+    its pages (of page tokens; DEVICE_TOKENS // PAGE device pages, twice
+    as many host pages) filled with random bytes (seed); layers and head:
+    LAYERS and HEAD unless given."""
     cpu, n_layers, head_dim = torch.device("cpu"), layers or LAYERS, head or HEAD
+    device_tokens = DEVICE_TOKENS // PAGE * page
     if mla:
-        bufs = tuple(torch.zeros(DEVICE_TOKENS, 1, LORA + ROPE, dtype=dtype)
+        bufs = tuple(torch.zeros(device_tokens, 1, LORA + ROPE, dtype=dtype)
                      for _ in range(n_layers))
         info = MLABufferInfo(buffers=bufs, data_ptrs=_ptrs(bufs),
                              layer_indices=tuple(range(n_layers)), device_layer_num=n_layers,
-                             page_size=PAGE, kv_lora_rank=LORA, qk_rope_head_dim=ROPE,
+                             page_size=page, kv_lora_rank=LORA, qk_rope_head_dim=ROPE,
                              kv_cache_dim=LORA + ROPE, dtype=dtype, device=cpu)
-        pool = MLATokenToKVPoolHost(info, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu",
-                                    device_capacity_tokens=DEVICE_TOKENS, start_layer=0,
+        pool = MLATokenToKVPoolHost(info, 2.0, 0, page, layout, pin_memory=False, device="cpu",
+                                    device_capacity_tokens=device_tokens, start_layer=0,
                                     end_layer=n_layers, target_layer_num=n_layers)
     else:
-        k, v = ([torch.zeros(DEVICE_TOKENS, heads, head_dim, dtype=dtype)
+        k, v = ([torch.zeros(device_tokens, heads, head_dim, dtype=dtype)
                  for _ in range(n_layers)] for _ in range(2))
         k, v = tuple(k), tuple(v)
         info = MHABufferInfo(buffers=KVBuffers(k=k, v=v, k_data_ptrs=_ptrs(k),
                                                v_data_ptrs=_ptrs(v), layout=KVBufferLayout.NHD),
-                             page_size=PAGE, head_num=heads, head_dim=head_dim,
+                             page_size=page, head_num=heads, head_dim=head_dim,
                              v_head_dim=head_dim, dtype=dtype, device=cpu)
-        pool = MHATokenToKVPoolHost(info, 2.0, 0, PAGE, layout, pin_memory=False, device="cpu",
-                                    device_capacity_tokens=DEVICE_TOKENS, start_layer=0,
+        pool = MHATokenToKVPoolHost(info, 2.0, 0, page, layout, pin_memory=False, device="cpu",
+                                    device_capacity_tokens=device_tokens, start_layer=0,
                                     end_layer=n_layers)
     raw = pool.kv_buffer.view(torch.uint8)
     g = torch.Generator().manual_seed(seed)
@@ -71,7 +73,7 @@ def page_kv(pool, page: int) -> torch.Tensor:
     """Page `page` of a host pool as [layers, planes, tokens, heads, dim],
     indexed as SGLang's init_kv_buffer lays each layout out (the tests'
     reference, apart from kvtier.layouts' table)."""
-    kv, s, e = pool.kv_buffer, page * PAGE, (page + 1) * PAGE
+    kv, s, e = pool.kv_buffer, page * pool.page_size, (page + 1) * pool.page_size
     if isinstance(pool, MLATokenToKVPoolHost):
         x = {"layer_first": lambda: kv[:, s:e],
              "page_first": lambda: kv[s:e].permute(1, 0, 2, 3),
@@ -83,9 +85,10 @@ def page_kv(pool, page: int) -> torch.Tensor:
             "page_head": lambda: kv[:, page].permute(3, 0, 2, 1, 4)}[pool.layout]()
 
 
-def host_indices(pages) -> torch.Tensor:
-    """The token indices of pages, as SGLang's cache controller passes them."""
-    return torch.cat([torch.arange(p * PAGE, (p + 1) * PAGE, dtype=torch.int64) for p in pages])
+def host_indices(pages, page: int = PAGE) -> torch.Tensor:
+    """The token indices of pages (of page tokens), as SGLang's cache
+    controller passes them."""
+    return torch.cat([torch.arange(p * page, (p + 1) * page, dtype=torch.int64) for p in pages])
 
 
 def storage_config(socket: str, mla: bool = False, tp_rank: int = 0, tp_size: int = 1,

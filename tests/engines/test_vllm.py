@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """vLLM (CPU) through the kvtier connector, against vLLM without it:
-a fresh engine finds what another stored; transformers and vLLM load each
-other's blocks; a killed daemon costs recomputation, never other tokens.
+a fresh engine finds what another stored; transformers and vLLM, and
+SGLang's host pool and vLLM, load each other's blocks; a killed daemon
+costs recomputation, never other tokens.
 The tests run in order and share one daemon and two vLLM engines."""
 
 import json
@@ -17,7 +18,7 @@ from kvtier.hf import KvtierCache
 
 BLOCK = 32  # vLLM's CPU backend wants multiples of 32
 N = 6 * BLOCK + 8  # six full blocks can be restored
-P1, P2, P3, P4 = (dict(seed=s, n=N) for s in (21, 22, 23, 24))
+P1, P2, P3, P4, P5 = (dict(seed=s, n=N) for s in (21, 22, 23, 24, 26))
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -61,7 +62,8 @@ def reference(model):
     """Tokens of vLLM without kvtier."""
     e = Engine(model, "none")
     try:
-        return {k: e.ask(p)["tokens"] for k, p in (("p1", P1), ("p2", P2), ("p3", P3))}
+        return {k: e.ask(p)["tokens"]
+                for k, p in (("p1", P1), ("p2", P2), ("p3", P3), ("p5", P5))}
     finally:
         e.close()
 
@@ -112,6 +114,104 @@ def test_vllm_to_transformers(env, model):
     ids = kvtd.prompt_ids(P1["n"], P1["seed"])
     plain = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
     assert restored == plain[0, P1["n"]:].tolist()
+
+
+def sglang_side(model_dir, sock, layout, seed):
+    """SGLang's host pool class in layout, for the model's geometry with
+    pages of vLLM's block, and kvtier.sglang made over it by SGLang's
+    factory."""
+    import sglang_pools as sp
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(model_dir)
+    pool = sp.host_pool(layout, heads=cfg.num_key_value_heads, seed=seed,
+                        layers=cfg.num_hidden_layers,
+                        head=cfg.head_dim, dtype=torch.float32,
+                        page=BLOCK)
+    return pool, sp.backend(pool, sock, model=model_dir)
+
+
+def sglang_keys(ids) -> list[str]:
+    """SGLang's own page hashes (HiCache's keys) of ids' full pages."""
+    from sglang.srt.mem_cache.utils import get_hash_str
+
+    return get_hash_str(ids[: len(ids) // BLOCK * BLOCK], None, BLOCK)
+
+
+def transformers_prefix(model_dir, ids):
+    """The K and V transformers computes for ids, [layers][2] of
+    [tokens, heads, head]."""
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    cache = DynamicCache(config=m.config)
+    with torch.no_grad():
+        m(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    return [(lay.keys[0].transpose(0, 1), lay.values[0].transpose(0, 1))
+            for lay in cache.layers]
+
+
+def test_sglang_to_vllm(env, model, reference):
+    """Pages SGLang's host pool stored under its own page hashes are a
+    prefix vLLM restores, with the tokens of vLLM run without kvtier."""
+    import sglang_pools as sp
+
+    ids = kvtd.prompt_ids(P5["n"], P5["seed"])
+    kv = transformers_prefix(model, ids[: 6 * BLOCK])
+    pool, b = sglang_side(model, env["daemon"].socket, "page_first", seed=5)
+    pages = [6, 1, 4, 0, 7, 2]
+    for i, p in enumerate(pages):
+        page = sp.page_kv(pool, p)
+        for layer, (k, v) in enumerate(kv):
+            page[layer, 0].copy_(k[i * BLOCK:(i + 1) * BLOCK])
+            page[layer, 1].copy_(v[i * BLOCK:(i + 1) * BLOCK])
+    try:
+        assert b.batch_set_v1(sglang_keys(ids), sp.host_indices(pages, BLOCK)) == [True] * 6
+    finally:
+        b.close()
+    r = env["engine"].ask(P5)
+    assert r["cached"] == 6 * BLOCK, r
+    assert r["tokens"] == reference["p5"]
+
+
+def test_vllm_to_sglang(env, model):
+    """The prefix vLLM stored (P1, the first test) is a leading hit for
+    SGLang under its own page hashes, and loads into its host pool as the
+    bytes transformers restores from kvtier, which are that prefix's K and
+    V as transformers computes them (up to rounding: two engines)."""
+    import sglang_pools as sp
+
+    ids = kvtd.prompt_ids(P1["n"], P1["seed"])
+    keys = sglang_keys(ids)
+    assert kvtier_keys(ids) == keys
+    pool, b = sglang_side(model, env["daemon"].socket, "page_head", seed=6)
+    pages = [3, 7, 0, 5, 2, 6]
+    try:
+        assert b.batch_exists(keys) == 6
+        assert b.batch_get_v1(keys, sp.host_indices(pages, BLOCK)) == [True] * 6
+    finally:
+        b.close()
+    with hf(model, env["daemon"].socket) as kv:
+        cache, t = kv.restore(ids)
+    assert t == 6 * BLOCK
+    computed = transformers_prefix(model, ids[: 6 * BLOCK])
+    for i, p in enumerate(pages):
+        page = sp.page_kv(pool, p)
+        for layer, lay in enumerate(cache.layers):
+            for plane, x in enumerate((lay.keys, lay.values)):
+                restored = x[0, :, i * BLOCK:(i + 1) * BLOCK].transpose(0, 1)
+                assert torch.equal(page[layer, plane], restored), ("kvtier.hf", p, layer, plane)
+                want = computed[layer][plane][i * BLOCK:(i + 1) * BLOCK]
+                assert torch.allclose(page[layer, plane], want, atol=1e-4), \
+                    ("computed", p, layer, plane, (page[layer, plane] - want).abs().max())
+
+
+def kvtier_keys(ids) -> list[str]:
+    """kvtier's block keys of ids' full blocks, as hex."""
+    import kvtier
+
+    raw = kvtier.hash_chain(ids[: len(ids) // BLOCK * BLOCK], BLOCK)
+    return [raw[i:i + kvtier.KEY_BYTES].hex() for i in range(0, len(raw), kvtier.KEY_BYTES)]
 
 
 def test_altered_block_changes_vllm_output(env):

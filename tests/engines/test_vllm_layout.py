@@ -151,6 +151,55 @@ def test_cpu_backend(client, dtype):
     assert ran >= 4 and refused >= 2, (ran, refused)
 
 
+@pytest.mark.parametrize("isa", ["vec", "vec16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cpu_kernel_writes_what_kvtier_reads(client, isa, dtype):
+    """vLLM's own CPU kernel (cpu_attn_reshape_and_cache) writes K and V of
+    known tokens into its views; kvtier's blocks of those pages are those
+    tokens' K and V in kvtier's block layout, and a load puts back what
+    the kernel wrote."""
+    from vllm import _custom_ops as ops
+
+    head = 32  # the kernels' smallest head size
+    spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=HEADS, head_size=head, dtype=dtype)
+    layers = views(spec, KVCacheLayout.LBHNC, None)
+    g = torch.Generator().manual_seed(11)
+    slots = torch.tensor([p * BLOCK + t for p in vllm_views.STORED for t in range(BLOCK)])
+    kv = []
+    for v in layers:
+        v.zero_()
+        k, val = (torch.randn(len(slots), HEADS, head, generator=g).to(dtype) for _ in range(2))
+        key_cache, value_cache = v.view(v.shape[0], HEADS, 2 * BLOCK, head).chunk(2, dim=2)
+        ops.cpu_attn_reshape_and_cache(k, val, key_cache, value_cache, slots, isa)
+        kv.append((k, val))
+    geo = layouts.geometry("CPU_ATTN", layers[0], head, HEADS, BLOCK, cpu_isa=isa)
+    lay = layouts.layout(geo, layers, BLOCK)
+    ident = vllm_views.ModelIdentity(model="vllm-cpu-kernel-test", layers=LAYERS, kv_heads=HEADS,
+                                     head_size=head, dtype=kvtier.dtype_name(dtype),
+                                     block_tokens=BLOCK)
+    ns = ident.open(client)
+    keys = vllm_views.keys_for("cpu-kernel", isa, str(dtype))[: 32 * len(vllm_views.STORED)]
+    stored, _ = ns.store_paged(0, lay, keys, vllm_views.STORED)
+    assert stored == len(vllm_views.STORED)
+    bufs = [bytearray(ns.info["shard_bytes"]) for _ in vllm_views.STORED]
+    assert ns.load(0, keys, bufs)[0] == len(bufs)
+    for i, buf in enumerate(bufs):
+        rows = slice(i * BLOCK, (i + 1) * BLOCK)
+        want = torch.stack([torch.stack([k[rows], val[rows]]) for k, val in kv])
+        got = torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(want.shape)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (isa, i)
+    written = [v.clone() for v in layers]
+    for v in layers:
+        v.zero_()
+    assert ns.load_paged(0, lay, keys, vllm_views.STORED)[0] == len(bufs)
+    for v, w in zip(layers, written):
+        assert torch.equal(v.view(torch.uint8), w.view(torch.uint8))
+    ns.delete(keys)
+    for other in ["amx", "neon", None]:
+        with pytest.raises(layouts.LayoutError, match="ISA kernels"):
+            layouts.geometry("CPU_ATTN", layers[0], head, HEADS, BLOCK, cpu_isa=other)
+
+
 def test_wrong_rule_shows(client):
     """The negative control: the FlashAttention rule on CPU_ATTN's views
     stores bytes that are not CPU_ATTN's K and V."""

@@ -62,9 +62,10 @@ def backend_kv(rule, view, pages_per_block):
         head = v.shape[-1] // 2
         k, val = v.transpose(1, 2).split(head, dim=-1)
         planes = [k, val]
-    elif rule == layouts.ROWS:  # cpu_attn.py
+    elif rule == layouts.ROWS:  # cpu_attn.py, with K as its vec kernels write it
         p, h, n, _ = v.shape
         k, val = v.view((p, h, n * 2, -1)).chunk(2, dim=2)
+        k = k.reshape(p, h, -1, n).transpose(2, 3)  # [D, N] per (page, head)
         planes = [k.transpose(1, 2), val.transpose(1, 2)]
     else:  # MLA: [pages, 1, tokens, latent]
         planes = [v.transpose(1, 2)]
@@ -106,7 +107,8 @@ def round_trip(client, backend, rule, layers, mla=False, check_rule=None, copy=N
     backend's), then load them into zeroed views and compare again.
     Raises AssertionError on a mismatch."""
     head = LATENT if mla else HEAD
-    geo = layouts.geometry(backend, layers[0], head, 1 if mla else HEADS, BLOCK)
+    geo = layouts.geometry(backend, layers[0], head, 1 if mla else HEADS, BLOCK,
+                           cpu_isa="vec" if backend == "CPU_ATTN" else None)
     lay = layouts.layout(geo, layers, BLOCK)
     ns = namespace(client, layers[0].dtype, mla)
     copy = copy or paged(ns)

@@ -281,9 +281,13 @@ static void test_bounds(void)
 	lay.flags = 0x80;
 	CHECK(kvt_geom_from_layout(&lay, PT, &g) == -EINVAL);
 	lay.flags = 0;
-	lay.reserved = 1;
+	lay.elem_bytes = 2; /* an element size without K by columns */
 	CHECK(kvt_geom_from_layout(&lay, PT, &g) == -EINVAL);
-	lay.reserved = 0;
+	lay.flags = KVT_LAYOUT_K_COLUMNS;
+	lay.elem_bytes = 3;
+	CHECK(kvt_geom_from_layout(&lay, PT, &g) == -EINVAL);
+	lay.flags = 0;
+	lay.elem_bytes = 0;
 	lay.n_pages = (uint64_t)INT64_MAX + 1;
 	CHECK(kvt_geom_from_layout(&lay, PT, &g) == -EINVAL);
 }

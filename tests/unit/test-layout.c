@@ -42,13 +42,16 @@ enum kind {
 	K_VLLM_BLNHC, /* one buffer (NB, NL, BS, H, 2, D) */
 	K_VLLM_BHLNC, /* one buffer (NB, H, NL, BS, 2, D) */
 	K_VLLM_CPU,   /* CPU_ATTN: per layer (NB, H, 2, BS, D), K rows then V rows */
+	/* CPU_ATTN as its vector kernels write it: per layer and (page, head)
+	 * K as [D, BS] (column by column) and then V as [BS, D]. */
+	K_VLLM_CPU_COLUMNS,
 	K_COUNT,
 };
 
 static const char *const kind_names[K_COUNT] = {
 	"fa-nhd", "fa-hnd", "flashinfer", "mla", "cross-layer", "dense",
 	"padded-nhd", "trtllm-pool", "vllm-lbnhc", "vllm-lbhnc", "vllm-lhbnc",
-	"vllm-blnhc", "vllm-bhlnc", "vllm-cpu",
+	"vllm-blnhc", "vllm-bhlnc", "vllm-cpu", "vllm-cpu-columns",
 };
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -92,6 +95,7 @@ struct cache {
 	uint32_t planes;
 	uint32_t heads;
 	uint32_t hb;   /* bytes per head */
+	uint32_t elem; /* bytes per element of a head */
 	uint32_t bs;   /* tokens per page (S for the dense cache) */
 	uint32_t nb;   /* pages (B for the dense cache) */
 	size_t bytes;  /* bytes of buf[l], or of the one buffer */
@@ -260,10 +264,15 @@ static void cache_layout(const struct cache *c, const struct engine *e,
 		ret->stride_head = (int64_t)N_LAYERS * bs * 2 * hb;
 		break;
 	case K_VLLM_CPU:
+	case K_VLLM_CPU_COLUMNS:
 		ret->stride_plane = bs * hb;
 		ret->stride_page = H * 2 * bs * hb;
 		ret->stride_token = hb;
 		ret->stride_head = 2 * bs * hb;
+		if (c->kind == K_VLLM_CPU_COLUMNS) {
+			ret->flags = KVT_LAYOUT_K_COLUMNS;
+			ret->elem_bytes = c->elem;
+		}
 		break;
 	default:
 		abort();
@@ -300,6 +309,24 @@ static void ref_elem(const struct ref *r, uint32_t l, size_t off,
 	       c->hb;
 	memcpy(r->want_blocks[blk] + boff, r->orig->buf[l] + off, c->hb);
 	memcpy(r->want_engine->buf[l] + off, r->orig->buf[l] + off, c->hb);
+}
+
+/* ref_elem() for element x (of elem bytes) of a head at engine byte off. */
+static void ref_column_elem(const struct ref *r, uint32_t l, size_t off,
+			    int64_t slot, uint32_t h, size_t x)
+{
+	const struct cache *c = r->c;
+	int64_t j = r->inv[slot];
+	size_t blk, t, boff;
+
+	if (j < 0)
+		return;
+	blk = (size_t)j / r->bt;
+	t = (size_t)j % r->bt;
+	boff = (((size_t)l * c->planes * r->bt + t) * c->heads + h) * c->hb +
+	       x * c->elem;
+	memcpy(r->want_blocks[blk] + boff, r->orig->buf[l] + off, c->elem);
+	memcpy(r->want_engine->buf[l] + off, r->orig->buf[l] + off, c->elem);
 }
 
 /* Heads (of hb bytes) before element (l, g, h, t, kv) of a vLLM 0.32
@@ -423,6 +450,21 @@ static void ref_run(const struct ref *r)
 							ref_elem(r, l, vllm_offset(c->kind, l, g, h, t, kv, NB, H, BS) * hb,
 								 g * BS + t, kv, h);
 		break;
+	case K_VLLM_CPU_COLUMNS:
+		/* V row by row, as K_VLLM_CPU; K: element x of token t after
+		 * x whole columns of BS elements. */
+		for (uint32_t l = 0; l < N_LAYERS; l++)
+			for (size_t g = 0; g < NB; g++)
+				for (size_t h = 0; h < H; h++)
+					for (size_t t = 0; t < BS; t++) {
+						size_t head = (g * H + h) * 2 * BS * hb;
+
+						ref_elem(r, l, head + (BS + t) * hb, g * BS + t, 1, h);
+						for (size_t x = 0; x < hb / c->elem; x++)
+							ref_column_elem(r, l, head + (x * BS + t) * c->elem,
+									g * BS + t, h, x);
+					}
+		break;
 	default:
 		abort();
 	}
@@ -432,6 +474,7 @@ struct tcase {
 	enum kind kind;
 	uint32_t index_kind;
 	uint32_t hb;
+	uint32_t elem; /* bytes per element of a head */
 	uint32_t bs; /* engine page tokens */
 	uint32_t bt; /* block tokens */
 	uint32_t heads;
@@ -517,6 +560,7 @@ static void run_case(const struct tcase *tc)
 		.planes = tc->kind == K_MLA ? 1 : 2,
 		.heads = tc->heads,
 		.hb = tc->hb,
+		.elem = tc->elem,
 		.bs = tc->bs,
 	};
 	struct engine orig, poisoned, want_engine;
@@ -668,6 +712,7 @@ static int sweep_point(enum kind k, uint32_t dim, uint32_t elem,
 	struct tcase tc = {
 		.kind = k,
 		.hb = dim * elem,
+		.elem = elem,
 		.heads = heads,
 	};
 

@@ -27,6 +27,7 @@ from ._kvtier import (  # noqa: F401
     INDEX_PAGE,
     INDEX_SLOT,
     KEY_BYTES,
+    LAYOUT_K_COLUMNS,
     LAYOUT_PLANE_BASES,
     MISS,
     PENDING,
@@ -56,7 +57,7 @@ __all__ = [
     "Client", "Namespace", "Layout", "Error", "hash_chain", "version", "dtype_name", "DTYPE_BYTES",
     "protocol_version", "default_socket", "DTYPES", "dtype_code",
     "weights_fingerprint", "ModelIdentity", "MISS", "HOST", "DISK", "PENDING",
-    "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "LAYOUT_PLANE_BASES", "STATS_ALL", "STATS_DAEMON",
+    "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "LAYOUT_K_COLUMNS", "LAYOUT_PLANE_BASES", "STATS_ALL", "STATS_DAEMON",
     "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS", "HAVE_CUDA", "PRIORITY_DEFAULT",
     "PRIORITY_MAX",
 ] + (["CudaContext", "CudaJob"] if HAVE_CUDA else [])

@@ -14,6 +14,7 @@ PENDING: int
 INDEX_PAGE: int
 INDEX_SLOT: int
 LAYOUT_PLANE_BASES: int
+LAYOUT_K_COLUMNS: int
 STATS_DAEMON: int
 STATS_TENANTS: int
 STATS_NAMESPACES: int
@@ -53,7 +54,7 @@ class Layout:
                  page_tokens: int, layer_base: Sequence[int], stride_plane: int,
                  stride_page: int, stride_token: int, stride_head: int,
                  index_kind: int = ..., keep: Any = None, n_pages: int = 0,
-                 flags: int = 0) -> None: ...
+                 flags: int = 0, elem_bytes: int = 0) -> None: ...
     def block_bytes(self, block_tokens: int) -> int: ...
     def gather(self, block_tokens: int, indices: Ints, blocks: Sequence[Memory]) -> None: ...
     def scatter(self, block_tokens: int, indices: Ints, blocks: Sequence[Memory]) -> None: ...

@@ -10,14 +10,15 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"n_layers", "planes", "heads", "head_bytes", "page_tokens",
 				 "layer_base", "stride_plane", "stride_page", "stride_token",
-				 "stride_head", "index_kind", "keep", "n_pages", "flags", NULL};
-	unsigned int nl, planes, heads, hb, pt, kind = KVT_INDEX_PAGE, flags = 0;
+				 "stride_head", "index_kind", "keep", "n_pages", "flags", "elem_bytes",
+				 NULL};
+	unsigned int nl, planes, heads, hb, pt, kind = KVT_INDEX_PAGE, flags = 0, elem = 0;
 	unsigned long long n_pages = 0;
 	PyObject *bases_o, *keep = Py_None;
 	long long sp, sg, st, sh;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "IIIIIOLLLL|IOKI:Layout", kwlist, &nl, &planes,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "IIIIIOLLLL|IOKII:Layout", kwlist, &nl, &planes,
 					 &heads, &hb, &pt, &bases_o, &sp, &sg, &st, &sh, &kind,
-					 &keep, &n_pages, &flags))
+					 &keep, &n_pages, &flags, &elem))
 		return -1;
 	/* One base per layer, or per layer and plane. */
 	size_t n_bases = (flags & KVT_LAYOUT_PLANE_BASES) ? (size_t)nl * planes : nl;
@@ -59,7 +60,8 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
 			       .stride_token = st,
 			       .stride_head = sh,
 			       .n_pages = n_pages,
-			       .flags = flags};
+			       .flags = flags,
+			       .elem_bytes = elem};
 	Py_INCREF(keep);
 	Py_XSETREF(self->keep, keep);
 	return 0;

@@ -13,8 +13,10 @@ here is one entry of RULES:
 ``cell``    K and V side by side in each (page, head, token) cell of
             2 x head_size elements: ``view.transpose(1, 2).split(head_size,
             -1)`` (FlashAttention, Triton, Flex, FlashInfer but NVFP4).
-``rows``    per head, the page's K rows and then its V rows:
-            ``view.view(B, H, 2N, D).chunk(2, dim=2)`` (CPU_ATTN).
+``rows``    per head, the page's K and then its V:
+            ``view.view(B, H, 2N, D).chunk(2, dim=2)`` (CPU_ATTN), where
+            the kernels of the vector ISAs (CPU_K_COLUMNS) write K column
+            by column, ``[D, N]``, and V row by row, ``[N, D]``.
 ``latent``  MLA: one plane of kv_lora_rank + rope dims, one head slot,
             the same on every rank.
 
@@ -33,7 +35,7 @@ their index (host token index // page size).  sglang_host() reads it.
 
 from dataclasses import dataclass
 
-from . import INDEX_PAGE, INDEX_SLOT, Layout
+from . import INDEX_PAGE, INDEX_SLOT, LAYOUT_K_COLUMNS, Layout
 
 CELL, ROWS, LATENT = "cell", "rows", "latent"
 
@@ -51,6 +53,13 @@ RULES = {
     "FLASHINFER_MLA": LATENT,
     "FLASH_ATTN_MLA": LATENT,
 }
+
+
+#: The ISAs of vLLM's CPU attention whose kernels keep each page's K of a
+#: head as [head_size, tokens] and its V as [tokens, head_size]
+#: (csrc/cpu/cpu_attn_vec.hpp and the ISAs that share its layout); AMX and
+#: NEON pack K and V in tiles of their own, which kvtier does not read.
+CPU_K_COLUMNS = ("vec", "vec16", "vxe", "rvv")
 
 
 class LayoutError(ValueError):
@@ -80,15 +89,17 @@ class Geometry:
     stride_token: int
     stride_head: int
     n_pages: int
+    k_column_elem: int = 0  # K kept column by column, elements of this size
 
 
 def geometry(backend: str, view, head_size: int, heads: int,
-             block_tokens: int) -> Geometry:
+             block_tokens: int, cpu_isa: str | None = None) -> Geometry:
     """The geometry of one layer's view under backend's rule.
 
     head_size: elements of one head of K (or of the MLA latent); heads:
     the KV heads this rank holds (1 for MLA); block_tokens: vLLM's block
-    size, which kvtier's blocks share."""
+    size, which kvtier's blocks share; cpu_isa: for CPU_ATTN, the ISA its
+    kernels run (layer.isa), which decides where they put K."""
     rule = RULES.get(backend)
     if rule is None:
         _refuse(backend, view, "is not one kvtier knows")
@@ -121,8 +132,11 @@ def geometry(backend: str, view, head_size: int, heads: int,
     if view.stride(2) != content:
         _refuse(backend, view, "does not keep a head's tokens contiguous (the "
                 "CPU backend reads its K rows and then its V rows)")
+    if cpu_isa not in CPU_K_COLUMNS:
+        _refuse(backend, view, f"is written by its {cpu_isa!r} ISA kernels, whose K and V "
+                f"tiles kvtier does not read (it reads {', '.join(CPU_K_COLUMNS)})")
     return Geometry(2, heads, head_size * e, tokens, ratio, tokens * head_size * e, st[0],
-                    head_size * e, st[1], pages)
+                    head_size * e, st[1], pages, k_column_elem=e)
 
 
 def by_slot(geo: Geometry, gaps: bool = False) -> bool:
@@ -140,7 +154,8 @@ def layout(geo: Geometry, tensors: list, block_tokens: int, gaps: bool = False) 
                   [t.data_ptr() for t in tensors], geo.stride_plane, geo.stride_page,
                   geo.stride_token, geo.stride_head,
                   INDEX_SLOT if by_slot(geo, gaps) else INDEX_PAGE, keep=tensors,
-                  n_pages=geo.n_pages)
+                  n_pages=geo.n_pages, flags=LAYOUT_K_COLUMNS if geo.k_column_elem else 0,
+                  elem_bytes=geo.k_column_elem)
 
 
 def indices(geo: Geometry, block_ids: list[int], block_tokens: int,

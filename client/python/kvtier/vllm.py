@@ -230,6 +230,21 @@ def _backend_name(vllm_config, layer_name: str) -> str:
     return backend.get_name() if backend is not None else "unknown"
 
 
+def _cpu_isa(vllm_config, layer_name: str, view) -> str | None:
+    """The ISA of vLLM's CPU attention kernels for layer_name (where they
+    put K depends on it): the one its metadata builder gave the layer, or
+    the one that builder will choose."""
+    layer = vllm_config.compilation_config.static_forward_context.get(layer_name)
+    isa = getattr(layer, "isa", None)
+    if isa is None:
+        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+        isa = _get_attn_isa(vllm_config.model_config.dtype, view.shape[2],
+                            getattr(layer, "head_size", None),
+                            vllm_config.cache_config.cache_dtype)
+    return isa
+
+
 def _least_over_ranks(values: list[int]) -> list[int]:
     """Each of values, the least any rank of vLLM's tensor-parallel group
     has for it (every rank calls this with as many, in the same step)."""
@@ -565,9 +580,13 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._layouts, self._geometries, self._gaps = [], [], []
         first = kv_caches[names[0]]
         for group, window in groups:
-            geoms = {layouts.geometry(_backend_name(self._vllm_config, n), kv_caches[n],
-                                      ident.head_size, ident.heads_per_rank, self._block)
-                     for n in group}
+            geoms = set()
+            for n in group:
+                backend = _backend_name(self._vllm_config, n)
+                isa = _cpu_isa(self._vllm_config, n, kv_caches[n]) if backend == "CPU_ATTN" \
+                    else None
+                geoms.add(layouts.geometry(backend, kv_caches[n], ident.head_size,
+                                           ident.heads_per_rank, self._block, cpu_isa=isa))
             if len(geoms) != 1:
                 raise layouts.LayoutError(
                     "kvtier.vllm: the layers' caches are laid out differently "
