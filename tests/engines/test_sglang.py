@@ -249,7 +249,20 @@ def test_refused_at_start(daemon):
     with pytest.raises(NotImplementedError, match="pipeline parallelism"):
         StorageBackendFactory.create_backend("dynamic", sp.storage_config(daemon.socket,
                                                                           pp_size=2), None)
+    # A hybrid model's side pool (SGLang's v2 calls), registered at attach.
     pool = sp.host_pool("layer_first")
+    b = sp.backend(pool, daemon.socket)
+    b.register_mem_host_pool_v2(pool, "kv")  # the KV pool itself
+    with pytest.raises(NotImplementedError, match="mamba.*not supported"):
+        b.register_mem_host_pool_v2(sp.host_pool("layer_first", seed=2), "mamba")
+    b.close()
+    from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry
+
+    group = HostPoolGroup([PoolEntry("kv", pool, None, lambda i: i, True),
+                           PoolEntry("swa", sp.host_pool("layer_first", seed=3), None,
+                                     lambda i: i)])
+    with pytest.raises(NotImplementedError, match="swa.*not supported"):
+        sp.backend(group, daemon.socket)
     with pytest.raises(layouts.LayoutError, match="'page_unified' layout is not one kvtier knows"):
         layouts.sglang_host(pool.kv_buffer, "page_unified", False, sp.PAGE, sp.LAYERS,
                             sp.HEADS, sp.HEAD)

@@ -91,6 +91,14 @@ def _model_kv_heads(path: str) -> int:
     return heads if isinstance(heads, int) and heads > 0 else 0
 
 
+def _refuse_side_pools(names) -> None:
+    raise NotImplementedError(
+        f"kvtier.sglang: the host pools {', '.join(map(str, names))} beside the KV pages (a "
+        "hybrid model's Mamba, sliding-window or indexer pools, which SGLang moves with its "
+        "v2 storage calls) are not supported; kvtier stores KV pages only. Run this model "
+        "without the kvtier storage backend")
+
+
 class KvtierStorage(HiCacheStorage):
     """SGLang HiCacheStorage backed by kvtierd (see the module docstring)."""
 
@@ -119,8 +127,14 @@ class KvtierStorage(HiCacheStorage):
     # ----------------------------------------------------------- registration
 
     def register_mem_pool_host(self, mem_pool_host):
+        side = [e.name for e in getattr(mem_pool_host, "entries", ())
+                if e is not mem_pool_host.anchor_entry]
+        if side:
+            _refuse_side_pools(side)
         super().register_mem_pool_host(mem_pool_host)
-        pool, cfg = mem_pool_host, self._config
+        # A hybrid model's group of one pool is its KV pool.
+        pool = getattr(getattr(mem_pool_host, "anchor_entry", None), "host_pool", mem_pool_host)
+        cfg = self._config
         mla = bool(cfg.is_mla_model)
         if mla:
             heads, head_size = 1, pool.kv_cache_dim
@@ -161,6 +175,17 @@ class KvtierStorage(HiCacheStorage):
         log.info("kvtier: SGLang host pool registered (%s, %s, %d layers, pages of %d "
                  "tokens), tp rank %d of %d", pool.layout, "MLA" if mla else "MHA",
                  pool.layer_num, pool.page_size, cfg.tp_rank, cfg.tp_size)
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """SGLang's v2 calls move a hybrid model's side pools (Mamba states,
+        sliding-window and indexer caches) beside the KV pages: refused
+        when SGLang registers one, at attach, rather than failing later on
+        its cache controller's threads.  The KV pool itself is accepted."""
+        mine = self.mem_pool_host
+        anchor = getattr(getattr(mine, "anchor_entry", None), "host_pool", mine)
+        if host_pool is not mine and host_pool is not anchor:
+            _refuse_side_pools([host_pool_name])
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
 
     def _kv_heads(self, path: str, heads: int) -> int:
         """KV heads over all ranks.  Where the model has fewer than ranks,
