@@ -8,103 +8,7 @@
 #include "keyhash.h"
 #include "macro.h"
 
-/* ---- the ghost list ------------------------------------------------ */
-
-#define GHOST_MIN_SLOTS 64
 #define S3FIFO_FREQ_MAX 3
-
-static uint64_t ghost_hash(const struct evict_ghost *g, uint64_t fp)
-{
-	/* Keyed: a caller's sequential ids are not uniform, and fingerprints
-	 * a client could aim must not pile into one probe run. */
-	return keyhash(g->hash, &fp, sizeof(fp));
-}
-
-static bool ghost_live(const struct evict_ghost *g, const struct evict_ghost_slot *s)
-{
-	return s->expire > g->seq;
-}
-
-/* The slot holding fp, or the empty slot that ends its probe sequence. */
-static struct evict_ghost_slot *ghost_find(struct evict_ghost_slot *slots, uint64_t cap,
-					   uint64_t fp, struct evict_ghost_slot **ret_reusable,
-					   const struct evict_ghost *g)
-{
-	uint64_t i = ghost_hash(g, fp) & (cap - 1);
-
-	if (ret_reusable)
-		*ret_reusable = NULL;
-	for (;; i = (i + 1) & (cap - 1)) {
-		struct evict_ghost_slot *s = &slots[i];
-		if (s->expire == 0 || s->fp == fp)
-			return s;
-		if (ret_reusable && !*ret_reusable && !ghost_live(g, s))
-			*ret_reusable = s;
-	}
-}
-
-/* Rebuild with room for four times what can be live: the window, or what
- * is live now if a shrinking window left more than that. */
-static int ghost_rebuild(struct evict_ghost *g, uint64_t window)
-{
-	uint64_t live = 0, cap = GHOST_MIN_SLOTS;
-
-	for (uint64_t i = 0; i < g->cap; i++)
-		live += ghost_live(g, &g->slots[i]);
-	if (live < window)
-		live = window;
-	while (cap < 4 * live)
-		cap *= 2;
-	struct evict_ghost_slot *slots = calloc(cap, sizeof(*slots));
-	if (!slots)
-		return -ENOMEM;
-	uint64_t used = 0;
-	for (uint64_t i = 0; i < g->cap; i++) {
-		const struct evict_ghost_slot *s = &g->slots[i];
-		if (!ghost_live(g, s))
-			continue;
-		*ghost_find(slots, cap, s->fp, NULL, g) = *s;
-		used++;
-	}
-	free(g->slots);
-	g->slots = slots;
-	g->cap = cap;
-	g->used = used;
-	return 0;
-}
-
-static void ghost_put(struct evict_ghost *g, uint64_t fp, uint64_t window)
-{
-	if (window == 0)
-		window = 1;
-	if ((g->used + 1) * 4 > g->cap * 3 && ghost_rebuild(g, window) < 0 &&
-	    g->used + 1 >= g->cap)
-		return; /* no room and none to be had: forget it */
-
-	struct evict_ghost_slot *reusable;
-	struct evict_ghost_slot *s = ghost_find(g->slots, g->cap, fp, &reusable, g);
-	if (s->expire == 0) {
-		if (reusable)
-			s = reusable;
-		else
-			g->used++;
-	}
-	g->seq++;
-	s->fp = fp;
-	s->expire = g->seq + window;
-}
-
-/* Whether fp was remembered; it is forgotten either way. */
-static bool ghost_take(struct evict_ghost *g, uint64_t fp)
-{
-	if (!g->cap)
-		return false;
-	struct evict_ghost_slot *s = ghost_find(g->slots, g->cap, fp, NULL, g);
-	if (s->expire == 0 || !ghost_live(g, s))
-		return false;
-	s->expire = 1;
-	return true;
-}
 
 /* ---- policy-generic ------------------------------------------------ */
 
@@ -119,7 +23,8 @@ void evict_init(struct evict *e, enum evict_policy policy, const struct keyhash 
 {
 	memset(e, 0, sizeof(*e));
 	e->policy = policy;
-	e->ghost[0].hash = e->ghost[1].hash = hash;
+	evict_ghost_init(&e->ghost[0], hash);
+	evict_ghost_init(&e->ghost[1], hash);
 	e->small_percent = EVICT_S3FIFO_SMALL_PERCENT;
 	evict_lru_init(&e->q[0]);
 	evict_lru_init(&e->q[1]);
@@ -132,10 +37,8 @@ void evict_init(struct evict *e, enum evict_policy policy, const struct keyhash 
 
 void evict_done(struct evict *e)
 {
-	for (int i = 0; i < 2; i++) {
-		free(e->ghost[i].slots);
-		e->ghost[i] = (struct evict_ghost){.hash = e->ghost[i].hash};
-	}
+	evict_ghost_done(&e->ghost[0]);
+	evict_ghost_done(&e->ghost[1]);
 	count_sketch_done(&e->sketch);
 	evict_admit_done(&e->admit);
 }
@@ -195,14 +98,14 @@ static void arc_admit(struct evict *e, struct evict_entry *x)
 {
 	uint64_t c = evict_policy_count(e) + 1;
 
-	if (ghost_take(&e->ghost[1], x->fp)) {
+	if (evict_ghost_take(&e->ghost[1], x->fp)) {
 		/* Evicted from T1 too soon: give recency more room. */
 		uint64_t d = arc_ghost_len(e, 0) / arc_ghost_len(e, 1);
 		e->arc_p += d ? d : 1;
 		if (e->arc_p > c)
 			e->arc_p = c;
 		x->queue = EVICT_Q_MAIN;
-	} else if (ghost_take(&e->ghost[0], x->fp)) {
+	} else if (evict_ghost_take(&e->ghost[0], x->fp)) {
 		/* Evicted from T2 too soon: give frequency more room. */
 		uint64_t d = arc_ghost_len(e, 1) / arc_ghost_len(e, 0);
 		d = d ? d : 1;
@@ -225,7 +128,7 @@ static void policy_insert(struct evict *e, struct evict_entry *x)
 			arc_admit(e, x);
 		/* A block dropped from probation and stored again while it is
 		 * remembered proved itself: it skips probation. */
-		else if (e->policy == EVICT_S3FIFO && !ghost_take(&e->ghost[1], x->fp))
+		else if (e->policy == EVICT_S3FIFO && !evict_ghost_take(&e->ghost[1], x->fp))
 			x->queue = EVICT_Q_SMALL;
 		else
 			x->queue = EVICT_Q_MAIN;
@@ -384,9 +287,9 @@ static void policy_evicted(struct evict *e, struct evict_entry *x)
 	int q = x->queue == EVICT_Q_SMALL ? 1 : 0;
 	policy_remove(e, x);
 	if (e->policy == EVICT_S3FIFO && q == 1)
-		ghost_put(&e->ghost[1], x->fp, evict_policy_count(e) + 1);
+		evict_ghost_put(&e->ghost[1], x->fp, evict_policy_count(e) + 1);
 	else if (e->policy == EVICT_ARC)
-		ghost_put(&e->ghost[q], x->fp, arc_ghost_len(e, q));
+		evict_ghost_put(&e->ghost[q], x->fp, arc_ghost_len(e, q));
 }
 
 /* ---- retention bands ------------------------------------------------ */

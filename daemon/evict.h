@@ -19,6 +19,7 @@
 
 #include "count-sketch.h"
 #include "evict-admit.h"
+#include "evict-ghost.h"
 #include "evict-list.h"
 #include "evict-lrfu.h"
 #include "kvt-proto.h"
@@ -93,30 +94,6 @@ enum evict_policy {
  * docs/workload.md a larger one gains when the tier holds the live
  * conversations and loses when it does not. */
 #define EVICT_S3FIFO_SMALL_PERCENT 10
-
-struct evict_ghost_slot {
-	uint64_t fp;
-	uint64_t expire; /* 0: empty; 1: taken back (a tombstone) */
-};
-
-/*
- * A ghost list (S3-FIFO has one, ARC two).  A fingerprint put when W entries are listed is
- * remembered until W fingerprints in all have been put after it: the
- * ghost is about as long as the cache.  An open-addressing table whose
- * slots carry the sequence number at which they expire, so expiry needs
- * no FIFO of its own; rebuilt when tombstones and expired slots fill it.
- * At most about 64 bytes per listed entry; when it cannot grow, a
- * fingerprint is not remembered, which costs hits, never correctness.
- * Fingerprints are placed by a keyed hash (keyhash.h), so a run of them
- * that a client aimed at one slot spreads like any other.
- */
-struct evict_ghost {
-	const struct keyhash *hash; /* where a fingerprint probes from */
-	struct evict_ghost_slot *slots;
-	uint64_t cap;  /* slots, a power of two, or 0 */
-	uint64_t used; /* slots not empty */
-	uint64_t seq;  /* fingerprints put so far */
-};
 
 struct evict {
 	enum evict_policy policy;
