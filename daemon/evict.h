@@ -6,31 +6,23 @@
  * so any victim it names can be dropped at once.
  *
  * Two layers: the plain LRU list (struct evict_lru, evict-list.h), which
- * the NVMe tier uses as is, and the policy-generic struct evict, which runs
- * LRU, S3-FIFO, SIEVE, ARC or LRFU (evict-lrfu.h, with or without the
- * admission of evict-admit.h) behind one set of calls.  tests/workload/kvt-policy-sim links
- * this file, so the hit rates docs/workload.md reports are those of this
- * code.
+ * the NVMe tier uses as is, and struct evict, which keeps the engine's
+ * retention bands and runs the configured policy (LRU, S3-FIFO, SIEVE,
+ * ARC, LRFU, LRFU with admission) over the default band through the
+ * policy's ops (evict-policy.h, one file per policy).
+ * tests/workload/kvt-policy-sim links this code, so the hit rates
+ * docs/workload.md reports are those of the daemon.
  */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "count-sketch.h"
-#include "evict-admit.h"
-#include "evict-ghost.h"
 #include "evict-list.h"
-#include "evict-lrfu.h"
+#include "evict-policy.h"
 #include "kvt-proto.h"
 
 struct keyhash;
-
-/* LRFU's count sketch: counters per row for each entry the tier can list
- * (32 bytes a block in all), up to the sketch's max_width.  With 4 on the
- * Mooncake trace of docs/workload.md the counters fill between halvings
- * and every block looks seen before. */
-#define EVICT_SKETCH_COLUMNS 16
 
 /* ---- policy-generic ------------------------------------------------ */
 
@@ -61,97 +53,56 @@ static inline enum evict_band evict_band_of_priority(unsigned priority)
 	return priority < 80 ? EVICT_BAND_HIGH : EVICT_BAND_TOP;
 }
 
-enum evict_policy {
-	EVICT_LRU,
-	/* Yang et al., SOSP '23: new blocks enter a small FIFO (a tenth of
-	 * the entries); those hit while there move to the main FIFO, the
-	 * others leave and are remembered in a ghost list, so that a block
-	 * stored again soon after goes straight to main.  Main is a FIFO with
-	 * reinsertion on a 2-bit hit counter. */
-	EVICT_S3FIFO,
-	/* Zhang et al., NSDI '24: one FIFO, a visited bit, and a hand that
-	 * moves from the oldest end clearing bits until it finds a block not
-	 * visited since the hand last passed. */
-	EVICT_SIEVE,
-	/* Megiddo and Modha, FAST '03: blocks seen once (T1, the small
-	 * queue) and blocks hit since they were stored (T2, main), both LRU,
-	 * with a ghost list of each one's evictions; a block stored again
-	 * while remembered moves T1's target size toward the list whose ghost
-	 * remembered it, so the split between recency and frequency follows
-	 * the traffic. */
-	EVICT_ARC,
-	/* Recency and a log-scaled request count (evict-lrfu.h), the count
-	 * kept in a sketch for resident and evicted blocks alike. */
-	EVICT_LRFU,
-	/* The same with the admission filter that turns itself on and off
-	 * (evict-admit.h): a block not seen before is stored on probation,
-	 * evicted first, while shadow tiers find the filter pays. */
-	EVICT_LRFU_ADMIT,
-	_EVICT_POLICY_MAX,
-};
-
-/* The paper's share for S3-FIFO's small queue.  On the traces of
- * docs/workload.md a larger one gains when the tier holds the live
- * conversations and loses when it does not. */
-#define EVICT_S3FIFO_SMALL_PERCENT 10
-
 struct evict {
-	enum evict_policy policy;
-	/* LRU and SIEVE: q[0] only.  S3-FIFO and ARC: q[0] main (T2), q[1]
-	 * small (T1). */
-	struct evict_lru q[2];
-	struct evict_node *hand; /* SIEVE: where the next search starts */
-	/* Evictions from q[i], remembered: S3-FIFO uses ghost[1] only. */
-	struct evict_ghost ghost[2];
-	uint64_t arc_p; /* ARC: T1's target size, in entries */
-	/* S3-FIFO: the small queue's share of the entries, in percent; set
-	 * by evict_init, may be changed at any time. */
-	uint32_t small_percent;
-	/* LRFU: the queues, how often each block was requested lately, and
-	 * the admission filter's shadows (EVICT_LRFU_ADMIT only). */
-	struct evict_lrfu lrfu;
-	struct count_sketch sketch;
-	struct evict_admit admit;
-	uint64_t refused; /* new blocks the filter put on probation */
+	/* The configured policy, over the default band: its ops and its
+	 * state (ops->state_size bytes), NULL before evict_init and after
+	 * evict_done. */
+	const struct evict_policy_ops *ops;
+	void *state;
 	/* The bands other than the default one, each an LRU list. */
 	struct evict_lru band[_EVICT_BANDS];
 };
 
-/* hash places fingerprints in the ghost lists; it is the caller's and
- * outlives e. */
-void evict_init(struct evict *e, enum evict_policy policy, const struct keyhash *hash);
-/* Frees the ghost lists; the entries are the caller's. */
+/* hash places fingerprints in the policy's ghost lists or sketches; it is
+ * the caller's and outlives e.  \return 0, -EINVAL for a policy not in
+ * the table, or -ENOMEM; e can be given to evict_done either way. */
+int evict_init(struct evict *e, enum evict_policy policy, const struct keyhash *hash);
+/* Frees the policy's state; the entries are the caller's.  Harmless on a
+ * zeroed struct evict and twice. */
 void evict_done(struct evict *e);
 
 /* Insert an unlinked entry: a new one where its policy admits new blocks
- * (S3-FIFO and ARC: main if its fingerprint is in a ghost list, else
- * small), one that was pinned at the young end of the queue it was on. */
+ * (S3-FIFO, for one, on probation unless its ghost list remembers it),
+ * one that was pinned at the young end of the queue it was on. */
 void evict_insert(struct evict *e, struct evict_entry *x);
-/* Unlink, keeping the entry's queue and hit count (a pin, a spill, a
- * delete); a no-op for an unlinked entry. */
+/* Unlink, keeping what the policy knows of the entry, its queue and hit
+ * count (a pin, a spill, a delete); a no-op for an unlinked entry. */
 void evict_remove(struct evict *e, struct evict_entry *x);
 /* A hit: it marks the entry reused, and a demoted one goes back to the
  * policy (linked or not); otherwise a no-op for an unlinked entry. */
 void evict_touch(struct evict *e, struct evict_entry *x);
 /*
  * The entry to evict, or NULL when nothing is evictable.  Not a pure
- * query: S3-FIFO moves hit entries from small to main and reinserts hit
- * entries in main on the way, SIEVE moves its hand.  The entry stays
+ * query: a policy may reorder its queues on the way (S3-FIFO moves hit
+ * entries from small to main, SIEVE moves its hand).  The entry stays
  * linked until the caller removes it (evict_evicted if it is dropped), and
  * asking again without a change in between names the same entry.
  */
 struct evict_entry *evict_victim(struct evict *e);
-/* Every entry, oldest first, without changing anything: the small queue
- * (S3-FIFO's, ARC's T1) from its old end, then the main one.  For a caller
- * that looks for the coldest entries of some kind (dirty blocks to write
- * back, clean ones to spill) rather than for the policy's one victim; from
- * the victim, evict_walk_next gives the candidates after it (approximate
- * for S3-FIFO and SIEVE, whose victim is not always the oldest). */
+/* Every entry, oldest first, without changing anything: the bands in the
+ * order victims come from them, the default one in its policy's order
+ * (S3-FIFO's and ARC's small queue from its old end, then the main one).
+ * For a caller that looks for the coldest entries of some kind (dirty
+ * blocks to write back, clean ones to spill) rather than for the policy's
+ * one victim; from the victim, evict_walk_next gives the candidates after
+ * it (approximate where the victim is not always the oldest, as in
+ * S3-FIFO and SIEVE). */
 struct evict_entry *evict_oldest(const struct evict *e);
 struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_entry *x);
-/* Remove x because its block is dropped: S3-FIFO remembers its fingerprint
- * when it leaves from the small queue, ARC always.  Not for spills: a
- * spilled block keeps its entry and comes back to the queue it left. */
+/* Remove x because its block is dropped: a policy may remember its
+ * fingerprint (S3-FIFO when it leaves from the small queue, ARC always).
+ * Not for spills: a spilled block keeps its entry and comes back to the
+ * queue it left. */
 void evict_evicted(struct evict *e, struct evict_entry *x);
 
 static inline bool evict_entry_linked(const struct evict_entry *x)
@@ -179,19 +130,30 @@ typedef bool (*evict_lapsed_fn)(void *userdata, const struct evict_entry *x);
  * \return how many */
 uint64_t evict_lapse(struct evict *e, evict_lapsed_fn lapsed, void *userdata);
 
-/* Entries on the lists: the evictable blocks. */
-static inline uint64_t evict_count(const struct evict *e)
-{
-	return e->q[0].n + e->q[1].n + e->lrfu.n + e->band[EVICT_BAND_LOW].n +
-	       e->band[EVICT_BAND_HIGH].n + e->band[EVICT_BAND_TOP].n;
-}
-
 /* Evictable entries of the policy itself: the default band. */
 static inline uint64_t evict_policy_count(const struct evict *e)
 {
-	return e->q[0].n + e->q[1].n + e->lrfu.n;
+	return e->state ? e->ops->count(e->state) : 0;
 }
 
+/* Entries on the lists: the evictable blocks. */
+static inline uint64_t evict_count(const struct evict *e)
+{
+	return evict_policy_count(e) + e->band[EVICT_BAND_LOW].n + e->band[EVICT_BAND_HIGH].n +
+	       e->band[EVICT_BAND_TOP].n;
+}
+
+/* The state of e's policy if it is the one ops belongs to, else NULL: for
+ * what reads or sets what only one policy has (S3-FIFO's small queue,
+ * LRFU's admission filter), the state's type being in that policy's
+ * header. */
+static inline void *evict_state(const struct evict *e, const struct evict_policy_ops *ops)
+{
+	return e->ops == ops ? e->state : NULL;
+}
+
+/* The ops of a policy, or NULL when p is not in the table. */
+const struct evict_policy_ops *evict_policy_ops(enum evict_policy p);
 const char *evict_policy_to_string(enum evict_policy p);
 /* \return the policy or -EINVAL */
 int evict_policy_from_string(const char *s);
