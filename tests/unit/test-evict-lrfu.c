@@ -2,11 +2,10 @@
 /*
  * LRFU and its admission filter (daemon/evict-lrfu.c, evict-lrfu-admit.c,
  * evict-admit.c, the count sketch): a block requested once goes before one
- * requested often even when it is the more recent; counts halve; pinned
- * blocks are never named, over a random walk checked against a model of
- * which entries are listed; a block not seen before goes on probation
- * while the filter is on; and the filter turns itself off on traffic it
- * hurts and on on traffic it helps.
+ * requested often even when it is the more recent; counts halve; a block
+ * not seen before goes on probation while the filter is on; and the filter
+ * turns itself off on traffic it hurts and on on traffic it helps.  The
+ * random walk every policy passes is test-evict's.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -120,86 +119,6 @@ static void test_decay(void)
 	count_sketch_halve(&l->sketch);
 	evict_touch(&e, &x); /* 9 -> 4 -> 2, +1 = 3 */
 	CHECK_MSG(x.freq == 1, "level %u", x.freq);
-	evict_done(&e);
-}
-
-/*
- * A random walk of stores, hits, pins and evictions: the victim is always
- * a listed entry (never a pinned or evicted one), asking twice names the
- * same one, the count is the model's, and the walk from the oldest visits
- * every listed entry once.
- */
-static void test_random(enum evict_policy policy)
-{
-	enum { N = 512 };
-	static struct evict_entry x[N];
-	static bool listed[N];
-	struct evict e;
-	unsigned n_listed = 0, evictions = 0;
-
-	CHECK(evict_init(&e, policy, &test_hash) == 0);
-	for (int i = 0; i < N; i++) {
-		fresh(&x[i], (uint64_t)i * 7919);
-		listed[i] = false;
-	}
-	for (unsigned op = 0; op < 200000; op++) {
-		int id = (int)(rnd() % N);
-		if (rnd() % 2)
-			id %= 32;
-		switch (rnd() % 8) {
-		case 0: case 1: case 2: /* store, or unpin */
-			if (listed[id])
-				break;
-			evict_insert(&e, &x[id]);
-			listed[id] = true;
-			n_listed++;
-			break;
-		case 3: case 4: /* hit */
-			evict_touch(&e, &x[id]);
-			break;
-		case 5: /* pin */
-			if (!listed[id])
-				break;
-			evict_remove(&e, &x[id]);
-			listed[id] = false;
-			n_listed--;
-			break;
-		case 6: { /* a full class */
-			struct evict_entry *v = evict_victim(&e);
-			if (!v) {
-				CHECK(n_listed == 0);
-				break;
-			}
-			int vid = (int)(v - x);
-			CHECK(vid >= 0 && vid < N && listed[vid]);
-			CHECK(evict_victim(&e) == v);
-			evict_evicted(&e, v);
-			fresh(v, (uint64_t)vid * 7919);
-			listed[vid] = false;
-			n_listed--;
-			evictions++;
-			break;
-		}
-		case 7:
-			if (op % 64 == 0) {
-				unsigned seen = 0;
-				for (struct evict_entry *w = evict_oldest(&e); w && seen <= n_listed;
-				     w = evict_walk_next(&e, w)) {
-					CHECK(listed[w - x]);
-					seen++;
-				}
-				CHECK(seen == n_listed);
-			}
-			break;
-		}
-		if (evict_count(&e) != n_listed) {
-			fprintf(stderr, "%s op %u: %" PRIu64 " listed, model %u\n",
-				evict_policy_to_string(policy), op, evict_count(&e), n_listed);
-			failures++;
-			break;
-		}
-	}
-	CHECK(evictions > 10000);
 	evict_done(&e);
 }
 
@@ -337,8 +256,6 @@ int main(void)
 	test_sketch();
 	test_frequency_wins();
 	test_decay();
-	test_random(EVICT_LRFU);
-	test_random(EVICT_LRFU_ADMIT);
 	test_filter_refuses();
 	test_filter_turns_off();
 	test_filter_turns_on();

@@ -16,6 +16,7 @@
  * against a model kept in plain arrays, with the queues, hit counts and
  * victims compared after every step.  test-evict-lrfu has LRFU's rules.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -894,6 +895,118 @@ static void test_policy_names(void)
 	CHECK(evict_policy_to_string(_EVICT_POLICY_MAX) == NULL);
 }
 
+/* Every row of the table: a name, a state and every method a policy must
+ * have; evict_init gives the row's state, which no other row's ops reach,
+ * and evict_done frees it, harmlessly twice. */
+static void test_policy_table(void)
+{
+	struct evict e;
+
+	for (int p = 0; p < _EVICT_POLICY_MAX; p++) {
+		const struct evict_policy_ops *ops = evict_policy_ops(p);
+		CHECK_MSG(ops && ops->name && ops->state_size && ops->init && ops->insert &&
+				  ops->remove && ops->touch && ops->victim && ops->oldest &&
+				  ops->walk_next && ops->count,
+			  "policy %d: its row lacks a name, a state or a method", p);
+		if (!ops)
+			continue;
+		CHECK(evict_init(&e, p, &test_hash) == 0);
+		CHECK(e.ops == ops && evict_state(&e, ops) == e.state && e.state);
+		for (int q = 0; q < _EVICT_POLICY_MAX; q++)
+			CHECK(q == p || evict_state(&e, evict_policy_ops(q)) == NULL);
+		CHECK(evict_count(&e) == 0 && evict_victim(&e) == NULL && evict_oldest(&e) == NULL);
+		evict_done(&e);
+		CHECK(e.state == NULL && evict_count(&e) == 0);
+		evict_done(&e);
+	}
+	CHECK(evict_policy_ops(_EVICT_POLICY_MAX) == NULL);
+	CHECK(evict_init(&e, _EVICT_POLICY_MAX, &test_hash) == -EINVAL);
+	CHECK(e.state == NULL && evict_count(&e) == 0);
+	evict_done(&e);
+}
+
+/*
+ * Any policy, a random walk of stores, hits, pins and evictions: the
+ * victim is always a listed entry (never a pinned or evicted one), asking
+ * twice names the same one, the count is the model's, and the walk from
+ * the oldest visits every listed entry once.
+ */
+static void test_policy_walk(enum evict_policy policy)
+{
+	enum { N = 512 };
+	static struct evict_entry x[N];
+	static bool listed[N];
+	struct evict e;
+	unsigned n_listed = 0, evictions = 0;
+
+	CHECK(evict_init(&e, policy, &test_hash) == 0);
+	for (int i = 0; i < N; i++) {
+		memset(&x[i], 0, sizeof(x[i]));
+		x[i].fp = (uint64_t)i * 7919;
+		listed[i] = false;
+	}
+	for (unsigned op = 0; op < 200000; op++) {
+		int id = (int)(rnd() % N);
+		if (rnd() % 2)
+			id %= 32;
+		switch (rnd() % 8) {
+		case 0: case 1: case 2: /* store, or unpin */
+			if (listed[id])
+				break;
+			evict_insert(&e, &x[id]);
+			listed[id] = true;
+			n_listed++;
+			break;
+		case 3: case 4: /* hit */
+			evict_touch(&e, &x[id]);
+			break;
+		case 5: /* pin */
+			if (!listed[id])
+				break;
+			evict_remove(&e, &x[id]);
+			listed[id] = false;
+			n_listed--;
+			break;
+		case 6: { /* a full class */
+			struct evict_entry *v = evict_victim(&e);
+			if (!v) {
+				CHECK(n_listed == 0);
+				break;
+			}
+			int vid = (int)(v - x);
+			CHECK(vid >= 0 && vid < N && listed[vid]);
+			CHECK(evict_victim(&e) == v);
+			evict_evicted(&e, v);
+			memset(v, 0, sizeof(*v));
+			v->fp = (uint64_t)vid * 7919;
+			listed[vid] = false;
+			n_listed--;
+			evictions++;
+			break;
+		}
+		case 7:
+			if (op % 64 == 0) {
+				unsigned seen = 0;
+				for (struct evict_entry *w = evict_oldest(&e); w && seen <= n_listed;
+				     w = evict_walk_next(&e, w)) {
+					CHECK(listed[w - x]);
+					seen++;
+				}
+				CHECK(seen == n_listed);
+			}
+			break;
+		}
+		if (evict_count(&e) != n_listed) {
+			fprintf(stderr, "%s op %u: %" PRIu64 " listed, model %u\n",
+				evict_policy_to_string(policy), op, evict_count(&e), n_listed);
+			failures++;
+			break;
+		}
+	}
+	CHECK_MSG(evictions > 10000, "%s: %u evictions", evict_policy_to_string(policy), evictions);
+	evict_done(&e);
+}
+
 /* The longest run of slots a ghost lookup walks through (live, expired or
  * taken back: only empty slots end a probe), whatever the hash. */
 static uint64_t ghost_longest_run(const struct evict_ghost *g)
@@ -986,9 +1099,14 @@ int main(void)
 	test_sieve();
 	test_arc();
 	test_policy_names();
-	/* The model knows these; test-evict-lrfu covers LRFU. */
-	for (int p = 0; p <= EVICT_ARC; p++)
-		test_policy_random(p, 200000, 0);
+	test_policy_table();
+	for (int p = 0; p < _EVICT_POLICY_MAX; p++)
+		test_policy_walk(p);
+	/* The policies the model knows; test-evict-lrfu has LRFU's rules. */
+	static const enum evict_policy modelled[] = {EVICT_LRU, EVICT_S3FIFO, EVICT_SIEVE,
+						     EVICT_ARC};
+	for (unsigned i = 0; i < sizeof(modelled) / sizeof(modelled[0]); i++)
+		test_policy_random(modelled[i], 200000, 0);
 	test_policy_random(EVICT_S3FIFO, 100000, 40);
 
 	if (failures) {
