@@ -6,7 +6,7 @@
  * block resident after a missing one saves nothing (the engine recomputes
  * from the first miss on), so it is not counted.
  *
- * The online policies are the daemon's own code (daemon/evict*.c), driven
+ * The online policies are the daemon's own code (daemon/evict/), driven
  * in the order the daemon calls it for kvt-engine's requests: a lookup
  * that touches every resident key from the tail of the chain to its head,
  * leases on the leading hits (off the list) released in chain order, then
@@ -444,7 +444,7 @@ static void usage(FILE *f)
 		"over blocks looked up), the prefill tokens those hits save, and the hit\n"
 		"rate as a fraction of Belady's.\n"
 		"\n"
-		"The online policies are daemon/evict*.c, called as kvtierd calls it; Belady\n"
+		"The online policies are daemon/evict/, called as kvtierd calls it; Belady\n"
 		"(farthest next use evicted, the new block kept out when it is the\n"
 		"farthest, ties to the deepest block of a chain) is a clairvoyant reference,\n"
 		"not a proven optimum for prefix chains (docs/workload.md).\n"

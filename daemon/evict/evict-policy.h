@@ -6,9 +6,9 @@
  * A policy sees the entries of the default band only, never the bands, so
  * that what it decides is its own rule and nothing else.
  *
- * Adding a policy: a file evict-NAME.c that defines
+ * Adding a policy: a file evict-NAME.c in this folder that defines
  * `const struct evict_policy_ops evict_policy_NAME`, a row in
- * EVICT_POLICIES below, and the file in daemon/meson.build.
+ * EVICT_POLICIES below, and the file in meson.build here.
  */
 #pragma once
 
