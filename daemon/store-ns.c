@@ -48,7 +48,10 @@ static struct slot_class *class_get(struct store *s, struct tenant *t, uint64_t 
 		return NULL;
 	}
 	c->slot_bytes = slot_bytes;
-	evict_init(&c->lru, s->config->eviction, &s->keyhash);
+	if (evict_init(&c->lru, s->config->eviction, &s->keyhash) < 0) {
+		free(c);
+		return NULL;
+	}
 	t->classes[t->n_classes++] = c;
 	return c;
 }

@@ -30,7 +30,7 @@ static int id(const struct evict_entry *x)
 
 static void fresh(struct evict *e, enum evict_policy p)
 {
-	evict_init(e, p, &hash);
+	CHECK(evict_init(e, p, &hash) == 0);
 	memset(ent, 0, sizeof(ent));
 	for (int i = 0; i < N; i++) {
 		ent[i].fp = (uint64_t)i + 1;

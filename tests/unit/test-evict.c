@@ -4,12 +4,19 @@
  * random walk against a reference array kept in use order, with the list
  * checked in both directions after every step.
  *
- * The policy-generic lists (LRU, S3-FIFO, SIEVE, ARC): the rules of the
- * last three one by one, and for each policy a random walk (inserts of new and
- * returning entries, hits, pins, evictions of blocks that are later stored
- * again) against a model kept in plain arrays, with the queues, hit counts
- * and victims compared after every step.
+ * The table of policies: every row complete, names that round-trip, and
+ * for every policy in it a random walk of stores, hits, pins and
+ * evictions in which the victim is always a listed entry, asking twice
+ * names the same one, the count is right and the walk from the oldest
+ * visits every listed entry once.
+ *
+ * LRU, S3-FIFO, SIEVE and ARC: the rules of the last three one by one,
+ * and for each of the four a random walk (inserts of new and returning
+ * entries, hits, pins, evictions of blocks that are later stored again)
+ * against a model kept in plain arrays, with the queues, hit counts and
+ * victims compared after every step.  test-evict-lrfu has LRFU's rules.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -17,6 +24,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "evict-arc.h"
+#include "evict-s3fifo.h"
 #include "evict.h"
 #include "keyhash.h"
 #include "check.h"
@@ -269,34 +278,45 @@ static void pblock_fresh(int id)
 	pblocks[id].e.fp = UINT64_C(0xabc0000000000000) + (uint64_t)id;
 }
 
-/* The queue q (EVICT_Q_*) must hold ids from young to old. */
+/*
+ * The queue q (EVICT_Q_*) must hold ids from young to old.  Read through
+ * the walk, which goes through each of the policy's queues from its old
+ * end whatever lists it keeps: the entries of queue q, in the order the
+ * walk meets them, are ids from the last, each one linked back to the one
+ * before.
+ */
 static bool check_queue(int line, struct evict *e, uint8_t q, const int *ids, unsigned n)
 {
-	const struct evict_lru *l = &e->q[q == EVICT_Q_SMALL ? 1 : 0];
-	const struct evict_node *p;
-	unsigned i = 0;
+	int have[N_NODES];
+	unsigned i, k = 0, steps = 0;
+	bool linked = true;
+	const struct evict_entry *last = NULL;
 
-	if (l->n != n)
-		goto bad;
-	for (p = l->head.next; p != &l->head; p = p->next, i++) {
-		const struct evict_entry *x =
-			(const struct evict_entry *)((const char *)p - offsetof(struct evict_entry, node));
-		if (i >= n || pid_of(x) != ids[i] || p->next->prev != p || x->queue != q)
-			goto bad;
+	for (const struct evict_entry *x = evict_oldest(e); x && steps <= 2 * N_NODES;
+	     x = evict_walk_next(e, x), steps++) {
+		if (x->queue != q)
+			continue;
+		if (k == N_NODES || (last && x->node.next != &last->node)) {
+			linked = false;
+			break;
+		}
+		have[k++] = pid_of(x);
+		last = x;
 	}
-	if (i != n)
+	if (!linked || k != n)
 		goto bad;
+	for (i = 0; i < n; i++)
+		if (have[n - 1 - i] != ids[i])
+			goto bad;
 	return true;
 bad:
-	fprintf(stderr, "%s:%d: queue %u wrong (n %" PRIu64 ", expected", __FILE__, line, q, l->n);
+	fprintf(stderr, "%s:%d: queue %u wrong (expected", __FILE__, line, q);
 	for (i = 0; i < n; i++)
 		fprintf(stderr, " %d", ids[i]);
 	fprintf(stderr, "; have");
-	for (p = l->head.next, i = 0; p != &l->head && i < N_NODES; p = p->next, i++)
-		fprintf(stderr, " %d",
-			pid_of((const struct evict_entry *)((const char *)p -
-							    offsetof(struct evict_entry, node))));
-	fprintf(stderr, ")\n");
+	for (i = k; i > 0; i--)
+		fprintf(stderr, " %d", have[i - 1]);
+	fprintf(stderr, "%s)\n", linked ? "" : ", not linked in order");
 	failures++;
 	return false;
 }
@@ -322,7 +342,7 @@ static void test_s3fifo(void)
 
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, EVICT_S3FIFO, &test_hash);
+	CHECK(evict_init(&e, EVICT_S3FIFO, &test_hash) == 0);
 	CHECK(evict_victim(&e) == NULL);
 
 	/* New blocks are on probation. */
@@ -403,7 +423,7 @@ static void test_s3fifo(void)
 	evict_done(&e);
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, EVICT_S3FIFO, &test_hash);
+	CHECK(evict_init(&e, EVICT_S3FIFO, &test_hash) == 0);
 	for (int i = 0; i < 4; i++)
 		evict_insert(&e, P(i));
 	/* 4 listed when 0 goes: forgotten after 4 more. */
@@ -436,7 +456,7 @@ static void test_sieve(void)
 
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, EVICT_SIEVE, &test_hash);
+	CHECK(evict_init(&e, EVICT_SIEVE, &test_hash) == 0);
 	CHECK(evict_victim(&e) == NULL);
 	for (int i = 0; i < 5; i++)
 		evict_insert(&e, P(i));
@@ -671,11 +691,17 @@ static void m_evicted(struct model *m, int id)
 
 static bool m_compare(struct model *m, struct evict *e, unsigned op)
 {
+	const struct evict_arc_state *arc = evict_state(e, &evict_policy_arc);
 	bool ok = check_queue(__LINE__, e, EVICT_Q_MAIN, m->q[0], m->n[0]);
-	if (m->policy == EVICT_S3FIFO || m->policy == EVICT_ARC)
-		ok &= check_queue(__LINE__, e, EVICT_Q_SMALL, m->q[1], m->n[1]);
-	if (ok && e->arc_p != m->arc_p) {
-		fprintf(stderr, "ARC target %" PRIu64 ", model %" PRIu64 "\n", e->arc_p, m->arc_p);
+	ok &= check_queue(__LINE__, e, EVICT_Q_SMALL, m->q[1], m->n[1]);
+	if (ok && evict_policy_count(e) != m->n[0] + m->n[1]) {
+		fprintf(stderr, "%" PRIu64 " listed, model %u\n", evict_policy_count(e),
+			m->n[0] + m->n[1]);
+		failures++;
+		ok = false;
+	}
+	if (ok && arc && arc->p != m->arc_p) {
+		fprintf(stderr, "ARC target %" PRIu64 ", model %" PRIu64 "\n", arc->p, m->arc_p);
 		failures++;
 		ok = false;
 	}
@@ -707,11 +733,12 @@ static void test_policy_random(enum evict_policy policy, unsigned ops, uint32_t 
 	m->hand = -1;
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, policy, &test_hash);
-	CHECK(e.small_percent == EVICT_S3FIFO_SMALL_PERCENT);
-	if (small_percent)
-		e.small_percent = small_percent;
-	m->small_percent = e.small_percent;
+	CHECK(evict_init(&e, policy, &test_hash) == 0);
+	struct evict_s3fifo_state *s3 = evict_state(&e, &evict_policy_s3fifo);
+	CHECK(!s3 || s3->small_percent == EVICT_S3FIFO_SMALL_PERCENT);
+	if (s3 && small_percent)
+		s3->small_percent = small_percent;
+	m->small_percent = s3 ? s3->small_percent : 0;
 	for (unsigned op = 0; op < ops; op++) {
 		/* A skewed choice of block, so some are hot. */
 		int id = (int)(rnd() % N_NODES);
@@ -825,7 +852,8 @@ static void test_arc(void)
 
 	for (int i = 0; i < N_NODES; i++)
 		pblock_fresh(i);
-	evict_init(&e, EVICT_ARC, &test_hash);
+	CHECK(evict_init(&e, EVICT_ARC, &test_hash) == 0);
+	const struct evict_arc_state *arc = evict_state(&e, &evict_policy_arc);
 	CHECK(evict_victim(&e) == NULL);
 	for (int i = 0; i < 4; i++)
 		evict_insert(&e, P(i));
@@ -844,14 +872,14 @@ static void test_arc(void)
 	/* Stored again while B1 remembers it: T1 was too small; the target
 	 * grows by |B1|/|B2| measured as |T1|/|T2| = 2, and it goes to T2. */
 	evict_insert(&e, P(0));
-	CHECK(e.arc_p == 2);
+	CHECK(arc->p == 2);
 	CHECK_QUEUE(&e, EVICT_Q_MAIN, -1, 0, 1);
 	/* T1 (2) is not above the target: T2's oldest goes. */
 	CHECK(pid_of(evict_victim(&e)) == 1);
 	evict_and_forget(&e, 1);
 	/* Stored again while B2 remembers it: the target shrinks. */
 	evict_insert(&e, P(1));
-	CHECK(e.arc_p == 1);
+	CHECK(arc->p == 1);
 	CHECK(P(1)->queue == EVICT_Q_MAIN);
 	CHECK(pid_of(evict_victim(&e)) == 2);
 	evict_done(&e);
@@ -865,6 +893,118 @@ static void test_policy_names(void)
 	CHECK(evict_policy_from_string("") < 0);
 	CHECK(evict_policy_from_string(NULL) < 0);
 	CHECK(evict_policy_to_string(_EVICT_POLICY_MAX) == NULL);
+}
+
+/* Every row of the table: a name, a state and every method a policy must
+ * have; evict_init gives the row's state, which no other row's ops reach,
+ * and evict_done frees it, harmlessly twice. */
+static void test_policy_table(void)
+{
+	struct evict e;
+
+	for (int p = 0; p < _EVICT_POLICY_MAX; p++) {
+		const struct evict_policy_ops *ops = evict_policy_ops(p);
+		CHECK_MSG(ops && ops->name && ops->state_size && ops->init && ops->insert &&
+				  ops->remove && ops->touch && ops->victim && ops->oldest &&
+				  ops->walk_next && ops->count,
+			  "policy %d: its row lacks a name, a state or a method", p);
+		if (!ops)
+			continue;
+		CHECK(evict_init(&e, p, &test_hash) == 0);
+		CHECK(e.ops == ops && evict_state(&e, ops) == e.state && e.state);
+		for (int q = 0; q < _EVICT_POLICY_MAX; q++)
+			CHECK(q == p || evict_state(&e, evict_policy_ops(q)) == NULL);
+		CHECK(evict_count(&e) == 0 && evict_victim(&e) == NULL && evict_oldest(&e) == NULL);
+		evict_done(&e);
+		CHECK(e.state == NULL && evict_count(&e) == 0);
+		evict_done(&e);
+	}
+	CHECK(evict_policy_ops(_EVICT_POLICY_MAX) == NULL);
+	CHECK(evict_init(&e, _EVICT_POLICY_MAX, &test_hash) == -EINVAL);
+	CHECK(e.state == NULL && evict_count(&e) == 0);
+	evict_done(&e);
+}
+
+/*
+ * Any policy, a random walk of stores, hits, pins and evictions: the
+ * victim is always a listed entry (never a pinned or evicted one), asking
+ * twice names the same one, the count is the model's, and the walk from
+ * the oldest visits every listed entry once.
+ */
+static void test_policy_walk(enum evict_policy policy)
+{
+	enum { N = 512 };
+	static struct evict_entry x[N];
+	static bool listed[N];
+	struct evict e;
+	unsigned n_listed = 0, evictions = 0;
+
+	CHECK(evict_init(&e, policy, &test_hash) == 0);
+	for (int i = 0; i < N; i++) {
+		memset(&x[i], 0, sizeof(x[i]));
+		x[i].fp = (uint64_t)i * 7919;
+		listed[i] = false;
+	}
+	for (unsigned op = 0; op < 200000; op++) {
+		int id = (int)(rnd() % N);
+		if (rnd() % 2)
+			id %= 32;
+		switch (rnd() % 8) {
+		case 0: case 1: case 2: /* store, or unpin */
+			if (listed[id])
+				break;
+			evict_insert(&e, &x[id]);
+			listed[id] = true;
+			n_listed++;
+			break;
+		case 3: case 4: /* hit */
+			evict_touch(&e, &x[id]);
+			break;
+		case 5: /* pin */
+			if (!listed[id])
+				break;
+			evict_remove(&e, &x[id]);
+			listed[id] = false;
+			n_listed--;
+			break;
+		case 6: { /* a full class */
+			struct evict_entry *v = evict_victim(&e);
+			if (!v) {
+				CHECK(n_listed == 0);
+				break;
+			}
+			int vid = (int)(v - x);
+			CHECK(vid >= 0 && vid < N && listed[vid]);
+			CHECK(evict_victim(&e) == v);
+			evict_evicted(&e, v);
+			memset(v, 0, sizeof(*v));
+			v->fp = (uint64_t)vid * 7919;
+			listed[vid] = false;
+			n_listed--;
+			evictions++;
+			break;
+		}
+		case 7:
+			if (op % 64 == 0) {
+				unsigned seen = 0;
+				for (struct evict_entry *w = evict_oldest(&e); w && seen <= n_listed;
+				     w = evict_walk_next(&e, w)) {
+					CHECK(listed[w - x]);
+					seen++;
+				}
+				CHECK(seen == n_listed);
+			}
+			break;
+		}
+		if (evict_count(&e) != n_listed) {
+			fprintf(stderr, "%s op %u: %" PRIu64 " listed, model %u\n",
+				evict_policy_to_string(policy), op, evict_count(&e), n_listed);
+			failures++;
+			break;
+		}
+	}
+	CHECK_MSG(evictions > 10000, "%s: %u evictions", evict_policy_to_string(policy), evictions);
+	evict_done(&e);
 }
 
 /* The longest run of slots a ghost lookup walks through (live, expired or
@@ -916,7 +1056,7 @@ static void test_ghost_flood(void)
 		struct evict e;
 
 		keyhash_init_seed(&kh, seeds[si]);
-		evict_init(&e, EVICT_S3FIFO, &kh);
+		CHECK(evict_init(&e, EVICT_S3FIFO, &kh) == 0);
 		for (uint32_t i = 0; i < N; i++) {
 			memset(&x[i], 0, sizeof(x[i]));
 			x[i].fp = unmix((uint64_t)(i + 1) << 32);
@@ -929,7 +1069,8 @@ static void test_ghost_flood(void)
 				break;
 			evict_evicted(&e, v);
 		}
-		const struct evict_ghost *g = &e.ghost[1];
+		const struct evict_s3fifo_state *s3 = evict_state(&e, &evict_policy_s3fifo);
+		const struct evict_ghost *g = &s3->ghost;
 		uint64_t run = ghost_longest_run(g);
 		CHECK_MSG(g->used == N && run <= 128, "secret %zu: %" PRIu64
 			  " fingerprints in %" PRIu64 " slots, longest run %" PRIu64,
@@ -958,9 +1099,14 @@ int main(void)
 	test_sieve();
 	test_arc();
 	test_policy_names();
-	/* The model knows these; test-evict-lrfu covers LRFU. */
-	for (int p = 0; p <= EVICT_ARC; p++)
-		test_policy_random(p, 200000, 0);
+	test_policy_table();
+	for (int p = 0; p < _EVICT_POLICY_MAX; p++)
+		test_policy_walk(p);
+	/* The policies the model knows; test-evict-lrfu has LRFU's rules. */
+	static const enum evict_policy modelled[] = {EVICT_LRU, EVICT_S3FIFO, EVICT_SIEVE,
+						     EVICT_ARC};
+	for (unsigned i = 0; i < sizeof(modelled) / sizeof(modelled[0]); i++)
+		test_policy_random(modelled[i], 200000, 0);
 	test_policy_random(EVICT_S3FIFO, 100000, 40);
 
 	if (failures) {

@@ -6,7 +6,7 @@
  * block resident after a missing one saves nothing (the engine recomputes
  * from the first miss on), so it is not counted.
  *
- * The online policies are the daemon's own code (daemon/evict.c), driven
+ * The online policies are the daemon's own code (daemon/evict/), driven
  * in the order the daemon calls it for kvt-engine's requests: a lookup
  * that touches every resident key from the tail of the chain to its head,
  * leases on the leading hits (off the list) released in chain order, then
@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evict-lrfu-admit.h"
+#include "evict-s3fifo.h"
 #include "evict.h"
 #include "keyhash.h"
 #include "sim-hints.h"
@@ -78,6 +80,7 @@ struct result {
 	 * and turns, tiers with it on at the end; lrfu*: bytes of the
 	 * count sketches and shadow tiers */
 	uint64_t refused, windows, switches, filter_on, policy_bytes;
+	bool admission; /* the policy has the admission filter */
 };
 
 /* One tier: the whole capacity (shared) or one tenant's part of it. */
@@ -331,9 +334,13 @@ static int run(const struct trace *t, const uint32_t *next, int policy, uint64_t
 			 * lands changes no decision, only probe lengths. */
 			static struct keyhash hash;
 			keyhash_init_seed(&hash, 0);
-			evict_init(&tr->ev, policy, &hash);
-			if (small_percent)
-				tr->ev.small_percent = small_percent;
+			r = evict_init(&tr->ev, policy, &hash);
+			if (r < 0)
+				goto out;
+			r = -ENOMEM;
+			struct evict_s3fifo_state *s3 = evict_state(&tr->ev, &evict_policy_s3fifo);
+			if (s3 && small_percent)
+				s3->small_percent = small_percent;
 		}
 	}
 	if (policy == POL_BELADY) {
@@ -362,11 +369,18 @@ out:
 		memset(ret, 0, sizeof(*ret));
 	for (uint32_t i = 0; i < s->n_tiers && policy != POL_BELADY; i++) {
 		const struct evict *ev = &s->tiers[i].ev;
-		ret->refused += ev->refused;
-		ret->windows += ev->admit.windows;
-		ret->switches += ev->admit.switches;
-		ret->filter_on += ev->admit.on;
-		ret->policy_bytes += count_sketch_bytes(&ev->sketch) + evict_admit_bytes(&ev->admit);
+		const struct evict_lrfu_admit_state *a = evict_state(ev, &evict_policy_lrfu_admit);
+		const struct evict_lrfu_state *l = a ? &a->lrfu : evict_state(ev, &evict_policy_lrfu);
+		if (l)
+			ret->policy_bytes += count_sketch_bytes(&l->sketch);
+		if (a) {
+			ret->admission = true;
+			ret->refused += a->refused;
+			ret->windows += a->admit.windows;
+			ret->switches += a->admit.switches;
+			ret->filter_on += a->admit.on;
+			ret->policy_bytes += evict_admit_bytes(&a->admit);
+		}
 	}
 	for (uint32_t i = 0; i < s->n_tiers; i++) {
 		if (policy != POL_BELADY)
@@ -408,7 +422,7 @@ static void print_row(const struct trace *t, uint64_t cap, const struct run_opts
 	}
 	printf("%8.1f%% %10" PRIu64 "  %-28s %9.4f %15" PRIu64 " %10.3f\n", 100 * frac, cap, name,
 	       rate, res->hits * t->block_tokens, of);
-	if (policy == EVICT_LRFU_ADMIT)
+	if (res->admission)
 		printf("#   lrfu-admit: %" PRIu64 " new blocks on probation; the filter "
 		       "turned %" PRIu64 " times in %" PRIu64 " windows, on at the end "
 		       "in %" PRIu64 " of %u tiers; sketch and shadows %.1f bytes a "
@@ -430,7 +444,7 @@ static void usage(FILE *f)
 		"over blocks looked up), the prefill tokens those hits save, and the hit\n"
 		"rate as a fraction of Belady's.\n"
 		"\n"
-		"The online policies are daemon/evict.c, called as kvtierd calls it; Belady\n"
+		"The online policies are daemon/evict/, called as kvtierd calls it; Belady\n"
 		"(farthest next use evicted, the new block kept out when it is the\n"
 		"farthest, ties to the deepest block of a chain) is a clairvoyant reference,\n"
 		"not a proven optimum for prefix chains (docs/workload.md).\n"

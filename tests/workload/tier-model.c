@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evict-s3fifo.h"
 #include "evict.h"
 #include "keyhash.h"
 #include "tier-model.h"
@@ -188,9 +189,13 @@ int tier_model_run(const struct trace *t, const struct tier_model_params *p,
 
 	memset(ret, 0, sizeof(*ret));
 	keyhash_init_seed(&hash, 0);
-	evict_init(&m.ev, p->policy, &hash);
-	if (p->small_percent)
-		m.ev.small_percent = p->small_percent;
+	r = evict_init(&m.ev, p->policy, &hash);
+	if (r < 0)
+		goto out;
+	r = -ENOMEM;
+	struct evict_s3fifo_state *s3 = evict_state(&m.ev, &evict_policy_s3fifo);
+	if (s3 && p->small_percent)
+		s3->small_percent = p->small_percent;
 	m.host = calloc(nb, 1);
 	m.nvme = calloc(nb, 1);
 	m.ent = malloc(nb * sizeof(*m.ent));

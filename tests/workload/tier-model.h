@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The two-tier model of kvt-policy-sim: a host tier run by the daemon's
- * eviction code (daemon/evict.c) in front of an NVMe tier that evicts LRU.
+ * eviction code (daemon/evict/) in front of an NVMe tier that evicts LRU.
  * A block evicted from host is written back to NVMe unless NVMe already
  * holds it; a lookup's leading run is the blocks resident in either tier;
  * an NVMe block of the leading run is staged into host (which may evict

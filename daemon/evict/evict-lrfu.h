@@ -3,7 +3,7 @@
  * LRFU-class eviction in O(1): a block's priority is its recency plus a
  * bonus for the log of how often it was requested.  Blocks sit in one LRU
  * queue per level, the level being log2 of the request count (counted by
- * the caller, resident or not: evict.c keeps a count sketch); the victim
+ * the caller, resident or not: the policy keeps a count sketch); the victim
  * is, over the oldest entry of each level, the one whose age less
  * weight × level is the largest.  Within a level the oldest is the least
  * recent, so this is exact for priority = last use + weight × level, at
@@ -20,14 +20,19 @@
  * its level) until the next eviction needs its slot.  This is how the
  * daemon refuses a block without refusing the client's store.
  *
- * Pure: no I/O, no allocation.  evict.c runs it for the daemon,
- * evict-admit.c for its shadow tiers.
+ * The queues are pure: no I/O, no allocation.  The policy (lrfu, its
+ * ops in evict-lrfu.c) adds the request counts, in a count sketch keyed
+ * by the block's fingerprint; evict-lrfu-admit.c is the same policy with
+ * an admission filter, and evict-admit.c runs the bare queues for its
+ * shadow tiers.  In an entry, queue is EVICT_Q_MAIN on a level or
+ * EVICT_Q_SMALL refused, freq its level, stamp the clock at its last use.
  */
 #pragma once
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "count-sketch.h"
 #include "evict-list.h"
 
 /* Levels 0..3: requested once, 2-3 times, 4-7, 8 or more (the sketch's
@@ -39,6 +44,13 @@
  * survives this much longer.  Half a turnover; from 1/4 to 1 turnover the
  * traces of docs/workload.md move by a few points. */
 #define EVICT_LRFU_WEIGHT 32
+/* The count sketch: counters per row for each entry the tier can list
+ * (32 bytes a block in all), up to the sketch's max_width.  With 4 on the
+ * Mooncake trace of docs/workload.md the counters fill between halvings
+ * and every block looks seen before. */
+#define EVICT_SKETCH_COLUMNS 16
+
+struct keyhash;
 
 struct evict_lrfu {
 	struct evict_lru level[EVICT_LRFU_LEVELS];
@@ -69,3 +81,25 @@ struct evict_entry *evict_lrfu_victim(const struct evict_lrfu *f);
  * its old end (approximate: the victim order interleaves the levels). */
 struct evict_entry *evict_lrfu_oldest(const struct evict_lrfu *f);
 struct evict_entry *evict_lrfu_walk_next(const struct evict_lrfu *f, const struct evict_entry *x);
+
+/* ---- the policy ---------------------------------------------------- */
+
+/* lrfu's state: the queues, and how often each block was requested
+ * lately, resident or evicted.  In this header for evict-lrfu-admit.c,
+ * which builds on it, and for what reads it through evict_state(). */
+struct evict_lrfu_state {
+	struct evict_lrfu q;
+	struct count_sketch sketch;
+	const struct keyhash *hash; /* the sketch's key: of the fingerprint */
+};
+
+void evict_lrfu_state_init(struct evict_lrfu_state *s, const struct keyhash *hash);
+void evict_lrfu_state_done(struct evict_lrfu_state *s);
+/*
+ * A request of x's block (a hit, or a new block stored): counted in the
+ * sketch, and a tick of the clock.  
+eturn its level; ret_h is the key it
+ * was counted under, ret_seen whether the sketch had counted it before.
+ */
+unsigned evict_lrfu_request(struct evict_lrfu_state *s, const struct evict_entry *x,
+			    uint64_t *ret_h, bool *ret_seen);

@@ -2,7 +2,8 @@
 /*
  * The lists every eviction policy is built from: an intrusive doubly
  * linked LRU list, and the entry a block embeds.  Inline, so that each
- * policy's file (evict.c, evict-lrfu.c) uses them without calling another.
+ * policy's file (the table in evict-policy.h lists them) uses them without
+ * calling another.
  */
 #pragma once
 
@@ -66,11 +67,12 @@ static inline struct evict_node *evict_lru_victim(const struct evict_lru *l)
 	return l->n ? l->head.prev : 0;
 }
 
-/* The queue an entry is on, or was on before it was pinned. */
+/* The queue an entry is on, or was on before it was pinned.  Which queue
+ * of its own each value names is the policy's to say, in its file. */
 enum {
 	EVICT_Q_NONE,  /* never inserted: a new block */
-	EVICT_Q_MAIN,  /* LRU and SIEVE keep everything here; LRFU's levels */
-	EVICT_Q_SMALL, /* S3-FIFO's probation queue, ARC's T1, LRFU's refused */
+	EVICT_Q_MAIN,  /* the policy's main queue (or queues) */
+	EVICT_Q_SMALL, /* the policy's queue for blocks on probation */
 };
 
 /*
@@ -86,13 +88,15 @@ struct evict_entry {
 	 * after eviction: distinct keys should have distinct ones (the store
 	 * takes the keyed hash of the whole key). */
 	uint64_t fp;
-	uint8_t queue; /* EVICT_Q_* */
-	/* S3-FIFO: hits while queued, at most 3; SIEVE: visited; LRFU: the
-	 * level (log2 of the request count) it is queued at */
+	/* The policy's own: its queue (EVICT_Q_*), a count or bit of its
+	 * hits, a clock reading.  Each policy's file says what it keeps in
+	 * them; evict.c reads none of them.  A zeroed entry's EVICT_Q_NONE
+	 * tells every policy the block is new. */
+	uint8_t queue;
 	uint8_t freq;
 	uint8_t band;   /* EVICT_BAND_*: the engine's retention hint (evict.h) */
 	bool reused;    /* hit since it was stored */
-	uint32_t stamp; /* LRFU: its queue's clock when it was last used */
+	uint32_t stamp; /* the policy's own, as queue and freq */
 };
 
 #define evict_entry_of(n) \

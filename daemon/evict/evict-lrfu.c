@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include <stddef.h>
 #include <string.h>
 
 #include "evict-lrfu.h"
+#include "evict-policy.h"
+#include "keyhash.h"
 
 void evict_lrfu_init(struct evict_lrfu *f)
 {
@@ -125,3 +128,121 @@ struct evict_entry *evict_lrfu_walk_next(const struct evict_lrfu *f, const struc
 		return evict_entry_of(x->node.prev);
 	return walk_from(f, q + 1);
 }
+
+/* ---- the policy ---------------------------------------------------- */
+
+void evict_lrfu_state_init(struct evict_lrfu_state *s, const struct keyhash *hash)
+{
+	evict_lrfu_init(&s->q);
+	count_sketch_init(&s->sketch);
+	s->hash = hash;
+}
+
+void evict_lrfu_state_done(struct evict_lrfu_state *s)
+{
+	count_sketch_done(&s->sketch);
+}
+
+unsigned evict_lrfu_request(struct evict_lrfu_state *s, const struct evict_entry *x,
+			    uint64_t *ret_h, bool *ret_seen)
+{
+	uint64_t h = keyhash(s->hash, &x->fp, sizeof(x->fp));
+
+	/* Blocks come back long after they were evicted, and their counts
+	 * are what tells them apart: the sketch covers EVICT_SKETCH_COLUMNS
+	 * times the tier, so that the keys of several turnovers fit before
+	 * a halving without filling every counter. */
+	if (s->sketch.width < EVICT_SKETCH_COLUMNS * s->q.size &&
+	    s->sketch.width < s->sketch.max_width)
+		(void)count_sketch_reserve(&s->sketch, EVICT_SKETCH_COLUMNS * s->q.size);
+	bool seen = count_sketch_get(&s->sketch, h) > 0;
+	unsigned level = evict_lrfu_level(count_sketch_add(&s->sketch, h));
+	evict_lrfu_tick(&s->q);
+	*ret_h = h;
+	*ret_seen = seen;
+	return level;
+}
+
+static int lrfu_init(void *state, const struct keyhash *hash)
+{
+	evict_lrfu_state_init(state, hash);
+	return 0;
+}
+
+static void lrfu_done(void *state)
+{
+	evict_lrfu_state_done(state);
+}
+
+static void lrfu_insert(void *state, struct evict_entry *x)
+{
+	struct evict_lrfu_state *s = state;
+	unsigned level = 0;
+
+	/* A block that was pinned keeps its level: only a new one is a
+	 * request. */
+	if (x->queue == EVICT_Q_NONE) {
+		uint64_t h;
+		bool seen;
+		level = evict_lrfu_request(s, x, &h, &seen);
+	}
+	evict_lrfu_insert(&s->q, x, level, false);
+}
+
+static void lrfu_remove(void *state, struct evict_entry *x)
+{
+	struct evict_lrfu_state *s = state;
+
+	evict_lrfu_remove(&s->q, x);
+}
+
+static void lrfu_touch(void *state, struct evict_entry *x)
+{
+	struct evict_lrfu_state *s = state;
+	uint64_t h;
+	bool seen;
+
+	evict_lrfu_touch(&s->q, x, evict_lrfu_request(s, x, &h, &seen));
+}
+
+static struct evict_entry *lrfu_victim(void *state)
+{
+	const struct evict_lrfu_state *s = state;
+
+	return evict_lrfu_victim(&s->q);
+}
+
+static struct evict_entry *lrfu_oldest(const void *state)
+{
+	const struct evict_lrfu_state *s = state;
+
+	return evict_lrfu_oldest(&s->q);
+}
+
+static struct evict_entry *lrfu_walk_next(const void *state, const struct evict_entry *x)
+{
+	const struct evict_lrfu_state *s = state;
+
+	return evict_lrfu_walk_next(&s->q, x);
+}
+
+static uint64_t lrfu_count(const void *state)
+{
+	const struct evict_lrfu_state *s = state;
+
+	return s->q.n;
+}
+
+const struct evict_policy_ops evict_policy_lrfu = {
+	.name = "lrfu",
+	.state_size = sizeof(struct evict_lrfu_state),
+	.init = lrfu_init,
+	.done = lrfu_done,
+	.insert = lrfu_insert,
+	.remove = lrfu_remove,
+	.touch = lrfu_touch,
+	.victim = lrfu_victim,
+	.oldest = lrfu_oldest,
+	.walk_next = lrfu_walk_next,
+	.count = lrfu_count,
+};

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "evict-lrfu-admit.h"
+#include "evict-policy.h"
+
+/* A request of x's block, in LRFU's count and in the filter's shadows.
+ * \return its level; ret_seen whether the sketch had counted it before. */
+static unsigned request(struct evict_lrfu_admit_state *s, const struct evict_entry *x,
+			bool *ret_seen)
+{
+	uint64_t h;
+	unsigned level = evict_lrfu_request(&s->lrfu, x, &h, ret_seen);
+
+	evict_admit_observe(&s->admit, s->lrfu.q.size, h, *ret_seen, level);
+	return level;
+}
+
+static int admit_init(void *state, const struct keyhash *hash)
+{
+	struct evict_lrfu_admit_state *s = state;
+
+	evict_lrfu_state_init(&s->lrfu, hash);
+	evict_admit_init(&s->admit);
+	s->refused = 0;
+	return 0;
+}
+
+static void admit_done(void *state)
+{
+	struct evict_lrfu_admit_state *s = state;
+
+	evict_lrfu_state_done(&s->lrfu);
+	evict_admit_done(&s->admit);
+}
+
+static void admit_insert(void *state, struct evict_entry *x)
+{
+	struct evict_lrfu_admit_state *s = state;
+	bool seen = true;
+	unsigned level = 0;
+
+	/* A block that was pinned was admitted, or is still on probation:
+	 * only a new one is a request, and only a new one is judged, after
+	 * the shadows have seen it. */
+	if (x->queue == EVICT_Q_NONE)
+		level = request(s, x, &seen);
+	bool refused = !seen && s->admit.on;
+	s->refused += refused;
+	evict_lrfu_insert(&s->lrfu.q, x, level, refused);
+}
+
+static void admit_remove(void *state, struct evict_entry *x)
+{
+	struct evict_lrfu_admit_state *s = state;
+
+	evict_lrfu_remove(&s->lrfu.q, x);
+}
+
+/* A hit on probation admits the block. */
+static void admit_touch(void *state, struct evict_entry *x)
+{
+	struct evict_lrfu_admit_state *s = state;
+	bool seen;
+
+	evict_lrfu_touch(&s->lrfu.q, x, request(s, x, &seen));
+}
+
+static struct evict_entry *admit_victim(void *state)
+{
+	const struct evict_lrfu_admit_state *s = state;
+
+	return evict_lrfu_victim(&s->lrfu.q);
+}
+
+static struct evict_entry *admit_oldest(const void *state)
+{
+	const struct evict_lrfu_admit_state *s = state;
+
+	return evict_lrfu_oldest(&s->lrfu.q);
+}
+
+static struct evict_entry *admit_walk_next(const void *state, const struct evict_entry *x)
+{
+	const struct evict_lrfu_admit_state *s = state;
+
+	return evict_lrfu_walk_next(&s->lrfu.q, x);
+}
+
+static uint64_t admit_count(const void *state)
+{
+	const struct evict_lrfu_admit_state *s = state;
+
+	return s->lrfu.q.n;
+}
+
+const struct evict_policy_ops evict_policy_lrfu_admit = {
+	.name = "lrfu-admit",
+	.state_size = sizeof(struct evict_lrfu_admit_state),
+	.init = admit_init,
+	.done = admit_done,
+	.insert = admit_insert,
+	.remove = admit_remove,
+	.touch = admit_touch,
+	.victim = admit_victim,
+	.oldest = admit_oldest,
+	.walk_next = admit_walk_next,
+	.count = admit_count,
+};
