@@ -6,8 +6,8 @@
  * completions, statistics and the event-loop side.  It calls a backend only
  * through its struct io_backend_ops, chosen once in io_engine_new():
  *
- *   io.c -> io-uring.c   (io_uring_backend_ops)
- *        -> io-threads.c (io_threads_backend_ops)
+ *   io.c -> io-uring.c   (io_backend_uring_ops)
+ *        -> io-threads.c (io_backend_threads_ops)
  *
  * A backend calls neither io.c nor the other backend: it reports up through
  * the struct io_upcalls it is handed, so the common part stays the only one
@@ -82,8 +82,8 @@ struct io_backend_ops {
 	void (*add_stats)(const struct io_backend *b, struct io_stats *st);
 };
 
-extern const struct io_backend_ops io_uring_backend_ops;
-extern const struct io_backend_ops io_threads_backend_ops;
+extern const struct io_backend_ops io_backend_uring_ops;
+extern const struct io_backend_ops io_backend_threads_ops;
 
 /* The requests' FIFO and hand-over lists, linked through req->next. */
 static inline void io_list_append(struct io_req **head, struct io_req **tail, struct io_req *req)

@@ -224,7 +224,7 @@ static void threads_reap(struct io_backend *b)
 	}
 }
 
-const struct io_backend_ops io_threads_backend_ops = {
+const struct io_backend_ops io_backend_threads_ops = {
 	.name = "threads",
 	.new = threads_new,
 	.free = threads_free,

@@ -448,7 +448,7 @@ static void uring_add_stats(const struct io_backend *b, struct io_stats *st)
 	st->injected += u->injected;
 }
 
-const struct io_backend_ops io_uring_backend_ops = {
+const struct io_backend_ops io_backend_uring_ops = {
 	.name = "io_uring",
 	.new = uring_new,
 	.free = uring_free,

@@ -365,7 +365,7 @@ int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_dept
 	/* The one place that looks at the kind: from here on the engine
 	 * knows its backend only by io->ops. */
 	if (kind != IO_ENGINE_THREADS) {
-		r = backend_new(io, &io_uring_backend_ops, why, sizeof(why));
+		r = backend_new(io, &io_backend_uring_ops, why, sizeof(why));
 		if (r >= 0) {
 			snprintf(io->reason, sizeof(io->reason), "%s",
 				 kind == IO_ENGINE_URING ? "forced by configuration" :
@@ -376,7 +376,7 @@ int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_dept
 		}
 	}
 	if (!io->backend) {
-		r = backend_new(io, &io_threads_backend_ops, threads_why, sizeof(threads_why));
+		r = backend_new(io, &io_backend_threads_ops, threads_why, sizeof(threads_why));
 		if (r < 0) {
 			log_error_errno(r, "Failed to start the I/O worker threads: %m");
 			goto fail;
