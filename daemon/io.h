@@ -163,8 +163,10 @@ int io_buffer_add(struct io_engine *io, void *base, size_t len);
 
 /*
  * Queue a request.  The engine owns it until req->done runs; a malformed
- * request (bad file index, unaligned, zero length, no done) is completed
- * with -EINVAL from the event loop, like any other.
+ * request (bad file index, unaligned, zero length) is completed with
+ * -EINVAL from the event loop, like any other.  A request without done
+ * cannot be completed: it is logged as an error and dropped, never queued,
+ * and stays the caller's.  A NULL req is ignored.
  */
 void io_submit(struct io_engine *io, struct io_req *req);
 
