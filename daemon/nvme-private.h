@@ -75,7 +75,7 @@ void nvme_kick(struct nvme *n);
  * be reused, so a restart does not recover what was dropped. */
 void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot);
 /* Bring a block that is only on NVMe back into host memory, as the
- * store's tier_ops->stage (store.h). */
+ * store's nvme_ops->stage (store.h). */
 int nvme_stage(struct nvme *n, struct block *b);
 
 /* nvme-writeback.c: the kick source's handler. */

@@ -12,29 +12,29 @@
 #include "nvme-private.h"
 
 /* The store's view of this tier (store.h). */
-static void tier_extent_added(void *tier, struct extent *e)
+static void tier_extent_added(void *nvme, struct extent *e)
 {
-	struct nvme *n = tier;
+	struct nvme *n = nvme;
 
 	io_buffer_add(n->io, e->map, e->size);
 }
 
-static void tier_kick(void *tier)
+static void tier_kick(void *nvme)
 {
-	nvme_kick(tier);
+	nvme_kick(nvme);
 }
 
-static int tier_stage(void *tier, struct block *b)
+static int tier_stage(void *nvme, struct block *b)
 {
-	return nvme_stage(tier, b);
+	return nvme_stage(nvme, b);
 }
 
-static void tier_slot_drop(void *tier, struct spill_region *r, uint32_t slot)
+static void tier_slot_drop(void *nvme, struct spill_region *r, uint32_t slot)
 {
-	nvme_slot_drop(tier, r, slot);
+	nvme_slot_drop(nvme, r, slot);
 }
 
-static const struct store_tier_ops tier_ops = {
+static const struct store_nvme_ops tier_ops = {
 	.extent_added = tier_extent_added,
 	.kick = tier_kick,
 	.stage = tier_stage,
@@ -103,7 +103,7 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 	if (r < 0)
 		goto fail;
 	sd_event_source_set_enabled(n->kick, SD_EVENT_OFF);
-	store_set_tier(s, &tier_ops, n);
+	store_set_nvme(s, &tier_ops, n);
 	log_info("NVMe tier: %u spill file(s), engine %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
 		 n->spill->n_files, io_engine_name(n->io), io_engine_reason(n->io),
 		 (unsigned long long)(n->rec.slots_recovered - n->rec.slots_replaced),
@@ -133,8 +133,8 @@ void nvme_free(struct nvme *n)
 
 	if (!n)
 		return;
-	if (n->store->tier == n)
-		store_set_tier(n->store, NULL, NULL);
+	if (n->store->nvme == n)
+		store_set_nvme(n->store, NULL, NULL);
 	sd_event_source_disable_unref(n->kick);
 	sd_event_source_disable_unref(n->retry);
 	/* Cancels and waits for I/O in flight: its buffers are pool and op

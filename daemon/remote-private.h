@@ -187,7 +187,7 @@ static inline uint64_t remote_now(const struct remote *rt)
 }
 
 /* remote-tier.c: the store's view of the tier, completions, backoff */
-extern const struct store_tier_ops remote_tier_ops;
+extern const struct store_remote_ops remote_tier_ops;
 /* The eventfd's handler: completions from librados's threads. */
 int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userdata);
 /* Every key still waiting for its read is a miss (shutdown). */

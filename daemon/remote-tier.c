@@ -215,9 +215,9 @@ static void pump(struct remote *rt, const struct turn *turn)
 	}
 }
 
-static void tier_used(void *tier, struct block *b)
+static void tier_used(void *remote, struct block *b)
 {
-	struct remote *rt = tier;
+	struct remote *rt = remote;
 	struct remote_tenant *t;
 
 	if (b->remote != BLOCK_REMOTE_NONE || b->state != BLOCK_RESIDENT || !b->extent ||
@@ -301,9 +301,9 @@ static void fetch_pump(struct remote *rt)
 	}
 }
 
-static uint32_t tier_fetch(void *tier, struct ns *ns, const uint8_t *keys, uint32_t n)
+static uint32_t tier_fetch(void *remote, struct ns *ns, const uint8_t *keys, uint32_t n)
 {
-	struct remote *rt = tier;
+	struct remote *rt = remote;
 	struct remote_tenant *t;
 	struct remote_conn *c = conn_for(rt, ns->tenant, &t);
 	uint32_t f = 0, run = ++rt->next_run;
@@ -325,7 +325,7 @@ static uint32_t tier_fetch(void *tier, struct ns *ns, const uint8_t *keys, uint3
 	return f;
 }
 
-const struct store_tier_ops remote_tier_ops = {
+const struct store_remote_ops remote_tier_ops = {
 	.used = tier_used,
 	.fetch = tier_fetch,
 };

@@ -393,7 +393,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 	}
 	struct remote_tenant_stats rs;
 	unsigned remote = tenant_remote_fields(e, t, &rs);
-	kvt_rec_begin(&e->b, "tenant", (t->store->tier ? 22 : 18) + remote);
+	kvt_rec_begin(&e->b, "tenant", (t->store->nvme ? 22 : 18) + remote);
 	kvt_rec_u64(&e->b, "id", t->id);
 	kvt_rec_str(&e->b, "name", t->name);
 	kvt_rec_u64(&e->b, "uid", t->uid);
@@ -412,10 +412,10 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 	kvt_rec_u64(&e->b, "stranded_bytes", f.stranded_bytes);
 	kvt_rec_u64(&e->b, "starved", tenant_starved(t));
 	kvt_rec_u64(&e->b, "fragmented", f.fragmented);
-	if (t->store->tier) { /* the store's tier is the NVMe tier */
+	if (t->store->nvme) {
 		kvt_rec_u64(&e->b, "nvme_quota", t->nvme_quota);
 		kvt_rec_u64(&e->b, "nvme_used", t->disk_bytes);
-		kvt_rec_u64(&e->b, "nvme_regions", nvme_tenant_regions(t->store->tier, t->name));
+		kvt_rec_u64(&e->b, "nvme_regions", nvme_tenant_regions(t->store->nvme, t->name));
 		kvt_rec_u64(&e->b, "nvme_refused", t->nvme_refused);
 	}
 	if (remote)

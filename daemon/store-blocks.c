@@ -70,8 +70,8 @@ void store_disk_copy_drop(struct store *s, struct block *b)
 	b->ns->tenant->disk_bytes -= spill_slot_stride(d->region);
 	/* Without a tier (recovery runs before it is handed over) the slot
 	 * is only freed: nothing is written to the file yet. */
-	if (s->tier_ops)
-		s->tier_ops->slot_drop(s->tier, d->region, d->slot);
+	if (s->nvme_ops)
+		s->nvme_ops->slot_drop(s->nvme, d->region, d->slot);
 	else
 		spill_slot_free(d->region, d->slot);
 	b->disk_copy = NULL;
@@ -125,8 +125,8 @@ void store_lru_maybe_insert(struct block *b)
 		evict_insert(&b->ns->cls->lru, &b->lru);
 		/* Write-back only finds dirty blocks on this list: one that
 		 * comes back to it (committed, released) may be waited for. */
-		if (!b->clean && s && s->tier_ops)
-			s->tier_ops->kick(s->tier);
+		if (!b->clean && s && s->nvme_ops)
+			s->nvme_ops->kick(s->nvme);
 	}
 }
 

@@ -105,10 +105,10 @@ uint32_t store_lookup_end(struct store *s, struct ns *ns, const uint8_t *keys, u
 			 * taken in parts): its BLOCK_READY went out before this
 			 * reply, and a client told DISK would wait for another. */
 			ret_states[i] = KVT_STATE_HOST;
-		} else if (!b || (!b->extent && (!s->tier_ops || s->tier_ops->stage(s->tier, b) < 0))) {
+		} else if (!b || (!b->extent && (!s->nvme_ops || s->nvme_ops->stage(s->nvme, b) < 0))) {
 			ret_states[i] = KVT_STATE_MISS;
 			ns->c.misses++;
-			if (s->tier_ops) {
+			if (s->nvme_ops) {
 				ns->c.hits--;
 				ns->c.disk_hits--;
 			} else {
@@ -231,8 +231,8 @@ void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
 		}
 		if (!b->extent || b->io == BLOCK_IO_READ) {
 			/* On NVMe: pending; it will be in host memory shortly. */
-			if (!b->extent && s->tier_ops)
-				s->tier_ops->stage(s->tier, b);
+			if (!b->extent && s->nvme_ops)
+				s->nvme_ops->stage(s->nvme, b);
 			out->status = -EAGAIN;
 			continue;
 		}
@@ -446,8 +446,8 @@ void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,
 			ret[i] = 0;
 			continue;
 		}
-		if (!b->extent && s->tier_ops)
-			s->tier_ops->stage(s->tier, b);
+		if (!b->extent && s->nvme_ops)
+			s->nvme_ops->stage(s->nvme, b);
 		ret[i] = -EINPROGRESS;
 	}
 }

@@ -54,8 +54,8 @@ static int class_grow(struct store *s, struct tenant *t, struct slot_class *c, i
 	c->slots += e->slots.n;
 	c->extent_bytes += e->size;
 	t->allocated += e->size;
-	if (s->tier_ops)
-		s->tier_ops->extent_added(s->tier, e);
+	if (s->nvme_ops)
+		s->nvme_ops->extent_added(s->nvme, e);
 	if (s->extent_added)
 		s->extent_added(s->userdata, t, e);
 	*ret_e = e;
@@ -110,7 +110,7 @@ static struct block *class_victim(struct store *s, struct slot_class *c, bool st
 		}
 		if (!b)
 			b = cb;
-		if (!s->tier_ops)
+		if (!s->nvme_ops)
 			break;
 		if (cb->clean && store_disk_usable(cb))
 			clean = cb;
@@ -133,12 +133,12 @@ static int class_evict(struct store *s, struct slot_class *c, bool stage,
 		return -ENOSPC;
 	struct extent *e = b->extent;
 	uint32_t slot = b->slot;
-	if (s->tier_ops && b->clean && store_disk_usable(b)) {
+	if (s->nvme_ops && b->clean && store_disk_usable(b)) {
 		store_block_spilled(s, b);
 	} else {
 		b->ns->c.evictions++;
 		b->ns->c.demoted_evictions += b->lru.band == EVICT_BAND_LOW;
-		if (s->tier_ops)
+		if (s->nvme_ops)
 			b->ns->c.dirty_drops++;
 		evict_evicted(&c->lru, &b->lru); /* a policy may remember it */
 		store_block_unindex(b);

@@ -11,7 +11,7 @@
  *
  * store-blocks.c, store-handles.c, store-hints.c and store-ns.c call no
  * other file of the store.  Below the store, the NVMe tier is reached
- * through s->tier_ops, the remote tier through s->remote_ops.
+ * through s->nvme_ops, the remote tier through s->remote_ops.
  */
 #pragma once
 
@@ -59,6 +59,9 @@ static inline struct block_disk *disk_copy_of(struct evict_node *n)
 {
 	return (struct block_disk *)((char *)n - offsetof(struct block_disk, lru));
 }
+
+/* store-tenants.c: free a tenant and everything it holds (shutdown). */
+void store_tenant_free(struct store *s, struct tenant *t);
 
 /* store-ns.c: free a namespace and its blocks (shutdown). */
 void store_ns_free(struct store *s, struct ns *ns);

@@ -11,12 +11,6 @@
 #include "store-private.h"
 #include "store.h"
 
-void store_set_remote(struct store *s, const struct store_tier_ops *ops, void *tier)
-{
-	s->remote_ops = ops;
-	s->remote = ops ? tier : NULL;
-}
-
 int store_remote_block(struct store *s, struct ns *ns, const uint8_t *key, struct block **ret)
 {
 	if (index_get(&ns->index, key))

@@ -2,7 +2,7 @@
 /*
  * The store's tenants: made on first use with the quotas the configuration
  * gives them, found by name or id, requoted on reload, and freed with
- * everything they hold at shutdown.
+ * everything they hold at shutdown (store_done(), store.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,27 +10,11 @@
 #include <string.h>
 
 #include "fault.h"
-#include "keyhash.h"
 #include "log.h"
 #include "store-private.h"
 #include "store.h"
 
-int store_init(struct store *s, struct pool *p, const struct config *c,
-	       store_extent_added_fn fn, void *userdata)
-{
-	memset(s, 0, sizeof(*s));
-	s->pool = p;
-	s->config = c;
-	s->extent_added = fn;
-	s->userdata = userdata;
-	s->next_tenant_id = 1;
-	slab_init(&s->blocks, sizeof(struct block));
-	slab_init(&s->disk_copies, sizeof(struct block_disk));
-	STAILQ_INIT(&s->partials);
-	return keyhash_init_random(&s->keyhash);
-}
-
-static void tenant_free(struct store *s, struct tenant *t)
+void store_tenant_free(struct store *s, struct tenant *t)
 {
 	/* Shutdown: blocks that only handles still hold go with the last. */
 	for (uint32_t i = 0; i < t->handles_cap; i++) {
@@ -60,17 +44,6 @@ static void tenant_free(struct store *s, struct tenant *t)
 	free(t->handle_gen);
 	free(t->handle_free);
 	free(t);
-}
-
-void store_done(struct store *s)
-{
-	for (uint32_t i = 0; i < s->n_tenants; i++)
-		tenant_free(s, s->tenants[i]);
-	free(s->tenants);
-	s->tenants = NULL;
-	s->n_tenants = 0;
-	slab_done(&s->blocks);
-	slab_done(&s->disk_copies);
 }
 
 struct tenant *store_tenant_find(struct store *s, const char *name)
@@ -144,10 +117,4 @@ struct tenant *store_tenant_by_id(struct store *s, uint32_t id)
 		if (s->tenants[i]->id == id)
 			return s->tenants[i];
 	return NULL;
-}
-
-void store_set_tier(struct store *s, const struct store_tier_ops *ops, void *tier)
-{
-	s->tier_ops = ops;
-	s->tier = ops ? tier : NULL;
 }

@@ -192,36 +192,45 @@ typedef void (*store_block_ready_fn)(void *userdata, struct ns *ns, const uint8_
 typedef void (*store_handle_owner_fn)(struct process *owner, struct handle *h);
 
 /*
- * The tier below host memory (the NVMe tier, nvme.c) as the store sees it.
- * The tier calls the store's functions; the store reaches the tier only
- * through this table, so the two never call each other.  tier is the
- * tier's own pointer, passed back to every operation.
+ * The NVMe tier (nvme.c) as the store sees it.  It holds copies of blocks
+ * the store knows: it writes dirty blocks back, and stages a block whose
+ * only copy it holds back into host memory.  The tier calls the store's
+ * functions (store-nvme.c); the store reaches the tier only through this
+ * table, so the two never call each other.  The tier sets every method;
+ * nvme is its own pointer, passed back to each.
  */
-struct store_tier_ops {
+struct store_nvme_ops {
 	/* A new pool extent: I/O may go to and from it. */
-	void (*extent_added)(void *tier, struct extent *e);
+	void (*extent_added)(void *nvme, struct extent *e);
 	/* A dirty block came (back) to an eviction list: write back if
 	 * above the high watermark. */
-	void (*kick)(void *tier);
+	void (*kick)(void *nvme);
 	/* Bring a block that is only on the tier back into host memory.
 	 * \return 0 when staging runs (or ran already), or a negative errno
 	 *         when it cannot start now (-ENOMEM; -ENOSPC: no host slot;
 	 *         the block stays on the tier) or the copy is gone (-EIO: its
 	 *         file failed; dropped) */
-	int (*stage)(void *tier, struct block *b);
+	int (*stage)(void *nvme, struct block *b);
 	/* Give up a slot on the tier durably: a restart must not recover what
 	 * was dropped. */
-	void (*slot_drop)(void *tier, struct spill_region *r, uint32_t slot);
+	void (*slot_drop)(void *nvme, struct spill_region *r, uint32_t slot);
+};
 
-	/* The remote tier (remote.c) fills the two below, the NVMe tier the
-	 * four above; the store calls only what its tier has. */
+/*
+ * The remote tier (remote-tier.c) as the store sees it.  It is asked for
+ * keys the store does not know, and told of blocks used, which its policy
+ * may write back.  As with the NVMe tier, the tier calls the store's
+ * functions (store-remote.c) and the store reaches it only through this
+ * table.  The tier sets every method; remote is its own pointer.
+ */
+struct store_remote_ops {
 	/* A block was committed, or leased (b->uses counts leases): its
 	 * policy decides whether to write it back. */
-	void (*used)(void *tier, struct block *b);
+	void (*used)(void *remote, struct block *b);
 	/* A lookup found keys[0..n) nowhere locally, right after its leading
 	 * hits.  \return how many of them, from the first, it fetches: each
 	 * is a block of store_remote_block() until store_remote_fetched(). */
-	uint32_t (*fetch)(void *tier, struct ns *ns, const uint8_t *keys, uint32_t n);
+	uint32_t (*fetch)(void *remote, struct ns *ns, const uint8_t *keys, uint32_t n);
 };
 
 struct store {
@@ -232,9 +241,9 @@ struct store {
 	uint32_t next_tenant_id;
 	store_extent_added_fn extent_added;
 	void *userdata;
-	const struct store_tier_ops *tier_ops; /* NULL without an NVMe tier */
-	void *tier; /* the tier's own pointer: nvme.c's struct nvme */
-	const struct store_tier_ops *remote_ops; /* NULL without a remote tier */
+	const struct store_nvme_ops *nvme_ops; /* NULL without an NVMe tier */
+	void *nvme; /* the tier's own pointer: nvme.c's struct nvme */
+	const struct store_remote_ops *remote_ops; /* NULL without a remote tier */
 	void *remote; /* remote.c's struct remote */
 	store_block_ready_fn block_ready; /* a staged block is in host memory,
 					   * or its staging failed (a miss) */
@@ -252,15 +261,15 @@ struct store {
 	uint64_t n_partials;
 };
 
+/* store.c: the store's life. */
 int store_init(struct store *s, struct pool *p, const struct config *c,
 	       store_extent_added_fn fn, void *userdata);
 void store_done(struct store *s);
-/* Hand the store its lower tier (the NVMe tier at start-up), or take it
- * back (ops NULL) before the tier goes. */
-void store_set_tier(struct store *s, const struct store_tier_ops *ops, void *tier);
-
+/* Hand the store its NVMe tier at start-up, or take it back (ops NULL)
+ * before the tier goes. */
+void store_set_nvme(struct store *s, const struct store_nvme_ops *ops, void *nvme);
 /* The same for the remote tier, below the NVMe tier. */
-void store_set_remote(struct store *s, const struct store_tier_ops *ops, void *tier);
+void store_set_remote(struct store *s, const struct store_remote_ops *ops, void *remote);
 
 /* The tenant a connection resolved to, created on first use. */
 int store_tenant_get(struct store *s, const struct tenant_choice *ch, struct tenant **ret);
