@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "fault.h"
-#include "spill.h"
 #include "store-private.h"
 #include "store.h"
 
@@ -41,25 +40,6 @@ void store_host_slot_release(struct block *b)
 	b->extent = NULL;
 }
 
-/* The NVMe copies of a namespace, coldest first, and what they cost its
- * tenant against its NVMe quota. */
-int store_disk_copy_add(struct store *s, struct block *b, struct spill_region *r,
-			uint32_t slot, uint64_t seq)
-{
-	struct block_disk *d = slab_alloc(&s->disk_copies);
-
-	if (!d)
-		return -ENOMEM;
-	d->region = r;
-	d->slot = slot;
-	d->seq = seq;
-	d->block = b;
-	b->disk_copy = d;
-	evict_lru_insert(&b->ns->disk_lru, &d->lru);
-	b->ns->tenant->disk_bytes += spill_slot_stride(r);
-	return 0;
-}
-
 void store_disk_copy_drop(struct store *s, struct block *b)
 {
 	struct block_disk *d = block_disk(b);
@@ -67,13 +47,11 @@ void store_disk_copy_drop(struct store *s, struct block *b)
 	if (!d)
 		return;
 	evict_lru_remove(&b->ns->disk_lru, &d->lru);
-	b->ns->tenant->disk_bytes -= spill_slot_stride(d->region);
-	/* Without a tier (recovery runs before it is handed over) the slot
-	 * is only freed: nothing is written to the file yet. */
+	b->ns->tenant->disk_bytes -= d->stride;
+	/* Before the tier is handed over (recovery, store-nvme.c) the slot is
+	 * its caller's to free: nothing is written to the file yet. */
 	if (s->nvme_ops)
 		s->nvme_ops->slot_drop(s->nvme, d->region, d->slot);
-	else
-		spill_slot_free(d->region, d->slot);
 	b->disk_copy = NULL;
 	slab_free(&s->disk_copies, d);
 }
@@ -128,17 +106,4 @@ void store_lru_maybe_insert(struct block *b)
 		if (!b->clean && s && s->nvme_ops)
 			s->nvme_ops->kick(s->nvme);
 	}
-}
-
-/* A clean block leaves host memory: its NVMe copy is the block now. */
-void store_block_spilled(struct store *s, struct block *b)
-{
-	struct ns *ns = b->ns;
-
-	evict_remove(&ns->cls->lru, &b->lru);
-	store_host_slot_release(b);
-	b->clean = false;
-	ns->blocks_resident--;
-	ns->blocks_spilled++;
-	ns->c.spills++;
 }

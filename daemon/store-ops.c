@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spill.h"
 #include "store-private.h"
 #include "store.h"
 

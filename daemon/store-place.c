@@ -9,7 +9,6 @@
 
 #include "macro.h"
 #include "pool.h"
-#include "spill.h"
 #include "store-private.h"
 #include "store.h"
 
@@ -180,5 +179,18 @@ int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, i
 	}
 	c->used_slots++;
 	class_maybe_ahead(s, t, c, node);
+	return 0;
+}
+
+int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait)
+{
+	struct extent *e;
+	uint32_t slot;
+	int r = store_class_alloc(s, ns->tenant, ns->cls, -1, PLACE_STAGE | (wait ? 0 : PLACE_NOWAIT),
+				  &e, &slot);
+	if (r < 0)
+		return r;
+	b->extent = e;
+	b->slot = slot;
 	return 0;
 }

@@ -3,15 +3,19 @@
  * What the store's files share and no one else uses.  The files call one
  * another in one direction only:
  *
- *   store-ops.c     -> store-tier.c, store-place.c, store-handles.c, store-blocks.c
- *   store-tier.c    -> store-tenants.c, store-ns.c, store-place.c, store-blocks.c
- *   store-place.c   -> store-blocks.c, store-fragmentation.c
+ *   store.c         -> store-tenants.c
+ *   store-ops.c     -> store-nvme.c, store-place.c, store-handles.c, store-partial.c,
+ *                      store-blocks.c
+ *   store-place.c   -> store-nvme.c, store-fragmentation.c, store-blocks.c
+ *   store-nvme.c    -> store-tenants.c, store-ns.c, store-blocks.c
+ *   store-partial.c -> store-tenants.c, store-ns.c, store-blocks.c
+ *   store-remote.c  -> store-tenants.c, store-ns.c, store-blocks.c
  *   store-tenants.c -> store-ns.c
- *   store-remote.c  -> store-blocks.c
  *
- * store-blocks.c, store-handles.c, store-hints.c and store-ns.c call no
- * other file of the store.  Below the store, the NVMe tier is reached
- * through s->nvme_ops, the remote tier through s->remote_ops.
+ * store-blocks.c, store-fragmentation.c, store-handles.c, store-hints.c
+ * and store-ns.c call no other file of the store.  Below the store, the
+ * NVMe tier is reached through s->nvme_ops, the remote tier through
+ * s->remote_ops; of the store, only store-nvme.c reads the spill space.
  */
 #pragma once
 
@@ -21,7 +25,6 @@
 #include <stdlib.h>
 
 #include "keyhash.h"
-#include "spill.h"
 #include "store.h"
 
 #define ARRAY_GROW(arr, n, type)                                          \
@@ -46,14 +49,6 @@ static inline uint64_t store_all_shards(const struct ns *ns)
 				    : (UINT64_C(1) << ns->geo.shards) - 1;
 }
 
-/* Whether b has an NVMe copy on a file that has not failed. */
-static inline bool store_disk_usable(const struct block *b)
-{
-	const struct block_disk *d = block_disk(b);
-
-	return d && !spill_region_failed(d->region);
-}
-
 /* The NVMe copy on its namespace's disk_lru at n. */
 static inline struct block_disk *disk_copy_of(struct evict_node *n)
 {
@@ -66,6 +61,9 @@ void store_tenant_free(struct store *s, struct tenant *t);
 /* store-ns.c: free a namespace and its blocks (shutdown). */
 void store_ns_free(struct store *s, struct ns *ns);
 
+/* store-nvme.c: whether b has an NVMe copy on a file that has not failed. */
+bool store_disk_usable(const struct block *b);
+
 /* store-blocks.c */
 /* A zeroed block of ns for key (its fingerprint set), in no index yet;
  * NULL when out of memory (or FAULT_BLOCK). */
@@ -75,8 +73,12 @@ void store_block_unindex(struct block *b);
 /* Give the host slot back to its extent (a dirty one stops counting). */
 void store_host_slot_release(struct block *b);
 /* Give up b's NVMe copy, if it has one: off its namespace's NVMe list and
- * its tenant's NVMe bytes, its slot dropped through the tier. */
+ * its tenant's NVMe bytes, its slot dropped through the tier (before the
+ * tier is handed over, the caller frees the slot). */
 void store_disk_copy_drop(struct store *s, struct block *b);
+/* Freed once nothing can still read or write its slots: out of the index,
+ * no handle, no I/O. */
+void store_block_maybe_free(struct block *b);
 /* Every shard committed (or fetched, or recovered): visible from now on. */
 void store_block_resident(struct block *b);
 void store_lru_maybe_insert(struct block *b);

@@ -58,6 +58,7 @@ enum block_state {
 struct block_disk {
 	struct spill_region *region;
 	uint32_t slot;
+	uint32_t stride;       /* bytes of its slot: what it costs its tenant */
 	uint64_t seq;          /* of its write: recovery keeps the newest copy */
 	struct evict_node lru; /* on its namespace's disk_lru, coldest last */
 	struct block *block;
@@ -355,19 +356,21 @@ struct tenant *store_tenant_by_id(struct store *s, uint32_t id);
 /* Drop a handle as if its owner released it (reservations abort). */
 void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);
 
-/* For the tiers (nvme.c, remote-tier.c): host slots and block transitions.
- * Without wait, a slot whose extent is still being made is -EAGAIN: ask
- * again once pool_ahead_fd() is readable. */
+/* For both tiers (store-place.c): a host slot for b, to stage or fetch
+ * its bytes into.  Without wait, a slot whose extent is still being made
+ * is -EAGAIN: ask again once pool_ahead_fd() is readable. */
 int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait);
+
+/* For the NVMe tier (store-nvme.c): block transitions. */
 void store_block_spilled(struct store *s, struct block *b);
 void store_block_restored(struct store *s, struct block *b);
 void store_block_cleaned(struct store *s, struct block *b, bool ok);
 void store_block_drop(struct store *s, struct block *b);
-/* A recovered NVMe block: tenant and namespace made as needed. */
+/* A recovered NVMe block: tenant and namespace made as needed.  Called
+ * while the spill files are recovered, before the tier is handed over. */
 int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
 			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
 			uint32_t slot, uint64_t seq);
-void store_block_maybe_free(struct block *b);
 /* The NVMe tier is full for ns: give up its least recently used NVMe copy
  * (a block only on NVMe is dropped).  \return 0, or -ENOSPC if it has none. */
 int store_nvme_evict(struct store *s, struct ns *ns);

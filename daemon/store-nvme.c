@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What the NVMe tier (nvme.c) asks of the store: host slots for staging,
- * the transitions its I/O brings about (spilled, restored, cleaned,
- * dropped), NVMe copies given up for room, and blocks recovered from the
- * spill files at start.  The tier does the I/O; the block states are here.
+ * The store's side of the NVMe tier (nvme.c): each block's NVMe copy
+ * (struct block_disk) and whether its file still serves, the transitions
+ * the tier's I/O brings about (spilled, restored, cleaned, dropped), NVMe
+ * copies given up for room, and blocks recovered from the spill files at
+ * start.  The tier does the I/O; the block states are here.  The only file
+ * of the store that reads the spill space (spill.h); the rest of the store
+ * reaches the tier through s->nvme_ops.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,17 +17,49 @@
 #include "store-private.h"
 #include "store.h"
 
-int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait)
+/* Whether b has an NVMe copy on a file that has not failed. */
+bool store_disk_usable(const struct block *b)
 {
-	struct extent *e;
-	uint32_t slot;
-	int r = store_class_alloc(s, ns->tenant, ns->cls, -1, PLACE_STAGE | (wait ? 0 : PLACE_NOWAIT),
-				  &e, &slot);
-	if (r < 0)
-		return r;
-	b->extent = e;
-	b->slot = slot;
+	const struct block_disk *d = block_disk(b);
+
+	return d && !spill_region_failed(d->region);
+}
+
+/* What a copy costs its tenant against its NVMe quota is kept with it:
+ * the slot's stride, less than a region. */
+_Static_assert(SPILL_REGION_BYTES <= UINT32_MAX, "a spill slot's stride no longer fits");
+
+/* The NVMe copies of a namespace, coldest first, and what they cost its
+ * tenant against its NVMe quota. */
+int store_disk_copy_add(struct store *s, struct block *b, struct spill_region *r,
+			uint32_t slot, uint64_t seq)
+{
+	struct block_disk *d = slab_alloc(&s->disk_copies);
+
+	if (!d)
+		return -ENOMEM;
+	d->region = r;
+	d->slot = slot;
+	d->stride = (uint32_t)spill_slot_stride(r);
+	d->seq = seq;
+	d->block = b;
+	b->disk_copy = d;
+	evict_lru_insert(&b->ns->disk_lru, &d->lru);
+	b->ns->tenant->disk_bytes += d->stride;
 	return 0;
+}
+
+/* A clean block leaves host memory: its NVMe copy is the block now. */
+void store_block_spilled(struct store *s, struct block *b)
+{
+	struct ns *ns = b->ns;
+
+	evict_remove(&ns->cls->lru, &b->lru);
+	store_host_slot_release(b);
+	b->clean = false;
+	ns->blocks_resident--;
+	ns->blocks_spilled++;
+	ns->c.spills++;
 }
 
 /* Staged back and verified: in host memory again, and clean. */
@@ -205,6 +240,7 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 		spill_slot_free(d->region, d->slot);
 		d->region = r;
 		d->slot = slot;
+		d->stride = (uint32_t)spill_slot_stride(r);
 		d->seq = seq;
 		return 1;
 	}
@@ -212,8 +248,15 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 	if (!b)
 		return -ENOMEM;
 	store_block_resident(b);
-	if (store_disk_copy_add(s, b, r, slot, seq) < 0 || index_put(&ns->index, b) < 0) {
-		store_block_maybe_free(b); /* its slot freed with it */
+	if (store_disk_copy_add(s, b, r, slot, seq) < 0) {
+		store_block_maybe_free(b);
+		return -ENOMEM;
+	}
+	if (index_put(&ns->index, b) < 0) {
+		/* The tier is handed over after recovery: the copy's slot,
+		 * never written to, is only freed. */
+		store_block_maybe_free(b);
+		spill_slot_free(r, slot);
 		return -ENOMEM;
 	}
 	b->indexed = true;
