@@ -138,7 +138,7 @@ int nvme_stage(struct nvme *n, struct block *b)
 		nvme_op_free(op);
 		return r;
 	}
-	b->io = BLOCK_IO_READ;
+	store_nvme_staging(n->store, b);
 	op->n = n;
 	nvme_op_track(n, op);
 	op->b = b;

@@ -60,25 +60,19 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 		return;
 	n->ops--;
 	op->region->ios--;
-	struct block *b = op->b;
-	b->ns->tenant->disk_writing -= spill_slot_stride(op->region);
 	if (op->error) {
 		nvme_io_failed(n, op->region, op->error);
-		/* Whatever of it landed may be a whole, valid slot (an error
-		 * can come after the bytes): erased like any dropped slot, or a
-		 * restart would bring back a block the index never had. */
-		nvme_slot_drop(n, op->region, op->slot);
-		store_block_cleaned(n->store, b, false);
 		writeback_backoff(n);
 	} else {
 		n->backoff_usec = 0;
 		n->st.writes++;
 		n->st.write_bytes += op->data.len;
-		bool ok = store_disk_copy_add(n->store, b, op->region, op->slot, op->seq) == 0;
-		if (!ok)
-			nvme_slot_drop(n, op->region, op->slot);
-		store_block_cleaned(n->store, b, ok);
 	}
+	/* Whatever of a failed write landed may be a whole, valid slot (an
+	 * error can come after the bytes): erased like any dropped slot, or a
+	 * restart would bring back a block the index never had. */
+	if (store_nvme_written(n->store, op->b, op->region, op->slot, op->seq, !op->error) < 0)
+		nvme_slot_drop(n, op->region, op->slot);
 	nvme_op_free(op);
 	nvme_kick(n);
 }
@@ -261,7 +255,6 @@ static int writeback_one(struct nvme *n, struct block *b)
 	op->slot = slot;
 	op->seq = spill_next_seq(n->spill);
 	r->ios++;
-	ns->tenant->disk_writing += spill_slot_stride(r); /* as writeback_done takes it */
 	spill_slot_header_init(&h, r, slot, b->key, b->extent->slot_bytes, op->seq, sum);
 	spill_slot_header_encode(&h, op->hbuf, SPILL_SLOT_HEADER_BYTES);
 
@@ -280,10 +273,7 @@ static int writeback_one(struct nvme *n, struct block *b)
 						 .done = writeback_done, .userdata = op};
 		op->pending++;
 	}
-	/* It keeps its place on the eviction list (a write-back says nothing
-	 * of how recently it was used); eviction passes it by while the
-	 * write reads the slot. */
-	b->io = BLOCK_IO_WRITE;
+	store_nvme_writing(n->store, b, r);
 	n->ops++;
 	if (bound == 1)
 		io_submit(n->io, &op->region_hdr);
@@ -321,28 +311,21 @@ int nvme_writeback_run(sd_event_source *src, void *userdata)
 		uint64_t low = t->quota / 100 * n->config->writeback_low;
 		if (store_tenant_used(t) <= high && !(pool_high && t->dirty))
 			continue;
-		for (uint32_t c = 0; c < t->n_classes; c++) {
-			struct evict *lru = &t->classes[c]->lru;
-			struct evict_entry *node = evict_oldest(lru);
-			while (node && t->dirty > low && n->ops < limit) {
-				struct evict_entry *prev = evict_walk_next(lru, node);
-				struct block *b = (struct block *)((char *)node - offsetof(struct block, lru));
-				/* Demoted blocks (the engine is done with them)
-				 * are not worth the NVMe bandwidth. */
-				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !block_disk(b) &&
-				    b->lru.band != EVICT_BAND_LOW) {
-					int r = writeback_one(n, b);
-					if (r == -ENOMEM)
-						writeback_backoff(n);
-					if (r < 0)
-						break;
-					if (r > 0 && ++started >= budget) {
-						/* More next turn. */
-						sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
-						return 0;
-					}
-				}
-				node = prev;
+		struct store_dirty w;
+		struct block *b;
+		store_dirty_begin(&w, t);
+		while (t->dirty > low && n->ops < limit && (b = store_dirty_next(&w))) {
+			int r = writeback_one(n, b);
+			if (r == -ENOMEM)
+				writeback_backoff(n);
+			if (r < 0) {
+				store_dirty_skip_class(&w);
+				continue;
+			}
+			if (r > 0 && ++started >= budget) {
+				/* More next turn. */
+				sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
+				return 0;
 			}
 		}
 	}

@@ -144,7 +144,7 @@ void nvme_free(struct nvme *n)
 	while (!LIST_EMPTY(&n->ops_list)) {
 		struct op *op = LIST_FIRST(&n->ops_list);
 		if (op->b)
-			op->b->io = BLOCK_IO_NONE;
+			store_nvme_abandoned(n->store, op->b);
 		if (!op_held(op)) {
 			nvme_op_free(op);
 			continue;

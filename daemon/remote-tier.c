@@ -194,7 +194,7 @@ static void pump(struct remote *rt, const struct turn *turn)
 		rt->q_len--;
 		if (!b || b->remote != BLOCK_REMOTE_WRITING)
 			continue; /* gone, or settled meanwhile */
-		b->remote = BLOCK_REMOTE_NONE; /* unless the write starts */
+		store_remote_state(rt->store, b, BLOCK_REMOTE_NONE); /* unless the write starts */
 		/* Demoted by the engine's hints while it waited: its
 		 * session is over, not worth the cluster's space. */
 		if (!c || b->lru.band == EVICT_BAND_LOW)
@@ -211,7 +211,7 @@ static void pump(struct remote *rt, const struct turn *turn)
 			c->st.errors++;
 			continue;
 		}
-		b->remote = BLOCK_REMOTE_WRITING;
+		store_remote_state(rt->store, b, BLOCK_REMOTE_WRITING);
 	}
 }
 
@@ -232,7 +232,7 @@ static void tier_used(void *remote, struct block *b)
 		c->st.skipped++;
 		return;
 	}
-	b->remote = BLOCK_REMOTE_WRITING;
+	store_remote_state(rt->store, b, BLOCK_REMOTE_WRITING);
 	/* Copied out at the tier's next dispatch, not in the request that
 	 * used the block. */
 	remote_io_kick(rt);
@@ -394,7 +394,7 @@ static void write_done(struct remote *rt, struct rop *op)
 		 * tries again. */
 		if (b && b->remote == BLOCK_REMOTE_WRITING &&
 		    (op->tries + 1 >= REMOTE_WRITE_TRIES || !queue_push(rt, b, op->tries + 1))) {
-			b->remote = BLOCK_REMOTE_NONE;
+			store_remote_state(rt->store, b, BLOCK_REMOTE_NONE);
 			c->st.skipped++;
 		}
 		return;
@@ -405,7 +405,7 @@ static void write_done(struct remote *rt, struct rop *op)
 	op->tenant->st.writes++;
 	op->tenant->st.write_bytes += payload;
 	if (b)
-		b->remote = BLOCK_REMOTE_STORED;
+		store_remote_state(rt->store, b, BLOCK_REMOTE_STORED);
 }
 
 /* Completions, then the reads and writes waiting, for a turn's worth of

@@ -2,13 +2,16 @@
 /*
  * The store's side of the NVMe tier (nvme.c): each block's NVMe copy
  * (struct block_disk) and whether its file still serves, the transitions
- * the tier's I/O brings about (spilled, restored, cleaned, dropped), NVMe
- * copies given up for room, and blocks recovered from the spill files at
- * start.  The tier does the I/O; the block states are here.  The only file
+ * the tier's I/O brings about (writing, written, staging, restored,
+ * spilled, dropped), write-back's walk over the dirty blocks, NVMe copies
+ * given up for room, and blocks recovered from the spill files at start.
+ * The tier does the I/O and decides when; the block states and the lists
+ * they are on are here, and the tier changes them only through these.  The only file
  * of the store that reads the spill space (spill.h); the rest of the store
  * reaches the tier through s->nvme_ops.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +33,8 @@ bool store_disk_usable(const struct block *b)
 _Static_assert(SPILL_REGION_BYTES <= UINT32_MAX, "a spill slot's stride no longer fits");
 
 /* The NVMe copies of a namespace, coldest first, and what they cost its
- * tenant against its NVMe quota. */
-int store_disk_copy_add(struct store *s, struct block *b, struct spill_region *r,
+ * tenant against its NVMe quota.  \return 0, or -ENOMEM: b has none. */
+static int disk_copy_add(struct store *s, struct block *b, struct spill_region *r,
 			uint32_t slot, uint64_t seq)
 {
 	struct block_disk *d = slab_alloc(&s->disk_copies);
@@ -83,19 +86,90 @@ void store_block_restored(struct store *s, struct block *b)
 		s->block_ready(s->userdata, ns, b->key);
 }
 
-/* A write-back ended; ok: the host copy is also on NVMe now. */
-void store_block_cleaned(struct store *s, struct block *b, bool ok)
+void store_nvme_writing(struct store *s, struct block *b, struct spill_region *r)
 {
+	/* It keeps its place on the eviction list (a write-back says nothing
+	 * of how recently it was used); eviction passes it by while the
+	 * write reads the slot. */
+	b->io = BLOCK_IO_WRITE;
+	b->ns->tenant->disk_writing += spill_slot_stride(r);
+}
+
+int store_nvme_written(struct store *s, struct block *b, struct spill_region *r, uint32_t slot,
+		       uint64_t seq, bool ok)
+{
+	int rr = ok ? 0 : -EIO;
+
+	b->ns->tenant->disk_writing -= spill_slot_stride(r);
+	/* A block deleted meanwhile gets its copy too, and gives it up with
+	 * itself below (store_block_maybe_free()): one way for both. */
+	if (rr == 0)
+		rr = disk_copy_add(s, b, r, slot, seq);
+	ok = rr == 0;
 	b->io = BLOCK_IO_NONE;
 	if (ok && b->extent && !b->clean) {
 		b->clean = true;
 		b->ns->tenant->dirty -= b->extent->slot_bytes;
 	}
-	if (!b->indexed) {
+	if (!b->indexed)
 		store_block_maybe_free(b);
-		return;
+	else
+		store_lru_maybe_insert(b);
+	return rr;
+}
+
+void store_nvme_staging(struct store *s, struct block *b)
+{
+	b->io = BLOCK_IO_READ;
+}
+
+void store_nvme_abandoned(struct store *s, struct block *b)
+{
+	b->io = BLOCK_IO_NONE;
+}
+
+/* What write-back may take now: a dirty block in host memory, with no I/O
+ * and no NVMe copy, that the engine has not demoted (a demoted block's
+ * session is over: not worth the NVMe bandwidth). */
+static bool writeback_wanted(const struct block *b)
+{
+	return !b->clean && b->extent && b->io == BLOCK_IO_NONE && !block_disk(b) &&
+	       b->lru.band != EVICT_BAND_LOW;
+}
+
+static struct block *block_of(struct evict_entry *x)
+{
+	return (struct block *)((char *)x - offsetof(struct block, lru));
+}
+
+void store_dirty_begin(struct store_dirty *w, struct tenant *t)
+{
+	*w = (struct store_dirty){.t = t};
+}
+
+struct block *store_dirty_next(struct store_dirty *w)
+{
+	while (w->cls < w->t->n_classes) {
+		struct evict *e = &w->t->classes[w->cls]->lru;
+		struct evict_entry *x = w->begun ? w->next : evict_oldest(e);
+		w->begun = true;
+		for (; x; x = w->next) {
+			/* The next one first: the block returned may leave the
+			 * list (dropped) before the walk goes on. */
+			w->next = evict_walk_next(e, x);
+			if (writeback_wanted(block_of(x)))
+				return block_of(x);
+		}
+		store_dirty_skip_class(w);
 	}
-	store_lru_maybe_insert(b);
+	return NULL;
+}
+
+void store_dirty_skip_class(struct store_dirty *w)
+{
+	w->cls++;
+	w->begun = false;
+	w->next = NULL;
 }
 
 /* A block whose bytes can no longer be trusted: a miss from now on. */
@@ -248,7 +322,7 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 	if (!b)
 		return -ENOMEM;
 	store_block_resident(b);
-	if (store_disk_copy_add(s, b, r, slot, seq) < 0) {
+	if (disk_copy_add(s, b, r, slot, seq) < 0) {
 		store_block_maybe_free(b);
 		return -ENOMEM;
 	}

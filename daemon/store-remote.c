@@ -75,3 +75,8 @@ struct block *store_remote_find(struct store *s, uint32_t tenant_id, uint32_t ns
 		return NULL;
 	return b;
 }
+
+void store_remote_state(struct store *s, struct block *b, enum block_remote st)
+{
+	b->remote = st;
+}

@@ -362,10 +362,43 @@ void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);
 int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait);
 
 /* For the NVMe tier (store-nvme.c): block transitions. */
+/* A clean block leaves host memory: its NVMe copy is the block now. */
 void store_block_spilled(struct store *s, struct block *b);
+/* A write-back of b to a slot of r starts: the slot counts against its
+ * tenant's NVMe quota, and eviction passes b by, until
+ * store_nvme_written(). */
+void store_nvme_writing(struct store *s, struct block *b, struct spill_region *r);
+/* That write-back ended; ok: its bytes landed in slot of r, as seq.
+ * \return 0: the host copy is also on NVMe now (clean), and the slot is
+ *         its NVMe copy; -EIO (not ok) or -ENOMEM (no memory to record it):
+ *         the slot holds nothing of the store's, the tier gives it up */
+int store_nvme_written(struct store *s, struct block *b, struct spill_region *r, uint32_t slot,
+		       uint64_t seq, bool ok);
+/* b's NVMe copy is being read into the host slot it was given
+ * (store_host_slot()): lookups answer staging until
+ * store_block_restored() or store_block_drop(). */
+void store_nvme_staging(struct store *s, struct block *b);
+/* Staged back and verified: in host memory again, and clean. */
 void store_block_restored(struct store *s, struct block *b);
-void store_block_cleaned(struct store *s, struct block *b, bool ok);
+/* A block whose bytes can no longer be trusted: a miss from now on. */
 void store_block_drop(struct store *s, struct block *b);
+/* Shutdown: the tier's I/O on b was cancelled, and b is held by none. */
+void store_nvme_abandoned(struct store *s, struct block *b);
+/* Write-back's walk over tenant t's blocks that it may take now (dirty,
+ * in host memory, no I/O, no NVMe copy, not demoted), coldest first, one
+ * slot class after another.  A block returned may be dropped before the
+ * next call. */
+struct store_dirty {
+	struct tenant *t;
+	uint32_t cls;              /* the class being walked */
+	bool begun;                /* next is set (this class) */
+	struct evict_entry *next;  /* where the walk goes on */
+};
+void store_dirty_begin(struct store_dirty *w, struct tenant *t);
+/* \return the next such block, or NULL when there is none */
+struct block *store_dirty_next(struct store_dirty *w);
+/* Go on with the next class. */
+void store_dirty_skip_class(struct store_dirty *w);
 /* A recovered NVMe block: tenant and namespace made as needed.  Called
  * while the spill files are recovered, before the tier is handed over. */
 int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
@@ -383,11 +416,6 @@ int store_nvme_evict_tenant(struct store *s, struct ns *ns);
  * (spill_region_victim()), so none is skipped.  \return the copies given
  * up */
 uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r);
-/* A resident block got an NVMe copy, in slot of r, written as seq.
- * \return 0, or -ENOMEM: it has none (the caller gives up the slot). */
-int store_disk_copy_add(struct store *s, struct block *b, struct spill_region *r,
-			uint32_t slot, uint64_t seq);
-
 /* For the remote tier (store-remote.c). */
 /* A block for key, to be fetched: reserved, so no client writes it and
  * lookups answer "staging" (KVT_STATE_DISK); no host slot until the tier
@@ -402,6 +430,9 @@ void store_remote_fetched(struct store *s, struct block *b, bool ok);
  * memory and final (resident, no I/O reading into it), else NULL. */
 struct block *store_remote_find(struct store *s, uint32_t tenant_id, uint32_t ns_id,
 				const uint8_t *key);
+/* Where the remote tier stands with b's key: the tier decides, the block
+ * keeps it (a fetched block is STORED). */
+void store_remote_state(struct store *s, struct block *b, enum block_remote st);
 
 /* Totals for stats. */
 uint64_t store_tenant_used(const struct tenant *t);
