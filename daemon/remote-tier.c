@@ -197,7 +197,7 @@ static void pump(struct remote *rt, const struct turn *turn)
 		store_remote_state(rt->store, b, BLOCK_REMOTE_NONE); /* unless the write starts */
 		/* Demoted by the engine's hints while it waited: its
 		 * session is over, not worth the cluster's space. */
-		if (!c || b->lru.band == EVICT_BAND_LOW)
+		if (!c || b->evict.band == EVICT_BAND_LOW)
 			continue;
 		struct rop *op = remote_op_new(c, ROP_WRITE, SPILL_SLOT_HEADER_BYTES + b->extent->slot_bytes);
 		if (!op)
@@ -221,7 +221,7 @@ static void tier_used(void *remote, struct block *b)
 	struct remote_tenant *t;
 
 	if (b->remote != BLOCK_REMOTE_NONE || b->state != BLOCK_RESIDENT || !b->extent ||
-	    b->lru.band == EVICT_BAND_LOW)
+	    b->evict.band == EVICT_BAND_LOW)
 		return;
 	struct remote_conn *c = conn_for(rt, b->ns->tenant, &t);
 	if (!c || b->uses < c->conf->min_reuse)

@@ -367,8 +367,8 @@ static void emit_classes(struct emitter *e, const struct tenant *t)
 		/* The engine's hints: evictable blocks above and below the
 		 * default priority (evict.h's bands), across the class's
 		 * namespaces. */
-		kvt_rec_u64(&e->b, "retained", c->lru.band[EVICT_BAND_HIGH].n + c->lru.band[EVICT_BAND_TOP].n);
-		kvt_rec_u64(&e->b, "demoted", c->lru.band[EVICT_BAND_LOW].n);
+		kvt_rec_u64(&e->b, "retained", c->policy.band[EVICT_BAND_HIGH].n + c->policy.band[EVICT_BAND_TOP].n);
+		kvt_rec_u64(&e->b, "demoted", c->policy.band[EVICT_BAND_LOW].n);
 		emit_flush(e, false);
 	}
 	free(in);

@@ -20,7 +20,7 @@ void store_block_unindex(struct block *b)
 		return;
 	index_remove(&ns->index, b);
 	b->indexed = false;
-	evict_remove(&ns->cls->lru, &b->lru);
+	evict_remove(&ns->cls->policy, &b->evict);
 	if (b->state != BLOCK_RESIDENT)
 		ns->blocks_reserved--;
 	else if (b->extent && b->io != BLOCK_IO_READ)
@@ -69,7 +69,7 @@ struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key
 	if (!b)
 		return NULL;
 	memcpy(b->key, key, KVT_KEY_SIZE);
-	b->lru.fp = store_key_fingerprint(s, key);
+	b->evict.fp = store_key_fingerprint(s, key);
 	b->ns = ns;
 	return b;
 }
@@ -94,13 +94,13 @@ void store_block_maybe_free(struct block *b)
 }
 
 /* On the eviction list: resident in host memory, unpinned, no I/O. */
-void store_lru_maybe_insert(struct block *b)
+void store_evict_maybe_insert(struct block *b)
 {
 	struct store *s = b->ns->tenant->store;
 
 	if (b->indexed && b->state == BLOCK_RESIDENT && b->extent && !b->handles &&
-	    b->io == BLOCK_IO_NONE && !evict_entry_linked(&b->lru)) {
-		evict_insert(&b->ns->cls->lru, &b->lru);
+	    b->io == BLOCK_IO_NONE && !evict_entry_linked(&b->evict)) {
+		evict_insert(&b->ns->cls->policy, &b->evict);
 		/* Write-back only finds dirty blocks on this list: one that
 		 * comes back to it (committed, released) may be waited for. */
 		if (!b->clean && s && s->nvme_ops)

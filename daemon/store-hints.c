@@ -22,7 +22,7 @@ static uint32_t now_s(void)
 
 static struct block *block_of(const struct evict_entry *x)
 {
-	return (struct block *)((char *)x - offsetof(struct block, lru));
+	return (struct block *)((char *)x - offsetof(struct block, evict));
 }
 
 bool store_hint_valid(uint32_t arg, const char **ret_reason)
@@ -54,21 +54,21 @@ static void set_until(struct store *s, struct block *b, uint32_t until)
 static void hint_one(struct store *s, struct ns *ns, struct block *b, uint32_t arg,
 		     uint32_t now)
 {
-	struct evict *e = &ns->cls->lru;
+	struct evict *e = &ns->cls->policy;
 	unsigned kind = KVT_HINT_KIND(arg);
-	uint8_t was = b->lru.band;
+	uint8_t was = b->evict.band;
 
 	if (kind == KVT_HINT_RETAIN) {
 		uint32_t duration = KVT_HINT_DURATION(arg);
-		evict_retain(e, &b->lru, KVT_HINT_PRIORITY(arg));
-		bool raised = b->lru.band == EVICT_BAND_HIGH || b->lru.band == EVICT_BAND_TOP;
+		evict_retain(e, &b->evict, KVT_HINT_PRIORITY(arg));
+		bool raised = b->evict.band == EVICT_BAND_HIGH || b->evict.band == EVICT_BAND_TOP;
 		set_until(s, b, duration && raised ? now + duration : 0);
 	} else {
-		evict_end(e, &b->lru, kind == KVT_HINT_END_SESSION);
-		if (b->lru.band == EVICT_BAND_LOW)
+		evict_end(e, &b->evict, kind == KVT_HINT_END_SESSION);
+		if (b->evict.band == EVICT_BAND_LOW)
 			set_until(s, b, 0);
 	}
-	ns->c.demotions += was != EVICT_BAND_LOW && b->lru.band == EVICT_BAND_LOW;
+	ns->c.demotions += was != EVICT_BAND_LOW && b->evict.band == EVICT_BAND_LOW;
 }
 
 void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *keys,
@@ -115,9 +115,9 @@ uint64_t store_hints_lapse(struct store *s)
 	for (uint32_t i = 0; i < s->n_tenants; i++) {
 		struct tenant *t = s->tenants[i];
 		for (uint32_t c = 0; c < t->n_classes; c++)
-			if (t->classes[c]->lru.band[EVICT_BAND_HIGH].n ||
-			    t->classes[c]->lru.band[EVICT_BAND_TOP].n)
-				n += evict_lapse(&t->classes[c]->lru, lapsed, &l);
+			if (t->classes[c]->policy.band[EVICT_BAND_HIGH].n ||
+			    t->classes[c]->policy.band[EVICT_BAND_TOP].n)
+				n += evict_lapse(&t->classes[c]->policy, lapsed, &l);
 	}
 	return n;
 }

@@ -48,7 +48,7 @@ static struct slot_class *class_get(struct store *s, struct tenant *t, uint64_t 
 		return NULL;
 	}
 	c->slot_bytes = slot_bytes;
-	if (evict_init(&c->lru, s->config->eviction, &s->keyhash) < 0) {
+	if (evict_init(&c->policy, s->config->eviction, &s->keyhash) < 0) {
 		free(c);
 		return NULL;
 	}

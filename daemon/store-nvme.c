@@ -57,7 +57,7 @@ void store_block_spilled(struct store *s, struct block *b)
 {
 	struct ns *ns = b->ns;
 
-	evict_remove(&ns->cls->lru, &b->lru);
+	evict_remove(&ns->cls->policy, &b->evict);
 	store_host_slot_release(b);
 	b->clean = false;
 	ns->blocks_resident--;
@@ -81,7 +81,7 @@ void store_block_restored(struct store *s, struct block *b)
 	ns->blocks_resident++;
 	ns->c.restores++;
 	evict_lru_touch(&ns->disk_lru, &block_disk(b)->lru);
-	store_lru_maybe_insert(b);
+	store_evict_maybe_insert(b);
 	if (s->block_ready)
 		s->block_ready(s->userdata, ns, b->key);
 }
@@ -114,7 +114,7 @@ int store_nvme_written(struct store *s, struct block *b, struct spill_region *r,
 	if (!b->indexed)
 		store_block_maybe_free(b);
 	else
-		store_lru_maybe_insert(b);
+		store_evict_maybe_insert(b);
 	return rr;
 }
 
@@ -134,12 +134,12 @@ void store_nvme_abandoned(struct store *s, struct block *b)
 static bool writeback_wanted(const struct block *b)
 {
 	return !b->clean && b->extent && b->io == BLOCK_IO_NONE && !block_disk(b) &&
-	       b->lru.band != EVICT_BAND_LOW;
+	       b->evict.band != EVICT_BAND_LOW;
 }
 
 static struct block *block_of(struct evict_entry *x)
 {
-	return (struct block *)((char *)x - offsetof(struct block, lru));
+	return (struct block *)((char *)x - offsetof(struct block, evict));
 }
 
 void store_dirty_begin(struct store_dirty *w, struct tenant *t)
@@ -150,7 +150,7 @@ void store_dirty_begin(struct store_dirty *w, struct tenant *t)
 struct block *store_dirty_next(struct store_dirty *w)
 {
 	while (w->cls < w->t->n_classes) {
-		struct evict *e = &w->t->classes[w->cls]->lru;
+		struct evict *e = &w->t->classes[w->cls]->policy;
 		struct evict_entry *x = w->begun ? w->next : evict_oldest(e);
 		w->begun = true;
 		for (; x; x = w->next) {

@@ -65,12 +65,12 @@ void store_lookup_keys(struct store *s, struct ns *ns, const uint8_t *keys, uint
 			ns->c.hits++;
 			ns->c.disk_hits++;
 			if (flags & KVT_LOOKUP_TOUCH)
-				evict_touch(&ns->cls->lru, &b->lru); /* off the list: its band */
+				evict_touch(&ns->cls->policy, &b->evict); /* off the list: its band */
 		} else if (b && b->state == BLOCK_RESIDENT) {
 			st = KVT_STATE_HOST;
 			ns->c.hits++;
 			if (flags & KVT_LOOKUP_TOUCH)
-				evict_touch(&ns->cls->lru, &b->lru);
+				evict_touch(&ns->cls->policy, &b->evict);
 		} else if (b) {
 			st = KVT_STATE_PENDING;
 			ns->c.pending++;
@@ -242,7 +242,7 @@ void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
 			continue;
 		}
 		/* Pinned: off the eviction list until the last lease goes. */
-		evict_remove(&ns->cls->lru, &b->lru);
+		evict_remove(&ns->cls->policy, &b->evict);
 		if (b->uses < UINT8_MAX)
 			b->uses++;
 		if (s->remote_ops)
@@ -283,7 +283,7 @@ static int reservation_end(struct handle *h, bool success)
 			ns->c.stores++;
 			ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
 			ns->tenant->dirty += b->extent->slot_bytes;
-			store_lru_maybe_insert(b);
+			store_evict_maybe_insert(b);
 			struct store *s = ns->tenant->store;
 			if (s->remote_ops)
 				s->remote_ops->used(s->remote, b);
@@ -298,7 +298,7 @@ static void lease_end(struct handle *h)
 	struct block *b = h->block;
 
 	store_handle_free(h->tenant, h);
-	store_lru_maybe_insert(b);
+	store_evict_maybe_insert(b);
 	store_block_maybe_free(b);
 }
 
@@ -358,7 +358,7 @@ void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
 	for (uint32_t i = 0; i < n; i++) {
 		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
 		if (b && b->state == BLOCK_RESIDENT) {
-			evict_touch(&ns->cls->lru, &b->lru); /* a no-op off the list */
+			evict_touch(&ns->cls->policy, &b->evict); /* a no-op off the list */
 			ret[i] = 0;
 		} else {
 			ret[i] = -ENOENT;

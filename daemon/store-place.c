@@ -2,7 +2,7 @@
 /*
  * Placement and host eviction: where a block's host slot comes from (a free
  * slot, a new extent while the tenant's quota lasts, or the slot of the
- * least recently used block that can go).
+ * block the class's eviction policy gives up).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -85,20 +85,21 @@ int store_class_room(struct store *s, struct tenant *t, struct slot_class *c, in
 	return 0;
 }
 
-/* The least recently used block that can go now: not being written back,
- * and for staging not a staged one if another will do.  With an NVMe tier
- * a clean block (its copy is on NVMe) is worth looking a little way up the
- * list for: write-back keeps enough of them ahead of this. */
+/* The policy's victim, or the next it would give up, that can go now: not
+ * being written back, and for staging not a staged one if another will do.
+ * With an NVMe tier a clean block (its copy is on NVMe) is worth looking a
+ * little way past the victim for: write-back keeps enough of them ahead of
+ * this. */
 static struct block *class_victim(struct store *s, struct slot_class *c, bool stage)
 {
 	struct block *b = NULL, *clean = NULL, *staged = NULL;
-	struct evict_entry *n = evict_victim(&c->lru);
+	struct evict_entry *n = evict_victim(&c->policy);
 
-	for (int i = 0; i < 256 && n && !clean; i++, n = evict_walk_next(&c->lru, n)) {
-		struct block *cb = (struct block *)((char *)n - offsetof(struct block, lru));
+	for (int i = 0; i < 256 && n && !clean; i++, n = evict_walk_next(&c->policy, n)) {
+		struct block *cb = (struct block *)((char *)n - offsetof(struct block, evict));
 		/* A clean block is worth looking for only among those the
 		 * engine's hints rank alike: never past a demoted one. */
-		if (b && cb->lru.band != b->lru.band)
+		if (b && cb->evict.band != b->evict.band)
 			break;
 		if (cb->io != BLOCK_IO_NONE)
 			continue;
@@ -136,10 +137,10 @@ static int class_evict(struct store *s, struct slot_class *c, bool stage,
 		store_block_spilled(s, b);
 	} else {
 		b->ns->c.evictions++;
-		b->ns->c.demoted_evictions += b->lru.band == EVICT_BAND_LOW;
+		b->ns->c.demoted_evictions += b->evict.band == EVICT_BAND_LOW;
 		if (s->nvme_ops)
 			b->ns->c.dirty_drops++;
-		evict_evicted(&c->lru, &b->lru); /* a policy may remember it */
+		evict_evicted(&c->policy, &b->evict); /* a policy may remember it */
 		store_block_unindex(b);
 		store_block_maybe_free(b);
 	}

@@ -81,7 +81,7 @@ void store_disk_copy_drop(struct store *s, struct block *b);
 void store_block_maybe_free(struct block *b);
 /* Every shard committed (or fetched, or recovered): visible from now on. */
 void store_block_resident(struct block *b);
-void store_lru_maybe_insert(struct block *b);
+void store_evict_maybe_insert(struct block *b);
 
 /* store-place.c: a host slot of class c for a block of tenant t; node is
  * the client's NUMA node (-1: any); how: PLACE_* bits.

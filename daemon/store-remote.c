@@ -53,7 +53,7 @@ void store_remote_fetched(struct store *s, struct block *b, bool ok)
 		ns->blocks_resident++;
 		ns->c.restores++;
 		ns->tenant->dirty += b->extent->slot_bytes; /* not on NVMe yet */
-		store_lru_maybe_insert(b);
+		store_evict_maybe_insert(b);
 	} else {
 		store_block_unindex(b);
 		store_block_maybe_free(b);

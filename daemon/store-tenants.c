@@ -35,7 +35,7 @@ void store_tenant_free(struct store *s, struct tenant *t)
 		for (uint32_t j = 0; j < c->n_extents; j++)
 			pool_extent_free(s->pool, c->extents[j]);
 		free(c->extents);
-		evict_done(&c->lru);
+		evict_done(&c->policy);
 		free(c);
 	}
 	free(t->classes);

@@ -90,7 +90,7 @@ struct block {
 	bool clean : 1;           /* the host copy is also on NVMe */
 	bool staged : 1;          /* restored for a lookup, not leased since */
 	bool indexed : 1;         /* false once deleted or aborted */
-	struct evict_entry lru;   /* linked while resident and unpinned */
+	struct evict_entry evict; /* in its class's policy while resident and unpinned */
 };
 
 /* Its NVMe copy, or NULL. */
@@ -130,7 +130,7 @@ struct slot_class {
 	uint64_t slot_bytes;
 	struct extent **extents;
 	uint32_t n_extents;
-	struct evict lru; /* the configured policy, over its resident blocks */
+	struct evict policy; /* [pool] eviction (ARC by default), over its resident blocks */
 	uint64_t used_slots;
 	uint64_t slots, extent_bytes; /* of its extents, kept as they are added */
 	uint64_t starved; /* allocations starved (fragmentation.h) */
