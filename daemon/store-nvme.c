@@ -6,9 +6,9 @@
  * spilled, dropped), write-back's walk over the dirty blocks, NVMe copies
  * given up for room, and blocks recovered from the spill files at start.
  * The tier does the I/O and decides when; the block states and the lists
- * they are on are here, and the tier changes them only through these.  The only file
- * of the store that reads the spill space (spill.h); the rest of the store
- * reaches the tier through s->nvme_ops.
+ * they are on are here, and the tier changes them only through these.
+ * The only file of the store that reads the spill space (spill.h); the
+ * rest of the store reaches the tier through s->nvme_ops.
  */
 #include <errno.h>
 #include <stddef.h>
