@@ -11,18 +11,11 @@
 #include <sys/types.h>
 
 #include "kvtier.h"
-#include "../skip.h"
 
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, \
-				__LINE__, #cond);                             \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fprintf(stderr, "\n");                                \
-			harness_fail();                                       \
-		}                                                             \
-	} while (0)
+/* A failed check stops the test, and its daemon (whose log it shows). */
+void harness_fail(void) __attribute__((noreturn));
+#define CHECK_FAILED() harness_fail()
+#include "../check.h"
 
 struct daemon {
 	pid_t pid;
@@ -92,7 +85,6 @@ uint32_t stat_count(kvt_client *c, const char *kind);
 		CHECK(_met, "timed out waiting for %s", what);               \
 	} while (0)
 
-void harness_fail(void) __attribute__((noreturn));
 /* In a forked child: a failed check must not stop the parent's daemon. */
 void harness_in_child(void);
 int count_fds(pid_t pid);

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "../check.h"
 #include "conn.h"
 
 static void pair(int sv[2])

@@ -21,7 +21,7 @@
 
 #include "index.h"
 #include "keyhash.h"
-#include "check.h"
+#include "../check.h"
 #include "rng.h"
 
 struct entry {
@@ -447,10 +447,10 @@ static void test_flood(void)
 				max_probe = p;
 		}
 		size_t run = longest_run(&ix);
-		CHECK_MSG(probes <= 4 * (uint64_t)N && max_probe <= 128 && run <= 256,
-			  "secret %zu: %.2f probes per key on average, %" PRIu64
-			  " at most, longest run %zu slots",
-			  si, (double)probes / N, max_probe, run);
+		CHECK(probes <= 4 * (uint64_t)N && max_probe <= 128 && run <= 256,
+		      "secret %zu: %.2f probes per key on average, %" PRIu64
+		      " at most, longest run %zu slots",
+		      si, (double)probes / N, max_probe, run);
 		for (uint32_t i = 0; i < N; i += 97)
 			CHECK(index_get(&ix, e[i].key) == &e[i]);
 		index_free(&ix);

@@ -33,7 +33,7 @@
 #include "fault.h"
 #include "io.h"
 #include "log.h"
-#include "check.h"
+#include "../check.h"
 #include "rng.h"
 
 #define BLOCK (64u * 1024u)
@@ -401,7 +401,7 @@ static void submit_refused(struct ctx *c)
 		unsigned written = 0;
 		for (unsigned i = 0; i < N_BLOCKS; i++)
 			written += memcmp(c->dst + (size_t)i * BLOCK, c->src, BLOCK) == 0;
-		CHECK_MSG(written == 0, "%u refused writes reached the file", written);
+		CHECK(written == 0, "%u refused writes reached the file", written);
 		io_engine_free(io);
 	}
 

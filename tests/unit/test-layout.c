@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "kvtier.h"
-#include "check.h"
+#include "../check.h"
 
 #define N_LAYERS 3
 #define POISON 0xa5

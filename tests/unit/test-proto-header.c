@@ -56,7 +56,7 @@ static void test_header_magic_version(void)
 	for (int i = 0; i < 4; i++) {
 		memcpy(hdr, good, sizeof(hdr));
 		hdr[i] ^= 0x20;
-		CHECK_MSG(kvt_header_parse(hdr, &h) == -EBADMSG, "magic byte %d", i);
+		CHECK(kvt_header_parse(hdr, &h) == -EBADMSG, "magic byte %d", i);
 	}
 	memcpy(hdr, good, sizeof(hdr));
 	patch32(hdr, 0, 0x4b565431u);
@@ -68,8 +68,8 @@ static void test_header_magic_version(void)
 	for (unsigned i = 0; i < ARRAY_SIZE(bad_versions); i++) {
 		memcpy(hdr, good, sizeof(hdr));
 		patch16(hdr, 4, bad_versions[i]);
-		CHECK_MSG(kvt_header_parse(hdr, &h) == -EPROTONOSUPPORT,
-			  "version %u", bad_versions[i]);
+		CHECK(kvt_header_parse(hdr, &h) == -EPROTONOSUPPORT,
+		      "version %u", bad_versions[i]);
 	}
 }
 
@@ -107,7 +107,7 @@ static void test_header_fields(void)
 		if (f & KVT_FLAGS_KNOWN)
 			continue;
 		patch16(hdr, 14, f);
-		CHECK_MSG(kvt_header_parse(hdr, &h) == -EBADMSG, "flag 0x%x", f);
+		CHECK(kvt_header_parse(hdr, &h) == -EBADMSG, "flag 0x%x", f);
 	}
 
 	/* The request id is opaque: any value. */
@@ -235,7 +235,7 @@ static void check_two_fds(const int sv[2], const int mf[KVT_MAX_FDS], int before
 	      h.opcode == KVT_OP_EXTENT_ADDED);
 	for (unsigned i = 0; i < n_got && i < 2; i++) {
 		int fl = fcntl(got[i], F_GETFD);
-		CHECK_MSG(fl >= 0 && (fl & FD_CLOEXEC), "received fd %u", i);
+		CHECK(fl >= 0 && (fl & FD_CLOEXEC), "received fd %u", i);
 		CHECK(got[i] != mf[i] && same_file(got[i], mf[i]));
 		char buf[16] = { 0 };
 		snprintf(text, sizeof(text), "memfd-%u", i);
@@ -250,8 +250,8 @@ static void check_two_fds(const int sv[2], const int mf[KVT_MAX_FDS], int before
 	n_got = 0;
 	CHECK(kvt_recvmsg(sv[1], in, sizeof(in), got, &n_got, 0) == -EPROTO);
 	CHECK(n_got == 0);
-	CHECK_MSG(open_fd_count() == before, "%d fds open, %d before", open_fd_count(),
-		  before);
+	CHECK(open_fd_count() == before, "%d fds open, %d before", open_fd_count(),
+	      before);
 }
 
 /* Received descriptors go after those already held, up to max_fds. */

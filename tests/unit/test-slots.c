@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "slots.h"
-#include "check.h"
+#include "../check.h"
 #define RNG_SEED UINT64_C(0x243f6a8885a308d3)
 #include "rng.h"
 

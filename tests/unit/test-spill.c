@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "spill.h"
-#include "check.h"
+#include "../check.h"
 
 #define CHECK_N(cond, n)                                                   \
 	do {                                                               \
