@@ -58,6 +58,18 @@ int count_fds(pid_t pid)
 	return n - 2;
 }
 
+int pool_mappings(void)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int n = 0;
+	CHECK(f, "cannot read /proc/self/maps");
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "kvtier-pool") != NULL;
+	fclose(f);
+	return n;
+}
+
 int daemon_fd_count(const struct daemon *d)
 {
 	return count_fds(d->pid);

@@ -88,6 +88,9 @@ uint32_t stat_count(kvt_client *c, const char *kind);
 /* In a forked child: a failed check must not stop the parent's daemon. */
 void harness_in_child(void);
 int count_fds(pid_t pid);
+/* Mappings of the daemon's pool in this process (its memfds are named
+ * "kvtier-pool"). */
+int pool_mappings(void);
 
 /* The bytes of a block as its writer made them: a function of who wrote it
  * (tag, e.g. the tenant) and of its key, so that a block served under the

@@ -63,18 +63,6 @@ static void acquire(const uint8_t *key, kvt_slot_ref *ret)
 	CHECK(bytes_ok(ret->ptr, key), "a leased block has its bytes");
 }
 
-static int pool_mappings(void)
-{
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	int n = 0;
-	CHECK(f, "cannot read /proc/self/maps");
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, "kvtier-pool") != NULL;
-	fclose(f);
-	return n;
-}
-
 /* Whether the client maps exactly the extents a new client maps. */
 static bool maps_like_new(void)
 {

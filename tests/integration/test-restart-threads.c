@@ -224,20 +224,6 @@ static void *loader(void *arg)
 	return arg;
 }
 
-/* Mappings of the daemon's pool in this process (the memfds are named
- * "kvtier-pool"). */
-static int pool_mappings(void)
-{
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	int n = 0;
-	CHECK(f, "cannot read /proc/self/maps");
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, "kvtier-pool") != NULL;
-	fclose(f);
-	return n;
-}
-
 int main(void)
 {
 	int fds_before = count_fds(getpid());
