@@ -20,7 +20,6 @@
  */
 #pragma once
 
-#include <dirent.h>
 #include <stdio.h>
 
 #include "skip.h"
@@ -42,18 +41,3 @@ __attribute__((weak)) int failures;
 			CHECK_FAILED();                                    \
 		}                                                          \
 	} while (0)
-
-/* Descriptors this process has open (and the directory's own, and . and
- * ..): compared before and after, a leak shows as a difference. */
-static inline int open_fd_count(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}

@@ -203,7 +203,7 @@ static void round_trip(kvt_client *c, kvt_ns *ns, kvt_cuda_ctx *ctx,
 		CHECK(want[i] && got[i], "out of memory");
 		cwant[i] = want[i];
 	}
-	make_keys(keys, N_BLOCKS + 1, tag);
+	make_keys(keys, N_BLOCKS + 1, (uint64_t)tag << 32);
 
 	/* The expected blocks, from the CPU path. */
 	src->lay.layer_base = src->host_base;

@@ -16,6 +16,7 @@
 void harness_fail(void) __attribute__((noreturn));
 #define CHECK_FAILED() harness_fail()
 #include "../check.h"
+#include "../helpers.h"
 
 struct daemon {
 	pid_t pid;
@@ -47,6 +48,8 @@ int wait_exit(pid_t pid);
 kvt_client *client_connect(const struct daemon *d, const char *name);
 /* Open the namespace kvt-engine uses for a model ("tiny", "llama3-8b"). */
 kvt_ns *engine_ns(kvt_client *c, const char *model, uint32_t tp_size);
+/* The key an engine hashes for a block of the two tokens tag and n. */
+void token_key(uint32_t tag, uint32_t n, uint8_t *ret_key);
 /* Keys of kvt-engine's request for a prefix seed, prefix and suffix. */
 uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed,
 		     uint32_t suffix, uint8_t *ret_keys, uint32_t max);
@@ -87,7 +90,6 @@ uint32_t stat_count(kvt_client *c, const char *kind);
 
 /* In a forked child: a failed check must not stop the parent's daemon. */
 void harness_in_child(void);
-int count_fds(pid_t pid);
 /* Mappings of the daemon's pool in this process (its memfds are named
  * "kvtier-pool"). */
 int pool_mappings(void);

@@ -28,6 +28,7 @@
 
 #include "cuda-regtab.h"
 #include "../check.h"
+#include "../helpers.h"
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -121,14 +122,6 @@ static struct range *linear_find(struct range *v, size_t n, uintptr_t p,
 		    p + bytes <= (uintptr_t)v[i].host + v[i].size)
 			return &v[i];
 	return NULL;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* One submission of 4,096 keys: the table against a scan per key. */

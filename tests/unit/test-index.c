@@ -121,7 +121,7 @@ static bool check_against(int line, const struct index *ix,
  */
 #define N_KEYS 20000
 
-static void make_keys(struct entry *e, size_t n)
+static void clustered_entries(struct entry *e, size_t n)
 {
 	struct index ix10, ix12;
 	uint64_t low10 = 0, low12 = 0;
@@ -184,7 +184,7 @@ static void test_random(void)
 	unsigned long ops = 0;
 	const unsigned long n_ops = 200000;
 
-	make_keys(e, N_KEYS);
+	clustered_entries(e, N_KEYS);
 	CHECK(index_init(&ix, 0, &test_hash) == 0);
 	for (; ops < n_ops; ops++) {
 		/* Alternate phases that fill and drain, so the table both
@@ -276,7 +276,7 @@ static void test_growth(void)
 	CHECK(e != NULL);
 	if (!e)
 		return;
-	make_keys(e, n);
+	clustered_entries(e, n);
 	CHECK(index_init(&ix, 0, &test_hash) == 0);
 	CHECK(ix.cap == 64 && ix.n == 0);
 	last_cap = ix.cap;

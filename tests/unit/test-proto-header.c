@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../helpers.h"
 #include "proto-util.h"
 
 /* ---- header validation -------------------------------------------- */
@@ -243,14 +244,14 @@ static void check_two_fds(const int sv[2], const int mf[KVT_MAX_FDS], int before
 		      strcmp(buf, text) == 0);
 		close(got[i]);
 	}
-	CHECK(open_fd_count() == before);
+	CHECK(count_fds(getpid()) == before);
 
 	/* Descriptors nobody asked for: refused, none left open. */
 	CHECK(kvt_sendmsg(sv[0], b.data, b.len, mf, 2) == (ssize_t)b.len);
 	n_got = 0;
 	CHECK(kvt_recvmsg(sv[1], in, sizeof(in), got, &n_got, 0) == -EPROTO);
 	CHECK(n_got == 0);
-	CHECK(open_fd_count() == before, "%d fds open, %d before", open_fd_count(),
+	CHECK(count_fds(getpid()) == before, "%d fds open, %d before", count_fds(getpid()),
 	      before);
 }
 
@@ -269,7 +270,7 @@ static void check_appended(const int sv[2], const int mf[KVT_MAX_FDS], int befor
 		CHECK(same_file(got[i], mf[i - 1]));
 		close(got[i]);
 	}
-	CHECK(open_fd_count() == before);
+	CHECK(count_fds(getpid()) == before);
 
 	/* More than fit after those already held. */
 	CHECK(kvt_sendmsg(sv[0], "x", 1, mf, 2) == 1);
@@ -277,7 +278,7 @@ static void check_appended(const int sv[2], const int mf[KVT_MAX_FDS], int befor
 	got[0] = -7;
 	CHECK(kvt_recvmsg(sv[1], in, sizeof(in), got, &n_got, 2) == -EPROTO);
 	CHECK(n_got == 1 && got[0] == -7);
-	CHECK(open_fd_count() == before);
+	CHECK(count_fds(getpid()) == before);
 }
 
 /* No descriptors, too many, and a socket that is shut or closed. */
@@ -313,7 +314,7 @@ static void test_socket(void)
 		failures++;
 		return;
 	}
-	int before = open_fd_count();
+	int before = count_fds(getpid());
 	CHECK(before > 0);
 
 	check_two_fds(sv, mf, before);

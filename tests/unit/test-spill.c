@@ -29,6 +29,7 @@
 
 #include "spill.h"
 #include "../check.h"
+#include "../helpers.h"
 
 #define CHECK_N(cond, n)                                                   \
 	do {                                                               \
@@ -1154,7 +1155,7 @@ out:
 
 int main(void)
 {
-	int fds = open_fd_count();
+	int fds = count_fds(getpid());
 
 	test_sizes();
 	test_region_header();
@@ -1178,7 +1179,7 @@ int main(void)
 	test_partly_used_first();
 	test_reclaim();
 	CHECK(rmdir(dir) == 0);
-	CHECK(open_fd_count() == fds);
+	CHECK(count_fds(getpid()) == fds);
 
 	if (failures) {
 		fprintf(stderr, "test-spill: %d check(s) failed\n", failures);
