@@ -795,7 +795,7 @@ static void restore_pipelined(struct bench *b, unsigned set, struct sample *ret)
 }
 
 /*
- * Restore as tests/engine/kvt-engine.c does: look up the whole context
+ * Restore as tests/engine-sim/kvt-engine.c does: look up the whole context
  * (with TOUCH), ask again every 5 ms while any block is on disk, then one
  * kvt_load_paged into the engine's pages.  ret->ns: first lookup to last
  * byte loaded; ret->aux_ns: to the lookup that found everything resident.
