@@ -17,21 +17,10 @@
 #include <unistd.h>
 
 #include "../helpers.h"
+#include "byteorder.h"
 #include "proto-util.h"
 
 /* ---- header validation -------------------------------------------- */
-
-static void patch16(uint8_t *hdr, unsigned off, uint16_t v)
-{
-	hdr[off] = (uint8_t)v;
-	hdr[off + 1] = (uint8_t)(v >> 8);
-}
-
-static void patch32(uint8_t *hdr, unsigned off, uint32_t v)
-{
-	for (unsigned i = 0; i < 4; i++)
-		hdr[off + i] = (uint8_t)(v >> (8 * i));
-}
 
 /* A valid STATS request's header in hdr. */
 static void good_header(uint8_t *hdr)
@@ -60,7 +49,7 @@ static void test_header_magic_version(void)
 		CHECK(kvt_header_parse(hdr, &h) == -EBADMSG, "magic byte %d", i);
 	}
 	memcpy(hdr, good, sizeof(hdr));
-	patch32(hdr, 0, 0x4b565431u);
+	kvt_put_le32(hdr + 0, 0x4b565431u);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
 
 	/* Versions outside what this build speaks. */
@@ -68,7 +57,7 @@ static void test_header_magic_version(void)
 					  0xffff };
 	for (unsigned i = 0; i < ARRAY_SIZE(bad_versions); i++) {
 		memcpy(hdr, good, sizeof(hdr));
-		patch16(hdr, 4, bad_versions[i]);
+		kvt_put_le16(hdr + 4, bad_versions[i]);
 		CHECK(kvt_header_parse(hdr, &h) == -EPROTONOSUPPORT,
 		      "version %u", bad_versions[i]);
 	}
@@ -83,31 +72,31 @@ static void test_header_fields(void)
 
 	/* Length: the maximum is fine, one more is not. */
 	memcpy(hdr, good, sizeof(hdr));
-	patch32(hdr, 8, KVT_MAX_PAYLOAD);
+	kvt_put_le32(hdr + 8, KVT_MAX_PAYLOAD);
 	CHECK(kvt_header_parse(hdr, &h) == 0 && h.length == KVT_MAX_PAYLOAD);
-	patch32(hdr, 8, KVT_MAX_PAYLOAD + 1);
+	kvt_put_le32(hdr + 8, KVT_MAX_PAYLOAD + 1);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
-	patch32(hdr, 8, 0xffffffffu);
+	kvt_put_le32(hdr + 8, 0xffffffffu);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
 
 	/* Descriptors. */
 	memcpy(hdr, good, sizeof(hdr));
-	patch16(hdr, 12, KVT_MAX_FDS);
+	kvt_put_le16(hdr + 12, KVT_MAX_FDS);
 	CHECK(kvt_header_parse(hdr, &h) == 0 && h.n_fds == KVT_MAX_FDS);
-	patch16(hdr, 12, KVT_MAX_FDS + 1);
+	kvt_put_le16(hdr + 12, KVT_MAX_FDS + 1);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
-	patch16(hdr, 12, 0x100);
+	kvt_put_le16(hdr + 12, 0x100);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
 
 	/* Every known flag is accepted, every unknown bit refused. */
 	memcpy(hdr, good, sizeof(hdr));
-	patch16(hdr, 14, KVT_FLAGS_KNOWN);
+	kvt_put_le16(hdr + 14, KVT_FLAGS_KNOWN);
 	CHECK(kvt_header_parse(hdr, &h) == 0 && h.flags == KVT_FLAGS_KNOWN);
 	for (unsigned bit = 0; bit < 16; bit++) {
 		uint16_t f = (uint16_t)(1u << bit);
 		if (f & KVT_FLAGS_KNOWN)
 			continue;
-		patch16(hdr, 14, f);
+		kvt_put_le16(hdr + 14, f);
 		CHECK(kvt_header_parse(hdr, &h) == -EBADMSG, "flag 0x%x", f);
 	}
 
