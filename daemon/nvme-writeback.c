@@ -326,7 +326,7 @@ int nvme_writeback_run(sd_event_source *src, void *userdata)
 			struct evict_entry *node = evict_oldest(lru);
 			while (node && t->dirty > low && n->ops < limit) {
 				struct evict_entry *prev = evict_walk_next(lru, node);
-				struct block *b = (struct block *)((char *)node - offsetof(struct block, lru));
+				struct block *b = container_of(node, struct block, lru);
 				/* Demoted blocks (the engine is done with them)
 				 * are not worth the NVMe bandwidth. */
 				if (!b->clean && b->extent && b->io == BLOCK_IO_NONE && !block_disk(b) &&

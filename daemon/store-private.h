@@ -57,7 +57,7 @@ static inline bool store_disk_usable(const struct block *b)
 /* The NVMe copy on its namespace's disk_lru at n. */
 static inline struct block_disk *disk_copy_of(struct evict_node *n)
 {
-	return (struct block_disk *)((char *)n - offsetof(struct block_disk, lru));
+	return container_of(n, struct block_disk, lru);
 }
 
 /* store-ns.c: free a namespace and its blocks (shutdown). */

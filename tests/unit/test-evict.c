@@ -267,7 +267,7 @@ static int pid_of(const struct evict_entry *x)
 {
 	if (!x)
 		return -1;
-	return ((const struct pblock *)((const char *)x - offsetof(struct pblock, e)))->id;
+	return container_of(x, const struct pblock, e)->id;
 }
 
 /* A new block with a given key fingerprint, as the store creates one. */
