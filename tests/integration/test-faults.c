@@ -498,7 +498,6 @@ int main(void)
 
 	CHECK(getenv("KVT_ENGINE") && getenv("KVTIERD"), "run through meson");
 	unsetenv("KVTIERD_FAULTS");
-	unsetenv("KVTIERD_IO_FAULTS");
 	/* A request the daemon never answers fails in 5 s, not 30. */
 	setenv("KVTIER_TIMEOUT_MS", "5000", 1);
 
