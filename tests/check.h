@@ -41,3 +41,6 @@ __attribute__((weak)) int failures;
 			CHECK_FAILED();                                    \
 		}                                                          \
 	} while (0)
+
+/* CHECK(cond) of a case of size n: the message names n. */
+#define CHECK_N(cond, n) CHECK(cond, "n = %u", (unsigned)(n))

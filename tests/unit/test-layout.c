@@ -19,6 +19,7 @@
 #include "kvtier.h"
 #include "../check.h"
 #include "../engine-layouts.h"
+#include "rng.h"
 
 #define N_LAYERS 3
 #define POISON 0xa5
@@ -33,28 +34,17 @@ static const enum layout_kind kinds[] = {
 	K_VLLM_BHLNC, K_VLLM_CPU, K_VLLM_CPU_COLUMNS,
 };
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-	/* xorshift64*: fixed seed, so a failure reproduces. */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545f4914f6cdd1dull;
-}
-
 static void fill_random(uint8_t *p, size_t n)
 {
 	size_t i = 0;
 
 	for (; i + 8 <= n; i += 8) {
-		uint64_t v = rng();
+		uint64_t v = rnd();
 
 		memcpy(p + i, &v, 8);
 	}
 	for (; i < n; i++)
-		p[i] = (uint8_t)rng();
+		p[i] = (uint8_t)rnd();
 }
 
 static void *xmalloc(size_t n)
@@ -501,7 +491,7 @@ static void pick_indices(const struct cache *c, const struct tcase *tc,
 			int64_t g;
 
 			do
-				g = (int64_t)(rng() % c->nb);
+				g = (int64_t)(rnd() % c->nb);
 			while (inv[g * c->bs] >= 0);
 			indices[b] = g;
 			for (uint32_t t = 0; t < c->bs; t++)
@@ -511,7 +501,7 @@ static void pick_indices(const struct cache *c, const struct tcase *tc,
 	}
 
 	for (size_t j = 0; j < n_blocks * tc->bt; j++) {
-		uint64_t dice = rng() % 16;
+		uint64_t dice = rnd() % 16;
 		int64_t s;
 
 		if (dice < 2) {
@@ -523,7 +513,7 @@ static void pick_indices(const struct cache *c, const struct tcase *tc,
 			s = prev + 1;
 		} else {
 			do
-				s = (int64_t)(rng() % n_slots);
+				s = (int64_t)(rnd() % n_slots);
 			while (inv[s] >= 0);
 		}
 		indices[j] = s;
