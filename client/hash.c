@@ -13,6 +13,7 @@
 
 #include <openssl/evp.h>
 
+#include "byteorder.h"
 #include "kvtier.h"
 
 /* Tokens are serialised through a stack buffer of this many at a time. */
@@ -35,16 +36,10 @@ static int hash_one(EVP_MD_CTX *ctx, const uint8_t *parent,
 		size_t n = n_tokens < HASH_TOKEN_CHUNK ? n_tokens
 						       : HASH_TOKEN_CHUNK;
 
-		/* Explicit little-endian bytes; on little-endian hosts the
-		 * compiler turns this into plain stores. */
-		for (size_t i = 0; i < n; i++) {
-			uint32_t v = tokens[i];
-
-			buf[4 * i + 0] = (uint8_t)v;
-			buf[4 * i + 1] = (uint8_t)(v >> 8);
-			buf[4 * i + 2] = (uint8_t)(v >> 16);
-			buf[4 * i + 3] = (uint8_t)(v >> 24);
-		}
+		/* Explicit little-endian bytes; on little-endian hosts
+		 * these are plain stores. */
+		for (size_t i = 0; i < n; i++)
+			kvt_put_le32(buf + 4 * i, tokens[i]);
 		if (EVP_DigestUpdate(ctx, buf, 4 * n) != 1)
 			return -EIO;
 		tokens += n;

@@ -48,11 +48,6 @@ static const char *const site_names[_FAULT_SITE_MAX] = {
 	[FAULT_URING_SUBMIT] = "uring_submit",
 };
 
-const char *fault_site_name(enum fault_site site)
-{
-	return site < _FAULT_SITE_MAX ? site_names[site] : "?";
-}
-
 bool fault_check(enum fault_site site)
 {
 	struct fault_rule *r = &rules[site];
@@ -92,19 +87,18 @@ static void arm(enum fault_site site, enum fault_mode mode, uint64_t n)
 	fault_armed = true;
 }
 
-/* "site=N", "site=N+", "site=%N"; with legacy, the KVTIERD_IO_FAULTS names
- * (eio, enospc, short), each every Nth. */
-static int parse_rule(char *tok, bool legacy)
+/* "site=N", "site=N+", "site=%N". */
+static int parse_rule(char *tok)
 {
 	char *eq = strchr(tok, '='), *v, *end;
-	enum fault_mode mode = legacy ? FAULT_EVERY : FAULT_ONCE;
+	enum fault_mode mode = FAULT_ONCE;
 	unsigned long long n;
 
 	if (!eq)
 		return -EINVAL;
 	*eq = 0;
 	v = eq + 1;
-	if (!legacy && *v == '%') {
+	if (*v == '%') {
 		mode = FAULT_EVERY;
 		v++;
 	}
@@ -112,27 +106,13 @@ static int parse_rule(char *tok, bool legacy)
 		return -EINVAL;
 	errno = 0;
 	n = strtoull(v, &end, 10);
-	if (!legacy && mode == FAULT_ONCE && *end == '+') {
+	if (mode == FAULT_ONCE && *end == '+') {
 		mode = FAULT_FROM;
 		end++;
 	}
 	if (errno || *end || n == 0)
 		return -EINVAL;
 
-	if (legacy) {
-		if (!strcmp(tok, "eio")) {
-			arm(FAULT_READ_EIO, mode, n);
-			arm(FAULT_WRITE_EIO, mode, n);
-		} else if (!strcmp(tok, "enospc")) {
-			arm(FAULT_WRITE_ENOSPC, mode, n);
-		} else if (!strcmp(tok, "short")) {
-			arm(FAULT_READ_SHORT, mode, n);
-			arm(FAULT_WRITE_SHORT, mode, n);
-		} else {
-			return -EINVAL;
-		}
-		return 0;
-	}
 	int site = site_lookup(tok);
 	if (site < 0)
 		return -EINVAL;
@@ -140,7 +120,7 @@ static int parse_rule(char *tok, bool legacy)
 	return 0;
 }
 
-static int parse(const char *env, const char *value, bool legacy)
+static int parse(const char *env, const char *value)
 {
 	char buf[512], *save = NULL;
 
@@ -150,14 +130,11 @@ static int parse(const char *env, const char *value, bool legacy)
 		return log_error_errno(-EINVAL, "%s is too long", env);
 	memcpy(buf, value, strlen(value) + 1);
 	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-		if (parse_rule(tok, legacy) < 0) {
+		if (parse_rule(tok) < 0) {
 			char sites[400] = "";
 			for (int i = 0; i < _FAULT_SITE_MAX; i++)
 				snprintf(sites + strlen(sites), sizeof(sites) - strlen(sites), "%s%s",
 					 i ? ", " : "", site_names[i]);
-			if (legacy)
-				return log_error_errno(-EINVAL, "%s='%s': '%s' is not of the form eio=N, enospc=N or short=N",
-						       env, value, tok);
 			return log_error_errno(-EINVAL, "%s='%s': '%s' is not of the form SITE=N, SITE=N+ or SITE=%%N (N >= 1; sites: %s)",
 					       env, value, tok, sites);
 		}
@@ -166,28 +143,20 @@ static int parse(const char *env, const char *value, bool legacy)
 
 int fault_init(void)
 {
-	const char *faults = getenv(FAULT_ENV), *io = getenv(FAULT_IO_ENV);
+	const char *faults = getenv(FAULT_ENV);
 	int r;
 
 	memset(rules, 0, sizeof(rules));
 	fault_armed = false;
-	r = parse(FAULT_ENV, faults, false);
-	if (r == 0)
-		r = parse(FAULT_IO_ENV, io, true);
+	r = parse(FAULT_ENV, faults);
 	if (r < 0) {
 		memset(rules, 0, sizeof(rules));
 		fault_armed = false;
 		return r;
 	}
-	if (fault_armed) {
-		char what[2 * 512 + 64] = "";
-		if (faults && *faults)
-			snprintf(what, sizeof(what), "%s=%s", FAULT_ENV, faults);
-		if (io && *io)
-			snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s%s=%s",
-				 what[0] ? " " : "", FAULT_IO_ENV, io);
-		log_warning("Fault injection armed (%s): for tests only, never in production", what);
-	}
+	if (fault_armed)
+		log_warning("Fault injection armed (%s=%s): for tests only, never in production",
+			    FAULT_ENV, faults);
 	return 0;
 }
 

@@ -14,11 +14,7 @@
  *     site=N+   the Nth and every later call fail (persistent)
  *     site=%N   every Nth call fails (N, 2N, 3N, ...)
  *
- * KVTIERD_IO_FAULTS="eio=N,enospc=N,short=N" is the older spelling for the
- * I/O completion sites: eio=N is read_eio=%N,write_eio=%N; enospc=N is
- * write_enospc=%N; short=N is read_short=%N,write_short=%N.
- *
- * Both are read once, by fault_init() at start; a value that does not parse
+ * It is read once, by fault_init() at start; a value that does not parse
  * stops the daemon (a test whose fault is silently not armed cannot fail).
  * When armed, a warning says so at start, every injected fault is logged
  * ("Fault injected: SITE call N") so a test can tell it really happened,
@@ -86,7 +82,6 @@
 #include <stdint.h>
 
 #define FAULT_ENV "KVTIERD_FAULTS"
-#define FAULT_IO_ENV "KVTIERD_IO_FAULTS"
 
 enum fault_site {
 	FAULT_SESSION_IN,
@@ -125,9 +120,8 @@ static inline bool fault_hit(enum fault_site site)
 }
 
 /*
- * Read KVTIERD_FAULTS and KVTIERD_IO_FAULTS, replacing what was armed
- * before and starting every count from zero (a test process may call it
- * again after changing them).
+ * Read KVTIERD_FAULTS, replacing what was armed before and starting every
+ * count from zero (a test process may call it again after changing it).
  * \return 0, or -EINVAL for a value that does not parse (logged)
  */
 int fault_init(void);
@@ -137,5 +131,3 @@ void fault_report(void);
 
 /* Faults injected at site since fault_init(). */
 uint64_t fault_injected(enum fault_site site);
-
-const char *fault_site_name(enum fault_site site);

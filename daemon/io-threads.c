@@ -15,6 +15,7 @@
 
 #include "io-private.h"
 #include "log.h"
+#include "macro.h"
 
 /* pread/pwrite workers: two keep an NVMe queue busy without taking both
  * cores of a small node from the event loop. */
@@ -36,12 +37,12 @@ struct threads {
 
 static struct threads *threads_of(struct io_backend *b)
 {
-	return (struct threads *)((char *)b - offsetof(struct threads, base));
+	return container_of(b, struct threads, base);
 }
 
 static const struct threads *threads_of_const(const struct io_backend *b)
 {
-	return (const struct threads *)((const char *)b - offsetof(struct threads, base));
+	return container_of(b, const struct threads, base);
 }
 
 static int thread_io(struct threads *t, struct io_req *req)

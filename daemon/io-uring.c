@@ -17,6 +17,7 @@
 #include "fault.h"
 #include "io-private.h"
 #include "log.h"
+#include "macro.h"
 
 struct uring {
 	struct io_backend base;
@@ -34,12 +35,12 @@ struct uring {
 
 static struct uring *uring_of(struct io_backend *b)
 {
-	return (struct uring *)((char *)b - offsetof(struct uring, base));
+	return container_of(b, struct uring, base);
 }
 
 static const struct uring *uring_of_const(const struct io_backend *b)
 {
-	return (const struct uring *)((const char *)b - offsetof(struct uring, base));
+	return container_of(b, const struct uring, base);
 }
 
 /* liburing 2.3 declares io_uring_register_restrictions() and

@@ -78,8 +78,8 @@ uint64_t spill_tenant_hash(const char *tenant, size_t len)
 void spill_ns_digest(const uint8_t *identity, size_t len, uint8_t ret[16])
 {
 	XXH128_hash_t h = XXH3_128bits(identity, len);
-	spill_put_le64(ret, h.low64);
-	spill_put_le64(ret + 8, h.high64);
+	kvt_put_le64(ret, h.low64);
+	kvt_put_le64(ret + 8, h.high64);
 }
 
 uint64_t spill_stride_for(uint64_t slot_bytes)
@@ -112,16 +112,16 @@ int spill_region_header_encode(const struct spill_region_header *h,
 		return -EINVAL;
 	memset(buf, 0, SPILL_REGION_HEADER_BYTES);
 	memcpy(buf, RH_MAGIC, 8);
-	spill_put_le32(buf + RH_VERSION, SPILL_FORMAT_VERSION);
-	spill_put_le32(buf + RH_INDEX, h->index);
-	spill_put_le64(buf + RH_GENERATION, h->generation);
-	spill_put_le64(buf + RH_SLOT_BYTES, h->slot_bytes);
-	spill_put_le32(buf + RH_TENANT_LEN, h->tenant_len);
-	spill_put_le32(buf + RH_IDENTITY_LEN, h->identity_len);
+	kvt_put_le32(buf + RH_VERSION, SPILL_FORMAT_VERSION);
+	kvt_put_le32(buf + RH_INDEX, h->index);
+	kvt_put_le64(buf + RH_GENERATION, h->generation);
+	kvt_put_le64(buf + RH_SLOT_BYTES, h->slot_bytes);
+	kvt_put_le32(buf + RH_TENANT_LEN, h->tenant_len);
+	kvt_put_le32(buf + RH_IDENTITY_LEN, h->identity_len);
 	memcpy(buf + RH_TENANT, h->tenant, h->tenant_len);
 	memcpy(buf + RH_IDENTITY, h->identity, h->identity_len);
 	size_t end = RH_IDENTITY + h->identity_len;
-	spill_put_le64(buf + end, XXH3_64bits(buf, end));
+	kvt_put_le64(buf + end, XXH3_64bits(buf, end));
 	return 0;
 }
 
@@ -136,17 +136,17 @@ int spill_region_header_decode(const uint8_t *buf, size_t len,
 		return -ENODATA;
 	if (memcmp(buf, RH_MAGIC, 8) != 0)
 		return -EBADMSG;
-	if (spill_get_le32(buf + RH_VERSION) != SPILL_FORMAT_VERSION)
+	if (kvt_get_le32(buf + RH_VERSION) != SPILL_FORMAT_VERSION)
 		return -EPROTONOSUPPORT;
-	h.index = spill_get_le32(buf + RH_INDEX);
-	h.generation = spill_get_le64(buf + RH_GENERATION);
-	h.slot_bytes = spill_get_le64(buf + RH_SLOT_BYTES);
-	h.tenant_len = spill_get_le32(buf + RH_TENANT_LEN);
-	h.identity_len = spill_get_le32(buf + RH_IDENTITY_LEN);
+	h.index = kvt_get_le32(buf + RH_INDEX);
+	h.generation = kvt_get_le64(buf + RH_GENERATION);
+	h.slot_bytes = kvt_get_le64(buf + RH_SLOT_BYTES);
+	h.tenant_len = kvt_get_le32(buf + RH_TENANT_LEN);
+	h.identity_len = kvt_get_le32(buf + RH_IDENTITY_LEN);
 	if (h.identity_len == 0 || h.identity_len > SPILL_IDENTITY_MAX)
 		return -EBADMSG;
 	size_t end = RH_IDENTITY + h.identity_len;
-	if (spill_get_le64(buf + end) != XXH3_64bits(buf, end))
+	if (kvt_get_le64(buf + end) != XXH3_64bits(buf, end))
 		return -EBADMSG;
 	/* Past the checksum the header is zeros, so that no byte of it can
 	 * change unnoticed. */
@@ -190,17 +190,17 @@ int spill_slot_header_encode(const struct spill_slot_header *h, uint8_t *buf,
 		return -EINVAL;
 	memset(buf, 0, SPILL_SLOT_HEADER_BYTES);
 	memcpy(buf, SH_MAGIC, 8);
-	spill_put_le32(buf + SH_VERSION, SPILL_FORMAT_VERSION);
-	spill_put_le32(buf + SH_REGION, h->region);
-	spill_put_le32(buf + SH_SLOT, h->slot);
-	spill_put_le64(buf + SH_GENERATION, h->generation);
-	spill_put_le64(buf + SH_TENANT_HASH, h->tenant_hash);
+	kvt_put_le32(buf + SH_VERSION, SPILL_FORMAT_VERSION);
+	kvt_put_le32(buf + SH_REGION, h->region);
+	kvt_put_le32(buf + SH_SLOT, h->slot);
+	kvt_put_le64(buf + SH_GENERATION, h->generation);
+	kvt_put_le64(buf + SH_TENANT_HASH, h->tenant_hash);
 	memcpy(buf + SH_NS_DIGEST, h->ns_digest, 16);
 	memcpy(buf + SH_KEY, h->key, KVT_KEY_SIZE);
-	spill_put_le64(buf + SH_PAYLOAD_LEN, h->payload_len);
-	spill_put_le64(buf + SH_SEQ, h->seq);
-	spill_put_le64(buf + SH_PAYLOAD_SUM, h->payload_sum);
-	spill_put_le64(buf + SH_SUM, XXH3_64bits(buf, SH_SUM));
+	kvt_put_le64(buf + SH_PAYLOAD_LEN, h->payload_len);
+	kvt_put_le64(buf + SH_SEQ, h->seq);
+	kvt_put_le64(buf + SH_PAYLOAD_SUM, h->payload_sum);
+	kvt_put_le64(buf + SH_SUM, XXH3_64bits(buf, SH_SUM));
 	return 0;
 }
 
@@ -215,21 +215,21 @@ int spill_slot_header_decode(const uint8_t *buf, size_t len,
 		return -ENODATA;
 	if (memcmp(buf, SH_MAGIC, 8) != 0)
 		return -EBADMSG;
-	if (spill_get_le32(buf + SH_VERSION) != SPILL_FORMAT_VERSION)
+	if (kvt_get_le32(buf + SH_VERSION) != SPILL_FORMAT_VERSION)
 		return -EPROTONOSUPPORT;
-	if (spill_get_le64(buf + SH_SUM) != XXH3_64bits(buf, SH_SUM) ||
-	    spill_get_le32(buf + SH_RESERVED) != 0 ||
+	if (kvt_get_le64(buf + SH_SUM) != XXH3_64bits(buf, SH_SUM) ||
+	    kvt_get_le32(buf + SH_RESERVED) != 0 ||
 	    !all_zero(buf + SH_END, SPILL_SLOT_HEADER_BYTES - SH_END))
 		return -EBADMSG;
-	h.region = spill_get_le32(buf + SH_REGION);
-	h.slot = spill_get_le32(buf + SH_SLOT);
-	h.generation = spill_get_le64(buf + SH_GENERATION);
-	h.tenant_hash = spill_get_le64(buf + SH_TENANT_HASH);
+	h.region = kvt_get_le32(buf + SH_REGION);
+	h.slot = kvt_get_le32(buf + SH_SLOT);
+	h.generation = kvt_get_le64(buf + SH_GENERATION);
+	h.tenant_hash = kvt_get_le64(buf + SH_TENANT_HASH);
 	memcpy(h.ns_digest, buf + SH_NS_DIGEST, 16);
 	memcpy(h.key, buf + SH_KEY, KVT_KEY_SIZE);
-	h.payload_len = spill_get_le64(buf + SH_PAYLOAD_LEN);
-	h.seq = spill_get_le64(buf + SH_SEQ);
-	h.payload_sum = spill_get_le64(buf + SH_PAYLOAD_SUM);
+	h.payload_len = kvt_get_le64(buf + SH_PAYLOAD_LEN);
+	h.seq = kvt_get_le64(buf + SH_SEQ);
+	h.payload_sum = kvt_get_le64(buf + SH_PAYLOAD_SUM);
 	if (h.generation == 0 || h.seq == 0 || h.payload_len == 0 ||
 	    h.payload_len > SPILL_SLOT_BYTES_MAX)
 		return -EBADMSG;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "byteorder.h"
 #include "macro.h"
 #include "spill.h"
 
@@ -21,34 +22,6 @@
 
 #define SPILL_BINDING_BUCKETS 1024u
 #define SPILL_OWNER_BUCKETS 256u
-
-static inline void spill_put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline void spill_put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline uint32_t spill_get_le32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
-
-static inline uint64_t spill_get_le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	return v;
-}
 
 /* spill-format.c: 1..SPILL_TENANT_MAX bytes, no NUL among them. */
 bool spill_tenant_valid(const char *tenant, uint32_t len);

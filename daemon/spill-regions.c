@@ -132,7 +132,7 @@ static void region_keep_end(struct spill_region *r)
 static uint32_t binding_bucket(const struct spill *s, uint64_t tenant_hash,
 			       const uint8_t digest[16], uint64_t slot_bytes)
 {
-	uint64_t h = tenant_hash ^ spill_get_le64(digest) ^
+	uint64_t h = tenant_hash ^ kvt_get_le64(digest) ^
 		     (slot_bytes * UINT64_C(0x9e3779b97f4a7c15));
 	return (uint32_t)(h ^ (h >> 32)) & (s->n_buckets - 1);
 }

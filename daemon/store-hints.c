@@ -22,7 +22,7 @@ static uint32_t now_s(void)
 
 static struct block *block_of(const struct evict_entry *x)
 {
-	return (struct block *)((char *)x - offsetof(struct block, evict));
+	return container_of(x, struct block, evict);
 }
 
 bool store_hint_valid(uint32_t arg, const char **ret_reason)

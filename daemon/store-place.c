@@ -96,7 +96,7 @@ static struct block *class_victim(struct store *s, struct slot_class *c, bool st
 	struct evict_entry *n = evict_victim(&c->policy);
 
 	for (int i = 0; i < 256 && n && !clean; i++, n = evict_walk_next(&c->policy, n)) {
-		struct block *cb = (struct block *)((char *)n - offsetof(struct block, evict));
+		struct block *cb = container_of(n, struct block, evict);
 		/* A clean block is worth looking for only among those the
 		 * engine's hints rank alike: never past a demoted one. */
 		if (b && cb->evict.band != b->evict.band)

@@ -52,7 +52,7 @@ static inline uint64_t store_all_shards(const struct ns *ns)
 /* The NVMe copy on its namespace's disk_lru at n. */
 static inline struct block_disk *disk_copy_of(struct evict_node *n)
 {
-	return (struct block_disk *)((char *)n - offsetof(struct block_disk, lru));
+	return container_of(n, struct block_disk, lru);
 }
 
 /* store-tenants.c: free a tenant and everything it holds (shutdown). */

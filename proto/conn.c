@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Framing with SCM_RIGHTS, and the connection both ends of the socket use. */
-#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "byteorder.h"
 #include "conn.h"
 #include "macro.h"
 
@@ -26,45 +26,6 @@ _Static_assert(KVT_MAX_FDS <= KVT_CONN_MAX_FDS_OUT,
 #define HDR_FLAGS 14
 #define HDR_REQUEST_ID 16
 
-static inline void put16(uint8_t *p, uint16_t v)
-{
-	v = htole16(v);
-	memcpy(p, &v, 2);
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
-
-static inline uint16_t get16(const uint8_t *p)
-{
-	uint16_t v;
-	memcpy(&v, p, 2);
-	return le16toh(v);
-}
-
-static inline uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
-
 void kvt_msg_begin(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 		   uint16_t flags, uint64_t request_id)
 {
@@ -72,13 +33,13 @@ void kvt_msg_begin(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 	uint8_t *p = kvt_buf_reserve(b, KVT_HEADER_SIZE);
 	if (!p)
 		return;
-	put32(p + HDR_MAGIC, KVT_MAGIC);
-	put16(p + HDR_VERSION, version);
-	put16(p + HDR_OPCODE, opcode);
-	put32(p + HDR_LENGTH, 0); /* patched by kvt_msg_finish */
-	put16(p + HDR_N_FDS, 0);  /* patched */
-	put16(p + HDR_FLAGS, flags);
-	put64(p + HDR_REQUEST_ID, request_id);
+	kvt_put_le32(p + HDR_MAGIC, KVT_MAGIC);
+	kvt_put_le16(p + HDR_VERSION, version);
+	kvt_put_le16(p + HDR_OPCODE, opcode);
+	kvt_put_le32(p + HDR_LENGTH, 0); /* patched by kvt_msg_finish */
+	kvt_put_le16(p + HDR_N_FDS, 0);  /* patched */
+	kvt_put_le16(p + HDR_FLAGS, flags);
+	kvt_put_le64(p + HDR_REQUEST_ID, request_id);
 }
 
 int kvt_msg_finish(struct kvt_buf *b, uint16_t n_fds)
@@ -90,8 +51,8 @@ int kvt_msg_finish(struct kvt_buf *b, uint16_t n_fds)
 	size_t payload = b->len - KVT_HEADER_SIZE;
 	if (payload > KVT_MAX_PAYLOAD || n_fds > KVT_MAX_FDS)
 		return -EMSGSIZE;
-	put32(b->data + HDR_LENGTH, payload);
-	put16(b->data + HDR_N_FDS, n_fds);
+	kvt_put_le32(b->data + HDR_LENGTH, payload);
+	kvt_put_le16(b->data + HDR_N_FDS, n_fds);
 	return 0;
 }
 
@@ -99,19 +60,19 @@ void kvt_msg_add_flags(struct kvt_buf *b, uint16_t flags)
 {
 	if (b->error || b->len < KVT_HEADER_SIZE)
 		return;
-	put16(b->data + HDR_FLAGS, get16(b->data + HDR_FLAGS) | flags);
+	kvt_put_le16(b->data + HDR_FLAGS, kvt_get_le16(b->data + HDR_FLAGS) | flags);
 }
 
 int kvt_header_parse(const uint8_t *p, struct kvt_header *ret)
 {
 	struct kvt_header h = {
-		.magic = get32(p + HDR_MAGIC),
-		.version = get16(p + HDR_VERSION),
-		.opcode = get16(p + HDR_OPCODE),
-		.length = get32(p + HDR_LENGTH),
-		.n_fds = get16(p + HDR_N_FDS),
-		.flags = get16(p + HDR_FLAGS),
-		.request_id = get64(p + HDR_REQUEST_ID),
+		.magic = kvt_get_le32(p + HDR_MAGIC),
+		.version = kvt_get_le16(p + HDR_VERSION),
+		.opcode = kvt_get_le16(p + HDR_OPCODE),
+		.length = kvt_get_le32(p + HDR_LENGTH),
+		.n_fds = kvt_get_le16(p + HDR_N_FDS),
+		.flags = kvt_get_le16(p + HDR_FLAGS),
+		.request_id = kvt_get_le64(p + HDR_REQUEST_ID),
 	};
 
 	if (h.magic != KVT_MAGIC)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The few macros every part of kvtier uses: error propagation, array
- * lengths, scope-bound cleanup in the manner of systemd's _cleanup_, and
- * the monotonic clock.
+ * lengths, the structure that holds a member, scope-bound cleanup in the
+ * manner of systemd's _cleanup_, and the monotonic clock.
  *
  *	_cleanup_free_ char *p = malloc(n);
  *	_cleanup_close_ int fd = open(path, O_RDONLY);
@@ -11,6 +11,7 @@
  */
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -25,6 +26,10 @@
 	} while (0)
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The type (a struct) whose field member is at ptr: from an embedded list
+ * node or ops base back to what embeds it. */
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
 

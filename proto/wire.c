@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "byteorder.h"
 #include "kvt-proto.h"
 
 void kvt_buf_init(struct kvt_buf *b)
@@ -57,26 +58,22 @@ void kvt_put_u8(struct kvt_buf *b, uint8_t v)
 void kvt_put_u16(struct kvt_buf *b, uint16_t v)
 {
 	uint8_t *p = kvt_buf_reserve(b, 2);
-	if (p) {
-		p[0] = (uint8_t)v;
-		p[1] = (uint8_t)(v >> 8);
-	}
+	if (p)
+		kvt_put_le16(p, v);
 }
 
 void kvt_put_u32(struct kvt_buf *b, uint32_t v)
 {
 	uint8_t *p = kvt_buf_reserve(b, 4);
 	if (p)
-		for (int i = 0; i < 4; i++)
-			p[i] = (uint8_t)(v >> (8 * i));
+		kvt_put_le32(p, v);
 }
 
 void kvt_put_u64(struct kvt_buf *b, uint64_t v)
 {
 	uint8_t *p = kvt_buf_reserve(b, 8);
 	if (p)
-		for (int i = 0; i < 8; i++)
-			p[i] = (uint8_t)(v >> (8 * i));
+		kvt_put_le64(p, v);
 }
 
 void kvt_put_bytes(struct kvt_buf *b, const void *src, size_t n)
@@ -119,7 +116,7 @@ int kvt_get_u16(struct kvt_cursor *c, uint16_t *ret)
 	int r = kvt_get_bytes(c, 2, &p);
 	if (r < 0)
 		return r;
-	*ret = (uint16_t)(p[0] | (p[1] << 8));
+	*ret = kvt_get_le16(p);
 	return 0;
 }
 
@@ -129,10 +126,7 @@ int kvt_get_u32(struct kvt_cursor *c, uint32_t *ret)
 	int r = kvt_get_bytes(c, 4, &p);
 	if (r < 0)
 		return r;
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = (v << 8) | p[i];
-	*ret = v;
+	*ret = kvt_get_le32(p);
 	return 0;
 }
 
@@ -142,10 +136,7 @@ int kvt_get_u64(struct kvt_cursor *c, uint64_t *ret)
 	int r = kvt_get_bytes(c, 8, &p);
 	if (r < 0)
 		return r;
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = (v << 8) | p[i];
-	*ret = v;
+	*ret = kvt_get_le64(p);
 	return 0;
 }
 

@@ -34,7 +34,7 @@ until [ -S "$sock" ]; do
 done
 cat "$dir/kvtierd.log"
 
-engine=build/tests/engine/kvt-engine
+engine=build/tests/engine-sim/kvt-engine
 echo
 echo "== engine A: system prompt (1024 tokens) + its own question (256 tokens)"
 $engine --socket "$sock" --name engine-A --prefix 1024 --suffix 256 --suffix-seed 1 --expect-hits 0

@@ -5,8 +5,8 @@
  * failed.  A test that exits with it first prints why.  The shell tests
  * spell it KVT_TEST_SKIP=77.
  *
- * Included by tests/unit/check.h and tests/integration/harness.h; other
- * tests include it as "../skip.h".
+ * Included by tests/check.h (and so by tests/integration/harness.h);
+ * other tests include it as "../skip.h".
  */
 #pragma once
 

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "macro.h"
+
 struct evict_node {
 	struct evict_node *prev, *next;
 };
@@ -99,5 +101,4 @@ struct evict_entry {
 	uint32_t stamp; /* the policy's own, as queue and freq */
 };
 
-#define evict_entry_of(n) \
-	((struct evict_entry *)((char *)(n) - __builtin_offsetof(struct evict_entry, node)))
+#define evict_entry_of(n) container_of(n, struct evict_entry, node)

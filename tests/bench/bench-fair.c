@@ -96,12 +96,10 @@ static void on_signal(int sig)
 	_exit(128 + sig);
 }
 
+/* Block i of who. */
 static void make_key(uint8_t *key, uint64_t i, uint64_t who)
 {
-	for (unsigned w = 0; w < KVT_KEY_BYTES / 8; w++) {
-		uint64_t v = mix(i * 4 + w + who * 0x9e3779b97f4a7c15ull);
-		memcpy(key + w * 8, &v, 8);
-	}
+	make_keys(key, 1, i * 4 + who * 0x9e3779b97f4a7c15ull);
 }
 
 static kvt_client *connect_to(const char *sock)
@@ -220,13 +218,13 @@ static void a_loop(enum load load, char sock_a[])
 	if (load == LOAD_EVICT && kvt_stats(c, KVT_STATS_TENANTS, tenant_id_cb, &tenant) < 0)
 		die("stats: %s", kvt_client_error(c));
 	while (!atomic_load(&sh->stop)) {
-		uint64_t t0 = now_ns(), units = 0;
+		uint64_t t0 = kvt_now_ns(), units = 0;
 		if (load == LOAD_LOOKUP) {
 			/* Keys made before, so that A's process spends its
 			 * time waiting for the daemon, not beside B on a CPU. */
 			const uint8_t *k = ring_keys + (pos % n_blocks) * KVT_KEY_BYTES;
 			pos += BIG;
-			t0 = now_ns();
+			t0 = kvt_now_ns();
 			int r = kvt_lookup(ns, k, BIG, 0, states);
 			if (r < 0)
 				die("A's lookup: %s", strerror(-r));
@@ -246,7 +244,7 @@ static void a_loop(enum load load, char sock_a[])
 				die("A's eviction: %s (%s)", strerror((int)-n), kvt_client_error(c));
 			units = (uint64_t)n;
 		}
-		atomic_fetch_add(&sh->ns, now_ns() - t0);
+		atomic_fetch_add(&sh->ns, kvt_now_ns() - t0);
 		atomic_fetch_add(&sh->units, units);
 		atomic_fetch_add(&sh->done, 1);
 		if (load == LOAD_EXIT)
@@ -335,10 +333,10 @@ static void b_sample(kvt_ns *ns, const uint8_t *key, enum until until, double *r
 	uint64_t q_want = until == UNTIL_QUARANTINED ? quarantined() + n_blocks : 0;
 	uint8_t st;
 	while (n < n_iters || (waiting(until, done0, q_want, n) && n < sizeof(v) / sizeof(v[0]))) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = kvt_now_ns();
 		if (kvt_lookup(ns, key, 1, 0, &st) != 1)
 			die("B's lookup of its stored block missed");
-		v[n++] = (double)(now_ns() - t0) / 1000.0;
+		v[n++] = (double)(kvt_now_ns() - t0) / 1000.0;
 	}
 	qsort(v, n, sizeof(double), cmp_double);
 	*ret_p50 = v[n / 2];
@@ -514,8 +512,8 @@ int main(int argc, char **argv)
 	bench_daemon_start(&dmn, 120ull * 1000000000ull);
 	/* kvtierd binds the tenants' sockets before its main one; an older
 	 * one, run for the figures before a change, after it. */
-	bench_daemon_wait_socket(&dmn, sock_a, now_ns(), 120ull * 1000000000ull);
-	bench_daemon_wait_socket(&dmn, sock_b, now_ns(), 120ull * 1000000000ull);
+	bench_daemon_wait_socket(&dmn, sock_a, kvt_now_ns(), 120ull * 1000000000ull);
+	bench_daemon_wait_socket(&dmn, sock_b, kvt_now_ns(), 120ull * 1000000000ull);
 
 	progress("storing A's %llu blocks", (unsigned long long)n_blocks);
 	kvt_client *ca = connect_to(sock_a);

@@ -120,15 +120,11 @@ static void on_signal(int sig)
 
 /* ---- small helpers --------------------------------------------------- */
 
-static void make_keys(uint8_t *keys, size_t n, uint64_t *counter)
+/* n keys never made before: the next n numbers of counter. */
+static void next_keys(uint8_t *keys, size_t n, uint64_t *counter)
 {
-	for (size_t i = 0; i < n; i++) {
-		uint64_t c = ++*counter;
-		for (unsigned w = 0; w < KVT_KEY_BYTES / 8; w++) {
-			uint64_t v = mix(c * 4 + w);
-			memcpy(keys + i * KVT_KEY_BYTES + w * 8, &v, 8);
-		}
-	}
+	make_keys(keys, n, (*counter + 1) * 4);
+	*counter += n;
 }
 
 /* ---- the daemon ------------------------------------------------------ */
@@ -222,13 +218,13 @@ static void echo_stop(int fd)
 static uint64_t bare_rtts(int fd, unsigned iters)
 {
 	uint8_t msg[KVT_HEADER_SIZE] = {0};
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
 		msg[0] = (uint8_t)i;
 		if (write_full(fd, msg, sizeof(msg)) < 0 || read_full(fd, msg, sizeof(msg)) < 0)
 			die("bare ping-pong failed: %s", strerror(errno));
 	}
-	return now_ns() - t0;
+	return kvt_now_ns() - t0;
 }
 
 /* ---- namespaces ------------------------------------------------------ */
@@ -315,18 +311,18 @@ static void copy_verify(const struct copy_bench *b, const char *who)
 static void api_round(struct copy_bench *b, uint64_t *ret_ns)
 {
 	copy_prepare(b);
-	make_keys(b->keys, b->n, &b->key_counter);
+	next_keys(b->keys, b->n, &b->key_counter);
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	int r = kvt_store(b->ns, 0, b->keys, b->n, b->srcs, b->status);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = kvt_now_ns();
 	if (r != (int)b->n)
 		die("kvt_store of %zu blocks stored %d", b->n, r);
 	for (size_t i = 0; i < b->n; i++)
 		if (b->status[i] != 0) /* -EEXIST would mean no copy happened */
 			die("kvt_store: block %zu status %d", i, b->status[i]);
 	int r2 = kvt_load(b->ns, 0, b->keys, b->n, b->dsts, b->status);
-	uint64_t t2 = now_ns();
+	uint64_t t2 = kvt_now_ns();
 	if (r2 != (int)b->n)
 		die("kvt_load of %zu blocks loaded %d", b->n, r2);
 
@@ -344,13 +340,13 @@ static void memcpy_round(struct copy_bench *b, uint64_t *ret_ns)
 {
 	copy_prepare(b);
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (size_t i = 0; i < b->n; i++)
 		memcpy(b->mid + i * b->block, b->src + i * b->block, b->block);
-	uint64_t t1 = now_ns();
+	uint64_t t1 = kvt_now_ns();
 	for (size_t i = 0; i < b->n; i++)
 		memcpy(b->dst + i * b->block, b->mid + i * b->block, b->block);
-	uint64_t t2 = now_ns();
+	uint64_t t2 = kvt_now_ns();
 
 	copy_verify(b, "memcpy");
 	ret_ns[0] += t1 - t0;
@@ -419,9 +415,9 @@ static void redis_delete(struct copy_bench *b)
 static void redis_round(struct copy_bench *b, uint64_t *ret_ns)
 {
 	copy_prepare(b);
-	make_keys(b->keys, b->n, &b->key_counter);
+	next_keys(b->keys, b->n, &b->key_counter);
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (size_t i = 0; i < b->n; i++)
 		if (redisAppendCommand(redis, "SET %b %b", b->keys + i * KVT_KEY_BYTES,
 				       (size_t)KVT_KEY_BYTES, b->srcs[i], (size_t)b->block) != REDIS_OK)
@@ -433,7 +429,7 @@ static void redis_round(struct copy_bench *b, uint64_t *ret_ns)
 			    (int)reply->len, reply->str ? reply->str : "");
 		freeReplyObject(reply);
 	}
-	uint64_t t1 = now_ns();
+	uint64_t t1 = kvt_now_ns();
 	for (size_t i = 0; i < b->n; i++)
 		if (redisAppendCommand(redis, "GET %b", b->keys + i * KVT_KEY_BYTES,
 				       (size_t)KVT_KEY_BYTES) != REDIS_OK)
@@ -446,7 +442,7 @@ static void redis_round(struct copy_bench *b, uint64_t *ret_ns)
 		memcpy(b->dsts[i], reply->str, b->block);
 		freeReplyObject(reply);
 	}
-	uint64_t t2 = now_ns();
+	uint64_t t2 = kvt_now_ns();
 
 	copy_verify(b, "Redis SET/GET");
 	redis_delete(b);
@@ -662,13 +658,13 @@ struct lookup_keys {
 static uint64_t lookups(kvt_ns *ns, const uint8_t *keys, uint8_t *states, unsigned iters,
 			int want)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
 		int r = kvt_lookup(ns, keys, LOOKUP_KEYS, 0, states);
 		if (r != want)
 			die("kvt_lookup: %d leading hits, expected %d", r, want);
 	}
-	return now_ns() - t0;
+	return kvt_now_ns() - t0;
 }
 
 /* Store LOOKUP_KEYS blocks, and check every state once. */
@@ -686,8 +682,8 @@ static void lookup_setup(kvt_ns *ns, struct lookup_keys *k)
 		die("out of memory");
 	for (unsigned i = 0; i < LOOKUP_KEYS; i++)
 		srcs[i] = data;
-	make_keys(k->hit, LOOKUP_KEYS, &counter);
-	make_keys(k->miss, LOOKUP_KEYS, &counter);
+	next_keys(k->hit, LOOKUP_KEYS, &counter);
+	next_keys(k->miss, LOOKUP_KEYS, &counter);
 	int r = kvt_store(ns, 0, k->hit, LOOKUP_KEYS, srcs, NULL);
 	if (r != LOOKUP_KEYS)
 		die("kvt_store of the lookup keys stored %d of %d", r, LOOKUP_KEYS);
@@ -751,20 +747,20 @@ struct op_result {
 static uint64_t lookups_one(kvt_ns *ns, const uint8_t *key, unsigned iters)
 {
 	uint8_t state;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
 		int r = kvt_lookup(ns, key, 1, 0, &state);
 		if (r != 1)
 			die("kvt_lookup of one stored key: %d", r);
 	}
-	return now_ns() - t0;
+	return kvt_now_ns() - t0;
 }
 
 static uint64_t acquires_one(kvt_client *c, kvt_ns *ns, const uint8_t *key, unsigned iters)
 {
 	kvt_slot_ref ref;
 	int32_t st;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
 		int r = kvt_acquire(ns, 0, key, 1, &ref);
 		if (r != 1 || ref.status != 0)
@@ -773,7 +769,7 @@ static uint64_t acquires_one(kvt_client *c, kvt_ns *ns, const uint8_t *key, unsi
 		if (r < 0 || st != 0)
 			die("kvt_release: %d (status %d)", r, st);
 	}
-	return now_ns() - t0;
+	return kvt_now_ns() - t0;
 }
 
 static void op_run(kvt_client *c, kvt_ns *ns, const uint8_t *key, int echo_fd, int placement,
@@ -1133,7 +1129,7 @@ int main(int argc, char **argv)
 	uint8_t *mid = alloc_populated(opt.round_bytes);
 	uint8_t *dst = alloc_populated(opt.round_bytes);
 	struct copy_bench b;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 
 	for (unsigned i = 0; i < opt.n_sizes; i++) {
 		char sz[24];
@@ -1164,7 +1160,7 @@ int main(int argc, char **argv)
 		R.placed[pl] = true;
 	}
 	unplace();
-	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
+	progress("measured in %.1f s", (double)(kvt_now_ns() - t0) / 1e9);
 
 	free(lkeys.hit);
 	free(lkeys.miss);

@@ -335,12 +335,12 @@ static void get_stats(kvt_client *c, uint32_t what, struct dstats *d)
 /* Nothing in flight: a sample starts on an idle tier. */
 static void wait_idle(kvt_client *c, struct dstats *d)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (;;) {
 		get_stats(c, KVT_STATS_DAEMON, d);
 		if (d->in_flight == 0)
 			return;
-		if (now_ns() - t0 > WAIT_LIMIT_NS)
+		if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
 			die("%llu NVMe I/Os still in flight after %llu s",
 			    (unsigned long long)d->in_flight, WAIT_LIMIT_NS / 1000000000ull);
 		sleep_ns(POLL_NS);
@@ -562,14 +562,12 @@ static uint8_t *set_keys(struct bench *b, unsigned set)
 }
 
 /* Random keys for set `set` of phase `phase`. */
-static void make_keys(struct bench *b, unsigned phase, unsigned set)
+static void make_set_keys(struct bench *b, unsigned phase, unsigned set)
 {
 	uint8_t *keys = set_keys(b, set);
 	for (uint64_t i = 0; i < b->n; i++)
-		for (unsigned w = 0; w < KVT_KEY_BYTES / 8; w++) {
-			uint64_t v = mix(((uint64_t)phase << 56) ^ ((uint64_t)set << 32) ^ (i << 3) ^ w);
-			memcpy(keys + i * KVT_KEY_BYTES + w * 8, &v, 8);
-		}
+		make_keys(keys + i * KVT_KEY_BYTES, 1,
+			  ((uint64_t)phase << 56) ^ ((uint64_t)set << 32) ^ (i << 3));
 }
 
 /* Keys of a context: a token chain, as an engine hashes its prompt. */
@@ -668,7 +666,7 @@ static void spill(struct bench *b, unsigned set, bool context, struct sample *re
 	uint64_t want = d0.write_bytes + b->n * BLOCK_BYTES;
 	memset(ret, 0, sizeof(*ret));
 	cpu_begin(ret);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (uint64_t i = 0; i < b->n; i += STORE_CHUNK) {
 		size_t k = b->n - i < STORE_CHUNK ? (size_t)(b->n - i) : STORE_CHUNK;
 		int r;
@@ -685,7 +683,7 @@ static void spill(struct bench *b, unsigned set, bool context, struct sample *re
 				die("kvt_store: block %llu status %d",
 				    (unsigned long long)(i + j), b->status[j]);
 	}
-	uint64_t t1 = now_ns();
+	uint64_t t1 = kvt_now_ns();
 	bool first = true;
 	for (;;) {
 		get_stats(b->c, KVT_STATS_DAEMON, &d);
@@ -694,14 +692,14 @@ static void spill(struct bench *b, unsigned set, bool context, struct sample *re
 		first = false;
 		if (d.write_bytes >= want)
 			break;
-		if (now_ns() - t0 > WAIT_LIMIT_NS)
+		if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
 			die("write-back of set %u: %llu of %llu MiB on disk after %llu s", set,
 			    (unsigned long long)((d.write_bytes - d0.write_bytes) / MIB),
 			    (unsigned long long)(b->n * BLOCK_BYTES / MIB),
 			    WAIT_LIMIT_NS / 1000000000ull);
 		sleep_ns(POLL_NS);
 	}
-	uint64_t t2 = now_ns();
+	uint64_t t2 = kvt_now_ns();
 	cpu_end(ret);
 	if (d.write_bytes != want || d.writes - d0.writes != b->n)
 		die("write-back of set %u: %llu blocks, %llu bytes written, expected %llu blocks",
@@ -749,7 +747,7 @@ static void restore_pipelined(struct bench *b, unsigned set, struct sample *ret)
 	memset(b->done, 0, b->n);
 	memset(ret, 0, sizeof(*ret));
 	cpu_begin(ret);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	int r = kvt_lookup(b->ns, keys, b->n, 0, b->states);
 	expect_all_on_disk(b, set, r);
 	for (;;) {
@@ -767,9 +765,9 @@ static void restore_pipelined(struct bench *b, unsigned set, struct sample *ret)
 			b->done[i] = 1;
 		}
 		if (!t_first && b->done[0])
-			t_first = now_ns();
+			t_first = kvt_now_ns();
 		if (!waiting && !t_resident)
-			t_resident = now_ns();
+			t_resident = kvt_now_ns();
 		if (k) {
 			r = kvt_load(b->ns, 0, b->batch_keys, k, b->batch_dsts, b->status);
 			if (r != (int)k)
@@ -779,7 +777,7 @@ static void restore_pipelined(struct bench *b, unsigned set, struct sample *ret)
 			if (loaded == b->n)
 				break;
 		} else {
-			if (now_ns() - t0 > WAIT_LIMIT_NS)
+			if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
 				die("restore of set %u: %llu of %llu blocks after %llu s", set,
 				    (unsigned long long)loaded, (unsigned long long)b->n,
 				    WAIT_LIMIT_NS / 1000000000ull);
@@ -790,14 +788,14 @@ static void restore_pipelined(struct bench *b, unsigned set, struct sample *ret)
 			die("restore of set %u: %d of %llu blocks still found (one failed verification?)",
 			    set, r, (unsigned long long)b->n);
 	}
-	ret->ns = now_ns() - t0;
+	ret->ns = kvt_now_ns() - t0;
 	ret->aux_ns = t_resident - t0;
 	ret->first_ns = t_first - t0;
 	cpu_end(ret);
 }
 
 /*
- * Restore as tests/engine/kvt-engine.c does: look up the whole context
+ * Restore as tests/engine-sim/kvt-engine.c does: look up the whole context
  * (with TOUCH), ask again every 5 ms while any block is on disk, then one
  * kvt_load_paged into the engine's pages.  ret->ns: first lookup to last
  * byte loaded; ret->aux_ns: to the lookup that found everything resident.
@@ -811,12 +809,12 @@ static void restore_engine(struct bench *b, unsigned ctx, struct sample *ret)
 	memset(b->dst, 0xa5, b->n * BLOCK_BYTES);
 	memset(ret, 0, sizeof(*ret));
 	cpu_begin(ret);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	int r = kvt_lookup(b->ns, keys, b->n, KVT_LOOKUP_TOUCH, b->states);
 	expect_all_on_disk(b, ctx, r);
 	uint64_t disk = b->n;
 	while (disk) {
-		if (now_ns() - t0 > WAIT_LIMIT_NS)
+		if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
 			die("context %u: %llu blocks still on disk after %llu s", ctx,
 			    (unsigned long long)disk, WAIT_LIMIT_NS / 1000000000ull);
 		sleep_ns(ENGINE_POLL_NS);
@@ -828,12 +826,12 @@ static void restore_engine(struct bench *b, unsigned ctx, struct sample *ret)
 		for (uint64_t i = 0; i < b->n; i++)
 			disk += b->states[i] == KVT_DISK;
 	}
-	uint64_t t1 = now_ns();
+	uint64_t t1 = kvt_now_ns();
 	r = kvt_load_paged(b->ns, 0, &b->dst_layout, keys, b->n, b->pages, b->status);
 	if (r != (int)b->n)
 		die("context %u: kvt_load_paged of %llu resident blocks loaded %d", ctx,
 		    (unsigned long long)b->n, r);
-	uint64_t t2 = now_ns();
+	uint64_t t2 = kvt_now_ns();
 	cpu_end(ret);
 	ret->ns = t2 - t0;
 	ret->aux_ns = t1 - t0;
@@ -947,7 +945,7 @@ static void phase_spill(struct bench *b, int engine)
 	uint64_t bytes = b->n * BLOCK_BYTES;
 	struct sample t;
 
-	make_keys(b, phase, 0);
+	make_set_keys(b, phase, 0);
 	stamp_set(b, phase, 0, false);
 	spill(b, 0, false, &t);
 	progress("  set 0 spilled in %.3f s (%.2f GB/s), untimed", (double)t.ns / 1e9,
@@ -956,7 +954,7 @@ static void phase_spill(struct bench *b, int engine)
 		unsigned k = i + 1;
 		if (k >= 2)
 			delete_set(b, k - 2);
-		make_keys(b, phase, k);
+		make_set_keys(b, phase, k);
 		stamp_set(b, phase, k, false);
 		spill(b, k, false, &t);
 		double fw = fio_run(true, fio_offset(i), bytes);
@@ -1390,7 +1388,7 @@ int main(int argc, char **argv)
 
 	static struct bench b;
 	bench_setup(&b);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 
 	progress("files in %s (%s); two files of %llu MiB; sets of %llu MiB (%llu blocks), pool the same; %u pairs",
 		 daemon_state.dir, M.fs, (unsigned long long)(cap / MIB),
@@ -1434,7 +1432,7 @@ int main(int argc, char **argv)
 		disconnect_daemon(&b);
 		bench_daemon_stop(&daemon_state);
 	}
-	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
+	progress("measured in %.1f s", (double)(kvt_now_ns() - t0) / 1e9);
 	bench_daemon_remove(&daemon_state);
 
 	bench_print(opt.json, print_table, print_json);

@@ -217,12 +217,10 @@ static kvt_ns *open_ns(kvt_client *c)
 
 /* ---- blocks ---------------------------------------------------------- */
 
+/* Block i. */
 static void make_key(uint8_t *key, uint64_t i)
 {
-	for (unsigned w = 0; w < KVT_KEY_BYTES / 8; w++) {
-		uint64_t v = mix(i * 4 + w + 0x5ca1e);
-		memcpy(key + w * 8, &v, 8);
-	}
+	make_keys(key, 1, i * 4 + 0x5ca1e);
 }
 
 struct storer {
@@ -335,19 +333,19 @@ static uint64_t ring_pos;
 static uint64_t one_lookups(kvt_ns *ns, const uint8_t *ring, unsigned iters)
 {
 	uint8_t state;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
 		int r = kvt_lookup(ns, ring + ring_pos * KVT_KEY_BYTES, 1, 0, &state);
 		if (r != 1)
 			die("kvt_lookup of a stored key: %d", r);
 		ring_pos = (ring_pos + 1) % RING_KEYS;
 	}
-	return now_ns() - t0;
+	return kvt_now_ns() - t0;
 }
 
 static uint64_t batch_lookups(kvt_ns *ns, const uint8_t *ring, uint8_t *states, unsigned iters)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
 		if (ring_pos + LOOKUP_KEYS > RING_KEYS)
 			ring_pos = 0;
@@ -356,7 +354,7 @@ static uint64_t batch_lookups(kvt_ns *ns, const uint8_t *ring, uint8_t *states, 
 			die("kvt_lookup of %d stored keys: %d leading hits", LOOKUP_KEYS, r);
 		ring_pos += LOOKUP_KEYS;
 	}
-	return now_ns() - t0;
+	return kvt_now_ns() - t0;
 }
 
 /* Random stored keys, so that a large index is looked up all over, not in
@@ -453,9 +451,9 @@ static void index_run(void)
 				 pt->skipped);
 			continue;
 		}
-		uint64_t t0 = now_ns();
+		uint64_t t0 = kvt_now_ns();
 		store_range(&st, c, ns, stored, pt->n);
-		pt->store_blocks_s = (double)(pt->n - stored) / ((double)(now_ns() - t0) / 1e9);
+		pt->store_blocks_s = (double)(pt->n - stored) / ((double)(kvt_now_ns() - t0) / 1e9);
 		pt->rss_anon_kib = daemon_kib("RssAnon");
 		pt->rss_shmem_kib = daemon_kib("RssShmem");
 		pt->bytes_per_block =
@@ -521,7 +519,7 @@ static uint64_t raw_recovery_read(uint64_t *ret_bytes, uint64_t *ret_bound)
 	if (posix_memalign((void **)&buf, 4096, RECOVER_CHUNK))
 		die("out of memory");
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (uint64_t r = 0; r < RC.spill_bytes / REGION_BYTES; r++) {
 		uint64_t off = r * REGION_BYTES;
 		if (pread(fd, buf, REGION_HEADER_BYTES, (off_t)off) != (ssize_t)REGION_HEADER_BYTES)
@@ -544,7 +542,7 @@ static uint64_t raw_recovery_read(uint64_t *ret_bytes, uint64_t *ret_bound)
 			bytes += len;
 		}
 	}
-	uint64_t ns = now_ns() - t0;
+	uint64_t ns = kvt_now_ns() - t0;
 	free(buf);
 	close(fd);
 	*ret_bytes = bytes;
@@ -579,7 +577,7 @@ static double logged_recovery_ms(uint64_t *ret_blocks)
  */
 static void wait_on_disk(kvt_client *c, uint64_t n)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (;;) {
 		uint64_t on_disk = daemon_stat(c, "nvme_blocks");
 		uint64_t in_flight = daemon_stat(c, "nvme_in_flight");
@@ -590,7 +588,7 @@ static void wait_on_disk(kvt_client *c, uint64_t n)
 			    (unsigned long long)drops, (unsigned long long)errors);
 		if (on_disk >= n && in_flight == 0)
 			return;
-		if (now_ns() - t0 > WAIT_LIMIT_NS)
+		if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
 			die("%llu of %llu blocks on disk after %llu s", (unsigned long long)on_disk,
 			    (unsigned long long)n, WAIT_LIMIT_NS / 1000000000ull);
 		sleep_ns(POLL_NS);
@@ -688,10 +686,10 @@ static void recovery_run(void)
 		}
 		kvt_client *c = bench_daemon_connect(&daemon_state);
 		kvt_ns *ns = open_ns(c);
-		uint64_t t0 = now_ns();
+		uint64_t t0 = kvt_now_ns();
 		store_range(&st, c, ns, stored, pt->n);
 		wait_on_disk(c, pt->n);
-		pt->spill_blocks_s = (double)(pt->n - stored) / ((double)(now_ns() - t0) / 1e9);
+		pt->spill_blocks_s = (double)(pt->n - stored) / ((double)(kvt_now_ns() - t0) / 1e9);
 		stored = pt->n;
 		kvt_ns_close(ns);
 		kvt_client_free(c);
@@ -944,12 +942,12 @@ int main(int argc, char **argv)
 		die("mkdtemp under %s: %s", opt.dir, strerror(-r));
 	bench_daemon_path(&daemon_state, "spill", spill_path, sizeof(spill_path));
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	if (opt.index)
 		index_run();
 	if (opt.recovery)
 		recovery_run();
-	progress("measured in %.1f s", (double)(now_ns() - t0) / 1e9);
+	progress("measured in %.1f s", (double)(kvt_now_ns() - t0) / 1e9);
 	bench_daemon_remove(&daemon_state);
 
 	bench_print(opt.json, print_table, print_json);

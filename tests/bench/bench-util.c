@@ -31,26 +31,11 @@ void progress(const char *fmt, ...)
 	va_end(ap);
 }
 
-uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void sleep_ns(uint64_t ns)
 {
 	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
-}
-
-uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -244,7 +229,7 @@ static void log_tail(const struct bench_daemon *d)
 uint64_t bench_daemon_start(struct bench_daemon *d, uint64_t limit_ns)
 {
 	unlink(d->log);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	d->pid = fork();
 	if (d->pid < 0)
 		die("fork: %s", strerror(errno));
@@ -262,7 +247,7 @@ uint64_t bench_daemon_start(struct bench_daemon *d, uint64_t limit_ns)
 		_exit(127);
 	}
 	bench_daemon_wait_socket(d, d->socket, t0, limit_ns);
-	return now_ns() - t0;
+	return kvt_now_ns() - t0;
 }
 
 void bench_daemon_wait_socket(struct bench_daemon *d, const char *path, uint64_t t0,
@@ -278,7 +263,7 @@ void bench_daemon_wait_socket(struct bench_daemon *d, const char *path, uint64_t
 			log_tail(d);
 			die("kvtierd (%s) exited before listening on %s", d->kvtierd, path);
 		}
-		if (now_ns() - t0 > limit_ns)
+		if (kvt_now_ns() - t0 > limit_ns)
 			die("kvtierd did not listen on %s within %llu s", path,
 			    (unsigned long long)(limit_ns / 1000000000ull));
 		usleep(1000);
@@ -420,11 +405,11 @@ kvt_ns *bench_ns_open(kvt_client *c, const char *model, uint32_t n_layers, uint3
 
 uint64_t bench_pings(kvt_client *c, unsigned iters)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (unsigned i = 0; i < iters; i++) {
 		int r = kvt_client_ping(c);
 		if (r < 0)
 			die("kvt_client_ping: %s", strerror(-r));
 	}
-	return now_ns() - t0;
+	return kvt_now_ns() - t0;
 }

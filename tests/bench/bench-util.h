@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * What the benchmarks share: clocks, statistics of pairwise ratios, data,
+ * What the benchmarks share: a sleep, statistics of pairwise ratios, data,
  * what they say on stderr, and a kvtierd of their own in a private
  * directory.
  */
@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "kvtier.h"
+#include "../helpers.h"
 #include "../skip.h"
 
 #define BENCH_MAX_PAIRS 1000
@@ -30,10 +31,7 @@ void bench_vsay(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)
 /* Progress goes to stderr, so that stdout holds only the results. */
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-uint64_t now_ns(void);
 void sleep_ns(uint64_t ns);
-/* A well-mixed 64-bit function of x (splitmix64's finaliser). */
-uint64_t mix(uint64_t x);
 /* Of n ≤ BENCH_MAX_PAIRS values. */
 double median(const double *v, unsigned n);
 double vmin(const double *v, unsigned n);

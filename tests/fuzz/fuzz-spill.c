@@ -19,6 +19,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "byteorder.h"
 #include "fuzz.h"
 #include "spill.h"
 
@@ -31,17 +32,6 @@ static void check(int cond)
 {
 	if (!cond)
 		abort();
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static void region_case(const uint8_t *buf, size_t len)
@@ -188,11 +178,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(buf, data + 1, n);
 	if (fix && !slot && len >= RH_IDENTITY) {
-		uint32_t id_len = le32(buf + RH_IDENTITY_LEN);
+		uint32_t id_len = kvt_get_le32(buf + RH_IDENTITY_LEN);
 		if (id_len >= 1 && id_len <= SPILL_IDENTITY_MAX && len >= RH_IDENTITY + id_len + 8)
-			put_le64(buf + RH_IDENTITY + id_len, XXH3_64bits(buf, RH_IDENTITY + id_len));
+			kvt_put_le64(buf + RH_IDENTITY + id_len, XXH3_64bits(buf, RH_IDENTITY + id_len));
 	} else if (fix && slot && len >= SH_SUM + 8) {
-		put_le64(buf + SH_SUM, XXH3_64bits(buf, SH_SUM));
+		kvt_put_le64(buf + SH_SUM, XXH3_64bits(buf, SH_SUM));
 	}
 	if (slot)
 		slot_case(buf, len);

@@ -37,6 +37,7 @@
 #include "kvtier.h"
 #include "layout_cuda.h"
 #include "gpu-probe.h"
+#include "../engine-layouts.h"
 
 #define TOTAL (UINT64_C(256) << 20) /* bytes per measurement */
 #define REPS 3
@@ -53,10 +54,8 @@
 		}                                                         \
 	} while (0)
 
-enum kind { K_NHD, K_MLA };
-
 struct bench {
-	enum kind kind;
+	enum layout_kind kind;
 	kvt_layout lay;
 	struct kvt_geom g;
 	uint64_t block_bytes, total;
@@ -125,7 +124,7 @@ static void setup_pool(struct bench *b)
  * n_layers layers of tokens tokens per block: NHD with 2 KV heads of 256
  * bytes (8 KiB per token over 8 layers), or one MLA row of 1152 bytes.
  */
-static void bench_init(struct bench *b, enum kind kind, uint32_t n_layers,
+static void bench_init(struct bench *b, enum layout_kind kind, uint32_t n_layers,
 		       uint32_t tokens)
 {
 	int64_t hb = kind == K_MLA ? 1152 : 256, H = kind == K_MLA ? 1 : 2;
@@ -134,7 +133,7 @@ static void bench_init(struct bench *b, enum kind kind, uint32_t n_layers,
 
 	memset(b, 0, sizeof(*b));
 	b->kind = kind;
-	b->name = kind == K_MLA ? "mla" : "fa-nhd";
+	b->name = layout_kind_name(kind);
 	b->block_bytes = (uint64_t)(n_layers * planes * tokens * H * hb);
 	b->n_blocks = (int64_t)(TOTAL / b->block_bytes);
 	b->total = b->block_bytes * (uint64_t)b->n_blocks;
@@ -304,15 +303,15 @@ static void bench_bandwidth(struct bench *b)
 			       path_name[p], b->total / (ms * 1e6),
 			       limit_ms / ms, b->total / (limit_ms * 1e6),
 			       mine ? " <- model" : "");
-			if (dir == KVT_COPY_SCATTER && b->kind == K_NHD &&
+			if (dir == KVT_COPY_SCATTER && b->kind == K_FA_NHD &&
 			    p == P_BUDGET && b->block_bytes >= (4u << 20))
 				fit_cta = b->total / (ms * 1e6) /
 					  KVT_CTA_BUDGET_DEFAULT;
-			if (dir == KVT_COPY_SCATTER && b->kind == K_NHD &&
+			if (dir == KVT_COPY_SCATTER && b->kind == K_FA_NHD &&
 			    p == P_ENGINE && b->block_bytes <= (64u << 10))
 				fit_run = (ms - limit_ms) * 1e6 / runs;
 		}
-		if (dir == KVT_COPY_SCATTER && b->kind == K_NHD)
+		if (dir == KVT_COPY_SCATTER && b->kind == K_FA_NHD)
 			fit_link = b->total / (limit_ms * 1e6);
 	}
 }
@@ -507,7 +506,7 @@ int main(void)
 
 	for (int k = 0; k < 2; k++)
 		for (int i = 0; i < 4; i++) {
-			bench_init(&b, k ? K_MLA : K_NHD, 8,
+			bench_init(&b, k ? K_MLA : K_FA_NHD, 8,
 				   k ? mla_tokens[i] : nhd_tokens[i]);
 			bench_bandwidth(&b);
 			bench_free(&b);
@@ -517,7 +516,7 @@ int main(void)
 	       fit_link, fit_cta, fit_run);
 
 	/* 32 layers of 1 MiB blocks: a 70B-like layer count. */
-	bench_init(&b, K_NHD, 32, 32);
+	bench_init(&b, K_FA_NHD, 32, 32);
 	for (int p = 0; p < P_COUNT; p++)
 		if (p != P_ENGINE || b.batch_ok)
 			bench_overlap(&b, p);

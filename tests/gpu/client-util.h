@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the GPU tests of the client's CUDA path share: a CUDA call checked
- * like any other check of the harness, a job polled to its end, and keys
- * that name their block.
+ * like any other check of the harness, and a job polled to its end.
  */
 #pragma once
 
@@ -33,13 +32,4 @@ static inline int poll_done(kvt_cuda_job *job, int32_t *st)
 			usleep(1000);
 	}
 	return r;
-}
-
-/* Key i of a set: tag in every byte, i in the first. */
-static inline void make_keys(uint8_t *keys, int n, uint8_t tag)
-{
-	for (int i = 0; i < n; i++) {
-		memset(keys + i * KVT_KEY_BYTES, tag, KVT_KEY_BYTES);
-		keys[i * KVT_KEY_BYTES] = (uint8_t)i;
-	}
 }

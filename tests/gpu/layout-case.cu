@@ -11,11 +11,6 @@
 
 #include "layout-case.h"
 
-const char *const kind_name[K_COUNT] = {
-	"fa-nhd", "fa-hnd", "flashinfer", "mla", "cross-layer", "dense",
-	"row-padded", "head-padded", "kv-split", "vllm-nhd", "vllm-hnd", "vllm-blocks",
-};
-
 int failures;
 long n_checks;
 
@@ -55,7 +50,7 @@ void describe(const struct tcase *tc, char *buf, size_t n)
 {
 	snprintf(buf, n,
 		 "%s %s elem=%u dim=%u heads=%u page_tokens=%u block_tokens=%u shift=%u",
-		 kind_name[tc->kind],
+		 layout_kind_name(tc->kind),
 		 tc->index_kind == KVT_INDEX_PAGE ? "page" : "slot", tc->elem,
 		 tc->dim, tc->heads, tc->pt, tc->bt, tc->shift);
 }
@@ -126,19 +121,19 @@ void case_layout(const struct tcase *tc, void *const *base,
 		ret->stride_page = bs * ret->stride_token;
 		ret->stride_plane = np * ret->stride_page;
 		break;
-	case K_VLLM_NHD:
+	case K_VLLM_LBNHC:
 		ret->stride_plane = hb;
 		ret->stride_page = bs * H * 2 * hb;
 		ret->stride_token = H * 2 * hb;
 		ret->stride_head = 2 * hb;
 		break;
-	case K_VLLM_HND:
+	case K_VLLM_LBHNC:
 		ret->stride_plane = hb;
 		ret->stride_page = H * bs * 2 * hb;
 		ret->stride_token = 2 * hb;
 		ret->stride_head = bs * 2 * hb;
 		break;
-	case K_VLLM_BLOCKS:
+	case K_VLLM_BLNHC:
 		ret->stride_plane = hb;
 		ret->stride_page = (int64_t)N_LAYERS * bs * H * 2 * hb;
 		ret->stride_token = H * 2 * hb;
@@ -161,7 +156,7 @@ void case_layout(const struct tcase *tc, void *const *base,
 /* Entries of layer_base: one per layer, or per layer and plane. */
 int n_bases(const struct tcase *tc)
 {
-	return tc->kind == K_KV_SPLIT ? 2 * N_LAYERS : N_LAYERS;
+	return layout_kind_buffers(tc->kind) == LAYOUT_PER_PLANE ? 2 * N_LAYERS : N_LAYERS;
 }
 
 void engine_bases(const struct tcase *tc, struct engine *e)
@@ -464,7 +459,7 @@ size_t buf_bytes(const struct tcase *tc)
 	case K_MLA:
 		return (size_t)tc->np * row;
 	case K_CROSS:
-	case K_VLLM_BLOCKS:
+	case K_VLLM_BLNHC:
 		return (size_t)tc->np * N_LAYERS * 2 * row;
 	case K_ROW_PAD:
 		return (size_t)2 * tc->np * tc->pt *

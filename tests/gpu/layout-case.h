@@ -12,6 +12,7 @@
 
 #include "kvtier.h"
 #include "layout_cuda.h"
+#include "../engine-layouts.h"
 
 #define N_LAYERS 3
 /* Engine buffers at most: one per layer and plane (K_KV_SPLIT). */
@@ -29,33 +30,13 @@
 #define ROW_PAD 4
 #define HEAD_PAD 2
 
-enum kind {
-	K_FA_NHD,     /* per layer (2, NP, BS, H, D) */
-	K_FA_HND,     /* per layer (2, NP, H, BS, D) */
-	K_FLASHINFER, /* per layer (NP, 2, BS, H, D) */
-	K_MLA,        /* per layer (NP, BS, D_latent) */
-	K_CROSS,      /* one buffer (NP, NL, 2, BS, H, D) */
-	K_DENSE,      /* per layer K and V, [B, H, S, D] each */
-	K_ROW_PAD,    /* per layer (2, NP, BS, H*D + ROW_PAD) */
-	K_HEAD_PAD,   /* per layer (2, NP, BS, H, D + HEAD_PAD) */
-	K_KV_SPLIT,   /* per layer and plane (NP, BS, H, D): SGLang's
-		       * k_buffer / v_buffer, a base per plane */
-	/* vLLM 0.32's views, K and V side by side in each (page, head,
-	 * token) cell: K runs of one head, V right after. */
-	K_VLLM_NHD,   /* per layer (NP, BS, H, 2, D): LBNHC, the default */
-	K_VLLM_HND,   /* per layer (NP, H, BS, 2, D): LBHNC */
-	K_VLLM_BLOCKS, /* one buffer (NP, NL, BS, H, 2, D): BLNHC */
-	K_COUNT,
-};
-
-extern const char *const kind_name[K_COUNT];
 /* Checks made and failed, over the whole run. */
 extern int failures;
 extern long n_checks;
 
 /* One case of the sweep. */
 struct tcase {
-	enum kind kind;
+	enum layout_kind kind;
 	uint32_t index_kind;
 	uint32_t elem;    /* bytes per element */
 	uint32_t dim;     /* head dim */

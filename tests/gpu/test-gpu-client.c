@@ -28,6 +28,7 @@
 
 #include "client-util.h"
 #include "gpu-probe.h"
+#include "../engine-layouts.h"
 
 #define N_LAYERS 4
 #define HEADS 8
@@ -37,11 +38,9 @@
 #define N_BLOCKS 6
 #define POISON 0xff
 
-enum kind { FA_NHD, FLASHINFER };
-
 /* One engine cache: a host image (the truth) and its device copy. */
 struct cache {
-	enum kind kind;
+	enum layout_kind kind;
 	size_t layer_bytes;
 	uint8_t *host[N_LAYERS];
 	uint8_t *dev[N_LAYERS];
@@ -50,7 +49,7 @@ struct cache {
 	kvt_layout lay;
 };
 
-static void cache_init(struct cache *c, enum kind kind)
+static void cache_init(struct cache *c, enum layout_kind kind)
 {
 	int64_t hb = HEAD_BYTES, H = HEADS, bs = BS, np = N_PAGES;
 
@@ -75,7 +74,7 @@ static void cache_init(struct cache *c, enum kind kind)
 		.stride_token = H * hb,
 		.stride_head = hb,
 	};
-	if (kind == FA_NHD) {
+	if (kind == K_FA_NHD) {
 		/* (2, NP, BS, H, D) */
 		c->lay.stride_plane = np * bs * H * hb;
 		c->lay.stride_page = bs * H * hb;
@@ -204,7 +203,7 @@ static void round_trip(kvt_client *c, kvt_ns *ns, kvt_cuda_ctx *ctx,
 		CHECK(want[i] && got[i], "out of memory");
 		cwant[i] = want[i];
 	}
-	make_keys(keys, N_BLOCKS + 1, tag);
+	make_keys(keys, N_BLOCKS + 1, (uint64_t)tag << 32);
 
 	/* The expected blocks, from the CPU path. */
 	src->lay.layer_base = src->host_base;
@@ -373,8 +372,8 @@ int main(void)
 	CHECK(r == 0, "context: %d", r);
 	CUDA_CHECK(cudaSetDevice(0));
 	CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
-	cache_init(&nhd, FA_NHD);
-	cache_init(&fi, FLASHINFER);
+	cache_init(&nhd, K_FA_NHD);
+	cache_init(&fi, K_FLASHINFER);
 
 	/* A layout that does not match the namespace is refused. */
 	nhd.lay.layer_base = nhd.dev_base;

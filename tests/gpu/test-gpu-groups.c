@@ -126,7 +126,7 @@ static void groups_round_trip(kvt_client *c, kvt_cuda_ctx *ctx,
 	s1 = kvt_layout_block_bytes(&g.lay[0], BS);
 	CHECK(s1 + kvt_layout_block_bytes(&g.lay[1], BS) == info.shard_bytes,
 	      "groups: %llu bytes per shard", (unsigned long long)info.shard_bytes);
-	make_keys(keys, N_BLOCKS, 0x66);
+	make_keys(keys, N_BLOCKS, 0x66ull << 32);
 	for (int i = 0; i < N_BLOCKS; i++) {
 		pg[0][i] = (i * 5 + 1) % N_PAGES;
 		pg[1][i] = (i * 3 + 2) % N_PAGES;

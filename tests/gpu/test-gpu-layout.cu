@@ -463,7 +463,7 @@ out_idx:
 }
 
 /* One point of the sweep; returns 0 when the point does not exist. */
-static int sweep_point(enum kind k, int slots, uint32_t elem, uint32_t dim,
+static int sweep_point(enum layout_kind k, int slots, uint32_t elem, uint32_t dim,
 		       uint32_t bt, uint32_t shift, const struct gpu *gp)
 {
 	struct tcase tc = {};
@@ -479,9 +479,9 @@ static int sweep_point(enum kind k, int slots, uint32_t elem, uint32_t dim,
 	tc.planes = k == K_MLA ? 1 : 2;
 	tc.bt = bt;
 	tc.shift = shift;
-	tc.n_bufs = k == K_CROSS || k == K_VLLM_BLOCKS ? 1
-		    : k == K_KV_SPLIT			 ? 2 * N_LAYERS
-							 : N_LAYERS;
+	tc.n_bufs = layout_kind_buffers(k) == LAYOUT_ONE_BUFFER  ? 1
+		    : layout_kind_buffers(k) == LAYOUT_PER_PLANE ? 2 * N_LAYERS
+								 : N_LAYERS;
 	if (k == K_DENSE) {
 		/* Sequences of 40 positions. */
 		tc.pt = 40;
@@ -504,6 +504,13 @@ static int sweep_point(enum kind k, int slots, uint32_t elem, uint32_t dim,
 	return 1;
 }
 
+/* The layouts this test builds, in the order it sweeps them. */
+static const enum layout_kind kinds[] = {
+	K_FA_NHD, K_FA_HND, K_FLASHINFER, K_MLA, K_CROSS, K_DENSE, K_ROW_PAD,
+	K_HEAD_PAD, K_KV_SPLIT, K_VLLM_LBNHC, K_VLLM_LBHNC, K_VLLM_BLNHC,
+};
+#define N_KINDS ((int)(sizeof(kinds) / sizeof(kinds[0])))
+
 /* KVT_GPU_SWEEP=reduced */
 static int reduced;
 
@@ -515,7 +522,7 @@ static int sweep(const struct gpu *gp)
 	int n = 0;
 
 	/* kind x (pages, slots) x element x head dim x block size x offset */
-	for (int i = 0; i < K_COUNT * 2 * 3 * 3 * 3 * 3; i++) {
+	for (int i = 0; i < N_KINDS * 2 * 3 * 3 * 3 * 3; i++) {
 		int v = i, sh, s, d, e, slots;
 		uint32_t shift;
 
@@ -532,7 +539,7 @@ static int sweep(const struct gpu *gp)
 		 * aligned and one element off. */
 		if (reduced && (e != 1 || d == 1 || s == 2 || sh == 2))
 			continue;
-		n += sweep_point((enum kind)v, slots, elems[e], dims[d],
+		n += sweep_point(kinds[v], slots, elems[e], dims[d],
 				 sizes[s], shift, gp);
 	}
 	return n;

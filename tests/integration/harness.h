@@ -11,18 +11,12 @@
 #include <sys/types.h>
 
 #include "kvtier.h"
-#include "../skip.h"
 
-#define CHECK(cond, ...)                                                      \
-	do {                                                                  \
-		if (!(cond)) {                                                \
-			fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, \
-				__LINE__, #cond);                             \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fprintf(stderr, "\n");                                \
-			harness_fail();                                       \
-		}                                                             \
-	} while (0)
+/* A failed check stops the test, and its daemon (whose log it shows). */
+void harness_fail(void) __attribute__((noreturn));
+#define CHECK_FAILED() harness_fail()
+#include "../check.h"
+#include "../helpers.h"
 
 struct daemon {
 	pid_t pid;
@@ -54,6 +48,8 @@ int wait_exit(pid_t pid);
 kvt_client *client_connect(const struct daemon *d, const char *name);
 /* Open the namespace kvt-engine uses for a model ("tiny", "llama3-8b"). */
 kvt_ns *engine_ns(kvt_client *c, const char *model, uint32_t tp_size);
+/* The key an engine hashes for a block of the two tokens tag and n. */
+void token_key(uint32_t tag, uint32_t n, uint8_t *ret_key);
 /* Keys of kvt-engine's request for a prefix seed, prefix and suffix. */
 uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed,
 		     uint32_t suffix, uint8_t *ret_keys, uint32_t max);
@@ -92,10 +88,11 @@ uint32_t stat_count(kvt_client *c, const char *kind);
 		CHECK(_met, "timed out waiting for %s", what);               \
 	} while (0)
 
-void harness_fail(void) __attribute__((noreturn));
 /* In a forked child: a failed check must not stop the parent's daemon. */
 void harness_in_child(void);
-int count_fds(pid_t pid);
+/* Mappings of the daemon's pool in this process (its memfds are named
+ * "kvtier-pool"). */
+int pool_mappings(void);
 
 /* The bytes of a block as its writer made them: a function of who wrote it
  * (tag, e.g. the tenant) and of its key, so that a block served under the

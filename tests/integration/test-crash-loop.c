@@ -54,7 +54,7 @@ static uint64_t rng;
 
 static uint64_t rnd(uint64_t n)
 {
-	rng = engine_mix(rng);
+	rng = mix(rng);
 	return rng % n;
 }
 

@@ -154,14 +154,14 @@ static void test_out_of_descriptors(void)
 	      "%d lines logged about failed accepts during %d round trips (%d before them)",
 	      lines_after - lines, ROUND_TRIPS, lines);
 	CHECK(lines <= 1, "%d lines logged about failed accepts", lines);
-	uint64_t failures = stat_get(c, "daemon", "accept_failures");
-	CHECK(failures >= 1, "accept failed for want of descriptors");
+	uint64_t accept_failures = stat_get(c, "daemon", "accept_failures");
+	CHECK(accept_failures >= 1, "accept failed for want of descriptors");
 	for (int i = 0; i < ROUND_TRIPS; i++)
 		CHECK(kvt_client_ping(c) == 0, "ping %d", i);
-	CHECK(stat_get(c, "daemon", "accept_failures") == failures,
+	CHECK(stat_get(c, "daemon", "accept_failures") == accept_failures,
 	      "accept attempted while no descriptor was freed (%llu failures, %llu before)",
 	      (unsigned long long)stat_get(c, "daemon", "accept_failures"),
-	      (unsigned long long)failures);
+	      (unsigned long long)accept_failures);
 	CHECK(stat_get(c, "daemon", "clients") == clients, "no client taken in meanwhile");
 
 	/* The clients taken in leave (all found before any closes: the first

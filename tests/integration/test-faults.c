@@ -81,13 +81,6 @@ static bool unreachable(struct daemon *d, const struct site *site)
 
 #define ENGINE_LIMIT_S 6
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* ---- the daemon's statistics, from a client that may be refused ---- */
 
 struct totals {
@@ -505,7 +498,6 @@ int main(void)
 
 	CHECK(getenv("KVT_ENGINE") && getenv("KVTIERD"), "run through meson");
 	unsetenv("KVTIERD_FAULTS");
-	unsetenv("KVTIERD_IO_FAULTS");
 	/* A request the daemon never answers fails in 5 s, not 30. */
 	setenv("KVTIER_TIMEOUT_MS", "5000", 1);
 

@@ -18,18 +18,6 @@
 
 static struct daemon d;
 
-static int pool_mappings(void)
-{
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	int n = 0;
-	CHECK(f, "cannot read /proc/self/maps");
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, "kvtier-pool") != NULL;
-	fclose(f);
-	return n;
-}
-
 /* A client with a namespace and a block stored, so that it maps the
  * pool. */
 static kvt_client *client_with_ns(kvt_ns **ret_ns)

@@ -70,13 +70,13 @@ struct tenant_run {
 	int op; /* number of the operation running, for messages */
 };
 
+/* splitmix64: mix() of a counter that steps by its constant. */
 static uint64_t rnd(struct tenant_run *t)
 {
+	uint64_t x = mix(t->rng);
+
 	t->rng += 0x9e3779b97f4a7c15ull;
-	uint64_t x = t->rng;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
+	return x;
 }
 
 static int below(struct tenant_run *t, int n)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Faults under the NVMe tier, injected on I/O completions through the
- * engine's test-only hook (KVTIERD_IO_FAULTS): short transfers are
+ * daemon's test-only hook (KVTIERD_FAULTS): short transfers are
  * finished transparently, ENOSPC fails one write-back and a later one
  * succeeds, EIO takes the spill file out while the host tier keeps
  * serving.  A device that answers every write or read with -EAGAIN, and an
@@ -113,7 +113,7 @@ int main(void)
 	struct daemon d;
 
 	/* Short transfers: completed by resubmitting the rest. */
-	setenv("KVTIERD_IO_FAULTS", "short=2", 1);
+	setenv("KVTIERD_FAULTS", "read_short=%2,write_short=%2", 1);
 	daemon_start(&d, config);
 	CHECK(run(&d, "1", "3200", true, "0") == 0, "store");
 	WAIT_FOR(stat_of(&d, "daemon", "nvme_writes") >= 200, "write-back");
@@ -124,7 +124,7 @@ int main(void)
 	finish(&d);
 
 	/* ENOSPC on some writes: those write-backs fail, later ones succeed. */
-	setenv("KVTIERD_IO_FAULTS", "enospc=5", 1);
+	setenv("KVTIERD_FAULTS", "write_enospc=%5", 1);
 	daemon_start(&d, config);
 	CHECK(run(&d, "1", "3200", true, "0") == 0, "store");
 	WAIT_FOR(stat_of(&d, "daemon", "nvme_writes") >= 200, "write-back despite ENOSPC");
@@ -138,7 +138,6 @@ int main(void)
 	 * write completion reports ENOSPC, though its bytes landed, so each
 	 * try leaves a whole, valid slot on disk; the block is then deleted,
 	 * and after a restart it must not come back from that slot. */
-	unsetenv("KVTIERD_IO_FAULTS");
 	setenv("KVTIERD_FAULTS", "write_enospc=1+", 1);
 	daemon_start(&d, config);
 	CHECK(run(&d, "5", "16", true, "0") == 0, "store one block");
@@ -163,7 +162,7 @@ int main(void)
 	finish(&d);
 
 	/* EIO: the spill file is failed; the host tier keeps serving. */
-	setenv("KVTIERD_IO_FAULTS", "eio=7", 1);
+	setenv("KVTIERD_FAULTS", "read_eio=%7,write_eio=%7", 1);
 	daemon_start(&d, config);
 	CHECK(run(&d, "1", "3200", true, "0") == 0, "store");
 	WAIT_FOR(stat_of(&d, "daemon", "nvme_files_failed") == 1, "the file to be failed");
@@ -173,7 +172,7 @@ int main(void)
 	CHECK(run(&d, "1", "3200", false, NULL) == 0, "whatever is served is exact");
 	CHECK(run(&d, "2", "1600", false, "100") == 0, "the newest blocks are all there");
 	finish(&d);
-	unsetenv("KVTIERD_IO_FAULTS");
+	unsetenv("KVTIERD_FAULTS");
 
 	writes_never_succeed("write_eagain=1+");
 	writes_never_succeed("uring_submit=1+");

@@ -25,16 +25,13 @@
 
 #include "harness.h"
 
+/* The first token of every block this test stores. */
+#define TAG 0x7e57
+
 static struct daemon d;
 static kvt_client *c;
 static kvt_ns *ns;
 static uint64_t shard_bytes;
-
-static void make_key(uint32_t n, uint8_t *ret_key)
-{
-	uint32_t tok[2] = {0x7e57, n};
-	CHECK(kvt_hash_block(NULL, tok, 2, NULL, 0, ret_key) == 0, "hash");
-}
 
 static void store(const uint8_t *key)
 {
@@ -63,18 +60,6 @@ static void acquire(const uint8_t *key, kvt_slot_ref *ret)
 	CHECK(bytes_ok(ret->ptr, key), "a leased block has its bytes");
 }
 
-static int pool_mappings(void)
-{
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	int n = 0;
-	CHECK(f, "cannot read /proc/self/maps");
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, "kvtier-pool") != NULL;
-	fclose(f);
-	return n;
-}
-
 /* Whether the client maps exactly the extents a new client maps. */
 static bool maps_like_new(void)
 {
@@ -91,9 +76,9 @@ static void restarted_daemon(void)
 	kvt_slot_ref lease, resv, ref;
 	int32_t st;
 
-	make_key(0, k0);
-	make_key(1, k1);
-	make_key(2, k2);
+	token_key(TAG, 0, k0);
+	token_key(TAG, 1, k1);
+	token_key(TAG, 2, k2);
 	store(k0);
 	acquire(k0, &lease);
 	CHECK(kvt_reserve(ns, 0, k1, 1, &resv) == 1, "reserve: %d", resv.status);
@@ -161,9 +146,9 @@ static void same_daemon(void)
 	kvt_slot_ref lease, lease2, resv, again;
 	int32_t st;
 
-	make_key(3, k3);
-	make_key(4, k4);
-	make_key(5, k5);
+	token_key(TAG, 3, k3);
+	token_key(TAG, 4, k4);
+	token_key(TAG, 5, k5);
 	store(k3);
 	store(k5);
 	acquire(k3, &lease);

@@ -53,12 +53,6 @@ static atomic_int reader_round = -1, writer_round = -1;
 static atomic_long wrong_bytes, leases_across, reads_across, stale_commits,
 	commits_ok, loads_exact, loads_missed, reserves_bounced;
 
-static void make_key(uint32_t tag, uint32_t n, uint8_t *ret_key)
-{
-	uint32_t tok[2] = {tag, n};
-	CHECK(kvt_hash_block(NULL, tok, 2, NULL, 0, ret_key) == 0, "hash");
-}
-
 static long diff_bytes(const uint8_t *a, const uint8_t *b, size_t len)
 {
 	long n = 0;
@@ -74,7 +68,7 @@ static void *reader(void *arg)
 	for (uint32_t i = 0; !atomic_load(&stop); i++) {
 		int r0 = atomic_load(&round_no);
 		uint8_t key[32];
-		make_key(TAG_READER, i, key);
+		token_key(TAG_READER, i, key);
 		block_pattern(want, shard_bytes, TAG_READER, key);
 		const void *src[1] = {want};
 		kvt_slot_ref ref;
@@ -121,7 +115,7 @@ static void *writer(void *arg)
 		int r0 = atomic_load(&round_no);
 		bool hold = i % 2 == 0;
 		uint8_t key[32];
-		make_key(TAG_WRITER, i, key);
+		token_key(TAG_WRITER, i, key);
 		block_pattern(want, shard_bytes, TAG_WRITER, key);
 		kvt_slot_ref ref;
 		if (kvt_reserve(ns, 0, key, 1, &ref) != 1) {
@@ -194,7 +188,7 @@ static void *loader(void *arg)
 		void *dst[LOAD_BATCH];
 		int32_t st[LOAD_BATCH];
 		for (int k = 0; k < LOAD_BATCH; k++) {
-			make_key(TAG_LOADER, i * LOAD_BATCH + (uint32_t)k, keys + 32 * k);
+			token_key(TAG_LOADER, i * LOAD_BATCH + (uint32_t)k, keys + 32 * k);
 			block_pattern(want + k * shard_bytes, shard_bytes, TAG_LOADER,
 				      keys + 32 * k);
 			src[k] = want + k * shard_bytes;
@@ -222,20 +216,6 @@ static void *loader(void *arg)
 	free(want);
 	free(back);
 	return arg;
-}
-
-/* Mappings of the daemon's pool in this process (the memfds are named
- * "kvtier-pool"). */
-static int pool_mappings(void)
-{
-	FILE *f = fopen("/proc/self/maps", "re");
-	char line[512];
-	int n = 0;
-	CHECK(f, "cannot read /proc/self/maps");
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, "kvtier-pool") != NULL;
-	fclose(f);
-	return n;
 }
 
 int main(void)

@@ -66,7 +66,7 @@ static struct daemon d;
 
 static uint64_t rnd(uint64_t *s, uint64_t n)
 {
-	*s = engine_mix(*s);
+	*s = mix(*s);
 	return *s % n;
 }
 
@@ -88,7 +88,7 @@ static void worker(int w, struct shared *sh, uint64_t seed)
 	void *bufs[MAX_BLOCKS];
 	uint64_t handles[MAX_BLOCKS];
 	kvt_ns_info info;
-	uint64_t s = engine_mix(seed ^ (uint64_t)w);
+	uint64_t s = mix(seed ^ (uint64_t)w);
 
 	harness_in_child();
 	kvt_client *c = client_connect(&d, "soak");

@@ -46,13 +46,6 @@ static void cleanup(void)
 		daemon_cleanup(&d);
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static int notify_listen(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};

@@ -30,13 +30,6 @@
 #define RUN 4
 #define RUNS 10
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A number after label in rados bench's report. */
 static double bench_field(const char *out, const char *label)
 {

@@ -10,7 +10,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 char conf_dir[64];
@@ -174,7 +174,7 @@ void run_good(const char *text)
 
 	CHECK(config_defaults(&c) == 0);
 	int r = load_captured(&c, write_conf("good.conf", text), &err);
-	CHECK_MSG(r == 0, "%s returned %d: %s", text, r, err);
+	CHECK(r == 0, "%s returned %d: %s", text, r, err);
 	free(err);
 	config_free(&c);
 }

@@ -127,8 +127,8 @@ static void encode_sample(const struct proto_sample *s, uint8_t fill,
 	prefill(out, fill);
 	s->encode(out, fill, s->op);
 	if (!s->bare)
-		CHECK_MSG(kvt_msg_finish(out, 0) == 0, "%s does not frame",
-			  s->name);
+		CHECK(kvt_msg_finish(out, 0) == 0, "%s does not frame",
+		      s->name);
 }
 
 /* The decoder takes the whole encoding, refuses every shorter prefix and,
@@ -139,11 +139,11 @@ static void check_cuts(const struct proto_sample *s, const struct kvt_buf *b)
 	const uint8_t *p = b->data + off;
 	size_t len = b->len - off;
 
-	CHECK_MSG(b->error == 0 && len > 0, "%s", s->name);
-	CHECK_MSG(dec_copy(s->dec, p, len) == 0, "%s does not decode", s->name);
+	CHECK(b->error == 0 && len > 0, "%s", s->name);
+	CHECK(dec_copy(s->dec, p, len) == 0, "%s does not decode", s->name);
 	for (size_t k = 0; k < len; k++)
-		CHECK_MSG(dec_copy(s->dec, p, k) < 0,
-			  "%s cut at %zu of %zu decodes", s->name, k, len);
+		CHECK(dec_copy(s->dec, p, k) < 0,
+		      "%s cut at %zu of %zu decodes", s->name, k, len);
 	if (s->trailing) {
 		_cleanup_free_ uint8_t *more = malloc(len + 1);
 
@@ -151,8 +151,8 @@ static void check_cuts(const struct proto_sample *s, const struct kvt_buf *b)
 			abort();
 		memcpy(more, p, len);
 		more[len] = 0;
-		CHECK_MSG(dec_copy(s->dec, more, len + 1) < 0,
-			  "%s with a trailing byte decodes", s->name);
+		CHECK(dec_copy(s->dec, more, len + 1) < 0,
+		      "%s with a trailing byte decodes", s->name);
 	}
 }
 
@@ -164,10 +164,10 @@ void check_samples(const struct proto_sample *s, size_t n)
 
 		encode_sample(&s[i], 0xaa, &a);
 		encode_sample(&s[i], 0x55, &b);
-		CHECK_MSG(same_bytes(&a, &b),
-			  "%s: the encoder emitted bytes that depend on padding "
-			  "or buffer contents",
-			  s[i].name);
+		CHECK(same_bytes(&a, &b),
+		      "%s: the encoder emitted bytes that depend on padding "
+		      "or buffer contents",
+		      s[i].name);
 		if (s[i].dec)
 			check_cuts(&s[i], &a);
 	}

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "check.h"
+#include "../check.h"
 #include "kvt-proto.h"
 #include "macro.h"
 

@@ -13,7 +13,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 static void check_defaults(int line, const struct config *c)
@@ -52,7 +52,7 @@ static void test_defaults(void)
 	/* The defaults are a valid configuration on their own. */
 	char *err = NULL;
 	CHECK(load_captured(&c, NULL, &err) == 0);
-	CHECK_MSG(err[0] == 0, "%s", err);
+	CHECK(err[0] == 0, "%s", err);
 	free(err);
 	config_free(&c);
 	CHECK(c.socket_path == NULL && c.runtime_dir == NULL);
@@ -87,9 +87,9 @@ static void test_defaults(void)
 	}
 	int status = 0;
 	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-	CHECK_MSG(WIFEXITED(status) &&
-		  (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == KVT_TEST_SKIP),
-		  "unprivileged defaults wrong (status 0x%x)", status);
+	CHECK(WIFEXITED(status) &&
+	      (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == KVT_TEST_SKIP),
+	      "unprivileged defaults wrong (status 0x%x)", status);
 }
 
 int main(void)

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 /*
@@ -117,7 +117,7 @@ static void check_dump_reload(int line, const char *text)
 
 	CHECK(config_defaults(&a) == 0);
 	int r = load_captured(&a, write_conf("src.conf", text), &err);
-	CHECK_MSG(r == 0, "line %d: the source does not load: %s", line, err);
+	CHECK(r == 0, "line %d: the source does not load: %s", line, err);
 	free(err);
 	check_dump(line, &a);
 }
@@ -195,7 +195,7 @@ static void test_dump_wide(void)
 	int r = load_captured(&c, write_conf("src.conf",
 					     "[tenant.wide]\nuids = 1\ngids = 1\n"),
 			      &err);
-	CHECK_MSG(r == 0, "%s", err);
+	CHECK(r == 0, "%s", err);
 	free(err);
 	if (r == 0 && c.n_tenants == 1) {
 		struct tenant_conf *t = &c.tenants[0];

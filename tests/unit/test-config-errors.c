@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 static void test_errors(void)
@@ -102,7 +102,7 @@ static void test_several_errors(void)
 	char w1[160], w2[160];
 	snprintf(w1, sizeof(w1), "%s:2:", path);
 	snprintf(w2, sizeof(w2), "%s:5:", path);
-	CHECK_MSG(strstr(err, w1) && strstr(err, w2), "%s", err);
+	CHECK(strstr(err, w1) && strstr(err, w2), "%s", err);
 	free(err);
 	config_free(&c);
 }
@@ -117,7 +117,7 @@ static void test_missing_file(void)
 	char missing[128];
 	snprintf(missing, sizeof(missing), "%s/missing.conf", conf_dir);
 	CHECK(load_captured(&c, missing, &err) == -ENOENT);
-	CHECK_MSG(strstr(err, missing) != NULL, "%s", err);
+	CHECK(strstr(err, missing) != NULL, "%s", err);
 	free(err);
 	config_free(&c);
 }

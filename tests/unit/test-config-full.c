@@ -13,7 +13,7 @@
 #include <string.h>
 #include <syslog.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 static void check_full(int line, const struct config *c)
@@ -91,7 +91,7 @@ static void test_full(void)
 
 	CHECK(config_defaults(&c) == 0);
 	CHECK(load_captured(&c, path, &err) == 0);
-	CHECK_MSG(err[0] == 0, "%s", err);
+	CHECK(err[0] == 0, "%s", err);
 	free(err);
 	check_full(__LINE__, &c);
 	config_free(&c);
@@ -125,18 +125,18 @@ static void test_enums(void)
 		path = write_conf("enum.conf", e[i].text);
 		CHECK(load_captured(&c, path, &err) == 0);
 		free(err);
-		CHECK_MSG(e[i].hugepages < 0 ? c.hugepages == HUGEPAGES_AUTO
-					     : (int)c.hugepages == e[i].hugepages,
-			  "%s", e[i].text);
-		CHECK_MSG(e[i].lock < 0 ? c.lock == LOCK_AUTO
-					: (int)c.lock == e[i].lock,
-			  "%s", e[i].text);
-		CHECK_MSG(e[i].level < 0 ? c.log_level == LOG_INFO
-					 : c.log_level == e[i].level,
-			  "%s", e[i].text);
-		CHECK_MSG(e[i].refuse < 0 ? !c.refuse_unknown
-					  : c.refuse_unknown == (e[i].refuse == 1),
-			  "%s", e[i].text);
+		CHECK(e[i].hugepages < 0 ? c.hugepages == HUGEPAGES_AUTO
+					 : (int)c.hugepages == e[i].hugepages,
+		      "%s", e[i].text);
+		CHECK(e[i].lock < 0 ? c.lock == LOCK_AUTO
+				    : (int)c.lock == e[i].lock,
+		      "%s", e[i].text);
+		CHECK(e[i].level < 0 ? c.log_level == LOG_INFO
+				     : c.log_level == e[i].level,
+		      "%s", e[i].text);
+		CHECK(e[i].refuse < 0 ? !c.refuse_unknown
+				      : c.refuse_unknown == (e[i].refuse == 1),
+		      "%s", e[i].text);
 		CHECK(c.capacity == (UINT64_C(256) << 20) && c.max_keys == 4096);
 		config_free(&c);
 	}
@@ -198,7 +198,7 @@ static void test_syntax(void)
 			  "extent_size   =   1G   ; inline comment\r\n"
 			  "# done\r\n");
 	CHECK(load_captured(&c, path, &err) == 0);
-	CHECK_MSG(err[0] == 0, "%s", err);
+	CHECK(err[0] == 0, "%s", err);
 	free(err);
 	CHECK(c.capacity == (UINT64_C(1) << 40));
 	CHECK(c.extent_size == (UINT64_C(1) << 30));

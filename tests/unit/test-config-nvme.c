@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 /*
@@ -181,17 +181,17 @@ static void test_nvme_tables(void)
 
 		CHECK(config_defaults(&c) == 0);
 		r = load_captured(&c, write_conf("good.conf", ok->text), &err);
-		CHECK_MSG(r == 0 && err[0] == 0, "%s returned %d: %s", ok->text, r, err);
+		CHECK(r == 0 && err[0] == 0, "%s returned %d: %s", ok->text, r, err);
 		free(err);
-		CHECK_MSG((int)c.nvme_engine == (ok->engine < 0 ? NVME_ENGINE_AUTO : ok->engine),
-			  "%s: engine %d", ok->text, (int)c.nvme_engine);
-		CHECK_MSG(c.nvme_queue_depth ==
-				  (uint32_t)(ok->queue_depth < 0 ? 64 : ok->queue_depth),
-			  "%s: queue_depth %u", ok->text, c.nvme_queue_depth);
-		CHECK_MSG(c.writeback_high == (uint32_t)(ok->high < 0 ? 80 : ok->high),
-			  "%s: writeback_high %u", ok->text, c.writeback_high);
-		CHECK_MSG(c.writeback_low == (uint32_t)(ok->low < 0 ? 60 : ok->low),
-			  "%s: writeback_low %u", ok->text, c.writeback_low);
+		CHECK((int)c.nvme_engine == (ok->engine < 0 ? NVME_ENGINE_AUTO : ok->engine),
+		      "%s: engine %d", ok->text, (int)c.nvme_engine);
+		CHECK(c.nvme_queue_depth ==
+			      (uint32_t)(ok->queue_depth < 0 ? 64 : ok->queue_depth),
+		      "%s: queue_depth %u", ok->text, c.nvme_queue_depth);
+		CHECK(c.writeback_high == (uint32_t)(ok->high < 0 ? 80 : ok->high),
+		      "%s: writeback_high %u", ok->text, c.writeback_high);
+		CHECK(c.writeback_low == (uint32_t)(ok->low < 0 ? 60 : ok->low),
+		      "%s: writeback_low %u", ok->text, c.writeback_low);
 		CHECK(c.n_spills == 0 && c.spills == NULL);
 		config_free(&c);
 	}
@@ -210,7 +210,7 @@ static void test_spill_twice(void)
 		      "[nvme]\nengine = threads\n[spill.b]\npath = /srv/b1\npath = /srv/b2\n"
 		      "capacity = 3G\n",
 		      &err);
-	CHECK_MSG(r == 0, "%s", err);
+	CHECK(r == 0, "%s", err);
 	free(err);
 	if (r == 0) {
 		CHECK(c.n_spills == 2);
@@ -242,14 +242,14 @@ static void test_spill_limit(void)
 		CHECK(config_defaults(&c) == 0);
 		r = load_captured(&c, write_conf("nvme.conf", big), &err);
 		if (count == 64) {
-			CHECK_MSG(r == 0, "64 spill files: %s", err);
+			CHECK(r == 0, "64 spill files: %s", err);
 			CHECK(r < 0 || (c.n_spills == 64 && !strcmp(c.spills[63].name, "s63") &&
 					!strcmp(c.spills[63].path, "/srv/spill63")));
 		} else {
 			/* [spill.s64] is line 193, its first key line 194. */
-			CHECK_MSG(r < 0 && strstr(err, "nvme.conf:194:") &&
-					  strstr(err, "more than 64 spill files"),
-				  "65 spill files: load %d: %s", r, err);
+			CHECK(r < 0 && strstr(err, "nvme.conf:194:") &&
+				      strstr(err, "more than 64 spill files"),
+			      "65 spill files: load %d: %s", r, err);
 		}
 		free(err);
 		config_free(&c);
@@ -263,7 +263,7 @@ static void test_spill_sizes(void)
 	char *serr = NULL;
 	int sr = load_text(&sc, "[spill.x]\npath = /srv/s\ncapacity = 1.5T\n[pool]\ncapacity = 4096MiB\n",
 			  &serr);
-	CHECK_MSG(sr == 0, "fractional sizes: %s", serr);
+	CHECK(sr == 0, "fractional sizes: %s", serr);
 	CHECK(sr < 0 || (sc.spills[0].capacity == UINT64_C(3) << 39 &&
 			sc.capacity == UINT64_C(4) << 30));
 	free(serr);

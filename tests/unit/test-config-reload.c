@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 static void reload(const char *before, const char *after, struct config *cur,
@@ -16,10 +16,10 @@ static void reload(const char *before, const char *after, struct config *cur,
 	struct config fresh;
 	char *err = NULL;
 
-	CHECK_MSG(load_text(cur, before, &err) == 0, "before: %s", err);
+	CHECK(load_text(cur, before, &err) == 0, "before: %s", err);
 	free(err);
 	err = NULL;
-	CHECK_MSG(load_text(&fresh, after, &err) == 0, "after: %s", err);
+	CHECK(load_text(&fresh, after, &err) == 0, "after: %s", err);
 	free(err);
 	config_reload(cur, &fresh, changed, 512, restart, 512);
 	config_free(&fresh);
@@ -45,9 +45,9 @@ static void test_live_and_restart(void)
 	       "[pool]\ncapacity = 2G\nextent_size = 128M\n[limits]\nconnections = 20\n"
 	       "[nvme]\nwriteback_high = 90\n[tenant.a]\nuids = 1000\nquota = 1G\n",
 	       &c, changed, restart);
-	CHECK_MSG(!strcmp(changed, "[pool] capacity, [limits] connections, [nvme] writeback_high"),
-		  "changed: %s", changed);
-	CHECK_MSG(!strcmp(restart, "[pool] extent_size"), "restart: %s", restart);
+	CHECK(!strcmp(changed, "[pool] capacity, [limits] connections, [nvme] writeback_high"),
+	      "changed: %s", changed);
+	CHECK(!strcmp(restart, "[pool] extent_size"), "restart: %s", restart);
 	CHECK(c.capacity == UINT64_C(2) << 30);
 	CHECK(c.max_connections == 20 && c.writeback_high == 90);
 	CHECK(c.extent_size == UINT64_C(64) << 20); /* until a restart */
@@ -64,8 +64,8 @@ static void test_restart_only(void)
 	reload("[spill.s]\npath = /srv/s\ncapacity = 64G\n[tenant.t]\nuids = 5\nsocket = /run/t.sock\n",
 	       "[spill.s]\npath = /srv/s\ncapacity = 128G\n[tenant.t]\nuids = 5\nsocket = /run/u.sock\n",
 	       &c, changed, restart);
-	CHECK_MSG(changed[0] == 0, "changed: %s", changed);
-	CHECK_MSG(!strcmp(restart, "[tenant.*] socket, [spill.*]"), "restart: %s", restart);
+	CHECK(changed[0] == 0, "changed: %s", changed);
+	CHECK(!strcmp(restart, "[tenant.*] socket, [spill.*]"), "restart: %s", restart);
 	CHECK(c.n_spills == 1 && c.spills[0].capacity == UINT64_C(64) << 30);
 	config_free(&c);
 }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 #define T "[tenant.alice]\nuids = 1000\n[tenant.bob]\nuids = 1001\n"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-util.h"
 
 /* [tenant.NAME] sections, refused at the line of the error. */
@@ -143,7 +143,7 @@ static void test_tenant_members(void)
 		      "uids = root,1000  nobody\t42 , 7\n"
 		      "gids = nogroup root,,5\n",
 		      &err);
-	CHECK_MSG(r == 0, "%s", err);
+	CHECK(r == 0, "%s", err);
 	free(err);
 	if (r == 0) {
 		const uint32_t u[] = { 0, 1000, nobody, 42, 7 };
@@ -169,7 +169,7 @@ static void test_tenant_twice(void)
 		      "[tenant.a]\nuids = 1 2 3\nquota = 1G\n[pool]\nlock = no\n"
 		      "[tenant.a]\nuids = 4\nsocket = /run/t/a.sock\n",
 		      &err);
-	CHECK_MSG(r == 0, "%s", err);
+	CHECK(r == 0, "%s", err);
 	free(err);
 	if (r == 0) {
 		const uint32_t u[] = { 1, 2, 3, 4 };
@@ -199,8 +199,8 @@ static void test_tenant_ids_limit(void)
 			snprintf(text + n, sizeof(text) - (size_t)n, "\n");
 			r = load_text(&c, text, &err);
 			if (count == 64) {
-				CHECK_MSG(r == 0, "64 %s: %s", gids ? "gids" : "uids",
-					  err);
+				CHECK(r == 0, "64 %s: %s", gids ? "gids" : "uids",
+				      err);
 				if (r == 0) {
 					const struct tenant_conf *t = &c.tenants[0];
 					uint32_t got = gids ? t->n_gids : t->n_uids;
@@ -211,10 +211,10 @@ static void test_tenant_ids_limit(void)
 			} else {
 				char want[160];
 				snprintf(want, sizeof(want), "tenant.conf:2:");
-				CHECK_MSG(r < 0 && strstr(err, want) &&
-						  strstr(err, gids ? "gids" : "uids"),
-					  "65 %s: load %d: %s",
-					  gids ? "gids" : "uids", r, err);
+				CHECK(r < 0 && strstr(err, want) &&
+					      strstr(err, gids ? "gids" : "uids"),
+				      "65 %s: load %d: %s",
+				      gids ? "gids" : "uids", r, err);
 			}
 			free(err);
 		}
@@ -236,7 +236,7 @@ static void test_tenant_count_limit(void)
 				      "[tenant.t%d]\nuids = %d\n", i, 10000 + i);
 		r = load_text(&c, big, &err);
 		if (count == 256) {
-			CHECK_MSG(r == 0, "256 tenants: %s", err);
+			CHECK(r == 0, "256 tenants: %s", err);
 			if (r == 0) {
 				CHECK(c.n_tenants == 256);
 				const struct tenant_conf *t = config_tenant(&c, "t255");
@@ -244,9 +244,9 @@ static void test_tenant_count_limit(void)
 				config_free(&c);
 			}
 		} else {
-			CHECK_MSG(r < 0 && strstr(err, "tenant.conf:514:") &&
-					  strstr(err, "256 tenants"),
-				  "257 tenants: load %d: %s", r, err);
+			CHECK(r < 0 && strstr(err, "tenant.conf:514:") &&
+				      strstr(err, "256 tenants"),
+			      "257 tenants: load %d: %s", r, err);
 		}
 		free(err);
 	}
@@ -283,10 +283,10 @@ static void test_tenant_long_line(void)
 	listed += 2;
 	CHECK(text[start + 199] == ' ' && strlen(text + start) > 200);
 	r = load_text(&c, text, &err);
-	CHECK_MSG(r < 0 || c.tenants[0].n_uids == listed,
-		  "a %zu-byte uids line of %u ids loaded as %u id(s), starting with %u",
-		  strlen(text + start) - 1, listed, c.tenants[0].n_uids,
-		  c.tenants[0].uids[0]);
+	CHECK(r < 0 || c.tenants[0].n_uids == listed,
+	      "a %zu-byte uids line of %u ids loaded as %u id(s), starting with %u",
+	      strlen(text + start) - 1, listed, c.tenants[0].n_uids,
+	      c.tenants[0].uids[0]);
 	if (r == 0)
 		config_free(&c);
 	free(err);

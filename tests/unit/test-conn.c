@@ -12,7 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "../check.h"
+#include "../helpers.h"
 #include "conn.h"
 
 static void pair(int sv[2])
@@ -120,7 +121,7 @@ static void test_split_and_batched(void)
 
 static void test_fds(void)
 {
-	int before = open_fd_count();
+	int before = count_fds(getpid());
 	struct kvt_conn out, in;
 	struct kvt_header h;
 	struct kvt_cursor c;
@@ -171,14 +172,14 @@ static void test_fds(void)
 	kvt_conn_free(&in);
 	kvt_conn_free(&out);
 	kvt_buf_free(&b);
-	CHECK(open_fd_count() == before);
+	CHECK(count_fds(getpid()) == before);
 }
 
 /* A socket that takes little: the rest queues, in order, with the
  * descriptors on the first byte of their message. */
 static void test_queue(void)
 {
-	int before = open_fd_count();
+	int before = count_fds(getpid());
 	struct kvt_conn out, in;
 	struct kvt_header h;
 	struct kvt_cursor c;
@@ -237,7 +238,7 @@ static void test_queue(void)
 	kvt_conn_free(&out);
 	kvt_conn_free(&in);
 	kvt_buf_free(&b);
-	CHECK(open_fd_count() == before);
+	CHECK(count_fds(getpid()) == before);
 }
 
 static void *no_memory(void *p, size_t size, void *userdata)

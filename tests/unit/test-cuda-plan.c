@@ -28,7 +28,7 @@
 #include "kvt-proto.h"
 #include "kvtier-layout.h"
 #include "layout_cuda.h"
-#include "check.h"
+#include "../check.h"
 
 static uint64_t seed = 0x9e3779b97f4a7c15ull;
 
@@ -86,10 +86,10 @@ static void test_cost_model(void)
 		      KVT_PATH_KERNEL);
 	}
 	/* Short runs on the kernel, long ones on the engines, one switch. */
-	CHECK_MSG(switches == 1, "%d switches", switches);
+	CHECK(switches == 1, "%d switches", switches);
 	CHECK(prev == KVT_PATH_BATCH);
-	CHECK_MSG(cross_default >= 16 * 1024 && cross_default <= 1024 * 1024,
-		  "switch at %lld bytes", (long long)cross_default);
+	CHECK(cross_default >= 16 * 1024 && cross_default <= 1024 * 1024,
+	      "switch at %lld bytes", (long long)cross_default);
 
 	/* A budget that covers the link makes the kernel as fast as the
 	 * engines: the budget is how much SM time a copy may take. */
@@ -111,8 +111,8 @@ static void test_cost_model(void)
 			cross_big = run;
 		prev = p;
 	}
-	CHECK_MSG(cross_big > cross_default, "%lld vs %lld",
-		  (long long)cross_big, (long long)cross_default);
+	CHECK(cross_big > cross_default, "%lld vs %lld",
+	      (long long)cross_big, (long long)cross_default);
 
 	/* The times themselves: bytes at the link's speed plus per-run and
 	 * per-call costs; the kernel's bandwidth capped by its budget. */
@@ -187,7 +187,7 @@ static void test_launch_plan(void)
 		CHECK(ln.items == 5 * ln.n_chunks);
 	}
 	/* A chunk's lanes are busy but for the last round's remainder. */
-	CHECK_MSG(worst > 0.99, "worst lane use %.3f", worst);
+	CHECK(worst > 0.99, "worst lane use %.3f", worst);
 
 	for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
 		static const int64_t blocks[] = {1, 5, 65535, 70000};
@@ -203,9 +203,9 @@ static void test_launch_plan(void)
 							    ? blocks[j]
 							    : 65535));
 			CHECK(ln.grid_y <= 65535 && ln.grid_x >= 1);
-			CHECK_MSG(launch_covers(&ln, blocks[j]),
-				  "budget %u, %lld blocks", budgets[i],
-				  (long long)blocks[j]);
+			CHECK(launch_covers(&ln, blocks[j]),
+			      "budget %u, %lld blocks", budgets[i],
+			      (long long)blocks[j]);
 		}
 	}
 	CHECK(kvt_launch_plan(0, 1, 1, 8, &ln) == -EINVAL);
@@ -460,8 +460,8 @@ static void test_groups(void)
 			CHECK(kvt_layout_gather(&one_l, GBT,
 						ly < G1L ? &pages[b] : &pages2[b],
 						1, dst) == 0);
-			CHECK_MSG(memcmp(blk[b] + at, one, n) == 0,
-				  "block %d layer %d", b, ly);
+			CHECK(memcmp(blk[b] + at, one, n) == 0,
+			      "block %d layer %d", b, ly);
 			at += n;
 		}
 		CHECK(at == geo.shard_bytes);

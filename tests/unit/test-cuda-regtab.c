@@ -27,7 +27,8 @@
 #include <time.h>
 
 #include "cuda-regtab.h"
-#include "check.h"
+#include "../check.h"
+#include "../helpers.h"
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -121,14 +122,6 @@ static struct range *linear_find(struct range *v, size_t n, uintptr_t p,
 		    p + bytes <= (uintptr_t)v[i].host + v[i].size)
 			return &v[i];
 	return NULL;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* One submission of 4,096 keys: the table against a scan per key. */
@@ -230,7 +223,7 @@ static void test_shared_pins(void)
 	CHECK(rec.pins == 4);
 	CHECK(regs_sync(&b, &ps, ext, 2, 1) == 0);
 	work(&b, &ps, 0);
-	CHECK_MSG(rec.pins == 4, "second context pinned again: %d", rec.pins);
+	CHECK(rec.pins == 4, "second context pinned again: %d", rec.pins);
 
 	g = lookup(&b, 100, 1, 1, &err);
 	CHECK(g && err == 0 && g->dev == g->r.host + (UINT64_C(1) << 40));
@@ -238,8 +231,8 @@ static void test_shared_pins(void)
 	CHECK(!lookup(&b, 100, 1, 2, &err) && err == -EAGAIN); /* other instance */
 
 	regs_free(&a, &ps);
-	CHECK_MSG(rec.unpins == 0, "the first context's end unpinned %d",
-		  rec.unpins);
+	CHECK(rec.unpins == 0, "the first context's end unpinned %d",
+	      rec.unpins);
 	CHECK(lookup(&b, 520, 2, 1, &err) != NULL);
 	regs_free(&b, &ps);
 	CHECK(rec.unpins == 4);

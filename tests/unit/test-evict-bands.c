@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "evict.h"
 #include "keyhash.h"
 
@@ -82,22 +82,22 @@ static void victims_by_band(enum evict_policy p)
 	for (struct evict_entry *x = evict_oldest(&e); x; x = evict_walk_next(&e, x), k++) {
 		CHECK(k < N && !seen[id(x)]);
 		seen[id(x)] = 1;
-		CHECK_MSG(rank[x->band] >= last_band, "%s: walk went back to band %u",
-			  evict_policy_to_string(p), x->band);
+		CHECK(rank[x->band] >= last_band, "%s: walk went back to band %u",
+		      evict_policy_to_string(p), x->band);
 		last_band = rank[x->band];
 	}
-	CHECK_MSG(k == N, "%s: the walk saw %d of %d", evict_policy_to_string(p), k, N);
+	CHECK(k == N, "%s: the walk saw %d of %d", evict_policy_to_string(p), k, N);
 
 	drain(&e, order);
 	for (int i = 0; i < 6; i++)
-		CHECK_MSG(order[i] == 18 + i, "%s: victim %d is %d, not demoted %d",
-			  evict_policy_to_string(p), i, order[i], 18 + i);
+		CHECK(order[i] == 18 + i, "%s: victim %d is %d, not demoted %d",
+		      evict_policy_to_string(p), i, order[i], 18 + i);
 	for (int i = 6; i < 12; i++)
-		CHECK_MSG(in(order[i], 12, 18), "%s: victim %d is %d, not a default one",
-			  evict_policy_to_string(p), i, order[i]);
+		CHECK(in(order[i], 12, 18), "%s: victim %d is %d, not a default one",
+		      evict_policy_to_string(p), i, order[i]);
 	for (int i = 12; i < 18; i++)
-		CHECK_MSG(order[i] == 6 + (i - 12), "%s: victim %d is %d, not high %d",
-			  evict_policy_to_string(p), i, order[i], 6 + (i - 12));
+		CHECK(order[i] == 6 + (i - 12), "%s: victim %d is %d, not high %d",
+		      evict_policy_to_string(p), i, order[i], 6 + (i - 12));
 	for (int i = 18; i < 24; i++)
 		CHECK(order[i] == i - 18);
 	evict_done(&e);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "count-sketch.h"
 #include "evict-lrfu-admit.h"
 #include "evict-lrfu.h"
@@ -60,12 +60,12 @@ static void test_sketch(void)
 		count_sketch_add(&s, rnd());
 	CHECK(s.halvings == h0 + 1);
 	CHECK(count_sketch_get(&s, 42) <= 3);
-	CHECK_MSG(count_sketch_get(&s, 99) == 0, "%u", count_sketch_get(&s, 99));
+	CHECK(count_sketch_get(&s, 99) == 0, "%u", count_sketch_get(&s, 99));
 	/* Keys never counted mostly read 0 at half a period's load. */
 	unsigned seen = 0;
 	for (unsigned i = 0; i < 10000; i++)
 		seen += count_sketch_get(&s, rnd()) > 0;
-	CHECK_MSG(seen < 1000, "%u of 10000 unseen keys pass for seen", seen);
+	CHECK(seen < 1000, "%u of 10000 unseen keys pass for seen", seen);
 	count_sketch_done(&s);
 }
 
@@ -118,7 +118,7 @@ static void test_decay(void)
 	count_sketch_halve(&l->sketch);
 	count_sketch_halve(&l->sketch);
 	evict_touch(&e, &x); /* 9 -> 4 -> 2, +1 = 3 */
-	CHECK_MSG(x.freq == 1, "level %u", x.freq);
+	CHECK(x.freq == 1, "level %u", x.freq);
 	evict_done(&e);
 }
 
@@ -210,11 +210,11 @@ static void test_filter_turns_off(void)
 		if (i >= 32)
 			cache_ref(&c, i - 32);
 	}
-	CHECK_MSG(!c.a->admit.on && c.a->admit.windows >= 8,
-		  "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
-		  c.a->admit.on, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
+	CHECK(!c.a->admit.on && c.a->admit.windows >= 8,
+	      "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
+	      c.a->admit.on, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	/* Off, the second requests hit. */
-	CHECK_MSG(c.hits > c.refs / 3, "%" PRIu64 " hits of %" PRIu64, c.hits, c.refs);
+	CHECK(c.hits > c.refs / 3, "%" PRIu64 " hits of %" PRIu64, c.hits, c.refs);
 	free(c.ents);
 	evict_done(&c.e);
 }
@@ -239,11 +239,11 @@ static void test_filter_turns_on(void)
 			for (unsigned k = 0; k < SCAN; k++)
 				cache_ref(&c, next_scan++);
 		}
-	CHECK_MSG(c.a->admit.on && c.a->admit.windows >= 4,
-		  "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
-		  c.a->admit.on, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
+	CHECK(c.a->admit.on && c.a->admit.windows >= 4,
+	      "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
+	      c.a->admit.on, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	CHECK(c.a->refused > 0);
-	CHECK_MSG(c.a->admit.last_hits[1] > 4 * c.a->admit.last_hits[0], "shadow hits off %" PRIu64 ", on %" PRIu64, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
+	CHECK(c.a->admit.last_hits[1] > 4 * c.a->admit.last_hits[0], "shadow hits off %" PRIu64 ", on %" PRIu64, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	free(c.ents);
 	evict_done(&c.e);
 }

@@ -28,7 +28,7 @@
 #include "evict-s3fifo.h"
 #include "evict.h"
 #include "keyhash.h"
-#include "check.h"
+#include "../check.h"
 #define RNG_SEED UINT64_C(0x13198a2e03707344)
 #include "rng.h"
 
@@ -267,7 +267,7 @@ static int pid_of(const struct evict_entry *x)
 {
 	if (!x)
 		return -1;
-	return ((const struct pblock *)((const char *)x - offsetof(struct pblock, e)))->id;
+	return container_of(x, const struct pblock, e)->id;
 }
 
 /* A new block with a given key fingerprint, as the store creates one. */
@@ -839,9 +839,9 @@ static void test_policy_random(enum evict_policy policy, unsigned ops, uint32_t 
 	}
 	CHECK(m->evictions > ops / 10);
 	if (policy == EVICT_S3FIFO || policy == EVICT_ARC)
-		CHECK_MSG(m->ghost_hits > ops / 100, "%u ghost hits", m->ghost_hits);
+		CHECK(m->ghost_hits > ops / 100, "%u ghost hits", m->ghost_hits);
 	if (policy == EVICT_S3FIFO)
-		CHECK_MSG(m->promotions > ops / 100, "%u promotions", m->promotions);
+		CHECK(m->promotions > ops / 100, "%u promotions", m->promotions);
 out:
 	evict_done(&e);
 }
@@ -904,10 +904,10 @@ static void test_policy_table(void)
 
 	for (int p = 0; p < _EVICT_POLICY_MAX; p++) {
 		const struct evict_policy_ops *ops = evict_policy_ops(p);
-		CHECK_MSG(ops && ops->name && ops->state_size && ops->init && ops->insert &&
-				  ops->remove && ops->touch && ops->victim && ops->oldest &&
-				  ops->walk_next && ops->count,
-			  "policy %d: its row lacks a name, a state or a method", p);
+		CHECK(ops && ops->name && ops->state_size && ops->init && ops->insert &&
+			      ops->remove && ops->touch && ops->victim && ops->oldest &&
+			      ops->walk_next && ops->count,
+		      "policy %d: its row lacks a name, a state or a method", p);
 		if (!ops)
 			continue;
 		CHECK(evict_init(&e, p, &test_hash) == 0);
@@ -1003,7 +1003,7 @@ static void test_policy_walk(enum evict_policy policy)
 			break;
 		}
 	}
-	CHECK_MSG(evictions > 10000, "%s: %u evictions", evict_policy_to_string(policy), evictions);
+	CHECK(evictions > 10000, "%s: %u evictions", evict_policy_to_string(policy), evictions);
 	evict_done(&e);
 }
 
@@ -1072,9 +1072,9 @@ static void test_ghost_flood(void)
 		const struct evict_s3fifo_state *s3 = evict_state(&e, &evict_policy_s3fifo);
 		const struct evict_ghost *g = &s3->ghost;
 		uint64_t run = ghost_longest_run(g);
-		CHECK_MSG(g->used == N && run <= 128, "secret %zu: %" PRIu64
-			  " fingerprints in %" PRIu64 " slots, longest run %" PRIu64,
-			  si, g->used, g->cap, run);
+		CHECK(g->used == N && run <= 128, "secret %zu: %" PRIu64
+		      " fingerprints in %" PRIu64 " slots, longest run %" PRIu64,
+		      si, g->used, g->cap, run);
 		/* Still a ghost list: each one, stored again as a new
 		 * block, goes straight to main. */
 		for (uint32_t i = 0; i < N; i += 61) {

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "config-values.h"
 #include "config.h"
 #include "fragmentation.h"
@@ -69,7 +69,7 @@ static void test_padding(void)
 	CHECK(r.tail_bytes == 4096);
 	CHECK(r.free_bytes == 0);
 	/* 1,868,800 / 2,097,152 = 0.89111328125 */
-	CHECK_MSG(r.fill_ppm == 891113, "fill %u", r.fill_ppm);
+	CHECK(r.fill_ppm == 891113, "fill %u", r.fill_ppm);
 	CHECK(r.can_grow);
 	frag_class_compute(&c, 2 * MiB - 1, &r);
 	CHECK(!r.can_grow);
@@ -97,7 +97,7 @@ static void test_fragmented(void)
 	CHECK(r[0].fill_ppm == 62500); /* 512 KiB of 8 MiB */
 	CHECK(r[1].fill_ppm == FRAG_PPM && r[1].free_bytes == 0 && !r[1].can_grow);
 	CHECK(f.extent_bytes == 8 * MiB && f.data_bytes == 512 * KiB);
-	CHECK_MSG(f.stranded_bytes == 240 * 32 * KiB, "stranded %" PRIu64, f.stranded_bytes);
+	CHECK(f.stranded_bytes == 240 * 32 * KiB, "stranded %" PRIu64, f.stranded_bytes);
 	CHECK(f.fill_ppm == 62500);
 	CHECK(f.fragmented);
 	CHECK(frag_starved(c, 2, 1));  /* the 96 KiB class: 32 KiB slots are free */
@@ -133,7 +133,7 @@ static void test_one_stuck(void)
 	frag_tenant_compute(c, 2, 2 * MiB, 300000, r, &f);
 	CHECK(r[0].can_grow && !r[1].can_grow);
 	CHECK(r[1].free_bytes == 3 * MiB && r[1].tail_bytes == 1 * MiB && r[1].fill_ppm == 0);
-	CHECK_MSG(f.stranded_bytes == 240 * 32 * KiB, "stranded %" PRIu64, f.stranded_bytes);
+	CHECK(f.stranded_bytes == 240 * 32 * KiB, "stranded %" PRIu64, f.stranded_bytes);
 	CHECK(f.free_bytes == 240 * 32 * KiB + 3 * MiB);
 	/* 512 KiB of 12 MiB */
 	CHECK(f.fill_ppm == 41666 && f.fragmented);
@@ -157,8 +157,8 @@ static void test_alert_key(void)
 		uint32_t ppm = 7;
 		const char *expect = NULL;
 		int r = conf_ratio(cases[i].v, &ppm, &expect);
-		CHECK_MSG(r == cases[i].r && (r < 0 ? ppm == 7 : ppm == cases[i].ppm),
-			  "'%s': %d, %u", cases[i].v, r, ppm);
+		CHECK(r == cases[i].r && (r < 0 ? ppm == 7 : ppm == cases[i].ppm),
+		      "'%s': %d, %u", cases[i].v, r, ppm);
 		CHECK(expect && *expect);
 	}
 
@@ -171,8 +171,8 @@ static void test_alert_key(void)
 	fresh.fragmentation_alert_ppm = 0;
 	config_reload(&cur, &fresh, changed, sizeof(changed), restart, sizeof(restart));
 	CHECK(cur.fragmentation_alert_ppm == 0);
-	CHECK_MSG(strstr(changed, "[pool] fragmentation_alert") && !restart[0], "changed '%s', restart '%s'",
-		  changed, restart);
+	CHECK(strstr(changed, "[pool] fragmentation_alert") && !restart[0], "changed '%s', restart '%s'",
+	      changed, restart);
 	config_free(&cur);
 	config_free(&fresh);
 }

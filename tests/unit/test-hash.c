@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kvtier.h"
-#include "check.h"
+#include "../check.h"
 
 static void from_hex(const char *hex, uint8_t *ret_key)
 {

@@ -21,7 +21,7 @@
 
 #include "index.h"
 #include "keyhash.h"
-#include "check.h"
+#include "../check.h"
 #include "rng.h"
 
 struct entry {
@@ -121,7 +121,7 @@ static bool check_against(int line, const struct index *ix,
  */
 #define N_KEYS 20000
 
-static void make_keys(struct entry *e, size_t n)
+static void clustered_entries(struct entry *e, size_t n)
 {
 	struct index ix10, ix12;
 	uint64_t low10 = 0, low12 = 0;
@@ -184,7 +184,7 @@ static void test_random(void)
 	unsigned long ops = 0;
 	const unsigned long n_ops = 200000;
 
-	make_keys(e, N_KEYS);
+	clustered_entries(e, N_KEYS);
 	CHECK(index_init(&ix, 0, &test_hash) == 0);
 	for (; ops < n_ops; ops++) {
 		/* Alternate phases that fill and drain, so the table both
@@ -276,7 +276,7 @@ static void test_growth(void)
 	CHECK(e != NULL);
 	if (!e)
 		return;
-	make_keys(e, n);
+	clustered_entries(e, n);
 	CHECK(index_init(&ix, 0, &test_hash) == 0);
 	CHECK(ix.cap == 64 && ix.n == 0);
 	last_cap = ix.cap;
@@ -447,10 +447,10 @@ static void test_flood(void)
 				max_probe = p;
 		}
 		size_t run = longest_run(&ix);
-		CHECK_MSG(probes <= 4 * (uint64_t)N && max_probe <= 128 && run <= 256,
-			  "secret %zu: %.2f probes per key on average, %" PRIu64
-			  " at most, longest run %zu slots",
-			  si, (double)probes / N, max_probe, run);
+		CHECK(probes <= 4 * (uint64_t)N && max_probe <= 128 && run <= 256,
+		      "secret %zu: %.2f probes per key on average, %" PRIu64
+		      " at most, longest run %zu slots",
+		      si, (double)probes / N, max_probe, run);
 		for (uint32_t i = 0; i < N; i += 97)
 			CHECK(index_get(&ix, e[i].key) == &e[i]);
 		index_free(&ix);

@@ -33,7 +33,7 @@
 #include "fault.h"
 #include "io.h"
 #include "log.h"
-#include "check.h"
+#include "../check.h"
 #include "rng.h"
 
 #define BLOCK (64u * 1024u)
@@ -401,7 +401,7 @@ static void submit_refused(struct ctx *c)
 		unsigned written = 0;
 		for (unsigned i = 0; i < N_BLOCKS; i++)
 			written += memcmp(c->dst + (size_t)i * BLOCK, c->src, BLOCK) == 0;
-		CHECK_MSG(written == 0, "%u refused writes reached the file", written);
+		CHECK(written == 0, "%u refused writes reached the file", written);
 		io_engine_free(io);
 	}
 
@@ -451,11 +451,10 @@ static void run_kind(struct ctx *c, enum io_engine_kind kind)
 	CHECK(st.errors == 4);
 	io_engine_free(io);
 
-	/* Every 3rd completion fails; one completion per request here.  The
-	 * older spelling of the I/O sites, as the NVMe tests use it. */
-	setenv(FAULT_IO_ENV, "eio=3", 1);
+	/* Every 3rd completion fails; one completion per request here. */
+	setenv(FAULT_ENV, "read_eio=%3,write_eio=%3", 1);
 	CHECK(fault_init() == 0);
-	unsetenv(FAULT_IO_ENV);
+	unsetenv(FAULT_ENV);
 	io = engine(c, kind, &file);
 	if (io) {
 		pick_offsets(c);
@@ -496,9 +495,9 @@ static void run_kind(struct ctx *c, enum io_engine_kind kind)
 
 	/* Every 2nd completion is cut in half: the remainders are resubmitted
 	 * and every request still completes whole, with the right bytes. */
-	setenv(FAULT_IO_ENV, "short=2", 1);
+	setenv(FAULT_ENV, "read_short=%2,write_short=%2", 1);
 	CHECK(fault_init() == 0);
-	unsetenv(FAULT_IO_ENV);
+	unsetenv(FAULT_ENV);
 	io = engine(c, kind, &file);
 	if (io) {
 		round_trip(c, io, file, kind == IO_ENGINE_URING);

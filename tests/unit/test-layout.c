@@ -17,65 +17,34 @@
 #include <string.h>
 
 #include "kvtier.h"
-#include "check.h"
+#include "../check.h"
+#include "../engine-layouts.h"
+#include "rng.h"
 
 #define N_LAYERS 3
 #define POISON 0xa5
 #define BLOCK_FILL 0x5a
-/* Bytes after each token of K_PADDED, as in caches with aligned rows. */
+/* Bytes after each token of K_ROW_PAD, as in caches with aligned rows. */
 #define TOKEN_PAD 32
 
-enum kind {
-	K_FA_NHD,     /* per layer (2, NB, BS, H, D) */
-	K_FA_HND,     /* per layer (2, NB, H, BS, D) */
-	K_FLASHINFER, /* per layer (NB, 2, BS, H, D) */
-	K_MLA,        /* per layer (NB, BS, D_latent) */
-	K_CROSS,      /* one buffer (NB, NL, 2, BS, H, D) */
-	K_DENSE,      /* per layer K and V, each [B, H, S, D] */
-	K_PADDED,     /* per layer (2, NB, BS, row), row = H*D + TOKEN_PAD */
-	K_TRTLLM,     /* one buffer (NB, NL, 2, H, BS, D) */
-	/* vLLM 0.32's views [NB, H, BS, K|V] in its KVCacheLayout orders:
-	 * K and V side by side in each (page, head, token) cell. */
-	K_VLLM_LBNHC, /* per layer (NB, BS, H, 2, D): the default, "NHD" */
-	K_VLLM_LBHNC, /* per layer (NB, H, BS, 2, D) */
-	K_VLLM_LHBNC, /* per layer (H, NB, BS, 2, D) */
-	K_VLLM_BLNHC, /* one buffer (NB, NL, BS, H, 2, D) */
-	K_VLLM_BHLNC, /* one buffer (NB, H, NL, BS, 2, D) */
-	K_VLLM_CPU,   /* CPU_ATTN: per layer (NB, H, 2, BS, D), K rows then V rows */
-	/* CPU_ATTN as its vector kernels write it: per layer and (page, head)
-	 * K as [D, BS] (column by column) and then V as [BS, D]. */
-	K_VLLM_CPU_COLUMNS,
-	K_COUNT,
+/* The layouts this test builds, in the order it sweeps them. */
+static const enum layout_kind kinds[] = {
+	K_FA_NHD, K_FA_HND, K_FLASHINFER, K_MLA, K_CROSS, K_DENSE, K_ROW_PAD,
+	K_TRTLLM, K_VLLM_LBNHC, K_VLLM_LBHNC, K_VLLM_LHBNC, K_VLLM_BLNHC,
+	K_VLLM_BHLNC, K_VLLM_CPU, K_VLLM_CPU_COLUMNS,
 };
-
-static const char *const kind_names[K_COUNT] = {
-	"fa-nhd", "fa-hnd", "flashinfer", "mla", "cross-layer", "dense",
-	"padded-nhd", "trtllm-pool", "vllm-lbnhc", "vllm-lbhnc", "vllm-lhbnc",
-	"vllm-blnhc", "vllm-bhlnc", "vllm-cpu", "vllm-cpu-columns",
-};
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-	/* xorshift64*: fixed seed, so a failure reproduces. */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545f4914f6cdd1dull;
-}
 
 static void fill_random(uint8_t *p, size_t n)
 {
 	size_t i = 0;
 
 	for (; i + 8 <= n; i += 8) {
-		uint64_t v = rng();
+		uint64_t v = rnd();
 
 		memcpy(p + i, &v, 8);
 	}
 	for (; i < n; i++)
-		p[i] = (uint8_t)rng();
+		p[i] = (uint8_t)rnd();
 }
 
 static void *xmalloc(size_t n)
@@ -91,7 +60,7 @@ static void *xmalloc(size_t n)
 
 /* One engine cache of a given shape. */
 struct cache {
-	enum kind kind;
+	enum layout_kind kind;
 	uint32_t planes;
 	uint32_t heads;
 	uint32_t hb;   /* bytes per head */
@@ -107,9 +76,9 @@ struct engine {
 	void *base[N_LAYERS];   /* layer_base handed to the library */
 };
 
-static int is_one_buffer(enum kind k)
+static int is_one_buffer(enum layout_kind k)
 {
-	return k == K_CROSS || k == K_TRTLLM || k == K_VLLM_BLNHC || k == K_VLLM_BHLNC;
+	return layout_kind_buffers(k) == LAYOUT_ONE_BUFFER;
 }
 
 static size_t cache_bytes(const struct cache *c)
@@ -124,7 +93,7 @@ static size_t cache_bytes(const struct cache *c)
 	case K_VLLM_BLNHC:
 	case K_VLLM_BHLNC:
 		return elem * 2 * N_LAYERS;
-	case K_PADDED:
+	case K_ROW_PAD:
 		return (size_t)2 * c->nb * c->bs *
 		       ((size_t)c->heads * c->hb + TOKEN_PAD);
 	default:
@@ -227,7 +196,7 @@ static void cache_layout(const struct cache *c, const struct engine *e,
 		ret->stride_token = hb;
 		ret->stride_head = bs * hb;
 		break;
-	case K_PADDED:
+	case K_ROW_PAD:
 		ret->stride_plane = nb * bs * (H * hb + TOKEN_PAD);
 		ret->stride_page = bs * (H * hb + TOKEN_PAD);
 		ret->stride_token = H * hb + TOKEN_PAD;
@@ -331,7 +300,7 @@ static void ref_column_elem(const struct ref *r, uint32_t l, size_t off,
 
 /* Heads (of hb bytes) before element (l, g, h, t, kv) of a vLLM 0.32
  * cache: its physical order written out. */
-static size_t vllm_offset(enum kind k, size_t l, size_t g, size_t h, size_t t, size_t kv,
+static size_t vllm_offset(enum layout_kind k, size_t l, size_t g, size_t h, size_t t, size_t kv,
 			  size_t NB, size_t H, size_t BS)
 {
 	switch (k) {
@@ -426,7 +395,7 @@ static void ref_run(const struct ref *r)
 								 ((((g * N_LAYERS + l) * 2 + kv) * H + h) * BS + t) * hb,
 								 g * BS + t, kv, h);
 		break;
-	case K_PADDED:
+	case K_ROW_PAD:
 		for (uint32_t l = 0; l < N_LAYERS; l++)
 			for (size_t kv = 0; kv < 2; kv++)
 				for (size_t g = 0; g < NB; g++)
@@ -471,7 +440,7 @@ static void ref_run(const struct ref *r)
 }
 
 struct tcase {
-	enum kind kind;
+	enum layout_kind kind;
 	uint32_t index_kind;
 	uint32_t hb;
 	uint32_t elem; /* bytes per element of a head */
@@ -484,7 +453,7 @@ static void describe(const struct tcase *tc, char *buf, size_t n)
 {
 	snprintf(buf, n, "%s %s head_bytes=%u page_tokens=%u "
 		 "block_tokens=%u heads=%u",
-		 kind_names[tc->kind],
+		 layout_kind_name(tc->kind),
 		 tc->index_kind == KVT_INDEX_PAGE ? "page" : "slot", tc->hb,
 		 tc->bs, tc->bt, tc->heads);
 }
@@ -522,7 +491,7 @@ static void pick_indices(const struct cache *c, const struct tcase *tc,
 			int64_t g;
 
 			do
-				g = (int64_t)(rng() % c->nb);
+				g = (int64_t)(rnd() % c->nb);
 			while (inv[g * c->bs] >= 0);
 			indices[b] = g;
 			for (uint32_t t = 0; t < c->bs; t++)
@@ -532,7 +501,7 @@ static void pick_indices(const struct cache *c, const struct tcase *tc,
 	}
 
 	for (size_t j = 0; j < n_blocks * tc->bt; j++) {
-		uint64_t dice = rng() % 16;
+		uint64_t dice = rnd() % 16;
 		int64_t s;
 
 		if (dice < 2) {
@@ -544,7 +513,7 @@ static void pick_indices(const struct cache *c, const struct tcase *tc,
 			s = prev + 1;
 		} else {
 			do
-				s = (int64_t)(rng() % n_slots);
+				s = (int64_t)(rnd() % n_slots);
 			while (inv[s] >= 0);
 		}
 		indices[j] = s;
@@ -706,7 +675,7 @@ static uint32_t other_block_size(uint32_t bs)
 }
 
 /* Runs the cases of one point of the sweep; returns how many. */
-static int sweep_point(enum kind k, uint32_t dim, uint32_t elem,
+static int sweep_point(enum layout_kind k, uint32_t dim, uint32_t elem,
 		       uint32_t size, uint32_t heads)
 {
 	struct tcase tc = {
@@ -751,13 +720,13 @@ static int test_sweep(void)
 	static const uint32_t head_counts[] = { 1, 8 };
 	int n = 0;
 
-	for (int k = 0; k < K_COUNT; k++)
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
 		for (size_t d = 0; d < 3; d++)
 			for (size_t e = 0; e < 3; e++)
 				for (size_t s = 0; s < 3; s++)
 					for (size_t h = 0; h < 2; h++)
 						n += sweep_point(
-							(enum kind)k,
+							kinds[k],
 							head_dims[d],
 							elem_bytes[e], sizes[s],
 							head_counts[h]);

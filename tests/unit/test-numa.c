@@ -19,7 +19,7 @@
 
 #include "log.h"
 #include "numa.h"
-#include "check.h"
+#include "../check.h"
 
 static char base[64];
 
@@ -120,8 +120,8 @@ static void test_lists(void)
 		put(root, NODE_DIR "/has_memory", ok[i].text);
 		memset(&t, 0x5c, sizeof(t));
 		int r = numa_topology_load(&t, root);
-		CHECK_MSG(r == 0 && same_nodes(&t, ok[i].nodes, ok[i].n),
-			  "has_memory \"%s\": load %d", ok[i].text, r);
+		CHECK(r == 0 && same_nodes(&t, ok[i].nodes, ok[i].n),
+		      "has_memory \"%s\": load %d", ok[i].text, r);
 		if (r == 0 && !same_nodes(&t, ok[i].nodes, ok[i].n))
 			print_nodes(&t);
 		CHECK(strcmp(t.root, root) == 0);
@@ -142,8 +142,8 @@ static void test_lists(void)
 		root = new_root();
 		put(root, NODE_DIR "/has_memory", bad[i]);
 		int r = numa_topology_load(&t, root);
-		CHECK_MSG(r < 0, "has_memory \"%s\" loads (%d node(s))", bad[i],
-			  t.n_nodes);
+		CHECK(r < 0, "has_memory \"%s\" loads (%d node(s))", bad[i],
+		      t.n_nodes);
 	}
 	log_set_max_level(level);
 }
@@ -249,8 +249,8 @@ static void test_devices(void)
 	};
 	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
 		int node = numa_node_of_device(&t, cases[i].bus_id);
-		CHECK_MSG(node == cases[i].node, "bus id \"%s\": node %d, expected %d",
-			  cases[i].bus_id, node, cases[i].node);
+		CHECK(node == cases[i].node, "bus id \"%s\": node %d, expected %d",
+		      cases[i].bus_id, node, cases[i].node);
 	}
 	CHECK(numa_node_of_device(&t, NULL) == -1);
 

@@ -13,7 +13,7 @@
 
 #include "ctl/plan-math.h"
 #include "kvt-proto.h"
-#include "check.h"
+#include "../check.h"
 
 #define CHECK_EQ(a, b)                                                        \
 	do {                                                                  \

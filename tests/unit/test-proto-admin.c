@@ -92,8 +92,8 @@ static void test_evict(void)
 		CHECK_FRAME(&b, 1, KVT_OP_ADMIN_EVICT, KVT_FLAG_REPLY, RID + i);
 		CHECK(b.len == KVT_HEADER_SIZE + 8);
 		c = payload_of(&b);
-		CHECK_MSG(kvt_dec_count_rep(&c, &v) == 0 && v == counts[i],
-			  "count %" PRIu64, counts[i]);
+		CHECK(kvt_dec_count_rep(&c, &v) == 0 && v == counts[i],
+		      "count %" PRIu64, counts[i]);
 	}
 	kvt_enc_count_rep(&b, 1, KVT_OP_DELETE, 9, 77);
 	CHECK_FRAME(&b, 1, KVT_OP_DELETE, KVT_FLAG_REPLY, 9);
@@ -164,8 +164,8 @@ static void test_evict_malformed(void)
 		kvt_put_u32(&b, evicts[i].tenant_id);
 		kvt_put_u32(&b, evicts[i].ns_id);
 		kvt_put_u32(&b, evicts[i].flags);
-		CHECK_MSG(dec_copy(dec_evict_req, b.data, b.len) == evicts[i].want,
-			  "evict flags 0x%x", evicts[i].flags);
+		CHECK(dec_copy(dec_evict_req, b.data, b.len) == evicts[i].want,
+		      "evict flags 0x%x", evicts[i].flags);
 	}
 
 	/* A count is exactly eight bytes. */

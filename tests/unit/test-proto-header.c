@@ -16,21 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../helpers.h"
+#include "byteorder.h"
 #include "proto-util.h"
 
 /* ---- header validation -------------------------------------------- */
-
-static void patch16(uint8_t *hdr, unsigned off, uint16_t v)
-{
-	hdr[off] = (uint8_t)v;
-	hdr[off + 1] = (uint8_t)(v >> 8);
-}
-
-static void patch32(uint8_t *hdr, unsigned off, uint32_t v)
-{
-	for (unsigned i = 0; i < 4; i++)
-		hdr[off + i] = (uint8_t)(v >> (8 * i));
-}
 
 /* A valid STATS request's header in hdr. */
 static void good_header(uint8_t *hdr)
@@ -56,10 +46,10 @@ static void test_header_magic_version(void)
 	for (int i = 0; i < 4; i++) {
 		memcpy(hdr, good, sizeof(hdr));
 		hdr[i] ^= 0x20;
-		CHECK_MSG(kvt_header_parse(hdr, &h) == -EBADMSG, "magic byte %d", i);
+		CHECK(kvt_header_parse(hdr, &h) == -EBADMSG, "magic byte %d", i);
 	}
 	memcpy(hdr, good, sizeof(hdr));
-	patch32(hdr, 0, 0x4b565431u);
+	kvt_put_le32(hdr + 0, 0x4b565431u);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
 
 	/* Versions outside what this build speaks. */
@@ -67,9 +57,9 @@ static void test_header_magic_version(void)
 					  0xffff };
 	for (unsigned i = 0; i < ARRAY_SIZE(bad_versions); i++) {
 		memcpy(hdr, good, sizeof(hdr));
-		patch16(hdr, 4, bad_versions[i]);
-		CHECK_MSG(kvt_header_parse(hdr, &h) == -EPROTONOSUPPORT,
-			  "version %u", bad_versions[i]);
+		kvt_put_le16(hdr + 4, bad_versions[i]);
+		CHECK(kvt_header_parse(hdr, &h) == -EPROTONOSUPPORT,
+		      "version %u", bad_versions[i]);
 	}
 }
 
@@ -82,32 +72,32 @@ static void test_header_fields(void)
 
 	/* Length: the maximum is fine, one more is not. */
 	memcpy(hdr, good, sizeof(hdr));
-	patch32(hdr, 8, KVT_MAX_PAYLOAD);
+	kvt_put_le32(hdr + 8, KVT_MAX_PAYLOAD);
 	CHECK(kvt_header_parse(hdr, &h) == 0 && h.length == KVT_MAX_PAYLOAD);
-	patch32(hdr, 8, KVT_MAX_PAYLOAD + 1);
+	kvt_put_le32(hdr + 8, KVT_MAX_PAYLOAD + 1);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
-	patch32(hdr, 8, 0xffffffffu);
+	kvt_put_le32(hdr + 8, 0xffffffffu);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
 
 	/* Descriptors. */
 	memcpy(hdr, good, sizeof(hdr));
-	patch16(hdr, 12, KVT_MAX_FDS);
+	kvt_put_le16(hdr + 12, KVT_MAX_FDS);
 	CHECK(kvt_header_parse(hdr, &h) == 0 && h.n_fds == KVT_MAX_FDS);
-	patch16(hdr, 12, KVT_MAX_FDS + 1);
+	kvt_put_le16(hdr + 12, KVT_MAX_FDS + 1);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
-	patch16(hdr, 12, 0x100);
+	kvt_put_le16(hdr + 12, 0x100);
 	CHECK(kvt_header_parse(hdr, &h) == -EBADMSG);
 
 	/* Every known flag is accepted, every unknown bit refused. */
 	memcpy(hdr, good, sizeof(hdr));
-	patch16(hdr, 14, KVT_FLAGS_KNOWN);
+	kvt_put_le16(hdr + 14, KVT_FLAGS_KNOWN);
 	CHECK(kvt_header_parse(hdr, &h) == 0 && h.flags == KVT_FLAGS_KNOWN);
 	for (unsigned bit = 0; bit < 16; bit++) {
 		uint16_t f = (uint16_t)(1u << bit);
 		if (f & KVT_FLAGS_KNOWN)
 			continue;
-		patch16(hdr, 14, f);
-		CHECK_MSG(kvt_header_parse(hdr, &h) == -EBADMSG, "flag 0x%x", f);
+		kvt_put_le16(hdr + 14, f);
+		CHECK(kvt_header_parse(hdr, &h) == -EBADMSG, "flag 0x%x", f);
 	}
 
 	/* The request id is opaque: any value. */
@@ -235,7 +225,7 @@ static void check_two_fds(const int sv[2], const int mf[KVT_MAX_FDS], int before
 	      h.opcode == KVT_OP_EXTENT_ADDED);
 	for (unsigned i = 0; i < n_got && i < 2; i++) {
 		int fl = fcntl(got[i], F_GETFD);
-		CHECK_MSG(fl >= 0 && (fl & FD_CLOEXEC), "received fd %u", i);
+		CHECK(fl >= 0 && (fl & FD_CLOEXEC), "received fd %u", i);
 		CHECK(got[i] != mf[i] && same_file(got[i], mf[i]));
 		char buf[16] = { 0 };
 		snprintf(text, sizeof(text), "memfd-%u", i);
@@ -243,15 +233,15 @@ static void check_two_fds(const int sv[2], const int mf[KVT_MAX_FDS], int before
 		      strcmp(buf, text) == 0);
 		close(got[i]);
 	}
-	CHECK(open_fd_count() == before);
+	CHECK(count_fds(getpid()) == before);
 
 	/* Descriptors nobody asked for: refused, none left open. */
 	CHECK(kvt_sendmsg(sv[0], b.data, b.len, mf, 2) == (ssize_t)b.len);
 	n_got = 0;
 	CHECK(kvt_recvmsg(sv[1], in, sizeof(in), got, &n_got, 0) == -EPROTO);
 	CHECK(n_got == 0);
-	CHECK_MSG(open_fd_count() == before, "%d fds open, %d before", open_fd_count(),
-		  before);
+	CHECK(count_fds(getpid()) == before, "%d fds open, %d before", count_fds(getpid()),
+	      before);
 }
 
 /* Received descriptors go after those already held, up to max_fds. */
@@ -269,7 +259,7 @@ static void check_appended(const int sv[2], const int mf[KVT_MAX_FDS], int befor
 		CHECK(same_file(got[i], mf[i - 1]));
 		close(got[i]);
 	}
-	CHECK(open_fd_count() == before);
+	CHECK(count_fds(getpid()) == before);
 
 	/* More than fit after those already held. */
 	CHECK(kvt_sendmsg(sv[0], "x", 1, mf, 2) == 1);
@@ -277,7 +267,7 @@ static void check_appended(const int sv[2], const int mf[KVT_MAX_FDS], int befor
 	got[0] = -7;
 	CHECK(kvt_recvmsg(sv[1], in, sizeof(in), got, &n_got, 2) == -EPROTO);
 	CHECK(n_got == 1 && got[0] == -7);
-	CHECK(open_fd_count() == before);
+	CHECK(count_fds(getpid()) == before);
 }
 
 /* No descriptors, too many, and a socket that is shut or closed. */
@@ -313,7 +303,7 @@ static void test_socket(void)
 		failures++;
 		return;
 	}
-	int before = open_fd_count();
+	int before = count_fds(getpid());
 	CHECK(before > 0);
 
 	check_two_fds(sv, mf, before);

@@ -102,12 +102,12 @@ static void test_hello_req(void)
 		kvt_enc_hello_req(&b, 1, &req);
 		c = payload_of(&b);
 		memset(&dreq, 0x5c, sizeof(dreq));
-		CHECK_MSG(kvt_dec_hello_req(&c, &dreq) == 0, "bus id '%s'",
-			  bus_ids[i]);
-		CHECK_MSG(strcmp(dreq.pci_bus_id, bus_ids[i]) == 0 &&
-				  strcmp(dreq.name, "gpu client") == 0,
-			  "bus id '%s' came back as '%.40s'", bus_ids[i],
-			  dreq.pci_bus_id);
+		CHECK(kvt_dec_hello_req(&c, &dreq) == 0, "bus id '%s'",
+		      bus_ids[i]);
+		CHECK(strcmp(dreq.pci_bus_id, bus_ids[i]) == 0 &&
+			      strcmp(dreq.name, "gpu client") == 0,
+		      "bus id '%s' came back as '%.40s'", bus_ids[i],
+		      dreq.pci_bus_id);
 	}
 	CHECK(strlen(bus_ids[3]) == KVT_MAX_BUS_ID);
 }
@@ -154,9 +154,9 @@ static void test_hello_rep(void)
 		kvt_enc_hello_rep(&b, 1, 3, &rep);
 		c = payload_of(&b);
 		drep.numa_node = 0x5c5c;
-		CHECK_MSG(kvt_dec_hello_rep(&c, &drep) == 0 &&
-				  drep.numa_node == nodes[i],
-			  "numa_node %d", nodes[i]);
+		CHECK(kvt_dec_hello_rep(&c, &drep) == 0 &&
+			      drep.numa_node == nodes[i],
+		      "numa_node %d", nodes[i]);
 	}
 }
 
@@ -317,10 +317,10 @@ static void test_hello_req_malformed(void)
 		if (t->bus)
 			put_field(&b, t->bus, t->bus_len, t->bus_lie);
 		int r = dec_copy(dec_hello_req, b.data, b.len);
-		CHECK_MSG(r == t->want,
-			  "hello %s (bus id '%.*s', %u bytes): returned %d, expected %d",
-			  t->what ? t->what : "request", t->bus ? t->bus_len : 0,
-			  t->bus ? t->bus : "", t->bus_len, r, t->want);
+		CHECK(r == t->want,
+		      "hello %s (bus id '%.*s', %u bytes): returned %d, expected %d",
+		      t->what ? t->what : "request", t->bus ? t->bus_len : 0,
+		      t->bus ? t->bus : "", t->bus_len, r, t->want);
 	}
 }
 
@@ -364,8 +364,8 @@ static void test_hello_rep_malformed(void)
 		kvt_enc_hello_rep(&b, 1, 1, &hp);
 		int r = dec_copy(dec_hello_rep, b.data + KVT_HEADER_SIZE,
 				 b.len - KVT_HEADER_SIZE - t->cut);
-		CHECK_MSG(r == t->want, "hello reply %s: returned %d, expected %d",
-			  t->what, r, t->want);
+		CHECK(r == t->want, "hello reply %s: returned %d, expected %d",
+		      t->what, r, t->want);
 	}
 }
 

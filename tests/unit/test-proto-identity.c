@@ -476,8 +476,8 @@ static void test_reject_values(void)
 	for (unsigned i = 0; i < nv; i++) {
 		_cleanup_(kvt_buf_free) struct kvt_buf b;
 		kvt_buf_init(&b);
-		CHECK_MSG(kvt_identity_encode(&v[i].id, &b) == -EINVAL,
-			  "encode %s", v[i].what);
+		CHECK(kvt_identity_encode(&v[i].id, &b) == -EINVAL,
+		      "encode %s", v[i].what);
 		idl_from(&l, &v[i].id);
 		CHECK_ID_REJECT(&l, v[i].what);
 	}

@@ -63,8 +63,8 @@ static void test_keys(void)
 		CHECK(b.len == KVT_HEADER_SIZE + 12 + 5 * KVT_KEY_SIZE);
 		c = payload_of(&b);
 		memset(&d, 0x5c, sizeof(d));
-		CHECK_MSG(kvt_dec_keys_req(&c, 5, &d) == 0, "opcode %s",
-			  kvt_opcode_name(ops[i].op));
+		CHECK(kvt_dec_keys_req(&c, 5, &d) == 0, "opcode %s",
+		      kvt_opcode_name(ops[i].op));
 		CHECK(d.ns_id == req.ns_id && d.arg == req.arg && d.n == 5);
 		CHECK(d.keys && memcmp(d.keys, keys, sizeof(keys)) == 0);
 	}
@@ -160,8 +160,8 @@ static void test_keys_malformed(void)
 		kvt_put_u32(&b, 0);
 		kvt_put_u32(&b, too_many[i]);
 		c = (struct kvt_cursor){ b.data, b.len };
-		CHECK_MSG(kvt_dec_keys_req(&c, UINT32_MAX, &kr) == -E2BIG,
-			  "%u keys", too_many[i]);
+		CHECK(kvt_dec_keys_req(&c, UINT32_MAX, &kr) == -E2BIG,
+		      "%u keys", too_many[i]);
 	}
 }
 

@@ -180,8 +180,8 @@ static void test_slots_malformed(void)
 		kvt_put_u32(&b, 1);
 		put_slot(&b, bad_status[i]);
 		c = (struct kvt_cursor){ b.data, b.len };
-		CHECK_MSG(kvt_dec_slots_rep(&c, sl, 4, &n) == -EBADMSG,
-			  "slot status %d", bad_status[i]);
+		CHECK(kvt_dec_slots_rep(&c, sl, 4, &n) == -EBADMSG,
+		      "slot status %d", bad_status[i]);
 	}
 }
 

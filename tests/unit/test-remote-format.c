@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "remote-private.h"
 
 #define PAYLOAD 8192
@@ -74,7 +74,7 @@ int main(void)
 		copy[i] ^= 0x40;
 		passed += remote_object_check(&a, key, copy, len, PAYLOAD) == 0;
 	}
-	CHECK_MSG(passed == 0, "%d changed objects passed", passed);
+	CHECK(passed == 0, "%d changed objects passed", passed);
 	/* An all-zero header (an object truncated and extended) is refused. */
 	memcpy(copy, obj, len);
 	memset(copy, 0, SPILL_SLOT_HEADER_BYTES);

@@ -7,7 +7,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "macro.h"
 #include "size.h"
 
@@ -81,13 +81,13 @@ static void test_parse(void)
 	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
 		uint64_t v = 0xdead;
 		int r = kvt_size_parse(good[i].s, &v);
-		CHECK_MSG(r == 0 && v == good[i].v, "\"%s\": %d, %" PRIu64, good[i].s, r, v);
+		CHECK(r == 0 && v == good[i].v, "\"%s\": %d, %" PRIu64, good[i].s, r, v);
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
 		uint64_t v = 0xdead;
 		int r = kvt_size_parse(bad[i].s, &v);
-		CHECK_MSG(r == bad[i].err, "\"%s\": %d, wanted %d", bad[i].s, r, bad[i].err);
-		CHECK_MSG(v == 0xdead, "\"%s\" wrote %" PRIu64, bad[i].s, v);
+		CHECK(r == bad[i].err, "\"%s\": %d, wanted %d", bad[i].s, r, bad[i].err);
+		CHECK(v == 0xdead, "\"%s\" wrote %" PRIu64, bad[i].s, v);
 	}
 	uint64_t v;
 	CHECK(kvt_size_parse(NULL, &v) == -EINVAL);
@@ -113,20 +113,20 @@ static void test_format_exact(void)
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		kvt_size_format_exact(cases[i].v, buf, sizeof(buf));
-		CHECK_MSG(strcmp(buf, cases[i].s) == 0, "%" PRIu64 ": \"%s\"", cases[i].v, buf);
+		CHECK(strcmp(buf, cases[i].s) == 0, "%" PRIu64 ": \"%s\"", cases[i].v, buf);
 	}
 	/* Every exact format reads back as the number it came from. */
 	for (uint64_t v = 1; v; v = v * 3 + (v & 7)) {
 		uint64_t back = 0;
 		kvt_size_format_exact(v, buf, sizeof(buf));
-		CHECK_MSG(kvt_size_parse(buf, &back) == 0 && back == v, "%" PRIu64 " -> %s", v, buf);
+		CHECK(kvt_size_parse(buf, &back) == 0 && back == v, "%" PRIu64 " -> %s", v, buf);
 		if (v > UINT64_MAX / 4)
 			break;
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
 		uint64_t back = 0;
 		kvt_size_format_exact(good[i].v, buf, sizeof(buf));
-		CHECK_MSG(kvt_size_parse(buf, &back) == 0 && back == good[i].v, "%s", good[i].s);
+		CHECK(kvt_size_parse(buf, &back) == 0 && back == good[i].v, "%s", good[i].s);
 	}
 }
 
@@ -148,7 +148,7 @@ static void test_format(void)
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
 		kvt_size_format(cases[i].v, buf, sizeof(buf));
-		CHECK_MSG(strcmp(buf, cases[i].s) == 0, "%" PRIu64 ": \"%s\"", cases[i].v, buf);
+		CHECK(strcmp(buf, cases[i].s) == 0, "%" PRIu64 ": \"%s\"", cases[i].v, buf);
 	}
 }
 

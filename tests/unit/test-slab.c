@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "../check.h"
 #include "slab.h"
 #include "rng.h"
 
@@ -69,13 +69,13 @@ static void test_fill_and_reuse(void)
 	CHECK(s.objects == n);
 	CHECK(s.n_chunks == 3);
 	for (uint32_t i = 0; i < n; i++)
-		CHECK_MSG(holds(obj[i], s.size, i), "object %u", i);
+		CHECK(holds(obj[i], s.size, i), "object %u", i);
 	for (uint32_t i = 0; i < n; i += 2) {
 		slab_free(&s, obj[i]);
 		obj[i] = NULL;
 	}
 	for (uint32_t i = 1; i < n; i += 2)
-		CHECK_MSG(holds(obj[i], s.size, i), "object %u after frees", i);
+		CHECK(holds(obj[i], s.size, i), "object %u after frees", i);
 	for (uint32_t i = 0; i < n; i += 2) {
 		obj[i] = slab_alloc(&s);
 		CHECK(obj[i] && zeroed((unsigned char *)obj[i], s.size));
@@ -83,7 +83,7 @@ static void test_fill_and_reuse(void)
 	}
 	CHECK(s.n_chunks == 3); /* reused, nothing new mapped */
 	for (uint32_t i = 0; i < n; i++)
-		CHECK_MSG(holds(obj[i], s.size, i), "object %u after reuse", i);
+		CHECK(holds(obj[i], s.size, i), "object %u after reuse", i);
 	/* Everything freed: one chunk stays as the spare. */
 	for (uint32_t i = 0; i < n; i++)
 		slab_free(&s, obj[i]);
@@ -115,7 +115,7 @@ static void test_random_walk(void)
 	for (int step = 0; step < 400000; step++) {
 		uint32_t i = (uint32_t)(rnd() % cap);
 		if (obj[i]) {
-			CHECK_MSG(holds(obj[i], s.size, tag[i]), "step %d, object %u", step, i);
+			CHECK(holds(obj[i], s.size, tag[i]), "step %d, object %u", step, i);
 			slab_free(&s, obj[i]);
 			obj[i] = NULL;
 			live--;
@@ -132,7 +132,7 @@ static void test_random_walk(void)
 	}
 	for (uint32_t i = 0; i < cap; i++) {
 		if (obj[i]) {
-			CHECK_MSG(holds(obj[i], s.size, tag[i]), "object %u at the end", i);
+			CHECK(holds(obj[i], s.size, tag[i]), "object %u at the end", i);
 			slab_free(&s, obj[i]);
 		}
 	}

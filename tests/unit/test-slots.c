@@ -13,18 +13,9 @@
 #include <string.h>
 
 #include "slots.h"
-#include "check.h"
+#include "../check.h"
 #define RNG_SEED UINT64_C(0x243f6a8885a308d3)
 #include "rng.h"
-
-#define CHECK_N(cond, n)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: n = %u: check failed: %s\n", \
-				__FILE__, __LINE__, (unsigned)(n), #cond); \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
 
 /* Fill, overflow, free everything, refill: for one size n. */
 static void test_size(uint32_t n)

@@ -28,30 +28,14 @@
 #include <unistd.h>
 
 #include "spill.h"
-#include "check.h"
-
-#define CHECK_N(cond, n)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: n = %u: check failed: %s\n", \
-				__FILE__, __LINE__, (unsigned)(n), #cond); \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
+#include "../check.h"
+#include "../helpers.h"
+#define RNG_SEED UINT64_C(0x243f6a8885a308d3)
+#include "rng.h"
 
 #define MiB (UINT64_C(1) << 20)
 
 static char dir[] = "/var/tmp/kvtier-test-spill-XXXXXX";
-
-static uint64_t rng_state = UINT64_C(0x243f6a8885a308d3);
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * UINT64_C(0x2545f4914f6cdd1d);
-}
 
 static void fill_random(uint8_t *p, size_t n)
 {
@@ -1154,7 +1138,7 @@ out:
 
 int main(void)
 {
-	int fds = open_fd_count();
+	int fds = count_fds(getpid());
 
 	test_sizes();
 	test_region_header();
@@ -1178,7 +1162,7 @@ int main(void)
 	test_partly_used_first();
 	test_reclaim();
 	CHECK(rmdir(dir) == 0);
-	CHECK(open_fd_count() == fds);
+	CHECK(count_fds(getpid()) == fds);
 
 	if (failures) {
 		fprintf(stderr, "test-spill: %d check(s) failed\n", failures);

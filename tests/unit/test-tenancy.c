@@ -20,7 +20,7 @@
 
 #include "config.h"
 #include "tenancy.h"
-#include "check.h"
+#include "../check.h"
 
 static char dir[64];
 
@@ -308,10 +308,10 @@ static void test_other_euid(void)
 	}
 	int status = 0;
 	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-	CHECK_MSG(WIFEXITED(status) &&
-			  (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 200),
-		  "as euid 4321: failed checks 0x%x (status 0x%x)",
-		  WIFEXITED(status) ? WEXITSTATUS(status) : 0, status);
+	CHECK(WIFEXITED(status) &&
+		      (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 200),
+	      "as euid 4321: failed checks 0x%x (status 0x%x)",
+	      WIFEXITED(status) ? WEXITSTATUS(status) : 0, status);
 }
 
 static void test_quota(void)

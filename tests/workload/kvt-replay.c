@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine-request.h"
@@ -73,13 +72,6 @@ struct engine {
 	struct counts n;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static bool gpu_has(const struct engine *e, uint32_t id)
 {
 	return e->held_by_gpu[id];
@@ -122,7 +114,7 @@ static void pattern(uint8_t *buf, uint64_t len, const uint8_t *key)
 	uint64_t s;
 	memcpy(&s, key, 8);
 	for (uint64_t i = 0; i < len; i += 8) {
-		uint64_t v = engine_mix(s + i);
+		uint64_t v = mix(s + i);
 		memcpy(buf + i, &v, len - i < 8 ? len - i : 8);
 	}
 }
@@ -132,7 +124,7 @@ static uint64_t pattern_diff(const uint8_t *buf, uint64_t len, const uint8_t *ke
 	uint64_t s, bad = 0;
 	memcpy(&s, key, 8);
 	for (uint64_t i = 0; i < len; i += 8) {
-		uint64_t v = engine_mix(s + i);
+		uint64_t v = mix(s + i);
 		uint64_t n = len - i < 8 ? len - i : 8;
 		if (memcmp(buf + i, &v, n))
 			bad += n;
@@ -318,19 +310,19 @@ static int engine_run(struct engine *e, const char *socket, const char *name,
 		return -ENOMEM;
 	e->head = e->tail = NONE;
 
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (uint64_t i = 0; i < e->t->n_req; i++) {
 		const struct trace_req *q = &e->t->r[i];
 		/* Conversations stick to an engine, as a router with session
 		 * affinity sends them; otherwise requests go round. */
-		uint64_t who = by_conversation ? engine_mix(q->conv) % engines : i % engines;
+		uint64_t who = by_conversation ? mix(q->conv) % engines : i % engines;
 		if (who != index)
 			continue;
 		r = engine_request(e, q, wait_ms);
 		if (r < 0)
 			return r;
 	}
-	e->n.elapsed_ns = now_ns() - t0;
+	e->n.elapsed_ns = kvt_now_ns() - t0;
 	for (uint32_t i = 0; i < TRACE_MAX_TENANTS; i++)
 		kvt_ns_close(e->ns[i]);
 	kvt_client_free(e->c);
@@ -454,7 +446,7 @@ static int replay(const struct trace *t, const char *path, const char *socket, c
 	/* One pipe per engine: its counts come back when it is done. */
 	pid_t pids[MAX_ENGINES];
 	int fds[MAX_ENGINES];
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvt_now_ns();
 	for (uint32_t i = 0; i < engines; i++) {
 		int p[2];
 		if (pipe2(p, O_CLOEXEC) < 0) {
@@ -515,7 +507,7 @@ static int replay(const struct trace *t, const char *path, const char *socket, c
 		if (n.stored)
 			shard_bytes = n.store_bytes / n.stored;
 	}
-	double secs = (double)(now_ns() - t0) / 1e9;
+	double secs = (double)(kvt_now_ns() - t0) / 1e9;
 	if (failed)
 		return 1;
 	if (daemon_counts(socket, model->name, &after) < 0) {

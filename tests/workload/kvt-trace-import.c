@@ -27,6 +27,7 @@
 
 #include "mooncake.h"
 #include "trace.h"
+#include "../helpers.h"
 
 /* Longer lines are refused: a line's memory is bounded whatever the input.
  * The longest prompt the ids allow (MOONCAKE_MAX_IDS) fits easily. */
@@ -56,17 +57,9 @@ struct idmap {
 	uint64_t cap, n;
 };
 
-static uint64_t mix64(uint64_t x)
-{
-	x += UINT64_C(0x9e3779b97f4a7c15);
-	x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return x ^ (x >> 31);
-}
-
 static uint64_t slot_hash(uint64_t hash, uint32_t sub)
 {
-	return mix64(hash ^ mix64(sub));
+	return mix(hash ^ mix(sub));
 }
 
 static int idmap_grow(struct idmap *m)
@@ -129,10 +122,10 @@ static void block_key(uint32_t id, uint64_t a, uint64_t b, uint8_t *key)
 {
 	uint64_t w[4];
 
-	w[0] = mix64(id);
-	w[1] = mix64(a ^ mix64(b));
-	w[2] = mix64(w[1] ^ UINT64_C(0x6b76746965722d31));
-	w[3] = mix64(w[2] ^ a);
+	w[0] = mix(id);
+	w[1] = mix(a ^ mix(b));
+	w[2] = mix(w[1] ^ UINT64_C(0x6b76746965722d31));
+	w[3] = mix(w[2] ^ a);
 	memcpy(key, w, sizeof(w));
 }
 

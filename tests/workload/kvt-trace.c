@@ -27,6 +27,7 @@
 
 #include "kvtier.h"
 #include "trace.h"
+#include "../helpers.h"
 
 #define VOCAB 128256
 
@@ -78,14 +79,6 @@ static const struct params defaults = {
 
 /* ---- randomness ---------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x)
-{
-	x += UINT64_C(0x9e3779b97f4a7c15);
-	x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return x ^ (x >> 31);
-}
-
 /* xoshiro256**: one stream drives every draw, in event order. */
 struct rng {
 	uint64_t s[4];
@@ -94,7 +87,7 @@ struct rng {
 static void rng_seed(struct rng *r, uint64_t seed)
 {
 	for (int i = 0; i < 4; i++)
-		r->s[i] = seed = mix64(seed);
+		r->s[i] = seed = mix(seed);
 }
 
 static uint64_t rng_next(struct rng *r)
@@ -297,8 +290,8 @@ static int conv_push_id(struct conv *c, uint32_t id)
 /* The token stream of one segment: which text, its i-th token. */
 static uint32_t token(uint64_t seed, char kind, uint64_t a, uint64_t b, uint64_t i)
 {
-	uint64_t h = mix64(seed ^ mix64(((uint64_t)(unsigned char)kind << 56) ^ a));
-	h = mix64(h ^ mix64(b * UINT64_C(0x100000001b3) ^ (i << 20)));
+	uint64_t h = mix(seed ^ mix(((uint64_t)(unsigned char)kind << 56) ^ a));
+	h = mix(h ^ mix(b * UINT64_C(0x100000001b3) ^ (i << 20)));
 	return (uint32_t)(h % VOCAB);
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kvtier.h"
+#include "../helpers.h"
 
 #define ENGINE_BLOCK_TOKENS 16
 #define ENGINE_VOCAB 128256
@@ -35,14 +36,6 @@ static inline const struct engine_model *engine_model_find(const char *name)
 	return NULL;
 }
 
-static inline uint64_t engine_mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* The bytes of one head of one token of the block with this key: what the
  * model computed for it.  Every byte depends on the key, so a block served
  * under another key, or a slot reused under a live reader, never compares
@@ -52,10 +45,10 @@ static inline void engine_element(const uint8_t *key, uint32_t layer, uint32_t p
 {
 	uint64_t k;
 	memcpy(&k, key, 8);
-	uint64_t s = engine_mix(k ^ engine_mix(((uint64_t)layer << 40) ^ ((uint64_t)plane << 32) ^
+	uint64_t s = mix(k ^ mix(((uint64_t)layer << 40) ^ ((uint64_t)plane << 32) ^
 					      ((uint64_t)token << 16) ^ head));
 	for (uint32_t i = 0; i < bytes; i += 8) {
-		s = engine_mix(s);
+		s = mix(s);
 		memcpy(out + i, &s, bytes - i < 8 ? bytes - i : 8);
 	}
 }
@@ -83,10 +76,10 @@ static inline void engine_tokens(uint32_t *tok, uint64_t prefix_seed, uint32_t p
 				 uint64_t suffix_seed, uint32_t suffix)
 {
 	for (uint32_t i = 0; i < prefix; i++)
-		tok[i] = (uint32_t)(engine_mix(prefix_seed * 1000003 + i) % ENGINE_VOCAB);
+		tok[i] = (uint32_t)(mix(prefix_seed * 1000003 + i) % ENGINE_VOCAB);
 	for (uint32_t i = 0; i < suffix; i++)
 		tok[prefix + i] =
-			(uint32_t)(engine_mix((suffix_seed ^ 0x5555) * 1000003 + i) % ENGINE_VOCAB);
+			(uint32_t)(mix((suffix_seed ^ 0x5555) * 1000003 + i) % ENGINE_VOCAB);
 }
 
 /* The namespace of model m with tp_size ranks; g is filled for d->groups. */

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine-request.h"
@@ -39,13 +38,6 @@ struct engine {
 	kvt_client *c;
 	kvt_ns *ns;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint8_t *engine_elem(struct engine *e, uint32_t layer, uint32_t plane,
 			    uint32_t page, uint32_t token, uint32_t head)
@@ -389,11 +381,11 @@ int main(int argc, char **argv)
 			return 0;
 		}
 
-		uint64_t t0 = now_ns();
+		uint64_t t0 = kvt_now_ns();
 		int loaded = hits ? kvt_load_paged(e.ns, e.tp_rank, &e.layout, e.keys,
 						   (size_t)hits, pages, st)
 				  : 0;
-		uint64_t t1 = now_ns();
+		uint64_t t1 = kvt_now_ns();
 		uint64_t bad = 0;
 		for (int i = 0; i < hits; i++) {
 			if (st[i] != 0) {
