@@ -28,7 +28,7 @@ import logging
 
 import torch
 
-from . import HAVE_CUDA, INDEX_PAGE, Client, Error, Layout, hash_chain
+from . import HAVE_CUDA, INDEX_PAGE, KEY_BYTES, Client, Error, Layout, hash_chain
 from .identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
 from .reconnect import Reconnecting
 
@@ -158,13 +158,13 @@ class KvtierCache:
             if hits == 0:
                 return None, 0
             # Those on NVMe are staged now; the leading run in host memory.
-            hits = self.ns.wait_resident(keys[: hits * 32])
+            hits = self.ns.wait_resident(keys[: hits * KEY_BYTES])
             if hits == 0:
                 return None, 0
             ident = self.identity
             kv = torch.empty((ident.layers, 2, ident.kv_heads, hits * self.block_tokens,
                               ident.head_size), dtype=self.model.dtype, device=self._device())
-            status = self._copy(True, kv, keys[: hits * 32], hits)
+            status = self._copy(True, kv, keys[: hits * KEY_BYTES], hits)
         except Error as e:
             log.warning("kvtier: restore skipped: %s", e)
             return None, 0
@@ -202,7 +202,7 @@ class KvtierCache:
             t0, t1 = have * self.block_tokens, n * self.block_tokens
             kv = torch.stack([torch.stack((layer.keys[0, :, t0:t1], layer.values[0, :, t0:t1]))
                               for layer in cache.layers]).contiguous()
-            status = self._copy(False, kv, keys[have * 32:], n - have)
+            status = self._copy(False, kv, keys[have * KEY_BYTES:], n - have)
             return sum(1 for s in status if s in (0, -errno.EEXIST))
         except Error as e:
             log.warning("kvtier: save skipped: %s", e)

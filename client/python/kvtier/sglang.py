@@ -50,7 +50,7 @@ import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 from sglang.srt.observability.metrics_collector import StorageMetrics
 
-from . import Error, layouts
+from . import Error, layouts, split_keys
 from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
 from .reconnect import Reconnecting
 
@@ -257,7 +257,8 @@ class KvtierStorage(HiCacheStorage):
             _, status = ns.load_paged(self._shard, self._layout, kb, pages)
             late = [i for i, s in enumerate(status) if s == -errno.EAGAIN]
             if late:  # still staging from NVMe: wait for them, then again
-                lk = b"".join(kb[i * 32:(i + 1) * 32] for i in late)
+                each = split_keys(kb)
+                lk = b"".join(each[i] for i in late)
                 ns.wait_resident(lk, _STAGE_TIMEOUT_MS)
                 _, again = ns.load_paged(self._shard, self._layout, lk, [pages[i] for i in late])
                 for i, s in zip(late, again):
