@@ -227,9 +227,8 @@ class KvtierStorage(HiCacheStorage):
             (self._metrics.prefetch_bandwidth if load else self._metrics.backup_bandwidth).append(gbs)
 
     def _pages(self, host_indices, n: int) -> list[int]:
-        """The host pool pages of n keys' tokens (page_size tokens each)."""
-        first = host_indices[: n * self._page: self._page]
-        return [int(i) // self._page for i in first.tolist()]
+        """The host pool pages of n keys' tokens."""
+        return layouts.sglang_pages(host_indices, n, self._page)
 
     # --------------------------------------------------------------- v1 calls
 
@@ -305,7 +304,7 @@ class KvtierStorage(HiCacheStorage):
         (get_data_page / get_dummy_flat_data_page): a host pool of one
         page in the pool's own layout."""
         dtype, shape, args = self._one_page
-        geo, views = layouts.sglang_host(page.view(dtype).view(shape), *args)
+        geo, views = layouts.sglang_host(layouts.sglang_page(page, dtype, shape), *args)
         return layouts.layout(geo, views, self._page)
 
     def get(self, key: str, target_location: Optional[Any] = None,

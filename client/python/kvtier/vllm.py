@@ -239,7 +239,7 @@ def _cpu_isa(vllm_config, layer_name: str, view) -> str | None:
     if isa is None:
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-        isa = _get_attn_isa(vllm_config.model_config.dtype, view.shape[2],
+        isa = _get_attn_isa(vllm_config.model_config.dtype, layouts.page_tokens(view),
                             getattr(layer, "head_size", None),
                             vllm_config.cache_config.cache_dtype)
     return isa
