@@ -85,7 +85,7 @@ def test_altered_block_changes_output(daemon, model_dir):
         kv.generate(ids, max_new_tokens=NEW, do_sample=False)
         good = kv.generate(ids, max_new_tokens=NEW, do_sample=False, output_logits=True)
         keys = kvtier.hash_chain(ids[: 6 * BLOCK], BLOCK)
-        lease = kv.ns.acquire(0, keys[2 * 32: 3 * 32])[0]
+        lease = kv.ns.acquire(0, keys[2 * kvtier.KEY_BYTES: 3 * kvtier.KEY_BYTES])[0]
         assert lease["status"] == 0
         # Write into block 2 in the pool, as a buggy copy would.
         mem = kv.client.map(lease["extent_id"], lease["offset"], lease["bytes"])

@@ -39,12 +39,13 @@ def blocks(n, nbytes, seed=0):
 def test_hash_chain_matches_across_inputs():
     toks = list(range(100, 164))
     a = kvtier.hash_chain(toks, 16)
-    assert len(a) == 4 * 32
+    k = kvtier.split_keys(a)
+    assert len(a) == 4 * kvtier.KEY_BYTES and len(k) == 4 and b"".join(k) == a
     assert kvtier.hash_chain(np.array(toks, dtype=np.uint32), 16) == a
     assert kvtier.hash_chain(torch.tensor(toks, dtype=torch.int32), 16) == a
     # Chaining: the second half from the first half's last key.
-    assert kvtier.hash_chain(toks[32:], 16, parent=a[32:64]) == a[64:]
-    assert kvtier.hash_chain(toks, 16, extra=b"salt")[:32] != a[:32]
+    assert kvtier.hash_chain(toks[32:], 16, parent=k[1]) == a[2 * kvtier.KEY_BYTES:]
+    assert kvtier.split_keys(kvtier.hash_chain(toks, 16, extra=b"salt"))[0] != k[0]
     with pytest.raises(ValueError):
         kvtier.hash_chain([1, 2, 3], 0)
 
@@ -69,7 +70,7 @@ def test_store_load_bytes_numpy_torch(daemon):
         buf = np.full(nbytes, 7, np.uint8)
         assert ns.load(0, miss, [buf])[0] == 0 and (buf == 7).all()
         with pytest.raises(ValueError):
-            ns.load(0, keys[:32], [np.zeros(nbytes - 1, np.uint8)])
+            ns.load(0, keys[:kvtier.KEY_BYTES], [np.zeros(nbytes - 1, np.uint8)])
         with pytest.raises(ValueError):
             ns.lookup(b"x" * 33)
 
@@ -120,7 +121,7 @@ def test_paged_layout_round_trip(daemon):
         assert torch.equal(out[:, 4], cache[:, 6]) and out[:, 1].abs().sum() == 0
         # The bytes in the pool are kvtier's layout [layer][plane][token][head][dim].
         got = np.zeros(ns.info["shard_bytes"], np.uint8)
-        ns.load(0, keys[:32], [got])
+        ns.load(0, keys[:kvtier.KEY_BYTES], [got])
         want = cache[:, 5].contiguous().view(torch.uint8).numpy().tobytes()
         assert got.tobytes() == want
 
@@ -318,12 +319,13 @@ def test_lifecycle_hints():
         size = ns.info["shard_bytes"]
         bufs = [bytes([i + 1]) * size for i in range(6)]
         assert ns.store(0, keys, bufs)[0] == 6
-        assert ns.retain(keys[:64], 90) == 2
-        assert ns.retain(keys[64:96], kvtier.PRIORITY_DEFAULT, duration_s=5) == 1
-        assert ns.end(keys[96:], session=True) == 3
+        assert ns.retain(keys[: 2 * kvtier.KEY_BYTES], 90) == 2
+        assert ns.retain(keys[2 * kvtier.KEY_BYTES: 3 * kvtier.KEY_BYTES],
+                         kvtier.PRIORITY_DEFAULT, duration_s=5) == 1
+        assert ns.end(keys[3 * kvtier.KEY_BYTES:], session=True) == 3
         assert ns.end(kvtier.hash_chain(list(range(1000, 1016)), 16)) == 0  # not stored
         with pytest.raises(kvtier.Error) as e:
-            ns.retain(keys[:32], kvtier.PRIORITY_MAX + 1)
+            ns.retain(keys[:kvtier.KEY_BYTES], kvtier.PRIORITY_MAX + 1)
         assert e.value.errno == errno.EINVAL
         recs = c.stats(kvtier.STATS_NAMESPACES | kvtier.STATS_TENANTS)
         ns_rec = [r for r in recs if r.get("kind") == "namespace"][0]
@@ -331,6 +333,6 @@ def test_lifecycle_hints():
         assert ns_rec["hints"] == 6 and ns_rec["demotions"] == 3
         assert cls["retained"] == 2 and cls["demoted"] == 3
         out = [bytearray(size) for _ in range(2)]
-        assert ns.load(0, keys[:64], out)[0] == 2
+        assert ns.load(0, keys[: 2 * kvtier.KEY_BYTES], out)[0] == 2
         assert [bytes(b) for b in out] == bufs[:2]
         ns.close()

@@ -211,7 +211,7 @@ def kvtier_keys(ids) -> list[str]:
     import kvtier
 
     raw = kvtier.hash_chain(ids[: len(ids) // BLOCK * BLOCK], BLOCK)
-    return [raw[i:i + kvtier.KEY_BYTES].hex() for i in range(0, len(raw), kvtier.KEY_BYTES)]
+    return [k.hex() for k in kvtier.split_keys(raw)]
 
 
 def test_altered_block_changes_vllm_output(env):
@@ -227,7 +227,7 @@ def test_altered_block_changes_vllm_output(env):
     ids = kvtd.prompt_ids(P4["n"], P4["seed"])
     keys = kvtier.hash_chain(ids[: 6 * BLOCK], BLOCK)
     with hf(env["model"], env["daemon"].socket) as kv:
-        lease = kv.ns.acquire(0, keys[32:64])[0]
+        lease = kv.ns.acquire(0, keys[kvtier.KEY_BYTES: 2 * kvtier.KEY_BYTES])[0]
         assert lease["status"] == 0
         kv.client.map(lease["extent_id"], lease["offset"], lease["bytes"])[:] = bytes(lease["bytes"])
         kv.client.release([lease["handle"]])

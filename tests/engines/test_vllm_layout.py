@@ -178,7 +178,8 @@ def test_cpu_kernel_writes_what_kvtier_reads(client, isa, dtype):
                                      head_size=head, dtype=kvtier.dtype_name(dtype),
                                      block_tokens=BLOCK)
     ns = ident.open(client)
-    keys = vllm_views.keys_for("cpu-kernel", isa, str(dtype))[: 32 * len(vllm_views.STORED)]
+    keys = vllm_views.keys_for("cpu-kernel", isa, str(dtype))
+    keys = keys[: kvtier.KEY_BYTES * len(vllm_views.STORED)]
     stored, _ = ns.store_paged(0, lay, keys, vllm_views.STORED)
     assert stored == len(vllm_views.STORED)
     bufs = [bytearray(ns.info["shard_bytes"]) for _ in vllm_views.STORED]

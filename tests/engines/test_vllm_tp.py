@@ -82,11 +82,11 @@ def loads(client):
 def test_failed_load_on_one_rank_stores_nothing_on_any(ranks):
     rs, client, ns = ranks
     keys = kvtier.hash_chain(list(range(100, 100 + 4 * BLOCK)), BLOCK)
-    k = [keys[i * 32:(i + 1) * 32].hex() for i in range(4)]
+    k = [key.hex() for key in kvtier.split_keys(keys)]
     # Blocks 0 and 1 of a prompt, computed and stored by both ranks.
     both(rs, op="fill", blocks=[0, 1], seed=1)
     both(rs, op="step", stores=[["a", k[0] + k[1], [0, 1]]])
-    assert ns.lookup(keys[:64])[0] == 2
+    assert ns.lookup(keys[: 2 * kvtier.KEY_BYTES])[0] == 2
 
     # A request whose prefix is those two blocks, into pages 2 and 3, and
     # whose step computes blocks 2 and 3 of the prompt into pages 4 and 5.
@@ -100,7 +100,7 @@ def test_failed_load_on_one_rank_stores_nothing_on_any(ranks):
             break
         time.sleep(0.01)
     assert loads(client) - before >= 2, "rank 0 never loaded its blocks"
-    assert ns.delete(keys[32:64]) == 1
+    assert ns.delete(keys[kvtier.KEY_BYTES: 2 * kvtier.KEY_BYTES]) == 1
     rs[1].send(**step)
     r0, r1 = rs[0].read(), rs[1].read()
     # Both ranks report block 1's page, so vLLM recomputes from there, and

@@ -113,7 +113,8 @@ def round_trip(client, backend, rule, layers, mla=False, check_rule=None, copy=N
     ns = namespace(client, layers[0].dtype, mla)
     copy = copy or paged(ns)
     n = len(STORED)
-    keys = keys_for(backend, rule, str(layers[0].dtype), mla, check_rule, *tag)[: n * 32]
+    keys = keys_for(backend, rule, str(layers[0].dtype), mla, check_rule, *tag)
+    keys = keys[: n * kvtier.KEY_BYTES]
     idx = layouts.indices(geo, STORED, BLOCK)
     stored, status = copy(False, lay, keys, idx)
     assert stored == n and list(status) == [0] * n, status

@@ -4,16 +4,16 @@
 The package is libkvtier-client in Python terms.  A :class:`Client` connects
 to kvtierd and maps the tenant's pool; :meth:`Client.open_namespace` names a
 model and its KV geometry; :func:`hash_chain` turns token ids into block keys
-(32 bytes each); a :class:`Namespace` looks keys up, stores and loads blocks
-from caller memory or from an engine's paged cache described by a
-:class:`Layout`, and hands out reservations and leases for a
-scheduler/worker split.  Block bytes never cross the socket.  Where the
-library was built with CUDA (``HAVE_CUDA``), :class:`CudaContext` copies
-between the pool and GPU pages on CUDA streams: by the kernel or the copy
-engines (``copy_path``), after the compute stream, an event of the engine's
-or at once (``after``), with a layout per layer group where a namespace's
-groups differ in geometry (``groups``); its arguments are checked before any
-CUDA call.
+(``KEY_BYTES`` each; :func:`split_keys` gives them one by one); a
+:class:`Namespace` looks keys up, stores and loads blocks from caller memory
+or from an engine's paged cache described by a :class:`Layout`, and hands
+out reservations and leases for a scheduler/worker split.  Block bytes
+never cross the socket.  Where the library was built with CUDA
+(``HAVE_CUDA``), :class:`CudaContext` copies between the pool and GPU pages
+on CUDA streams: by the kernel or the copy engines (``copy_path``), after
+the compute stream, an event of the engine's or at once (``after``), with a
+layout per layer group where a namespace's groups differ in geometry
+(``groups``); its arguments are checked before any CUDA call.
 
 Engine adapters: :mod:`kvtier.hf` (transformers) and :mod:`kvtier.vllm`
 (a vLLM V1 KV connector).  Errors raise :class:`Error`, an OSError that
@@ -53,9 +53,16 @@ from .identity import DTYPE_BYTES, DTYPES, ModelIdentity, dtype_code, dtype_name
 
 __version__ = version()
 
+
+def split_keys(keys: bytes) -> list[bytes]:
+    """The keys of a hash_chain result (KEY_BYTES each), one bytes object
+    a block."""
+    return [keys[i:i + KEY_BYTES] for i in range(0, len(keys), KEY_BYTES)]
+
+
 __all__ = [
     "Client", "Namespace", "Layout", "Error", "hash_chain", "version", "dtype_name", "DTYPE_BYTES",
-    "protocol_version", "default_socket", "DTYPES", "dtype_code",
+    "protocol_version", "default_socket", "DTYPES", "dtype_code", "split_keys",
     "weights_fingerprint", "ModelIdentity", "MISS", "HOST", "DISK", "PENDING",
     "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "LAYOUT_K_COLUMNS", "LAYOUT_PLANE_BASES", "STATS_ALL", "STATS_DAEMON",
     "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS", "HAVE_CUDA", "PRIORITY_DEFAULT",

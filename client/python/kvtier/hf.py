@@ -28,7 +28,7 @@ import logging
 
 import torch
 
-from . import HAVE_CUDA, INDEX_PAGE, Client, Error, Layout, hash_chain
+from . import HAVE_CUDA, KEY_BYTES, Client, Error, hash_chain, layouts
 from .identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
 from .reconnect import Reconnecting
 
@@ -53,19 +53,6 @@ def identity_of(model, block_tokens: int, model_name: str | None = None,
         weights=weights_fingerprint(path) if weights is None else weights,
         salt=salt,
     )
-
-
-def _layout(kv: torch.Tensor, block_tokens: int) -> Layout:
-    """The Layout of a [layers, 2, heads, seq, head_dim] tensor whose
-    pages are consecutive runs of block_tokens tokens."""
-    e = kv.element_size()
-    n_layers, _, heads, seq, dim = kv.shape
-    base = kv.data_ptr()
-    return Layout(n_layers, 2, heads, dim * e, block_tokens,
-                  [base + l * kv.stride(0) * e for l in range(n_layers)],
-                  kv.stride(1) * e, block_tokens * dim * e, dim * e,
-                  kv.stride(2) * e, INDEX_PAGE, keep=kv,
-                  n_pages=seq // block_tokens)
 
 
 class KvtierCache:
@@ -114,7 +101,7 @@ class KvtierCache:
         if self._cuda is None:
             self._cuda = CudaContext(self.client, kv.device.index or 0)
         submit = self._cuda.load if load else self._cuda.store
-        with submit(self.ns, 0, _layout(kv, self.block_tokens), keys, list(range(n)),
+        with submit(self.ns, 0, layouts.hf_layout(kv, self.block_tokens), keys, list(range(n)),
                     torch.cuda.current_stream(kv.device).cuda_stream) as job:
             return job.wait()
 
@@ -124,7 +111,7 @@ class KvtierCache:
                 raise Error(errno.EOPNOTSUPP, "kvtier was built without CUDA: the cache is on a GPU")
             return self._gpu_copy(load, kv, keys, n)
         op = self.ns.load_paged if load else self.ns.store_paged
-        return op(0, _layout(kv, self.block_tokens), keys, list(range(n)))[1]
+        return op(0, layouts.hf_layout(kv, self.block_tokens), keys, list(range(n)))[1]
 
     def __enter__(self):
         return self
@@ -158,13 +145,14 @@ class KvtierCache:
             if hits == 0:
                 return None, 0
             # Those on NVMe are staged now; the leading run in host memory.
-            hits = self.ns.wait_resident(keys[: hits * 32])
+            hits = self.ns.wait_resident(keys[: hits * KEY_BYTES])
             if hits == 0:
                 return None, 0
             ident = self.identity
-            kv = torch.empty((ident.layers, 2, ident.kv_heads, hits * self.block_tokens,
-                              ident.head_size), dtype=self.model.dtype, device=self._device())
-            status = self._copy(True, kv, keys[: hits * 32], hits)
+            kv = torch.empty(layouts.hf_shape(ident.layers, ident.kv_heads,
+                                              hits * self.block_tokens, ident.head_size),
+                             dtype=self.model.dtype, device=self._device())
+            status = self._copy(True, kv, keys[: hits * KEY_BYTES], hits)
         except Error as e:
             log.warning("kvtier: restore skipped: %s", e)
             return None, 0
@@ -173,10 +161,9 @@ class KvtierCache:
         if good == 0:
             return None, 0
         t = good * self.block_tokens
-        kv = kv[:, :, :, :t]
         cache = DynamicCache(config=self.model.config)
-        for layer in range(kv.shape[0]):
-            cache.update(kv[layer, 0].unsqueeze(0), kv[layer, 1].unsqueeze(0), layer)
+        for layer, (k, v) in enumerate(layouts.hf_unstack(kv, t)):
+            cache.update(k, v, layer)
         self.restored_tokens = t
         return cache, t
 
@@ -184,7 +171,7 @@ class KvtierCache:
         """Store every full block of tokens whose K/V the cache holds and
         kvtierd does not; returns the number of blocks stored."""
         ids = torch.as_tensor(tokens).flatten()
-        held = {layer.keys.shape[-2] for layer in cache.layers}
+        held = layouts.hf_tokens(cache.layers)
         if len(held) != 1:
             # A sliding-window layer keeps only its window: no whole blocks.
             log.warning("kvtier: save skipped: the cache's layers hold %s tokens", sorted(held))
@@ -200,9 +187,8 @@ class KvtierCache:
             if have >= n:
                 return 0
             t0, t1 = have * self.block_tokens, n * self.block_tokens
-            kv = torch.stack([torch.stack((layer.keys[0, :, t0:t1], layer.values[0, :, t0:t1]))
-                              for layer in cache.layers]).contiguous()
-            status = self._copy(False, kv, keys[have * 32:], n - have)
+            kv = layouts.hf_stack(cache.layers, t0, t1)
+            status = self._copy(False, kv, keys[have * KEY_BYTES:], n - have)
             return sum(1 for s in status if s in (0, -errno.EEXIST))
         except Error as e:
             log.warning("kvtier: save skipped: %s", e)

@@ -31,6 +31,12 @@ SGLang (0.5.23) keeps a host pool of pages for its HiCache, one tensor for
 all layers in one of its host layouts (SGLANG_HOST): for MHA K and V are
 the first axis, for MLA there is one latent plane; pages are named by
 their index (host token index // page size).  sglang_host() reads it.
+
+transformers (5) keeps each layer's K and V in tensors of their own,
+``[batch, kv_heads, tokens, head_dim]`` (a DynamicCache's layers);
+kvtier.hf copies one sequence's through a staging tensor of all layers,
+``[layers, K/V, kv_heads, tokens, head_dim]`` (hf_stack, hf_unstack),
+whose pages are runs of block_tokens tokens (hf_layout).
 """
 
 from dataclasses import dataclass
@@ -139,6 +145,12 @@ def geometry(backend: str, view, head_size: int, heads: int,
                     head_size * e, st[1], pages, k_column_elem=e)
 
 
+def page_tokens(view) -> int:
+    """Tokens per kernel page of a vLLM view ([pages, head slots, tokens,
+    content])."""
+    return view.shape[2]
+
+
 def by_slot(geo: Geometry, gaps: bool = False) -> bool:
     """Whether a Layout of geo names blocks by their tokens' slots: with
     kernel pages smaller than a block, or where a block may have no pages
@@ -190,6 +202,19 @@ def sglang_page_shape(kv_buffer, layout: str, mla: bool, page_size: int) -> list
             for a, n in zip(axes, kv_buffer.shape)]
 
 
+def sglang_page(page, dtype, shape: list[int]):
+    """A flat page of SGLang's generic calls as a host pool of one page:
+    its elements of dtype in the shape sglang_page_shape gives."""
+    return page.view(dtype).view(shape)
+
+
+def sglang_pages(host_indices, n: int, page_size: int) -> list[int]:
+    """The host pool pages of n pages' tokens (host_indices: their token
+    indices in the pool, page_size a page)."""
+    first = host_indices[: n * page_size: page_size]
+    return [int(i) // page_size for i in first.tolist()]
+
+
 def sglang_host(kv_buffer, layout: str, mla: bool, page_size: int, layers: int,
                 heads: int, head_size: int):
     """The Geometry of an SGLang host pool's kv_buffer in its layout, and
@@ -228,3 +253,43 @@ def sglang_host(kv_buffer, layout: str, mla: bool, page_size: int, layers: int,
         index = tuple(layer if a == "layer" else 0 for a in axes[:axes.index("layer") + 1])
         views.append(kv_buffer[index])
     return geo, views
+
+
+def hf_shape(layers: int, heads: int, tokens: int, head_size: int) -> tuple:
+    """The shape of kvtier.hf's staging tensor of tokens tokens."""
+    return (layers, 2, heads, tokens, head_size)
+
+
+def hf_tokens(cache_layers) -> set[int]:
+    """The tokens each layer of a transformers cache holds: one count,
+    unless a sliding-window layer keeps only its window."""
+    return {layer.keys.shape[-2] for layer in cache_layers}
+
+
+def hf_stack(cache_layers, t0: int, t1: int):
+    """Tokens t0..t1 of a transformers cache (its first sequence), every
+    layer's K and V, as one contiguous staging tensor."""
+    import torch
+
+    return torch.stack([torch.stack((layer.keys[0, :, t0:t1], layer.values[0, :, t0:t1]))
+                        for layer in cache_layers]).contiguous()
+
+
+def hf_unstack(kv, tokens: int) -> list:
+    """Each layer's first tokens of a staging tensor as (K, V), shaped as a
+    transformers cache takes them ([1, kv_heads, tokens, head_dim])."""
+    return [(kv[layer, 0, :, :tokens].unsqueeze(0), kv[layer, 1, :, :tokens].unsqueeze(0))
+            for layer in range(kv.shape[0])]
+
+
+def hf_layout(kv, block_tokens: int) -> Layout:
+    """The Layout of a staging tensor whose pages are consecutive runs of
+    block_tokens tokens."""
+    e = kv.element_size()
+    n_layers, _, heads, seq, dim = kv.shape
+    base = kv.data_ptr()
+    return Layout(n_layers, 2, heads, dim * e, block_tokens,
+                  [base + l * kv.stride(0) * e for l in range(n_layers)],
+                  kv.stride(1) * e, block_tokens * dim * e, dim * e,
+                  kv.stride(2) * e, INDEX_PAGE, keep=kv,
+                  n_pages=seq // block_tokens)

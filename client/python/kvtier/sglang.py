@@ -50,7 +50,7 @@ import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage, HiCacheStorageConfig
 from sglang.srt.observability.metrics_collector import StorageMetrics
 
-from . import Error, layouts
+from . import Error, layouts, split_keys
 from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
 from .reconnect import Reconnecting
 
@@ -227,9 +227,8 @@ class KvtierStorage(HiCacheStorage):
             (self._metrics.prefetch_bandwidth if load else self._metrics.backup_bandwidth).append(gbs)
 
     def _pages(self, host_indices, n: int) -> list[int]:
-        """The host pool pages of n keys' tokens (page_size tokens each)."""
-        first = host_indices[: n * self._page: self._page]
-        return [int(i) // self._page for i in first.tolist()]
+        """The host pool pages of n keys' tokens."""
+        return layouts.sglang_pages(host_indices, n, self._page)
 
     # --------------------------------------------------------------- v1 calls
 
@@ -257,7 +256,8 @@ class KvtierStorage(HiCacheStorage):
             _, status = ns.load_paged(self._shard, self._layout, kb, pages)
             late = [i for i, s in enumerate(status) if s == -errno.EAGAIN]
             if late:  # still staging from NVMe: wait for them, then again
-                lk = b"".join(kb[i * 32:(i + 1) * 32] for i in late)
+                each = split_keys(kb)
+                lk = b"".join(each[i] for i in late)
                 ns.wait_resident(lk, _STAGE_TIMEOUT_MS)
                 _, again = ns.load_paged(self._shard, self._layout, lk, [pages[i] for i in late])
                 for i, s in zip(late, again):
@@ -304,7 +304,7 @@ class KvtierStorage(HiCacheStorage):
         (get_data_page / get_dummy_flat_data_page): a host pool of one
         page in the pool's own layout."""
         dtype, shape, args = self._one_page
-        geo, views = layouts.sglang_host(page.view(dtype).view(shape), *args)
+        geo, views = layouts.sglang_host(layouts.sglang_page(page, dtype, shape), *args)
         return layouts.layout(geo, views, self._page)
 
     def get(self, key: str, target_location: Optional[Any] = None,

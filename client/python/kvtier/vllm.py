@@ -93,7 +93,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     SupportsHMA,
 )
 
-from . import HAVE_CUDA, HOST, Error, hash_chain
+from . import HAVE_CUDA, HOST, KEY_BYTES, Error, hash_chain
 from . import layouts, vllm_stats
 from .reconnect import Reconnecting
 from .identity import ModelIdentity, dtype_name, model_id, shard_of, weights_fingerprint
@@ -115,7 +115,7 @@ _SHARED_PRIORITY = 90
 @dataclass
 class _Transfer:
     req_id: str
-    keys: bytes  # 32 bytes per block
+    keys: bytes  # KEY_BYTES per block
     # vLLM's pages, one per key, in each KV cache group; -1 where a group
     # holds none (a sliding window's freed pages)
     block_ids: tuple[list[int], ...]
@@ -239,7 +239,7 @@ def _cpu_isa(vllm_config, layer_name: str, view) -> str | None:
     if isa is None:
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-        isa = _get_attn_isa(vllm_config.model_config.dtype, view.shape[2],
+        isa = _get_attn_isa(vllm_config.model_config.dtype, layouts.page_tokens(view),
                             getattr(layer, "head_size", None),
                             vllm_config.cache_config.cache_dtype)
     return isa
@@ -413,7 +413,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         """Blocks a..b of request rid, its pages pinned in vLLM's pool until
         every worker is done with them."""
         ids = tuple(g[a:b] for g in (pages or r.block_ids))
-        t = _Transfer(rid, r.keys[a * 32: b * 32], ids)
+        t = _Transfer(rid, r.keys[a * KEY_BYTES: b * KEY_BYTES], ids)
         if self._pool is not None:
             held = [self._pool.blocks[p] for g in ids for p in g if p >= 0]
             self._pool.touch(held)
@@ -461,11 +461,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             r = self._track(rid, block_ids, new)
             if r is None or not r.block_ids:
                 continue
-            n_keys = len(r.keys) // 32
+            n_keys = len(r.keys) // KEY_BYTES
             load = self._pending_loads.pop(rid, None)
             if load is not None:
                 a, b, _ = load
-                meta.loads.append(_Transfer(rid, r.keys[a * 32: b * 32],
+                meta.loads.append(_Transfer(rid, r.keys[a * KEY_BYTES: b * KEY_BYTES],
                                             tuple(g[a:b] for g in r.block_ids)))
                 r.done = max(r.done, b)
             else:
@@ -543,15 +543,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                         request.request_id, e)
             return
         ns = self._conn.ns  # a hint is not worth connecting for
-        n = len(keys) // 32
+        n = len(keys) // KEY_BYTES
         shared = min(shared, n)
         if ns is None or (not shared and (end == "none" or shared == n)):
             return
         try:
             if shared:
-                self.stats["retained_blocks"] += ns.retain(keys[: shared * 32], priority)
+                self.stats["retained_blocks"] += ns.retain(keys[: shared * KEY_BYTES], priority)
             if end != "none" and shared < n:
-                self.stats["ended_blocks"] += ns.end(keys[shared * 32:], session=end == "session")
+                self.stats["ended_blocks"] += ns.end(keys[shared * KEY_BYTES:],
+                                                     session=end == "session")
         except Error as e:
             log.warning("kvtier: hints for request %s failed: %s", request.request_id, e)
 
@@ -730,7 +731,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         except Error as e:
             log.warning("kvtier: load failed: %s", e)
         finally:
-            n = len(t.keys) // 32
+            n = len(t.keys) // KEY_BYTES
             bad = n if status is None else next((i for i, x in enumerate(status) if x < 0), n)
             with self._lock:
                 self._received.append((t.req_id, tuple(g[bad:] for g in t.block_ids), bad))
@@ -741,7 +742,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         try:
             stored, _ = self._copy(False, ns, t, event)
         except Error as e:
-            skipped = len(t.keys) // 32
+            skipped = len(t.keys) // KEY_BYTES
             log.warning("kvtier: store skipped: %s", e)
         finally:
             with self._lock:
@@ -790,7 +791,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 except Error as e:
                     log.warning("kvtier: load failed: %s", e)
             # A failed block and every block after it are recomputed.
-            n = len(t.keys) // 32
+            n = len(t.keys) // KEY_BYTES
             firsts.append(n if status is None else next(
                 (i for i, s in enumerate(status) if s < 0 and s != _IN_FLIGHT), n))
         # The ranks compute each request together: a load that failed on
@@ -799,7 +800,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             firsts = _least_over_ranks(firsts)
         for bad, t in zip(firsts, meta.loads):
             self.stats["loaded_blocks"] += bad
-            n = len(t.keys) // 32
+            n = len(t.keys) // KEY_BYTES
             if bad < n:
                 self.stats["load_failures"] += n - bad
                 self._load_errors.update(t.block_ids[0][bad:])
@@ -850,7 +851,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             if failed or ns is None or not self._layouts or not self._writer:
                 with self._lock:
                     if self._writer or failed:
-                        self.stats["store_skipped"] += len(t.keys) // 32
+                        self.stats["store_skipped"] += len(t.keys) // KEY_BYTES
                     self._done(t)  # another rank of its replica group writes the shard
                 continue
             self._submit(lambda t=t: self._store(ns, t, event))
