@@ -263,8 +263,12 @@ struct ref {
 	uint8_t *const *want_blocks;
 };
 
-static void ref_elem(const struct ref *r, uint32_t l, size_t off,
-		     int64_t slot, uint32_t kv, uint32_t h)
+/*
+ * Copies n bytes at engine byte off, which belong at byte `at` of head h of
+ * plane kv of the slot's block token, into the expected block and engine.
+ */
+static void ref_bytes(const struct ref *r, uint32_t l, size_t off, int64_t slot,
+		      uint32_t kv, uint32_t h, size_t at, size_t n)
 {
 	const struct cache *c = r->c;
 	int64_t j = r->inv[slot];
@@ -275,27 +279,16 @@ static void ref_elem(const struct ref *r, uint32_t l, size_t off,
 	blk = (size_t)j / r->bt;
 	t = (size_t)j % r->bt;
 	boff = ((((size_t)l * c->planes + kv) * r->bt + t) * c->heads + h) *
-	       c->hb;
-	memcpy(r->want_blocks[blk] + boff, r->orig->buf[l] + off, c->hb);
-	memcpy(r->want_engine->buf[l] + off, r->orig->buf[l] + off, c->hb);
+	       c->hb + at;
+	memcpy(r->want_blocks[blk] + boff, r->orig->buf[l] + off, n);
+	memcpy(r->want_engine->buf[l] + off, r->orig->buf[l] + off, n);
 }
 
-/* ref_elem() for element x (of elem bytes) of a head at engine byte off. */
-static void ref_column_elem(const struct ref *r, uint32_t l, size_t off,
-			    int64_t slot, uint32_t h, size_t x)
+/* A whole head at engine byte off. */
+static void ref_elem(const struct ref *r, uint32_t l, size_t off,
+		     int64_t slot, uint32_t kv, uint32_t h)
 {
-	const struct cache *c = r->c;
-	int64_t j = r->inv[slot];
-	size_t blk, t, boff;
-
-	if (j < 0)
-		return;
-	blk = (size_t)j / r->bt;
-	t = (size_t)j % r->bt;
-	boff = (((size_t)l * c->planes * r->bt + t) * c->heads + h) * c->hb +
-	       x * c->elem;
-	memcpy(r->want_blocks[blk] + boff, r->orig->buf[l] + off, c->elem);
-	memcpy(r->want_engine->buf[l] + off, r->orig->buf[l] + off, c->elem);
+	ref_bytes(r, l, off, slot, kv, h, 0, r->c->hb);
 }
 
 /* Heads (of hb bytes) before element (l, g, h, t, kv) of a vLLM 0.32
@@ -430,8 +423,8 @@ static void ref_run(const struct ref *r)
 
 						ref_elem(r, l, head + (BS + t) * hb, g * BS + t, 1, h);
 						for (size_t x = 0; x < hb / c->elem; x++)
-							ref_column_elem(r, l, head + (x * BS + t) * c->elem,
-									g * BS + t, h, x);
+							ref_bytes(r, l, head + (x * BS + t) * c->elem,
+								  g * BS + t, 0, h, x * c->elem, c->elem);
 					}
 		break;
 	default:
