@@ -115,9 +115,7 @@ static struct evict_entry *arc_oldest(const void *state)
 {
 	const struct evict_arc_state *s = state;
 
-	if (s->t1.n)
-		return evict_entry_of(s->t1.head.prev);
-	return s->t2.n ? evict_entry_of(s->t2.head.prev) : NULL;
+	return s->t1.n ? evict_lru_oldest(&s->t1) : evict_lru_oldest(&s->t2);
 }
 
 static struct evict_entry *arc_walk_next(const void *state, const struct evict_entry *x)
@@ -125,9 +123,9 @@ static struct evict_entry *arc_walk_next(const void *state, const struct evict_e
 	const struct evict_arc_state *s = state;
 	const struct evict_lru *q = x->queue == EVICT_Q_SMALL ? &s->t1 : &s->t2;
 
-	if (x->node.prev != &q->head)
-		return evict_entry_of(x->node.prev);
-	return q == &s->t1 && s->t2.n ? evict_entry_of(s->t2.head.prev) : NULL;
+	struct evict_entry *next = evict_lru_next(q, x);
+
+	return next || q == &s->t2 ? next : evict_lru_oldest(&s->t2);
 }
 
 /* Every eviction is remembered, in the ghost of the queue it left. */

@@ -102,3 +102,16 @@ struct evict_entry {
 };
 
 #define evict_entry_of(n) container_of(n, struct evict_entry, node)
+
+/* The oldest entry of l, where a walk of it starts; NULL when empty. */
+static inline struct evict_entry *evict_lru_oldest(const struct evict_lru *l)
+{
+	return l->n ? evict_entry_of(l->head.prev) : 0;
+}
+
+/* The entry after x in a walk of l from its oldest; NULL at its end. */
+static inline struct evict_entry *evict_lru_next(const struct evict_lru *l,
+						 const struct evict_entry *x)
+{
+	return x->node.prev != &l->head ? evict_entry_of(x->node.prev) : 0;
+}

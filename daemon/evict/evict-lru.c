@@ -54,14 +54,14 @@ static struct evict_entry *lru_oldest(const void *state)
 {
 	const struct lru_state *s = state;
 
-	return s->q.n ? evict_entry_of(s->q.head.prev) : NULL;
+	return evict_lru_oldest(&s->q);
 }
 
 static struct evict_entry *lru_walk_next(const void *state, const struct evict_entry *x)
 {
 	const struct lru_state *s = state;
 
-	return x->node.prev != &s->q.head ? evict_entry_of(x->node.prev) : NULL;
+	return evict_lru_next(&s->q, x);
 }
 
 static uint64_t lru_count(const void *state)

@@ -92,9 +92,7 @@ static struct evict_entry *s3fifo_oldest(const void *state)
 {
 	const struct evict_s3fifo_state *s = state;
 
-	if (s->small.n)
-		return evict_entry_of(s->small.head.prev);
-	return s->main.n ? evict_entry_of(s->main.head.prev) : NULL;
+	return s->small.n ? evict_lru_oldest(&s->small) : evict_lru_oldest(&s->main);
 }
 
 static struct evict_entry *s3fifo_walk_next(const void *state, const struct evict_entry *x)
@@ -102,9 +100,9 @@ static struct evict_entry *s3fifo_walk_next(const void *state, const struct evic
 	const struct evict_s3fifo_state *s = state;
 	const struct evict_lru *q = x->queue == EVICT_Q_SMALL ? &s->small : &s->main;
 
-	if (x->node.prev != &q->head)
-		return evict_entry_of(x->node.prev);
-	return q == &s->small && s->main.n ? evict_entry_of(s->main.head.prev) : NULL;
+	struct evict_entry *next = evict_lru_next(q, x);
+
+	return next || q == &s->main ? next : evict_lru_oldest(&s->main);
 }
 
 /* Only a block that leaves from probation is remembered: one evicted from
