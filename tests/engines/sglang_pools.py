@@ -69,6 +69,20 @@ def host_pool(layout: str, mla: bool = False, heads: int = HEADS, seed: int = 1,
     return pool
 
 
+def model_pool(config, layout: str, seed: int, dtype, page: int = PAGE):
+    """host_pool() for a transformers model's geometry (its config)."""
+    return host_pool(layout, heads=config.num_key_value_heads, seed=seed,
+                     layers=config.num_hidden_layers, head=config.head_dim, dtype=dtype,
+                     page=page)
+
+
+def hicache_keys(ids, page: int = PAGE) -> list[str]:
+    """SGLang's own page hashes (HiCache's keys) of ids' full pages."""
+    from sglang.srt.mem_cache.utils import get_hash_str
+
+    return get_hash_str(ids[: len(ids) // page * page], None, page)
+
+
 def page_kv(pool, page: int) -> torch.Tensor:
     """Page `page` of a host pool as [layers, planes, tokens, heads, dim],
     indexed as SGLang's init_kv_buffer lays each layout out (the tests'

@@ -276,19 +276,6 @@ def test_refused_at_start(daemon):
 HF_PAGES = 4  # pages of the prefix
 
 
-def sglang_keys(ids) -> list[str]:
-    """SGLang's own page hashes of a prompt's full pages (HiCache's keys)."""
-    from sglang.srt.mem_cache.utils import get_hash_str
-
-    return get_hash_str(ids, None, sp.PAGE)
-
-
-def model_pool(model, dtype, layout, seed):
-    cfg = model.config
-    return sp.host_pool(layout, heads=cfg.num_key_value_heads, seed=seed,
-                        layers=cfg.num_hidden_layers, head=cfg.head_dim, dtype=dtype)
-
-
 def hf_page(t, b):
     """Page b of a transformers K or V [1, heads, seq, head] as [tokens, heads, head]."""
     return t[0, :, b * sp.PAGE:(b + 1) * sp.PAGE].transpose(0, 1)
@@ -308,10 +295,10 @@ def test_transformers_and_sglang_share_a_prefix(daemon, model_dir, dtype):
     n = HF_PAGES * sp.PAGE
     ids = kvtd.prompt_ids(n + 5, seed=31)
     ref = prefix_cache(model, ids, n)
-    assert kvtier.hash_chain(ids[:n], sp.PAGE).hex() == "".join(sglang_keys(ids[:n]))
+    assert kvtier.hash_chain(ids[:n], sp.PAGE).hex() == "".join(sp.hicache_keys(ids[:n]))
 
     # SGLang -> transformers: its host pool holds the prefix's K and V.
-    pool = model_pool(model, dtype, "page_first", seed=4)
+    pool = sp.model_pool(model.config, "page_first", 4, dtype)
     pages = [5, 0, 7, 2]
     for b, p in enumerate(pages):
         kv = sp.page_kv(pool, p)
@@ -319,7 +306,7 @@ def test_transformers_and_sglang_share_a_prefix(daemon, model_dir, dtype):
             kv[layer, 0].copy_(hf_page(ref.layers[layer].keys, b))
             kv[layer, 1].copy_(hf_page(ref.layers[layer].values, b))
     b = sp.backend(pool, daemon.socket, model=model_dir)
-    assert b.batch_set_v1(sglang_keys(ids[:n]), sp.host_indices(pages)) == [True] * HF_PAGES
+    assert b.batch_set_v1(sp.hicache_keys(ids[:n]), sp.host_indices(pages)) == [True] * HF_PAGES
     with KvtierCache(model, socket=daemon.socket, block_tokens=sp.PAGE) as kv:
         cache, t = kv.restore(ids)
         assert t == n, f"transformers restored {t} of SGLang's {n} tokens"
@@ -334,9 +321,9 @@ def test_transformers_and_sglang_share_a_prefix(daemon, model_dir, dtype):
         ids2 = kvtd.prompt_ids(n + 3, seed=32)
         ref2 = prefix_cache(model, ids2, n)
         assert kv.save(ids2[:n], ref2) == HF_PAGES
-    fresh = model_pool(model, dtype, "page_head", seed=6)
+    fresh = sp.model_pool(model.config, "page_head", 6, dtype)
     b2 = sp.backend(fresh, daemon.socket, model=model_dir)
-    keys2 = sglang_keys(ids2[:n])
+    keys2 = sp.hicache_keys(ids2[:n])
     assert b2.batch_exists(keys2) == HF_PAGES
     assert b2.batch_get_v1(keys2, sp.host_indices([1, 3, 6, 8])) == [True] * HF_PAGES
     for i, p in enumerate([1, 3, 6, 8]):

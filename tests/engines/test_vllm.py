@@ -123,30 +123,17 @@ def sglang_side(model_dir, sock, layout, seed):
     import sglang_pools as sp
     from transformers import AutoConfig
 
-    cfg = AutoConfig.from_pretrained(model_dir)
-    pool = sp.host_pool(layout, heads=cfg.num_key_value_heads, seed=seed,
-                        layers=cfg.num_hidden_layers,
-                        head=cfg.head_dim, dtype=torch.float32,
-                        page=BLOCK)
+    pool = sp.model_pool(AutoConfig.from_pretrained(model_dir), layout, seed, torch.float32,
+                         page=BLOCK)
     return pool, sp.backend(pool, sock, model=model_dir)
-
-
-def sglang_keys(ids) -> list[str]:
-    """SGLang's own page hashes (HiCache's keys) of ids' full pages."""
-    from sglang.srt.mem_cache.utils import get_hash_str
-
-    return get_hash_str(ids[: len(ids) // BLOCK * BLOCK], None, BLOCK)
 
 
 def transformers_prefix(model_dir, ids):
     """The K and V transformers computes for ids, [layers][2] of
     [tokens, heads, head]."""
-    from transformers import AutoModelForCausalLM, DynamicCache
+    from test_hf import load, prefix_cache
 
-    m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    cache = DynamicCache(config=m.config)
-    with torch.no_grad():
-        m(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    cache = prefix_cache(load(model_dir, torch.float32), ids, len(ids))
     return [(lay.keys[0].transpose(0, 1), lay.values[0].transpose(0, 1))
             for lay in cache.layers]
 
@@ -166,7 +153,8 @@ def test_sglang_to_vllm(env, model, reference):
             page[layer, 0].copy_(k[i * BLOCK:(i + 1) * BLOCK])
             page[layer, 1].copy_(v[i * BLOCK:(i + 1) * BLOCK])
     try:
-        assert b.batch_set_v1(sglang_keys(ids), sp.host_indices(pages, BLOCK)) == [True] * 6
+        stored = b.batch_set_v1(sp.hicache_keys(ids, BLOCK), sp.host_indices(pages, BLOCK))
+        assert stored == [True] * 6
     finally:
         b.close()
     r = env["engine"].ask(P5)
@@ -182,7 +170,7 @@ def test_vllm_to_sglang(env, model):
     import sglang_pools as sp
 
     ids = kvtd.prompt_ids(P1["n"], P1["seed"])
-    keys = sglang_keys(ids)
+    keys = sp.hicache_keys(ids, BLOCK)
     assert kvtier_keys(ids) == keys
     pool, b = sglang_side(model, env["daemon"].socket, "page_head", seed=6)
     pages = [3, 7, 0, 5, 2, 6]
