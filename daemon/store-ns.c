@@ -18,7 +18,7 @@
 void store_ns_free(struct store *s, struct ns *ns)
 {
 	for (size_t i = 0; i < ns->index.cap; i++) {
-		struct block *b = ns->index.slots[i];
+		struct block *b = index_slot(&ns->index, i);
 		if (b) {
 			if (block_disk(b))
 				slab_free(&s->disk_copies, b->disk_copy);
