@@ -12,9 +12,11 @@
  * offered huge pages: below it a table is in a few pages anyway. */
 #define HUGE_BYTES (UINT64_C(2) << 20)
 
-/* Keys looked up together by index_get_batch: enough misses in flight to
- * cover the memory's latency, few enough for the core to track them all. */
-#define BATCH 32
+/* How far index_get_batch asks ahead of its use, in keys: each key has up
+ * to three lines in flight (its slot, its entry's one or two), and a core
+ * tracks a few tens of misses at a time. */
+#define AHEAD 8
+#define RING 32 /* a power of two above 2 * AHEAD */
 
 static inline uint64_t key_hash(const struct index *ix, const uint8_t *key)
 {
@@ -82,6 +84,7 @@ int index_init(struct index *ix, size_t cap_hint, const struct keyhash *hash)
 	ix->cap = cap;
 	ix->n = 0;
 	ix->version = 0;
+	ix->entry_bytes = 32;
 	ix->hash = hash;
 	return 0;
 }
@@ -127,38 +130,43 @@ void *index_get(const struct index *ix, const uint8_t *key)
 	return probe(ix, key, h, h & (ix->cap - 1));
 }
 
-/* The key's bytes, which may straddle two cache lines. */
-static inline void prefetch_key(const void *e)
+/* The entry's first entry_bytes, which may straddle one line more than
+ * they fill. */
+static inline void prefetch_entry(const struct index *ix, const void *e)
 {
-	__builtin_prefetch(e);
-	__builtin_prefetch((const char *)e + 31);
+	const char *p = e;
+
+	for (size_t off = 0; off < ix->entry_bytes; off += 64)
+		__builtin_prefetch(p + off);
+	__builtin_prefetch(p + ix->entry_bytes - 1);
 }
 
 void index_get_batch(const struct index *ix, const uint8_t *keys, size_t n, void **ret)
 {
 	size_t mask = ix->cap - 1;
-	uint64_t h[BATCH];
-	size_t at[BATCH];
+	uint64_t h[RING];
+	size_t at[RING];
 
-	for (size_t base = 0; base < n; base += BATCH) {
-		const uint8_t *k = keys + base * 32;
-		size_t m = n - base < BATCH ? n - base : BATCH;
-
-		/* Every home slot asked for before the first is read... */
-		for (size_t i = 0; i < m; i++) {
-			h[i] = key_hash(ix, k + 32 * i);
-			__builtin_prefetch(&ix->slots[h[i] & mask]);
+	/* A pipeline: key i is hashed and its home asked for, AHEAD keys
+	 * later its slots are scanned and the matching entry asked for, and
+	 * AHEAD keys later still its key is compared and its probe finishes
+	 * where the scan got to (a tag that another key carries too moves on
+	 * to the next match).  Each line has had AHEAD keys' work to arrive. */
+	for (size_t i = 0; i < n + 2 * AHEAD; i++) {
+		if (i < n) {
+			h[i % RING] = key_hash(ix, keys + 32 * i);
+			__builtin_prefetch(&ix->slots[h[i % RING] & mask]);
 		}
-		/* ...every matching entry before the first key is compared... */
-		for (size_t i = 0; i < m; i++) {
-			at[i] = scan(ix, h[i] & mask, tag_of(h[i]));
-			if (ix->slots[at[i]])
-				prefetch_key(slot_entry(ix->slots[at[i]]));
+		if (i >= AHEAD && i - AHEAD < n) {
+			size_t j = (i - AHEAD) % RING;
+			at[j] = scan(ix, h[j] & mask, tag_of(h[j]));
+			if (ix->slots[at[j]])
+				prefetch_entry(ix, slot_entry(ix->slots[at[j]]));
 		}
-		/* ...and the probes finish where they got to: a tag that another
-		 * key carries too moves on to the next match. */
-		for (size_t i = 0; i < m; i++)
-			ret[base + i] = probe(ix, k + 32 * i, h[i], at[i]);
+		if (i >= 2 * AHEAD && i - 2 * AHEAD < n) {
+			size_t k = i - 2 * AHEAD;
+			ret[k] = probe(ix, keys + 32 * k, h[k % RING], at[k % RING]);
+		}
 	}
 }
 

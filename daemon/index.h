@@ -42,6 +42,9 @@ struct index {
 	size_t cap;      /* power of two */
 	size_t n;
 	uint64_t version; /* changes with every put and remove */
+	/* How much of a found entry a batch asks the memory for: its key
+	 * (the default), or the caller's more, which it reads next. */
+	size_t entry_bytes;
 	const struct keyhash *hash; /* the caller's; outlives the index */
 };
 
