@@ -11,12 +11,12 @@
  * and reads an entry only where its tag matches (a key of another entry
  * matches 1 time in 65,536), so a lookup costs the slot's cache line and,
  * for a key that is there, its entry's: at 10^6 blocks neither is in any
- * cache.  A batch of keys (index_get_batch) hashes them all and asks for
- * every home slot before it looks at the first, then for every matched
- * entry before it compares the first key, so the misses of a batch overlap
- * instead of following one another.  A table of 2 MiB or more is mapped
- * with transparent huge pages where the system allows them (madvise): a
- * random slot then costs no page walk.
+ * cache.  A batch of keys (index_get_batch) is a pipeline: each key's home
+ * slot is asked for some keys before it is scanned, and the entry its tag
+ * matched (its first entry_bytes) some keys before the key is compared, so
+ * the misses of a batch overlap instead of following one another.  A table
+ * of 2 MiB or more is mapped with transparent huge pages where the system
+ * allows them (madvise): a random slot then costs no page walk.
  *
  * Entries must lie below 2^48, where every 64-bit Linux ABI puts a
  * process's heap and mappings unless one is asked for above it; index_put
