@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <assert.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -46,8 +47,13 @@ void slab_init(struct slab *s, size_t size)
 	s->per_chunk = (uint32_t)((SLAB_CHUNK_BYTES - SLAB_HEADER_BYTES) / s->size);
 }
 
-/* A chunk aligned to its size: twice the size mapped, the rest unmapped. */
-static struct slab_chunk *chunk_map(void)
+/* A slab of this many chunks offers its new ones huge pages (chunk_map):
+ * a small one keeps growing a 4 KiB page at a time. */
+#define SLAB_HUGE_CHUNKS 4
+
+/* A chunk aligned to its size: twice the size mapped, the rest unmapped.
+ * huge: one huge page for the whole chunk, where the system gives them. */
+static struct slab_chunk *chunk_map(bool huge)
 {
 	size_t len = 2 * SLAB_CHUNK_BYTES;
 	char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -60,6 +66,8 @@ static struct slab_chunk *chunk_map(void)
 		munmap(m, (size_t)(c - m));
 	if (c + SLAB_CHUNK_BYTES < m + len)
 		munmap(c + SLAB_CHUNK_BYTES, (size_t)(m + len - (c + SLAB_CHUNK_BYTES)));
+	if (huge)
+		(void)madvise(c, SLAB_CHUNK_BYTES, MADV_HUGEPAGE);
 	return (struct slab_chunk *)c; /* zero, as fresh anonymous memory is */
 }
 
@@ -90,7 +98,7 @@ static struct slab_chunk *chunk_add(struct slab *s)
 	if (c) {
 		s->spare = NULL;
 	} else {
-		c = chunk_map();
+		c = chunk_map(s->n_chunks >= SLAB_HUGE_CHUNKS);
 		if (!c)
 			return NULL;
 		s->n_chunks++;

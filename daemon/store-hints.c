@@ -75,9 +75,11 @@ void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *key
 		uint32_t n, int32_t *ret)
 {
 	uint32_t now = now_s();
+	struct index_keys kk;
 
+	index_keys_init(&kk, &ns->index, keys, n);
 	for (uint32_t i = 0; i < n; i++) {
-		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct block *b = index_keys_get(&kk, i);
 		if (!b) {
 			ret[i] = -ENOENT;
 			continue;

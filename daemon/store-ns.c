@@ -5,6 +5,7 @@
  * blocks), each with the slot class of its block size.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@
 void store_ns_free(struct store *s, struct ns *ns)
 {
 	for (size_t i = 0; i < ns->index.cap; i++) {
-		struct block *b = ns->index.slots[i];
+		struct block *b = index_slot(&ns->index, i);
 		if (b) {
 			if (block_disk(b))
 				slab_free(&s->disk_copies, b->disk_copy);
@@ -143,6 +144,9 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	if (!ns || index_init(&ns->index, 1024, &s->keyhash) < 0 ||
 	    !ARRAY_GROW(t->nss, t->n_ns, struct ns *))
 		return -ENOMEM;
+	/* A lookup reads the block's state after its key: up to its
+	 * eviction entry, which only a touch reaches. */
+	ns->index.entry_bytes = offsetof(struct block, evict);
 	evict_lru_init(&ns->disk_lru);
 	ns->cls = class_get(s, t, geo.slot_bytes);
 	if (!ns->cls)

@@ -45,8 +45,11 @@ void store_lookup_keys(struct store *s, struct ns *ns, const uint8_t *keys, uint
 	/* Backwards, so that a touched chain's head ends up most recently
 	 * used: a prefix is worthless without its first block, so its tail
 	 * should go first. */
+	struct index_keys kk;
+
+	index_keys_init(&kk, &ns->index, keys + (size_t)from * KVT_KEY_SIZE, n);
 	for (uint32_t i = from + n; i-- > from;) {
-		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct block *b = index_keys_get(&kk, i - from);
 		uint8_t st = KVT_STATE_MISS;
 		if (b && b->state == BLOCK_RESIDENT && !b->extent && !store_disk_usable(b)) {
 			/* Its only copy is on a failed spill file: gone. */
@@ -127,8 +130,11 @@ int store_reserve_room(struct store *s, struct ns *ns, const uint8_t *keys, uint
 {
 	uint64_t fresh = 0;
 
+	struct index_keys kk;
+
+	index_keys_init(&kk, &ns->index, keys, n);
 	for (uint32_t i = 0; i < n; i++) {
-		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct block *b = index_keys_get(&kk, i);
 		fresh += !b || b->io == BLOCK_IO_FETCH;
 	}
 	return fresh ? store_class_room(s, ns->tenant, ns->cls, node, fresh) : 0;
@@ -139,11 +145,13 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 		   struct kvt_slot *ret)
 {
 	struct tenant *t = ns->tenant;
+	struct index_keys kk;
 
+	index_keys_init(&kk, &ns->index, keys, n);
 	for (uint32_t i = 0; i < n; i++) {
 		const uint8_t *key = keys + (size_t)i * KVT_KEY_SIZE;
 		struct kvt_slot *out = &ret[i];
-		struct block *b = index_get(&ns->index, key);
+		struct block *b = index_keys_get(&kk, i);
 		bool fresh = false;
 		struct handle *h;
 		int r;
@@ -214,8 +222,11 @@ void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
 		   const uint8_t *keys, uint32_t n, struct process *owner,
 		   struct kvt_slot *ret)
 {
+	struct index_keys kk;
+
+	index_keys_init(&kk, &ns->index, keys, n);
 	for (uint32_t i = 0; i < n; i++) {
-		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct block *b = index_keys_get(&kk, i);
 		struct kvt_slot *out = &ret[i];
 		struct handle *h;
 
@@ -355,8 +366,11 @@ void store_handle_drop(struct store *s, struct tenant *t, struct handle *h)
 void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
 		 uint32_t n, int32_t *ret)
 {
+	struct index_keys kk;
+
+	index_keys_init(&kk, &ns->index, keys, n);
 	for (uint32_t i = 0; i < n; i++) {
-		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct block *b = index_keys_get(&kk, i);
 		if (b && b->state == BLOCK_RESIDENT) {
 			evict_touch(&ns->cls->policy, &b->evict); /* a no-op off the list */
 			ret[i] = 0;
@@ -412,7 +426,7 @@ bool store_ns_evict_some(struct store *s, struct ns *ns, struct store_evict *e, 
 		 * shift), so the slot is looked at again; what a removal
 		 * moves never lands in a slot already passed with a block
 		 * this pass would take. */
-		while (evict_takes(e, b = ns->index.slots[e->pos])) {
+		while (evict_takes(e, b = index_slot(&ns->index, e->pos))) {
 			e->n++;
 			if (e->pass == 0) {
 				store_block_spilled(s, b);
@@ -435,8 +449,11 @@ bool store_ns_evict_some(struct store *s, struct ns *ns, struct store_evict *e, 
 void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,
 		    uint32_t n, int32_t *ret)
 {
+	struct index_keys kk;
+
+	index_keys_init(&kk, &ns->index, keys, n);
 	for (uint32_t i = 0; i < n; i++) {
-		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct block *b = index_keys_get(&kk, i);
 		if (!b || b->state != BLOCK_RESIDENT) {
 			ret[i] = b ? -EINPROGRESS : -ENOENT;
 			continue;
@@ -454,8 +471,11 @@ void store_prefetch(struct store *s, struct ns *ns, const uint8_t *keys,
 void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 		  uint32_t n, int32_t *ret)
 {
+	struct index_keys kk;
+
+	index_keys_init(&kk, &ns->index, keys, n);
 	for (uint32_t i = 0; i < n; i++) {
-		struct block *b = index_get(&ns->index, keys + (size_t)i * KVT_KEY_SIZE);
+		struct block *b = index_keys_get(&kk, i);
 		if (!b) {
 			ret[i] = -ENOENT;
 			continue;

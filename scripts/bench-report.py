@@ -257,29 +257,35 @@ def scale_section(s, P):
             "One namespace of 4 KiB blocks, the smallest slot the daemon has (a shard is padded to "
             "4 KiB), so that the pool stays small; all blocks in host memory (pool %s). At each "
             "size: a one-key lookup of a random stored key against `kvt_client_ping` (the same "
-            "round trip without the index), 1024-key lookups of random stored keys, and the "
+            "round trip without the index); 1024-key lookups of random stored keys, in ns per key "
+            "beyond the round trip, against the same keys looked up in a plain open-addressing "
+            "table in the benchmark's process with as many keys and slots as the daemon's index "
+            "(the keys themselves in 32-byte slots, one cache line a key, looked up in batches "
+            "with prefetching: the memory system's cost); and the "
             "daemon's RssAnon from `/proc/PID/status`. The pool is shared memory (RssShmem), so "
             "RssAnon is the daemon's bookkeeping; per block is its growth since before the first "
             "block (%d KiB), marginal is the growth since the size before. The daemon and the "
             "benchmark run on one CPU while lookups are timed; %d pairs.\n"
             % (size_name(ix["pool_bytes"]), ix["base_rss_anon_kib"], s["pairs"])
         )
-        out.append("| blocks | lookup, 1 key, µs | ping, µs | lookup / ping | 1024 keys, M keys/s | ns per key beyond the round trip | RssAnon, MiB | bytes per block | marginal |")
-        out.append("|---|---|---|---|---|---|---|---|---|")
-        data = "# blocks lookup1_us min max ping_us keys_s bytes_per_block marginal ratio\n"
+        out.append("| blocks | lookup, 1 key, µs | ping, µs | lookup / ping | 1024 keys, M keys/s | ns per key beyond the round trip | plain table, ns per key | kvtier / plain table | RssAnon, MiB | bytes per block | marginal |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        data = "# blocks lookup1_us min max ping_us keys_s bytes_per_block marginal ratio ns_per_key plain_ns_per_key\n"
         for p in pts:
             if "skipped" in p:
-                out.append("| %s | skipped: %s | | | | | | | |" % (count_md(p["blocks"]), p["skipped"]))
+                out.append("| %s | skipped: %s | | | | | | | | | |" % (count_md(p["blocks"]), p["skipped"]))
                 continue
             out.append(
-                "| %s | %.2f | %.2f | %s | %.2f | %.1f | %.1f | %.0f | %.0f |"
+                "| %s | %.2f | %.2f | %s | %.2f | %.1f | %.1f | %s | %.1f | %.0f | %.0f |"
                 % (count_md(p["blocks"]), p["lookup1_us"], p["ping_us"], rng(p, "lookup1_ratio"),
-                   p["batch_keys_s"] / 1e6, p["ns_per_key_beyond_rtt"], p["rss_anon_kib"] / 1024,
+                   p["batch_keys_s"] / 1e6, p["ns_per_key_beyond_rtt"], p["plain_ns_per_key"],
+                   rng(p, "ns_per_key_ratio"), p["rss_anon_kib"] / 1024,
                    p["bytes_per_block"], p["marginal_bytes_per_block"])
             )
-            data += "%d %.3f %.3f %.3f %.3f %.0f %.1f %.1f %.4f\n" % (
+            data += "%d %.3f %.3f %.3f %.3f %.0f %.1f %.1f %.4f %.2f %.2f\n" % (
                 p["blocks"], p["lookup1_us"], p["lookup1_us_min"], p["lookup1_us_max"], p["ping_us"],
-                p["batch_keys_s"], p["bytes_per_block"], p["marginal_bytes_per_block"], p["lookup1_ratio"])
+                p["batch_keys_s"], p["bytes_per_block"], p["marginal_bytes_per_block"], p["lookup1_ratio"],
+                p["ns_per_key_beyond_rtt"], p["plain_ns_per_key"])
         out.append("")
         P.write(
             "scale-lookup",
@@ -301,7 +307,17 @@ def scale_section(s, P):
             "plot 'scale-memory.dat' using 1:7 with linespoints lw 2 pt 7 title 'growth since empty / blocks', "
             "'' using 1:8 with linespoints lw 2 pt 5 title 'marginal, since the size before'\n",
         )
+        P.write(
+            "scale-keys",
+            data,
+            "set title '1024-key lookups: ns per key, kvtier beyond the round trip and a plain table'\n"
+            "set logscale x\nset format x '10^{%L}'\nset autoscale xfix\nset offsets graph 0.05, graph 0.05, 0, 0\nset xlabel 'blocks in the index'\n"
+            "set ylabel 'ns per key'\nset yrange [0:*]\nset key top left\n"
+            "plot 'scale-keys.dat' using 1:10 with linespoints lw 2 pt 7 title 'kvtier, beyond the round trip', "
+            "'' using 1:11 with linespoints lw 2 pt 5 title 'plain table in process (limit)'\n",
+        )
         out.append(P.link("scale-lookup", "lookup latency against index size"))
+        out.append(P.link("scale-keys", "ns per key of batched lookups against a plain table"))
         out.append(P.link("scale-memory", "daemon memory per block against index size"))
     rc = s["recovery"]
     pts = rc["points"]

@@ -7,7 +7,8 @@
 #                 bare AF_UNIX ping-pong; batched lookups in keys/s
 #   NVMe tier     bench-nvme: spill and restore against fio
 #   scale         bench-scale: lookup latency and daemon memory per block as
-#                 the index grows; recovery time against blocks on disk
+#                 the index grows, batched lookups against a plain table in
+#                 its own process; recovery time against blocks on disk
 #
 # then tables (markdown, ready to paste into docs/benchmarks.md) and
 # gnuplot plots of the results, all in one results directory.

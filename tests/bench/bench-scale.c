@@ -8,7 +8,11 @@
  *      every power of ten:
  *        - a one-key lookup of a random stored key, against
  *          kvt_client_ping (the same round trip without the index);
- *        - 1024-key lookups of random stored keys, in keys/s;
+ *        - 1024-key lookups of random stored keys, in ns per key beyond
+ *          the round trip, against the same keys looked up in a plain
+ *          open-addressing table in this process with as many keys and
+ *          slots as the daemon's index (the memory system's cost: one
+ *          cache line a key);
  *        - the daemon's RssAnon per block.  The pool is shared memory
  *          (RssShmem), so anonymous memory is the daemon's bookkeeping:
  *          index, block entries, free-slot stacks.
@@ -40,6 +44,7 @@
 #include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "bench-util.h"
 #include "kvtier.h"
@@ -308,6 +313,7 @@ struct index_point {
 	double store_blocks_s; /* growing to n from the point before */
 	double one_us[MAX_PAIRS], ping_us[MAX_PAIRS], one_ratio[MAX_PAIRS];
 	double batch_us[MAX_PAIRS], keys_s[MAX_PAIRS], ns_per_key[MAX_PAIRS];
+	double plain_ns[MAX_PAIRS], key_ratio[MAX_PAIRS]; /* the limit of ns_per_key */
 };
 
 static struct {
@@ -357,13 +363,113 @@ static uint64_t batch_lookups(kvt_ns *ns, const uint8_t *ring, uint8_t *states, 
 	return kvt_now_ns() - t0;
 }
 
+/* ---- the limit of a batched lookup: a plain table here ------------- */
+
+/*
+ * The keys themselves in 32-byte slots, open addressing with linear
+ * probing, as many slots as the daemon's index has at that size and mapped
+ * as its table is (aligned, huge pages offered), looked up BATCH keys at a
+ * time as the index does: all hashed (XXH3, as the daemon) and their
+ * homes asked for, then compared.  A key costs one cache line and no
+ * indirection: what the memory system asks of any lookup at that size.
+ */
+#define PLAIN_BATCH 32
+
+struct plain {
+	uint8_t *map, *slots; /* slots: cap keys; all zero is empty */
+	uint64_t cap, map_bytes;
+};
+
+/* The daemon's index holding n keys: 2048 slots for a namespace's first
+ * 1024 keys, doubled whenever a key more would pass 70 %. */
+static uint64_t index_cap(uint64_t n)
+{
+	uint64_t cap = 2048;
+	while (n * 10 > cap * 7)
+		cap *= 2;
+	return cap;
+}
+
+static uint64_t plain_bytes(uint64_t n)
+{
+	return index_cap(n) * KVT_KEY_BYTES + 2 * MIB;
+}
+
+/* No stored key is all zero (make_keys). */
+static const uint8_t plain_empty[KVT_KEY_BYTES];
+
+static void plain_init(struct plain *p, uint64_t n)
+{
+	p->cap = index_cap(n);
+	p->map_bytes = plain_bytes(n);
+	p->map = mmap(NULL, p->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p->map == MAP_FAILED)
+		die("cannot map %llu MiB: %s", (unsigned long long)(p->map_bytes / MIB), strerror(errno));
+	p->slots = (uint8_t *)(((uintptr_t)p->map + 2 * MIB - 1) & ~(uintptr_t)(2 * MIB - 1));
+	(void)madvise(p->slots, p->cap * KVT_KEY_BYTES, MADV_HUGEPAGE);
+	for (uint64_t i = 0; i < n; i++) {
+		uint8_t key[KVT_KEY_BYTES];
+		make_key(key, i);
+		uint64_t at = XXH3_64bits(key, KVT_KEY_BYTES) & (p->cap - 1);
+		while (memcmp(p->slots + at * KVT_KEY_BYTES, plain_empty, KVT_KEY_BYTES))
+			at = (at + 1) & (p->cap - 1);
+		memcpy(p->slots + at * KVT_KEY_BYTES, key, KVT_KEY_BYTES);
+	}
+}
+
+static void plain_free(struct plain *p)
+{
+	munmap(p->map, p->map_bytes);
+}
+
+static bool plain_find(const struct plain *p, const uint8_t *key, uint64_t at)
+{
+	for (;; at = (at + 1) & (p->cap - 1)) {
+		const uint8_t *s = p->slots + at * KVT_KEY_BYTES;
+		if (!memcmp(s, key, KVT_KEY_BYTES))
+			return true;
+		if (!memcmp(s, plain_empty, KVT_KEY_BYTES))
+			return false;
+	}
+}
+
+static uint64_t plain_pos;
+
+/* As batch_lookups, the same keys in the same order. */
+static uint64_t plain_lookups(const struct plain *p, const uint8_t *ring, unsigned iters)
+{
+	uint64_t found = 0, at[PLAIN_BATCH];
+	uint64_t t0 = kvt_now_ns();
+
+	for (unsigned it = 0; it < iters; it++) {
+		if (plain_pos + LOOKUP_KEYS > RING_KEYS)
+			plain_pos = 0;
+		const uint8_t *keys = ring + plain_pos * KVT_KEY_BYTES;
+		for (unsigned b = 0; b < LOOKUP_KEYS; b += PLAIN_BATCH) {
+			const uint8_t *k = keys + (size_t)b * KVT_KEY_BYTES;
+			for (unsigned i = 0; i < PLAIN_BATCH; i++) {
+				at[i] = XXH3_64bits(k + i * KVT_KEY_BYTES, KVT_KEY_BYTES) & (p->cap - 1);
+				__builtin_prefetch(p->slots + at[i] * KVT_KEY_BYTES);
+			}
+			for (unsigned i = 0; i < PLAIN_BATCH; i++)
+				found += plain_find(p, k + i * KVT_KEY_BYTES, at[i]);
+		}
+		plain_pos += LOOKUP_KEYS;
+	}
+	uint64_t t = kvt_now_ns() - t0;
+	if (found != (uint64_t)iters * LOOKUP_KEYS)
+		die("the plain table found %llu of %llu stored keys", (unsigned long long)found,
+		    (unsigned long long)iters * LOOKUP_KEYS);
+	return t;
+}
+
 /* Random stored keys, so that a large index is looked up all over, not in
  * a part that stays in the caches. */
 static void ring_fill(uint8_t *ring, uint64_t n, uint64_t seed)
 {
 	for (uint64_t j = 0; j < RING_KEYS; j++)
 		make_key(ring + j * KVT_KEY_BYTES, mix(seed * RING_KEYS + j) % n);
-	ring_pos = 0;
+	ring_pos = plain_pos = 0;
 }
 
 static void index_measure(kvt_client *c, kvt_ns *ns, uint8_t *ring, struct index_point *pt)
@@ -372,17 +478,22 @@ static void index_measure(kvt_client *c, kvt_ns *ns, uint8_t *ring, struct index
 	unsigned one = opt.iters / CHUNKS ? opt.iters / CHUNKS : 1;
 	unsigned batch = opt.batches / CHUNKS ? opt.batches / CHUNKS : 1;
 
+	struct plain plain;
+
+	plain_init(&plain, pt->n);
 	ring_fill(ring, pt->n, pt->n);
 	place(true);
 	one_lookups(ns, ring, one);
 	batch_lookups(ns, ring, states, batch);
+	plain_lookups(&plain, ring, batch);
 	bench_pings(c, one);
 	for (unsigned p = 0; p < opt.pairs; p++) {
-		uint64_t o = 0, g = 0, b = 0;
+		uint64_t o = 0, g = 0, b = 0, l = 0;
 		for (unsigned k = 0; k < CHUNKS; k++) {
 			o += one_lookups(ns, ring, one);
 			g += bench_pings(c, one);
 			b += batch_lookups(ns, ring, states, batch);
+			l += plain_lookups(&plain, ring, batch);
 		}
 		pt->one_us[p] = (double)o / (one * CHUNKS) / 1000.0;
 		pt->ping_us[p] = (double)g / (one * CHUNKS) / 1000.0;
@@ -390,11 +501,15 @@ static void index_measure(kvt_client *c, kvt_ns *ns, uint8_t *ring, struct index
 		pt->one_ratio[p] = pt->one_us[p] / pt->ping_us[p];
 		pt->keys_s[p] = LOOKUP_KEYS / (pt->batch_us[p] * 1e-6);
 		pt->ns_per_key[p] = (pt->batch_us[p] - pt->ping_us[p]) * 1000.0 / LOOKUP_KEYS;
-		progress("  %llu blocks, pair %u/%u: lookup %.2f us, ping %.2f us, ratio %.3f; 1024 keys %.1f us (%.2f M keys/s)",
+		pt->plain_ns[p] = (double)l / ((double)batch * CHUNKS * LOOKUP_KEYS);
+		pt->key_ratio[p] = pt->ns_per_key[p] / pt->plain_ns[p];
+		progress("  %llu blocks, pair %u/%u: lookup %.2f us, ping %.2f us, ratio %.3f; 1024 keys %.1f us (%.2f M keys/s), %.1f ns/key, plain table %.1f ns/key, ratio %.3f",
 			 (unsigned long long)pt->n, p + 1, opt.pairs, pt->one_us[p], pt->ping_us[p],
-			 pt->one_ratio[p], pt->batch_us[p], pt->keys_s[p] / 1e6);
+			 pt->one_ratio[p], pt->batch_us[p], pt->keys_s[p] / 1e6, pt->ns_per_key[p],
+			 pt->plain_ns[p], pt->key_ratio[p]);
 	}
 	place(false);
+	plain_free(&plain);
 }
 
 static void index_run(void)
@@ -407,9 +522,10 @@ static void index_run(void)
 	for (unsigned i = 0; i < IX.n; i++) {
 		struct index_point *pt = &IX.p[i];
 		pt->n = want[i];
-		/* The pool, plus a generous 1 KiB of bookkeeping per block
-		 * and 1 GiB for everything else running here. */
-		uint64_t need = pool_for(pt->n) + pt->n * KIB + GIB;
+		/* The pool (the daemon populates it), plus a generous 1 KiB
+		 * of bookkeeping per block, the plain table and 1 GiB for
+		 * everything else running here. */
+		uint64_t need = pool_for(pt->n) + pt->n * KIB + plain_bytes(pt->n) + GIB;
 		if (need > avail)
 			snprintf(pt->skipped, sizeof(pt->skipped),
 				 "needs about %.1f GiB of memory (a %.1f GiB pool of 4 KiB slots), %.1f GiB available",
@@ -754,7 +870,8 @@ static void print_table(FILE *out)
 		fprintf(out, "\nindex: pool %s; lookups with the daemon and the client on one CPU; RssAnon before any block %llu KiB\n\n",
 			IX.pool, (unsigned long long)IX.base_rss_anon_kib);
 		fprintf(out, ROW, "blocks", "lookup, 1 key", "limit: ping", "ratio",
-			"1024 keys; RssAnon per block");
+			"1024 keys, beyond the round trip");
+		fprintf(out, ROW, "", "", "limit: plain table", "ratio", "M keys/s; RssAnon per block");
 		for (unsigned i = 0; i < IX.n; i++) {
 			const struct index_point *pt = &IX.p[i];
 			if (!row_begin(out, pt->n, pt->skipped, name, sizeof(name)))
@@ -762,10 +879,14 @@ static void print_table(FILE *out)
 			snprintf(a, sizeof(a), "%.2f us", median(pt->one_us, n));
 			snprintf(l, sizeof(l), "%.2f us", median(pt->ping_us, n));
 			ratio_range(pt->one_ratio, n, r, sizeof(r));
-			snprintf(x, sizeof(x), "%.2f M keys/s, %.1f ns/key; %.0f B (marginal %.0f B)",
-				 median(pt->keys_s, n) / 1e6, median(pt->ns_per_key, n),
-				 pt->bytes_per_block, pt->marginal_bytes_per_block);
+			snprintf(x, sizeof(x), "%.1f ns/key", median(pt->ns_per_key, n));
 			fprintf(out, ROW, name, a, l, r, x);
+			snprintf(l, sizeof(l), "%.1f ns/key", median(pt->plain_ns, n));
+			ratio_range(pt->key_ratio, n, r, sizeof(r));
+			snprintf(x, sizeof(x), "%.2f M keys/s; %.0f B (marginal %.0f B)",
+				 median(pt->keys_s, n) / 1e6, pt->bytes_per_block,
+				 pt->marginal_bytes_per_block);
+			fprintf(out, ROW, "", "", l, r, x);
 		}
 	}
 	if (RC.spill_bytes) {
@@ -834,7 +955,9 @@ static void print_json(void)
 		json_stat("lookup1_ratio", pt->one_ratio, false);
 		json_stat("batch_us", pt->batch_us, false);
 		json_stat("batch_keys_s", pt->keys_s, false);
-		json_stat("ns_per_key_beyond_rtt", pt->ns_per_key, true);
+		json_stat("ns_per_key_beyond_rtt", pt->ns_per_key, false);
+		json_stat("plain_ns_per_key", pt->plain_ns, false);
+		json_stat("ns_per_key_ratio", pt->key_ratio, true);
 		printf("}");
 	}
 	printf("]},\"recovery\":{\"spill_bytes\":%llu,\"pool_bytes\":%llu,\"dir\":",
@@ -871,9 +994,10 @@ static void help(void)
 	       "\n"
 	       "Measure what grows with the number of blocks, against a kvtierd it\n"
 	       "starts itself (KVTIERD, else $KVTIERD, else kvtierd from PATH): lookup\n"
-	       "latency and the daemon's memory per block as the index grows, and the\n"
-	       "recovery time of a spill file holding N blocks.  4 KiB blocks, the\n"
-	       "smallest slot.  Progress goes to stderr.\n"
+	       "latency (batched lookups against a plain table in this process) and the\n"
+	       "daemon's memory per block as the index grows, and the recovery time of\n"
+	       "a spill file holding N blocks.  4 KiB blocks, the smallest slot.\n"
+	       "Progress goes to stderr.\n"
 	       "\n"
 	       "Options:\n"
 	       "  -n, --max N           largest index, blocks (default %llu); points at\n"

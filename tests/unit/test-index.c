@@ -61,15 +61,23 @@ static bool check_table(int line, const struct index *ix)
 		return false;
 	}
 	for (size_t i = 0; i < ix->cap; i++) {
-		if (!ix->slots[i])
+		if (!index_slot(ix, i))
 			continue;
 		used++;
-		for (size_t j = home_of(ix, ix->slots[i]); j != i; j = (j + 1) & mask)
-			if (!ix->slots[j]) {
+		/* Its tag came with it through every grow and shift. */
+		uint16_t tag = (uint16_t)(ix->slots[i] >> INDEX_TAG_SHIFT);
+		if (tag != index_tag(ix, index_slot(ix, i))) {
+			fprintf(stderr, "%s:%d: slot %zu has tag %04x, its key's is %04x\n",
+				__FILE__, line, i, tag, index_tag(ix, index_slot(ix, i)));
+			failures++;
+			return false;
+		}
+		for (size_t j = home_of(ix, index_slot(ix, i)); j != i; j = (j + 1) & mask)
+			if (!index_slot(ix, j)) {
 				fprintf(stderr,
 					"%s:%d: slot %zu (home %zu) is cut off by empty slot %zu\n",
 					__FILE__, line, i,
-					home_of(ix, ix->slots[i]), j);
+					home_of(ix, index_slot(ix, i)), j);
 				failures++;
 				return false;
 			}
@@ -261,7 +269,7 @@ static void test_random(void)
 	}
 	CHECK(ix.n == 0);
 	for (size_t i = 0; i < ix.cap; i++)
-		CHECK(ix.slots[i] == NULL);
+		CHECK(index_slot(&ix, i) == NULL);
 	index_free(&ix);
 	CHECK(ix.slots == NULL && ix.cap == 0 && ix.n == 0);
 }
@@ -296,6 +304,8 @@ static void test_growth(void)
 	}
 	CHECK(ix.n == n);
 	CHECK(ix.cap == 262144);
+	/* 2 MiB of slots: a table of its own, aligned for a huge page. */
+	CHECK(((uintptr_t)ix.slots & ((UINT64_C(2) << 20) - 1)) == 0);
 	CHECK_TABLE(&ix);
 	CHECK_AGAINST(&ix, e, n);
 	for (size_t i = 0; i < n; i++)
@@ -345,19 +355,19 @@ static void test_backward_shift(void)
 	CHECK(index_put(&ix, &a) == 0);
 	CHECK(index_put(&ix, &b) == 0);
 	CHECK(index_put(&ix, &c) == 0);
-	CHECK(ix.slots[63] == &a && ix.slots[0] == &b && ix.slots[1] == &c);
+	CHECK(index_slot(&ix, 63) == &a && index_slot(&ix, 0) == &b && index_slot(&ix, 1) == &c);
 	/* Removing the head of a wrapped run pulls both back. */
 	CHECK(index_remove(&ix, &a) == 0);
-	CHECK(ix.slots[63] == &b && ix.slots[0] == &c && ix.slots[1] == NULL);
+	CHECK(index_slot(&ix, 63) == &b && index_slot(&ix, 0) == &c && index_slot(&ix, 1) == NULL);
 	CHECK(index_get(&ix, b.key) == &b && index_get(&ix, c.key) == &c);
 	CHECK(index_get(&ix, a.key) == NULL);
 	CHECK(index_remove(&ix, &a) == -ENOENT);
 
 	/* c sits at its home: removing b must not move it before it. */
 	CHECK(index_put(&ix, &d) == 0);
-	CHECK(ix.slots[63] == &b && ix.slots[0] == &c && ix.slots[1] == &d);
+	CHECK(index_slot(&ix, 63) == &b && index_slot(&ix, 0) == &c && index_slot(&ix, 1) == &d);
 	CHECK(index_remove(&ix, &b) == 0);
-	CHECK(ix.slots[63] == &d && ix.slots[0] == &c && ix.slots[1] == NULL);
+	CHECK(index_slot(&ix, 63) == &d && index_slot(&ix, 0) == &c && index_slot(&ix, 1) == NULL);
 	CHECK(index_get(&ix, d.key) == &d && index_get(&ix, c.key) == &c);
 	CHECK_TABLE(&ix);
 	CHECK(index_remove(&ix, &c) == 0);
@@ -369,7 +379,7 @@ static void test_backward_shift(void)
 	aim(&ix, &y, 6);
 	CHECK(index_put(&ix, &x) == 0 && index_put(&ix, &y) == 0);
 	CHECK(index_remove(&ix, &x) == 0);
-	CHECK(ix.slots[5] == NULL && ix.slots[6] == &y);
+	CHECK(index_slot(&ix, 5) == NULL && index_slot(&ix, 6) == &y);
 	CHECK(index_remove(&ix, &y) == 0);
 
 	/* A long run of one hash across the end; remove from the middle. */
@@ -399,7 +409,7 @@ static size_t longest_run(const struct index *ix)
 
 	/* Twice round, for the run that wraps past the end. */
 	for (size_t i = 0; i < 2 * ix->cap && best < ix->cap; i++) {
-		run = ix->slots[i & (ix->cap - 1)] ? run + 1 : 0;
+		run = index_slot(ix, i & (ix->cap - 1)) ? run + 1 : 0;
 		if (run > best)
 			best = run;
 	}
@@ -439,9 +449,9 @@ static void test_flood(void)
 		CHECK(ix.n == N && ix.cap == 32768);
 		/* Probes a lookup of each key makes: its distance from home. */
 		for (size_t i = 0; i < ix.cap; i++) {
-			if (!ix.slots[i])
+			if (!index_slot(&ix, i))
 				continue;
-			uint64_t p = ((i - home_of(&ix, ix.slots[i])) & (ix.cap - 1)) + 1;
+			uint64_t p = ((i - home_of(&ix, index_slot(&ix, i))) & (ix.cap - 1)) + 1;
 			probes += p;
 			if (p > max_probe)
 				max_probe = p;
@@ -457,6 +467,235 @@ static void test_flood(void)
 	}
 }
 
+/* The keys of entries picked, one after another, as a request carries them. */
+static void keys_of(uint8_t *keys, struct entry *const *picked, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		memcpy(keys + 32 * i, picked[i]->key, 32);
+}
+
+/* keys[0..n) looked up in one batch: each finds what the reference says,
+ * which is what index_get finds one by one. */
+static bool check_batch(int line, const struct index *ix, struct entry *const *picked, size_t n)
+{
+	static uint8_t keys[1024 * 32];
+	static void *got[1024 + 1];
+
+	keys_of(keys, picked, n);
+	got[n] = (void *)keys; /* a batch writes n results, no more */
+	index_get_batch(ix, keys, n, got);
+	for (size_t i = 0; i < n; i++) {
+		const void *want = picked[i]->in ? picked[i] : NULL;
+		if (got[i] != want || index_get(ix, keys + 32 * i) != want) {
+			fprintf(stderr, "%s:%d: batch of %zu, key %zu (entry %u): got %p, %s expected\n",
+				__FILE__, line, n, i, picked[i]->id, got[i],
+				want ? "its entry" : "NULL");
+			failures++;
+			return false;
+		}
+	}
+	if (got[n] != (void *)keys) {
+		fprintf(stderr, "%s:%d: a batch of %zu wrote past its end\n", __FILE__, line, n);
+		failures++;
+		return false;
+	}
+	return true;
+}
+
+#define CHECK_BATCH(ix, picked, n) check_batch(__LINE__, ix, picked, n)
+
+/*
+ * Batches against the reference while the table fills, drains and grows:
+ * batches shorter and longer than the internal batch of 32, keys present
+ * and absent, the same key several times in one batch (side by side and
+ * far apart), and runs of keys that share a home (the clusters of
+ * clustered_entries, picked together).
+ */
+static void test_batch(void)
+{
+	static struct entry e[N_KEYS];
+	static struct entry *picked[1024];
+	static const size_t sizes[] = {1, 2, 31, 32, 33, 64, 65, 257, 1024};
+	struct index ix;
+
+	clustered_entries(e, N_KEYS);
+	CHECK(index_init(&ix, 0, &test_hash) == 0);
+	index_get_batch(&ix, NULL, 0, NULL); /* nothing to do */
+	for (unsigned long ops = 0; ops < 120000; ops++) {
+		unsigned phase = (unsigned)(ops / 20000) % 2;
+		struct entry *x = &e[rnd() % N_KEYS];
+
+		if (rnd() % 100 < (phase ? 30u : 65u)) {
+			CHECK(index_put(&ix, x) == (x->in ? -EEXIST : 0));
+			x->in = true;
+		} else {
+			CHECK(index_remove(&ix, x) == (x->in ? 0 : -ENOENT));
+			x->in = false;
+		}
+		if (ops % 3000 != 2999)
+			continue;
+		for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+			size_t n = sizes[si];
+			size_t c = (size_t)(rnd() % (N_KEYS / 64)) * 64;
+			for (size_t i = 0; i < n; i++) {
+				switch (rnd() % 4) {
+				case 0: /* a cluster: 16 keys of one home in order */
+					picked[i] = &e[c + i % 16 / 2 * 8 + i % 2];
+					break;
+				case 1: /* a key this batch already has */
+					picked[i] = i ? picked[rnd() % i] : &e[0];
+					break;
+				default:
+					picked[i] = &e[rnd() % N_KEYS];
+				}
+			}
+			if (!CHECK_BATCH(&ix, picked, n))
+				goto out;
+		}
+		if (!CHECK_TABLE(&ix))
+			break;
+	}
+out:
+	CHECK(ix.cap >= 8192);
+	index_free(&ix);
+}
+
+/* Change the first 8 bytes of e's key until both its home and its tag in
+ * ix are the ones asked for. */
+static void aim_tag(const struct index *ix, struct entry *e, size_t home, uint16_t tag)
+{
+	for (uint64_t c = rnd();; c++) {
+		memcpy(e->key, &c, sizeof(c));
+		if (index_home(ix, e->key) == home && index_tag(ix, e->key) == tag)
+			return;
+	}
+}
+
+/*
+ * Tags.  Keys that share both home and tag (what 1 probe in 65,536 meets
+ * by chance) must still be told apart by their bytes, one by one and in a
+ * batch, before and after a removal shifts them; and a key whose tag does
+ * not match is passed over without reading its entry, which a slot with
+ * another tag put in by hand shows.
+ */
+static void test_tags(void)
+{
+	struct entry a, b, c, d, o, *picked[8];
+	struct index ix;
+	const size_t home = 40;
+
+	CHECK(index_init(&ix, 0, &test_hash) == 0 && ix.cap == 64);
+	memset(&a, 0, sizeof(a));
+	a.key[31] = 1;
+	aim(&ix, &a, home);
+	uint16_t tag = index_tag(&ix, a.key);
+	b = c = d = o = a;
+	b.key[31] = 2;
+	c.key[31] = 3;
+	d.key[31] = 4;
+	o.key[31] = 5;
+	aim_tag(&ix, &b, home, tag);
+	aim_tag(&ix, &c, home, tag);
+	aim_tag(&ix, &d, home, tag); /* never put */
+	aim(&ix, &o, home);
+	CHECK(index_tag(&ix, o.key) != tag);
+	CHECK(memcmp(a.key, b.key, 32) && memcmp(b.key, c.key, 32) && memcmp(c.key, d.key, 32));
+
+	CHECK(index_put(&ix, &a) == 0 && index_put(&ix, &o) == 0);
+	CHECK(index_put(&ix, &b) == 0 && index_put(&ix, &c) == 0);
+	a.in = b.in = c.in = o.in = true;
+	CHECK(index_slot(&ix, home) == &a && index_slot(&ix, home + 1) == &o &&
+	      index_slot(&ix, home + 2) == &b && index_slot(&ix, home + 3) == &c);
+	CHECK_TABLE(&ix);
+	CHECK(index_get(&ix, c.key) == &c && index_get(&ix, d.key) == NULL);
+	/* A copy of b's key under another object is a duplicate. */
+	struct entry b2 = b;
+	CHECK(index_put(&ix, &b2) == -EEXIST);
+	picked[0] = &d, picked[1] = &c, picked[2] = &b, picked[3] = &a;
+	picked[4] = &c, picked[5] = &d, picked[6] = &o, picked[7] = &a;
+	CHECK_BATCH(&ix, picked, 8);
+
+	/* Removing a pulls o, b and c back one slot each, tags and all. */
+	CHECK(index_remove(&ix, &a) == 0);
+	a.in = false;
+	CHECK(index_slot(&ix, home) == &o && index_slot(&ix, home + 1) == &b &&
+	      index_slot(&ix, home + 2) == &c && index_slot(&ix, home + 3) == NULL);
+	CHECK_TABLE(&ix);
+	CHECK_BATCH(&ix, picked, 8);
+	CHECK(index_remove(&ix, &b) == 0);
+	b.in = false;
+	CHECK_TABLE(&ix);
+	CHECK_BATCH(&ix, picked, 8);
+
+	/* c's slot given o's tag: a lookup of c compares tags only and finds
+	 * nothing there, one by one and in a batch. */
+	uint64_t saved = ix.slots[home + 1];
+	CHECK(index_slot(&ix, home + 1) == &c);
+	ix.slots[home + 1] = (saved & INDEX_ADDR_MASK) |
+			     (uint64_t)index_tag(&ix, o.key) << INDEX_TAG_SHIFT;
+	void *got[2];
+	CHECK(index_get(&ix, c.key) == NULL);
+	index_get_batch(&ix, c.key, 1, got);
+	CHECK(got[0] == NULL);
+	ix.slots[home + 1] = saved;
+	CHECK(index_get(&ix, c.key) == &c);
+
+	/* An entry the slot cannot hold. */
+	if (sizeof(void *) == 8)
+		CHECK(index_put(&ix, (void *)(uintptr_t)(UINT64_C(1) << 52)) == -EINVAL);
+	CHECK(ix.n == 2);
+	index_free(&ix);
+}
+
+/*
+ * A request's keys through index_keys, forwards and backwards, while the
+ * walk itself removes the entries it finds and puts those it does not
+ * (as DELETE and RESERVE do): every get must say what index_get says at
+ * that moment, so a key met again after its entry went is absent, and one
+ * put by an earlier get of the same key is present.
+ */
+static void test_keys(void)
+{
+	enum { N = 300, REQ = 200 };
+	static struct entry e[N];
+	static struct entry *picked[REQ];
+	static uint8_t keys[REQ * 32];
+	struct index ix;
+
+	clustered_entries(e, N);
+	CHECK(index_init(&ix, 0, &test_hash) == 0);
+	for (size_t i = 0; i < N; i += 2) {
+		CHECK(index_put(&ix, &e[i]) == 0);
+		e[i].in = true;
+	}
+	for (unsigned round = 0; round < 6; round++) {
+		struct index_keys k;
+		unsigned mutate = round % 3; /* none, remove found, put missing */
+		bool backwards = round >= 3;
+
+		for (size_t i = 0; i < REQ; i++)
+			picked[i] = rnd() % 4 == 0 && i ? picked[rnd() % i] : &e[rnd() % N];
+		keys_of(keys, picked, REQ);
+		index_keys_init(&k, &ix, keys, REQ);
+		for (size_t j = 0; j < REQ; j++) {
+			size_t i = backwards ? REQ - 1 - j : j;
+			struct entry *x = picked[i];
+			void *got = index_keys_get(&k, i);
+			CHECK(got == index_get(&ix, keys + 32 * i) && got == (x->in ? x : NULL),
+			      "round %u, key %zu", round, i);
+			if (mutate == 1 && x->in && rnd() % 2) {
+				CHECK(index_remove(&ix, x) == 0);
+				x->in = false;
+			} else if (mutate == 2 && !x->in && rnd() % 2) {
+				CHECK(index_put(&ix, x) == 0);
+				x->in = true;
+			}
+		}
+		CHECK_TABLE(&ix);
+	}
+	index_free(&ix);
+}
+
 int main(void)
 {
 	keyhash_init_seed(&test_hash, UINT64_C(0x7e57));
@@ -464,6 +703,9 @@ int main(void)
 	test_backward_shift();
 	test_growth();
 	test_random();
+	test_batch();
+	test_tags();
+	test_keys();
 
 	if (failures) {
 		fprintf(stderr, "test-index: %d check(s) failed\n", failures);
