@@ -102,7 +102,7 @@ int config_defaults(struct config *c)
 	c->capacity = 256ULL << 20;
 	c->extent_size = 64ULL << 20;
 	c->hugepages = HUGEPAGES_AUTO;
-	c->eviction = EVICT_ARC; /* chosen on the traces of docs/workload.md */
+	c->eviction = EVICT_LRFU_ADMIT; /* chosen on the traces of docs/workload.md */
 	c->lock = LOCK_AUTO;
 	c->fragmentation_alert_ppm = 300000; /* 0.3: where operators see large prefills fail */
 	c->default_quota = 0; /* a quarter of the capacity */

@@ -130,7 +130,7 @@ struct slot_class {
 	uint64_t slot_bytes;
 	struct extent **extents;
 	uint32_t n_extents;
-	struct evict policy; /* [pool] eviction (ARC by default), over its resident blocks */
+	struct evict policy; /* [pool] eviction (lrfu-admit by default), over its resident blocks */
 	uint64_t used_slots;
 	uint64_t slots, extent_bytes; /* of its extents, kept as they are added */
 	uint64_t starved; /* allocations starved (fragmentation.h) */

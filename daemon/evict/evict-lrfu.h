@@ -45,9 +45,10 @@
  * traces of docs/workload.md move by a few points. */
 #define EVICT_LRFU_WEIGHT 32
 /* The count sketch: counters per row for each entry the tier can list
- * (32 bytes a block in all), up to the sketch's max_width.  With 4 on the
- * Mooncake trace of docs/workload.md the counters fill between halvings
- * and every block looks seen before. */
+ * (32 bytes a block in all), up to the sketch's max_width (2 MiB in all by
+ * default, reached at 65 536 entries), so that a large tier's sketch does
+ * not grow with it.  With 4 on the Mooncake trace of docs/workload.md the
+ * counters fill between halvings and every block looks seen before. */
 #define EVICT_SKETCH_COLUMNS 16
 
 struct keyhash;

@@ -31,7 +31,8 @@ static void check_defaults(int line, const struct config *c)
 	    c->n_tenants != 0 || c->tenants != NULL ||
 	    c->nvme_engine != NVME_ENGINE_AUTO || c->nvme_queue_depth != 64 ||
 	    c->writeback_high != 80 || c->writeback_low != 60 ||
-	    c->n_spills != 0 || c->spills != NULL) {
+	    c->n_spills != 0 || c->spills != NULL ||
+	    c->eviction != EVICT_LRFU_ADMIT) {
 		fprintf(stderr, "%s:%d: not the built-in defaults\n", __FILE__,
 			line);
 		failures++;

@@ -69,6 +69,90 @@ static void test_sketch(void)
 	count_sketch_done(&s);
 }
 
+/* A conservative count-min sketch never counts a key below its true count
+ * (up to COUNT_SKETCH_MAX), however many keys share its counters: a
+ * sketch of the smallest width, far too narrow for the keys, with skewed
+ * traffic and no halving, checked against exact counts. */
+static void test_sketch_never_under(void)
+{
+	enum { KEYS = 4096 };
+	static unsigned truth[KEYS];
+	struct count_sketch s;
+
+	count_sketch_init(&s);
+	s.max_width = COUNT_SKETCH_MIN_WIDTH;
+	CHECK(count_sketch_reserve(&s, 1 << 20) == 0);
+	CHECK(s.width == COUNT_SKETCH_MIN_WIDTH, "%" PRIu64, s.width);
+	/* A period far longer than the sketch is made for, so that its 256
+	 * counters a row fill with the 4096 keys' counts. */
+	s.period = UINT64_C(1) << 20;
+	uint64_t over = 0;
+	for (uint64_t i = 0; i < 20000; i++) {
+		/* Key k with probability about 1/(k+1): a few hot, many rare. */
+		unsigned k = (unsigned)(rnd() % KEYS);
+		k = (unsigned)(rnd() % (k + 1));
+		unsigned got = count_sketch_add(&s, UINT64_C(0x9e3779b97f4a7c15) * (k + 1));
+		truth[k]++;
+		unsigned want = truth[k] < COUNT_SKETCH_MAX ? truth[k] : COUNT_SKETCH_MAX;
+		CHECK(got >= want, "key %u: %u counted %u times", k, got, truth[k]);
+		over += got > want;
+	}
+	CHECK(s.halvings == 0);
+	for (unsigned k = 0; k < KEYS; k++) {
+		unsigned want = truth[k] < COUNT_SKETCH_MAX ? truth[k] : COUNT_SKETCH_MAX;
+		unsigned got = count_sketch_get(&s, UINT64_C(0x9e3779b97f4a7c15) * (k + 1));
+		CHECK(got >= want, "key %u: estimate %u, true %u", k, got, truth[k]);
+	}
+	/* So narrow a sketch must over-count some: otherwise the keys did not
+	 * share counters and the check above proved nothing. */
+	CHECK(over > 0);
+	count_sketch_done(&s);
+}
+
+/* The sketch stops at max_width whatever it is asked to cover, and the
+ * policy's sketch stops at the default bound however large the tier:
+ * its memory is a constant, not so much per block. */
+static void test_sketch_bounded(void)
+{
+	struct count_sketch s;
+
+	count_sketch_init(&s);
+	CHECK(count_sketch_reserve(&s, UINT64_C(1) << 40) == 0);
+	CHECK(s.width == COUNT_SKETCH_DEFAULT_MAX_WIDTH);
+	CHECK(count_sketch_bytes(&s) == COUNT_SKETCH_ROWS * COUNT_SKETCH_DEFAULT_MAX_WIDTH / 2);
+	CHECK(count_sketch_bytes(&s) <= (UINT64_C(2) << 20), "%" PRIu64 " bytes",
+	      count_sketch_bytes(&s));
+	/* Halving works at the bound too. */
+	for (unsigned i = 0; i < 6; i++)
+		count_sketch_add(&s, 1234);
+	count_sketch_halve(&s);
+	CHECK(count_sketch_get(&s, 1234) == 3);
+	count_sketch_done(&s);
+
+	/* A tier listing 4 times the entries at which the per-entry sizing
+	 * reaches the bound. */
+	uint64_t n = 4 * (COUNT_SKETCH_DEFAULT_MAX_WIDTH / EVICT_SKETCH_COLUMNS);
+	struct evict_entry *x = calloc(n, sizeof(*x));
+	struct evict e;
+	CHECK(x != NULL);
+	CHECK(evict_init(&e, EVICT_LRFU_ADMIT, &test_hash) == 0);
+	const struct evict_lrfu_admit_state *a = evict_state(&e, &evict_policy_lrfu_admit);
+	for (uint64_t i = 0; i < n; i++) {
+		fresh(&x[i], i + 1);
+		evict_insert(&e, &x[i]);
+	}
+	CHECK(evict_count(&e) == n);
+	CHECK(a->lrfu.sketch.width == COUNT_SKETCH_DEFAULT_MAX_WIDTH, "%" PRIu64,
+	      a->lrfu.sketch.width);
+	/* Sketch and shadows together: the bound, and the shadows' 1/64
+	 * sample of two entries of 40 bytes. */
+	uint64_t bytes = count_sketch_bytes(&a->lrfu.sketch) + evict_admit_bytes(&a->admit);
+	CHECK(bytes <= (UINT64_C(2) << 20) + 2 * n, "%" PRIu64 " bytes for %" PRIu64 " entries",
+	      bytes, n);
+	evict_done(&e);
+	free(x);
+}
+
 /* Requested once and recent, against requested often and older: the
  * one-hit block goes first, where LRU would take the other. */
 static void test_frequency_wins(void)
@@ -254,6 +338,8 @@ int main(void)
 	/* The entry every block embeds did not grow. */
 	CHECK(sizeof(struct evict_entry) == 32);
 	test_sketch();
+	test_sketch_never_under();
+	test_sketch_bounded();
 	test_frequency_wins();
 	test_decay();
 	test_filter_refuses();
