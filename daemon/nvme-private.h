@@ -32,6 +32,23 @@ struct nvme {
 	struct nvme_stats st;
 	struct spill_recovery rec;
 	unsigned ops; /* write-backs and stagings in flight */
+	/* Recovery in progress (NULL once over): write-back waits for it,
+	 * stagings of the blocks it found already run. */
+	struct spill_recover *recovery;
+	struct io_engine *rio; /* recovery's own engine, freed after it */
+	int *rfile;            /* its index of each spill file */
+	sd_event_source *rio_end;
+	struct recover_read *reads; /* SPILL_RECOVER_READS_MAX */
+	struct recover_read *reads_free;
+	int recovery_error;
+};
+
+/* One read of recovery's through the engine. */
+struct recover_read {
+	struct nvme *n;
+	struct spill_read rd;
+	struct io_req req;
+	struct recover_read *next_free;
 };
 
 /* One write-back or staging: a slot header and a payload, two I/Os (the
