@@ -41,6 +41,12 @@ struct nvme {
 	struct recover_read *reads; /* SPILL_RECOVER_READS_MAX */
 	struct recover_read *reads_free;
 	int recovery_error;
+	/* The namespace of the binding recovery's current read is of: looked
+	 * up once per read (a read is parsed in one dispatch, so it cannot be
+	 * freed meanwhile). */
+	const struct spill_binding *rec_binding;
+	struct ns *rec_ns;
+	int rec_ns_found;
 };
 
 /* One read of recovery's through the engine. */

@@ -46,8 +46,17 @@ static int recover_slot(struct spill_region *r, uint32_t slot, const struct spil
 {
 	struct nvme *n = userdata;
 	const struct spill_binding *bd = r->binding;
-	return store_recover_block(n->store, bd->tenant, bd->identity, bd->identity_len, h->key, r,
-				   slot, h->seq);
+
+	if (bd != n->rec_binding) {
+		n->rec_ns_found = store_recover_ns(n->store, bd->tenant, bd->identity,
+						   bd->identity_len, &n->rec_ns);
+		if (n->rec_ns_found < 0)
+			return n->rec_ns_found;
+		n->rec_binding = bd;
+	}
+	if (n->rec_ns_found == 0)
+		return 0;
+	return store_recover_block_in(n->store, n->rec_ns, h->key, r, slot, h->seq);
 }
 
 static void recover_pump(struct nvme *n);
@@ -57,7 +66,9 @@ static void recover_read_done(struct io_req *req, int result, void *userdata)
 	struct recover_read *rr = userdata;
 	struct nvme *n = rr->n;
 
+	n->rec_binding = NULL; /* clients ran since the last read */
 	spill_recover_done(n->recovery, &rr->rd, result);
+	n->rec_binding = NULL;
 	rr->next_free = n->reads_free;
 	n->reads_free = rr;
 	recover_pump(n);

@@ -286,9 +286,8 @@ static void disk_copy_forget(struct store *s, struct block *b)
 	slab_free(&s->disk_copies, d);
 }
 
-int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
-			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
-			uint32_t slot, uint64_t seq)
+int store_recover_ns(struct store *s, const char *tenant, const uint8_t *identity,
+		     uint32_t identity_len, struct ns **ret)
 {
 	struct tenant_choice ch;
 	struct tenant *t;
@@ -316,7 +315,13 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 		return 0; /* a namespace this configuration refuses */
 	if (ns->opens)
 		ns->opens--; /* recovery is not a client */
+	*ret = ns;
+	return 1;
+}
 
+int store_recover_block_in(struct store *s, struct ns *ns, const uint8_t *key,
+			   struct spill_region *r, uint32_t slot, uint64_t seq)
+{
 	if (s->recovering && store_gone_has(s, ns, key))
 		return 0; /* stored by a client since, and gone again */
 	struct block *old = index_get(&ns->index, key);

@@ -416,16 +416,21 @@ int store_recovering(struct store *s, bool on);
 void store_gone_add(struct store *s, const struct block *b);
 /* Whether that key of ns left the index since recovery began. */
 bool store_gone_has(const struct store *s, const struct ns *ns, const uint8_t *key);
-/* A recovered NVMe block: tenant and namespace made as needed.  Called
+/* A recovered NVMe block, in two steps, so that recovery looks a region's
+ * namespace up once per read rather than once per slot.  First the
+ * namespace, tenant and namespace made as needed: 1 with *ret, 0 for one
+ * the configuration no longer has or refuses, or -ENOMEM; *ret stays valid
+ * until control returns to the event loop.  Then each block in it, called
  * while the spill files are recovered, with the tier handed over already
  * when clients are served during recovery.  A key in the index (a client
  * stored it, or a copy found before) or gone from it since recovery began
- * keeps what it has: only a newer NVMe copy of a block only on NVMe with
- * no I/O in flight replaces the older one.  \return 1 kept, 0 declined, or
+ * keeps what it has: only a newer NVMe copy of a block only on NVMe with no
+ * I/O in flight replaces the older one.  \return 1 kept, 0 declined, or
  * -ENOMEM */
-int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
-			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
-			uint32_t slot, uint64_t seq);
+int store_recover_ns(struct store *s, const char *tenant, const uint8_t *identity,
+		     uint32_t identity_len, struct ns **ret);
+int store_recover_block_in(struct store *s, struct ns *ns, const uint8_t *key,
+			   struct spill_region *r, uint32_t slot, uint64_t seq);
 /* The NVMe tier is full for ns: give up its least recently used NVMe copy
  * (a block only on NVMe is dropped).  \return 0, or -ENOSPC if it has none. */
 int store_nvme_evict(struct store *s, struct ns *ns);
