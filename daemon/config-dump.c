@@ -61,8 +61,9 @@ void config_dump(const struct config *c, FILE *f)
 		fputc('\n', f);
 	}
 	static const char *eng[] = {"auto", "io_uring", "threads"};
-	fprintf(f, "[nvme]\nengine = %s\nqueue_depth = %u\nwriteback_high = %u%%\nwriteback_low = %u%%\n\n",
-		eng[c->nvme_engine], c->nvme_queue_depth, c->writeback_high, c->writeback_low);
+	fprintf(f, "[nvme]\nengine = %s\nqueue_depth = %u\nwriteback_high = %u%%\nwriteback_low = %u%%\nrecovery = %s\n\n",
+		eng[c->nvme_engine], c->nvme_queue_depth, c->writeback_high, c->writeback_low,
+		c->nvme_recovery == NVME_RECOVERY_BACKGROUND ? "background" : "foreground");
 	for (uint32_t i = 0; i < c->n_spills; i++)
 		fprintf(f, "[spill.%s]\npath = %s\ncapacity = %s\n\n", c->spills[i].name,
 			c->spills[i].path ? c->spills[i].path : "",

@@ -114,6 +114,7 @@ void config_reload(struct config *cur, struct config *fresh, char *changed, size
 	RESTART(tenant_sockets_equal(cur, fresh), "[tenant.*] socket");
 	RESTART(cur->nvme_engine == fresh->nvme_engine, "[nvme] engine");
 	RESTART(cur->nvme_queue_depth == fresh->nvme_queue_depth, "[nvme] queue_depth");
+	RESTART(cur->nvme_recovery == fresh->nvme_recovery, "[nvme] recovery");
 	RESTART(spills_equal(cur, fresh), "[spill.*]");
 	RESTART(remotes_equal(cur, fresh), "[remote.*]");
 	LIVE(writeback_high, "[nvme] writeback_high");

@@ -111,6 +111,18 @@ int conf_engine(const char *v, void *field, const char **expect)
 	return -EINVAL;
 }
 
+int conf_recovery(const char *v, void *field, const char **expect)
+{
+	*expect = "foreground or background";
+	if (!strcmp(v, "foreground"))
+		*(enum nvme_recovery *)field = NVME_RECOVERY_FOREGROUND;
+	else if (!strcmp(v, "background"))
+		*(enum nvme_recovery *)field = NVME_RECOVERY_BACKGROUND;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 int conf_percent(const char *v, void *field, const char **expect)
 {
 	char *end;

@@ -20,6 +20,7 @@ int conf_lock(const char *v, void *field, const char **expect);      /* enum */
 int conf_numa(const char *v, void *field, const char **expect);      /* enum */
 int conf_eviction(const char *v, void *field, const char **expect);  /* enum */
 int conf_engine(const char *v, void *field, const char **expect);    /* enum */
+int conf_recovery(const char *v, void *field, const char **expect);  /* enum */
 int conf_percent(const char *v, void *field, const char **expect);   /* 0..100 */
 int conf_ratio(const char *v, void *field, const char **expect);     /* 0..1: ppm */
 int conf_unknown(const char *v, void *field, const char **expect);   /* bool */

@@ -60,6 +60,7 @@ static const struct conf_item {
 	{"nvme", "queue_depth", conf_u32, offsetof(struct config, nvme_queue_depth)},
 	{"nvme", "writeback_high", conf_percent, offsetof(struct config, writeback_high)},
 	{"nvme", "writeback_low", conf_percent, offsetof(struct config, writeback_low)},
+	{"nvme", "recovery", conf_recovery, offsetof(struct config, nvme_recovery)},
 	{"limits", "connections", conf_u32, offsetof(struct config, max_connections)},
 	{"limits", "connections_per_uid", conf_u32, offsetof(struct config, max_connections_per_uid)},
 	{"limits", "namespaces_per_tenant", conf_u32, offsetof(struct config, max_namespaces)},

@@ -42,6 +42,13 @@ enum lock_mode {
 #define CONFIG_OUTPUT_BYTES_MIN (UINT64_C(2) << 20)
 #define CONFIG_OUTPUT_BYTES_MAX (UINT64_C(1) << 30)
 
+/* [nvme] recovery: whether clients are served before the spill files are
+ * recovered. */
+enum nvme_recovery {
+	NVME_RECOVERY_FOREGROUND, /* "foreground": listen once recovered */
+	NVME_RECOVERY_BACKGROUND, /* "background": listen first */
+};
+
 enum nvme_engine {
 	NVME_ENGINE_AUTO,    /* io_uring where the kernel allows, else threads */
 	NVME_ENGINE_URING,
@@ -120,6 +127,7 @@ struct config {
 	uint32_t nvme_queue_depth;
 	uint32_t writeback_high; /* percent of a tenant's quota */
 	uint32_t writeback_low;
+	enum nvme_recovery nvme_recovery;
 	struct spill_conf *spills;
 	uint32_t n_spills;
 

@@ -44,6 +44,7 @@ struct io_backend {
 	const struct io_upcalls *up;
 	unsigned queue_depth; /* requests started and not yet completed, at most */
 	int efd;              /* the completion eventfd the loop watches; not the backend's to close */
+	bool unfaulted;       /* io_engine_unfaulted(): no test faults here */
 };
 
 struct io_backend_ops {

@@ -175,7 +175,7 @@ fail:
  * for that many completions.  uring_submit is its fault site (fault.h). */
 static int uring_enter(struct uring *u, unsigned wait_nr)
 {
-	if (fault_hit(FAULT_URING_SUBMIT)) {
+	if (!u->base.unfaulted && fault_hit(FAULT_URING_SUBMIT)) {
 		u->injected++;
 		return -ENXIO;
 	}

@@ -103,9 +103,14 @@ static void fail_later(struct io_engine *io, struct io_req *req, int error)
 
 /* ---- fault injection (test-only, fault.h) ------------------------------- */
 
+void io_engine_unfaulted(struct io_engine *io)
+{
+	io->backend->unfaulted = true;
+}
+
 static int faults_apply(struct io_engine *io, const struct io_req *req, int res)
 {
-	if (!fault_armed)
+	if (!fault_armed || io->backend->unfaulted)
 		return res;
 	if (fault_hit(req->write ? FAULT_WRITE_EIO : FAULT_READ_EIO)) {
 		io->stats.injected++;

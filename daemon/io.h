@@ -134,6 +134,11 @@ int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_dept
  */
 void io_engine_free(struct io_engine *io);
 
+/* Test faults (below) are not injected into this engine's I/O: the NVMe
+ * tier's recovery reads through an engine of its own, and the fault tests
+ * of write-back and staging count only theirs. */
+void io_engine_unfaulted(struct io_engine *io);
+
 /* "io_uring" or "threads". */
 const char *io_engine_name(const struct io_engine *io);
 /* Why this engine, for operators: "forced by configuration", "io_uring

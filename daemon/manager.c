@@ -549,6 +549,19 @@ static void notify_status(struct manager *m)
 		for (uint32_t j = 0; j < t->n_ns; j++)
 			blocks += t->nss[j]->blocks_resident;
 	}
+	struct nvme_stats ns = {0};
+	if (m->nvme)
+		nvme_get_stats(m->nvme, &ns);
+	if (ns.recovering) {
+		/* Served meanwhile: say how far, so that a slow start is not
+		 * taken for a hang. */
+		sd_notifyf(false, "STATUS=recovering spill files: %llu/%llu regions, %llu blocks; host %llu/%llu MiB used, %u clients",
+			   (unsigned long long)ns.recovery_regions,
+			   (unsigned long long)ns.recovery_regions_total,
+			   (unsigned long long)ns.recovered, (unsigned long long)(used >> 20),
+			   (unsigned long long)(m->pool.capacity >> 20), m->n_sessions);
+		return;
+	}
 	sd_notifyf(false, "STATUS=host %llu/%llu MiB used, %llu blocks, %u clients",
 		   (unsigned long long)(used >> 20), (unsigned long long)(m->pool.capacity >> 20),
 		   (unsigned long long)blocks, m->n_sessions);

@@ -32,6 +32,29 @@ struct nvme {
 	struct nvme_stats st;
 	struct spill_recovery rec;
 	unsigned ops; /* write-backs and stagings in flight */
+	/* Recovery in progress (NULL once over): write-back waits for it,
+	 * stagings of the blocks it found already run. */
+	struct spill_recover *recovery;
+	struct io_engine *rio; /* recovery's own engine, freed after it */
+	int *rfile;            /* its index of each spill file */
+	sd_event_source *rio_end;
+	struct recover_read *reads; /* SPILL_RECOVER_READS_MAX */
+	struct recover_read *reads_free;
+	int recovery_error;
+	/* The namespace of the binding recovery's current read is of: looked
+	 * up once per read (a read is parsed in one dispatch, so it cannot be
+	 * freed meanwhile). */
+	const struct spill_binding *rec_binding;
+	struct ns *rec_ns;
+	int rec_ns_found;
+};
+
+/* One read of recovery's through the engine. */
+struct recover_read {
+	struct nvme *n;
+	struct spill_read rd;
+	struct io_req req;
+	struct recover_read *next_free;
 };
 
 /* One write-back or staging: a slot header and a payload, two I/Os (the

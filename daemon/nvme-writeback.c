@@ -294,6 +294,8 @@ int nvme_writeback_run(sd_event_source *src, void *userdata)
 	unsigned budget = 4, started = 0;
 	uint64_t now = 0;
 
+	if (n->recovery)
+		return 0; /* no slot is handed out before recovery ends */
 	sd_event_now(n->event, CLOCK_MONOTONIC, &now);
 	if (now < n->backoff_until)
 		return 0; /* backing off: the retry timer kicks again */

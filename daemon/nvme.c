@@ -46,8 +46,127 @@ static int recover_slot(struct spill_region *r, uint32_t slot, const struct spil
 {
 	struct nvme *n = userdata;
 	const struct spill_binding *bd = r->binding;
-	return store_recover_block(n->store, bd->tenant, bd->identity, bd->identity_len, h->key, r,
-				   slot, h->seq);
+
+	if (bd != n->rec_binding) {
+		n->rec_ns_found = store_recover_ns(n->store, bd->tenant, bd->identity,
+						   bd->identity_len, &n->rec_ns);
+		if (n->rec_ns_found < 0)
+			return n->rec_ns_found;
+		n->rec_binding = bd;
+	}
+	if (n->rec_ns_found == 0)
+		return 0;
+	return store_recover_block_in(n->store, n->rec_ns, h->key, r, slot, h->seq);
+}
+
+static void recover_pump(struct nvme *n);
+
+static void recover_read_done(struct io_req *req, int result, void *userdata)
+{
+	struct recover_read *rr = userdata;
+	struct nvme *n = rr->n;
+
+	n->rec_binding = NULL; /* clients ran since the last read */
+	spill_recover_done(n->recovery, &rr->rd, result);
+	n->rec_binding = NULL;
+	rr->next_free = n->reads_free;
+	n->reads_free = rr;
+	recover_pump(n);
+}
+
+static void recovery_io_free(struct nvme *n)
+{
+	sd_event_source_disable_unref(n->rio_end);
+	n->rio_end = NULL;
+	io_engine_free(n->rio);
+	n->rio = NULL;
+	free(n->rfile);
+	n->rfile = NULL;
+}
+
+static int on_recovery_io_end(sd_event_source *src, void *userdata)
+{
+	recovery_io_free(userdata);
+	return 0;
+}
+
+static void recover_end(struct nvme *n)
+{
+	int r = spill_recover_end(n->recovery, &n->rec);
+
+	spill_recover_free(n->recovery);
+	n->recovery = NULL;
+	free(n->reads);
+	n->reads = NULL;
+	/* Not from inside one of its own completions. */
+	if (sd_event_add_defer(n->event, &n->rio_end, on_recovery_io_end, n) < 0)
+		log_warning("Failed to schedule the end of recovery's I/O engine; it stays, idle");
+	store_recovering(n->store, false);
+	if (r < 0) {
+		log_error_errno(r, "NVMe recovery failed: %m");
+		n->recovery_error = r;
+		/* Served in the background: the daemon stops with the error. */
+		sd_event_exit(n->event, r);
+		return;
+	}
+	log_info("NVMe tier: %u spill file(s), engine %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
+		 n->spill->n_files, io_engine_name(n->io), io_engine_reason(n->io),
+		 (unsigned long long)(n->rec.slots_recovered - n->rec.slots_replaced),
+		 (unsigned long long)n->rec.slots_dropped,
+		 (unsigned long long)(n->rec.elapsed_ns / 1000000));
+	nvme_kick(n); /* what was stored meanwhile */
+}
+
+/* As many of recovery's reads in flight as it has buffers for; parsed in
+ * recover_read_done(), one completion per event-loop dispatch. */
+static void recover_pump(struct nvme *n)
+{
+	while (n->reads_free) {
+		struct recover_read *rr = n->reads_free;
+		if (spill_recover_next(n->recovery, &rr->rd) <= 0)
+			break;
+		n->reads_free = rr->next_free;
+		rr->req = (struct io_req){.file = n->rfile[rr->rd.file], .offset = rr->rd.offset,
+					  .buf = rr->rd.buf, .len = rr->rd.len,
+					  .done = recover_read_done, .userdata = rr};
+		io_submit(n->rio, &rr->req);
+	}
+	if (spill_recover_idle(n->recovery))
+		recover_end(n);
+}
+
+static int recover_begin(struct nvme *n)
+{
+	static const enum io_engine_kind kinds[] = {IO_ENGINE_AUTO, IO_ENGINE_URING,
+						    IO_ENGINE_THREADS};
+	int r = spill_recover_begin(n->spill, recover_slot, n, &n->recovery);
+
+	if (r < 0)
+		return r;
+	/* Its own engine: as deep as recovery reads, and its reads never
+	 * wait behind (or count as) the tier's. */
+	r = io_engine_new(n->event, kinds[n->config->nvme_engine], SPILL_RECOVER_READS_MAX, &n->rio);
+	if (r < 0)
+		return r;
+	io_engine_unfaulted(n->rio);
+	n->rfile = calloc(n->spill->n_files, sizeof(int));
+	if (!n->rfile)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n->spill->n_files; i++) {
+		r = io_file_add(n->rio, n->spill->files[i].fd);
+		if (r < 0)
+			return r;
+		n->rfile[i] = r;
+	}
+	n->reads = calloc(SPILL_RECOVER_READS_MAX, sizeof(*n->reads));
+	if (!n->reads)
+		return -ENOMEM;
+	for (unsigned i = 0; i < SPILL_RECOVER_READS_MAX; i++) {
+		n->reads[i].n = n;
+		n->reads[i].next_free = n->reads_free;
+		n->reads_free = &n->reads[i];
+	}
+	return 0;
 }
 
 int nvme_start(struct store *s, const struct config *c, sd_event *event, struct nvme **ret)
@@ -68,19 +187,6 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 	r = spill_open(conf, c->n_spills, &n->spill);
 	if (r < 0)
 		goto fail;
-	/* The index first, then clients: READY follows recovery.  Reading
-	 * every slot header takes time on a large tier: ask systemd for it
-	 * (about a minute per TiB here, and a margin). */
-	uint64_t total = 0;
-	for (uint32_t i = 0; i < c->n_spills; i++)
-		total += c->spills[i].capacity;
-	sd_notifyf(false, "EXTEND_TIMEOUT_USEC=%llu",
-		   (unsigned long long)(30 + 60 * (total >> 40)) * 1000000ULL);
-	r = spill_recover(n->spill, recover_slot, n, &n->rec);
-	if (r < 0) {
-		log_error_errno(r, "NVMe recovery failed: %m");
-		goto fail;
-	}
 	static const enum io_engine_kind kinds[] = {IO_ENGINE_AUTO, IO_ENGINE_URING,
 						    IO_ENGINE_THREADS};
 	r = io_engine_new(event, kinds[c->nvme_engine], c->nvme_queue_depth, &n->io);
@@ -103,12 +209,44 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 	if (r < 0)
 		goto fail;
 	sd_event_source_set_enabled(n->kick, SD_EVENT_OFF);
+	/* The tier serves the blocks recovery finds as it finds them (each
+	 * verified again when it is read); write-back waits for the end. */
 	store_set_nvme(s, &tier_ops, n);
-	log_info("NVMe tier: %u spill file(s), engine %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
-		 n->spill->n_files, io_engine_name(n->io), io_engine_reason(n->io),
-		 (unsigned long long)(n->rec.slots_recovered - n->rec.slots_replaced),
-		 (unsigned long long)n->rec.slots_dropped,
-		 (unsigned long long)(n->rec.elapsed_ns / 1000000));
+	r = recover_begin(n);
+	if (r < 0) {
+		log_error_errno(r, "NVMe recovery failed: %m");
+		goto fail;
+	}
+	if (c->nvme_recovery == NVME_RECOVERY_BACKGROUND) {
+		r = store_recovering(s, true);
+		if (r < 0)
+			goto fail;
+		log_info("NVMe tier: recovering %u spill file(s) while serving; blocks not recovered yet are misses",
+			 n->spill->n_files);
+		recover_pump(n);
+		*ret = n;
+		return 0;
+	}
+	/* The index first, then clients: READY follows recovery.  Reading
+	 * every slot header takes time on a large tier: ask systemd for it
+	 * (about a minute per TiB at queue depth 1, and a margin). */
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < c->n_spills; i++)
+		total += c->spills[i].capacity;
+	sd_notifyf(false, "EXTEND_TIMEOUT_USEC=%llu",
+		   (unsigned long long)(30 + 60 * (total >> 40)) * 1000000ULL);
+	recover_pump(n);
+	while (n->recovery) {
+		r = sd_event_run(event, UINT64_MAX);
+		if (r < 0) {
+			log_error_errno(r, "Event loop failed during NVMe recovery: %m");
+			goto fail;
+		}
+	}
+	if (n->recovery_error < 0) {
+		r = n->recovery_error;
+		goto fail;
+	}
 	*ret = n;
 	return 0;
 fail:
@@ -141,6 +279,17 @@ void nvme_free(struct nvme *n)
 	 * memory.  Their callbacks do not run, so the ops are freed here:
 	 * those the kernel has given back, and no other. */
 	io_engine_free(n->io);
+	recovery_io_free(n);
+	/* Recovery's reads are back or cancelled: its buffers can go, unless
+	 * the kernel still holds one of them. */
+	bool held = false;
+	for (unsigned i = 0; n->reads && i < SPILL_RECOVER_READS_MAX; i++)
+		held |= io_req_held(&n->reads[i].req);
+	if (!held) {
+		spill_recover_free(n->recovery);
+		free(n->reads);
+	}
+	store_recovering(n->store, false);
 	while (!LIST_EMPTY(&n->ops_list)) {
 		struct op *op = LIST_FIRST(&n->ops_list);
 		if (op->b)
@@ -170,9 +319,20 @@ void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret)
 	ret->in_flight = io_in_flight(n->io);
 	ret->engine = io_engine_name(n->io);
 	ret->engine_reason = io_engine_reason(n->io);
-	ret->recovered = n->rec.slots_recovered - n->rec.slots_replaced;
-	ret->recovery_dropped = n->rec.slots_dropped;
-	ret->recovery_ms = n->rec.elapsed_ns / 1000000;
+	struct spill_recovery rec = n->rec;
+	ret->recovering = n->recovery != NULL;
+	ret->recovery_regions = ret->recovery_regions_total = 0;
+	for (unsigned i = 0; i < n->spill->n_files; i++)
+		ret->recovery_regions_total += n->spill->files[i].n_regions;
+	ret->recovery_regions = ret->recovery_regions_total;
+	if (n->recovery) {
+		spill_recover_get(n->recovery, &rec);
+		spill_recover_position(n->recovery, &ret->recovery_regions,
+				       &ret->recovery_regions_total);
+	}
+	ret->recovered = rec.slots_recovered - rec.slots_replaced;
+	ret->recovery_dropped = rec.slots_dropped;
+	ret->recovery_ms = rec.elapsed_ns / 1000000;
 	ret->files = n->spill->n_files;
 	ret->capacity = ret->used = ret->blocks = 0;
 	for (unsigned i = 0; i < n->spill->n_files; i++) {

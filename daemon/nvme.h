@@ -29,12 +29,21 @@ struct nvme_stats {
 	uint64_t refused;    /* write-backs refused for want of space */
 	uint64_t reclaims;   /* regions taken back for a tenant within its quota */
 	uint64_t recovered, recovery_dropped, recovery_ms;
+	/* While recovery runs (clients served meanwhile): regions parsed of
+	 * all, and the blocks found so far are in recovered. */
+	bool recovering;
+	uint64_t recovery_regions, recovery_regions_total;
 	unsigned files, files_failed;
 	const char *engine, *engine_reason;
 };
 
 /* Open the spill files, start the I/O engine and recover the index.  Not
- * called (and s->nvme stays NULL) when no [spill.NAME] is configured. */
+ * called (and s->nvme stays NULL) when no [spill.NAME] is configured.  With
+ * [nvme] recovery = background it returns once recovery has begun: the
+ * rest runs on the event loop, several reads in flight, while clients are
+ * served (blocks not recovered yet are misses; write-back waits), and a
+ * recovery that fails ends the event loop with its error.  Otherwise it
+ * returns when recovery is over. */
 int nvme_start(struct store *s, const struct config *c, sd_event *event, struct nvme **ret);
 void nvme_free(struct nvme *n);
 void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret);

@@ -48,12 +48,12 @@ _Static_assert(SPILL_REGION_HEADER_BYTES % SPILL_ALIGN == 0 &&
 	       SPILL_SLOT_HEADER_BYTES % SPILL_ALIGN == 0 &&
 	       SPILL_REGION_BYTES % SPILL_ALIGN == 0, "O_DIRECT alignment");
 
+/* Every slot header's padding is checked at recovery: memcmp of the
+ * buffer against itself one byte on runs at memory speed, a byte loop did
+ * not (it was most of recovery's CPU). */
 static bool all_zero(const uint8_t *p, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return false;
-	return true;
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
 }
 
 void *spill_buf_alloc(size_t len)

@@ -452,9 +452,8 @@ int spill_region_slot_release(struct spill_region *r, uint32_t slot)
 int spill_slot_free(struct spill_region *r, uint32_t slot)
 {
 	int k = spill_region_slot_release(r, slot);
-	/* During recovery only fn frees, and only slots it kept before. */
-	if (k == 0 && !r->file->spill->recovered)
-		r->file->spill->recovery_frees++;
+	if (k == 0)
+		r->file->spill->slot_frees++;
 	return k;
 }
 

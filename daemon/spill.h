@@ -161,7 +161,7 @@ struct spill {
 	unsigned n_files;
 	uint64_t next_seq;
 	bool recovered;
-	uint64_t recovery_frees; /* spill_slot_free() calls during recovery */
+	uint64_t slot_frees; /* spill_slot_free() calls: recovery counts fn's */
 	unsigned next_file; /* where the next unbound region comes from */
 	struct spill_region_list empty;
 	struct spill_region_list kept; /* regions being emptied for a tenant */
@@ -194,8 +194,8 @@ struct spill_recovery {
 };
 
 /*
- * Called by spill_recover() for every intact slot of a bound region, in file,
- * region and slot order.  Return 1 to keep the slot (it stays allocated),
+ * Called by spill_recover() for every intact slot of a bound region, in file
+ * and region order (slots of one region may come in any order).  Return 1 to keep the slot (it stays allocated),
  * 0 to free it, or a negative errno to stop recovery with that error.
  * Duplicates are passed on, not resolved here: the same key can be on disk
  * more than once in one namespace (a block spilled again after its older copy
@@ -277,10 +277,61 @@ void spill_free(struct spill *s);
 /* Read every region header and the slot headers of bound regions, hand the
  * intact slots to fn, free the rest, and set the next sequence number.
  * Payloads are not read: they are checked on every restore.  Must run once
- * before spill_region_find().  ret_stats may be NULL.
+ * before spill_region_find().  ret_stats may be NULL.  One pread at a time:
+ * the daemon drives the same steps below through its I/O engine.
  * \return 0, fn's negative errno, or -ENOMEM */
 int spill_recover(struct spill *s, spill_found_fn fn, void *userdata,
 		  struct spill_recovery *ret_stats);
+
+/*
+ * The same recovery, with the reads done by the caller, several at a time:
+ * spill_recover_next() says what to read (into recovery's own aligned
+ * buffers), spill_recover_done() takes each result, in any order, and
+ * parses it.  At most SPILL_RECOVER_READS_MAX reads are out at once.  fn is
+ * called from spill_recover_done().  Until it ends, no slot is handed out
+ * (spill_region_find() refuses), but slots fn kept may be freed.
+ */
+#define SPILL_RECOVER_CHUNKS 8u /* 4 MiB slot-area reads in flight */
+#define SPILL_RECOVER_READS_MAX 128u
+
+/* One read recovery asks for: len bytes of files[file] at offset into buf. */
+struct spill_read {
+	unsigned file;
+	uint64_t offset;
+	uint32_t len;
+	uint8_t *buf;
+	/* recovery's */
+	struct spill_region *region;
+	uint32_t first, count; /* the slots it holds */
+	int open, small;
+};
+
+struct spill_recover;
+
+/* \return 0; -EINVAL when s was recovered already; -ENOMEM */
+int spill_recover_begin(struct spill *s, spill_found_fn fn, void *userdata,
+			struct spill_recover **ret);
+/* The next read to make.  \return 1 with *ret filled; 0 when none can be
+ * made before some of those out are back (or none is left) */
+int spill_recover_next(struct spill_recover *rc, struct spill_read *ret);
+/* A read is back: result is its length, or a negative errno (which fails
+ * that file; recovery goes on with the others).
+ * \return 0, or the error that stops recovery (fn's, -ENOMEM): make no
+ * more reads, let those out come back, then spill_recover_end() */
+int spill_recover_done(struct spill_recover *rc, const struct spill_read *rd, int result);
+/* Nothing out, and nothing more to read: finished or stopped. */
+bool spill_recover_idle(const struct spill_recover *rc);
+/* The figures so far (all of them once finished). */
+void spill_recover_get(const struct spill_recover *rc, struct spill_recovery *ret);
+/* Regions parsed, of all the files' regions. */
+void spill_recover_position(const struct spill_recover *rc, uint64_t *ret_done,
+			    uint64_t *ret_total);
+/* Once idle.  \return 0 when finished (the spill space is the caller's from
+ * now on), the error that stopped it, or -EBUSY before */
+int spill_recover_end(struct spill_recover *rc, struct spill_recovery *ret_stats);
+/* Accepts NULL.  Reads still out must have come back or been cancelled:
+ * their buffers are freed here. */
+void spill_recover_free(struct spill_recover *rc);
 
 /* A region of (tenant, identity, slot_bytes) with a free slot: one of that
  * triple's, else an empty region kept for the tenant, a never-bound one or

@@ -268,6 +268,22 @@ static void emit_node(struct emitter *e, int node)
 	kvt_rec_u64(&e->b, "used", used);
 }
 
+/* The NVMe tier's recovery, also while it runs with clients served: the
+ * daemon record has no room left (KVT_MAX_FIELDS). */
+static void emit_recovery(struct emitter *e)
+{
+	struct nvme_stats ns;
+
+	nvme_get_stats(e->m->nvme, &ns);
+	kvt_rec_begin(&e->b, "recovery", 6);
+	kvt_rec_u64(&e->b, "running", ns.recovering);
+	kvt_rec_u64(&e->b, "regions", ns.recovering ? ns.recovery_regions : ns.recovery_regions_total);
+	kvt_rec_u64(&e->b, "regions_total", ns.recovery_regions_total);
+	kvt_rec_u64(&e->b, "blocks", ns.recovered);
+	kvt_rec_u64(&e->b, "dropped", ns.recovery_dropped);
+	kvt_rec_u64(&e->b, "ms", ns.recovery_ms);
+}
+
 #if KVT_HAVE_RADOS
 /* One record per [remote.NAME]. */
 static void emit_remote(struct emitter *e, unsigned i)
@@ -495,6 +511,10 @@ int stats_build(const struct manager *m, const struct stats_query *q,
 		emit_flush(&e, false);
 		for (int i = 0; admin && i < m->pool.topo.n_nodes; i++) {
 			emit_node(&e, m->pool.topo.nodes[i]);
+			emit_flush(&e, false);
+		}
+		if (admin && m->nvme) {
+			emit_recovery(&e);
 			emit_flush(&e, false);
 		}
 #if KVT_HAVE_RADOS

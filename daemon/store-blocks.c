@@ -12,12 +12,88 @@
 #include "store-private.h"
 #include "store.h"
 
+static uint64_t gone_fp(const struct ns *ns, uint64_t key_fp)
+{
+	uint64_t h = key_fp ^ ((uint64_t)(uintptr_t)ns * UINT64_C(0x9e3779b97f4a7c15));
+	return h ? h : 1; /* 0 is an empty place */
+}
+
+static bool gone_has(const struct store *s, uint64_t h)
+{
+	if (!s->gone)
+		return false;
+	for (uint32_t i = (uint32_t)h & (s->gone_cap - 1); s->gone[i];
+	     i = (i + 1) & (s->gone_cap - 1))
+		if (s->gone[i] == h)
+			return true;
+	return false;
+}
+
+static void gone_put(uint64_t *table, uint32_t cap, uint64_t h)
+{
+	uint32_t i = (uint32_t)h & (cap - 1);
+	while (table[i] && table[i] != h)
+		i = (i + 1) & (cap - 1);
+	table[i] = h;
+}
+
+int store_recovering(struct store *s, bool on)
+{
+	free(s->gone);
+	s->gone = NULL;
+	s->gone_n = 0;
+	s->gone_full = false;
+	s->recovering = on;
+	if (!on)
+		return 0;
+	s->gone_cap = 4096;
+	s->gone = calloc(s->gone_cap, sizeof(uint64_t));
+	if (!s->gone) {
+		s->recovering = false;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void store_gone_add(struct store *s, const struct block *b)
+{
+	uint64_t h = gone_fp(b->ns, b->evict.fp);
+
+	if (s->gone_full || gone_has(s, h))
+		return;
+	if ((s->gone_n + 1) * 4 > s->gone_cap * 3) {
+		/* Growing, up to the limit; past it recovery keeps no more
+		 * copies: misses, never an older block. */
+		uint32_t cap = s->gone_cap * 2;
+		uint64_t *t = cap <= STORE_GONE_MAX ? calloc(cap, sizeof(uint64_t)) : NULL;
+		if (!t) {
+			s->gone_full = true;
+			return;
+		}
+		for (uint32_t i = 0; i < s->gone_cap; i++)
+			if (s->gone[i])
+				gone_put(t, cap, s->gone[i]);
+		free(s->gone);
+		s->gone = t;
+		s->gone_cap = cap;
+	}
+	gone_put(s->gone, s->gone_cap, h);
+	s->gone_n++;
+}
+
+bool store_gone_has(const struct store *s, const struct ns *ns, const uint8_t *key)
+{
+	return s->gone_full || gone_has(s, gone_fp(ns, store_key_fingerprint(s, key)));
+}
+
 void store_block_unindex(struct block *b)
 {
 	struct ns *ns = b->ns;
 
 	if (!b->indexed)
 		return;
+	if (ns->tenant->store->recovering)
+		store_gone_add(ns->tenant->store, b);
 	index_remove(&ns->index, b);
 	b->indexed = false;
 	evict_remove(&ns->cls->policy, &b->evict);

@@ -274,9 +274,20 @@ int store_nvme_evict_tenant(struct store *s, struct ns *ns)
 	return -EDQUOT;
 }
 
-int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
-			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
-			uint32_t slot, uint64_t seq)
+/* A copy kept by recovery leaves again without its slot being touched:
+ * recovery frees the slot itself, and the copy on disk stays valid. */
+static void disk_copy_forget(struct store *s, struct block *b)
+{
+	struct block_disk *d = block_disk(b);
+
+	evict_lru_remove(&b->ns->disk_lru, &d->lru);
+	b->ns->tenant->disk_bytes -= d->stride;
+	b->disk_copy = NULL;
+	slab_free(&s->disk_copies, d);
+}
+
+int store_recover_ns(struct store *s, const char *tenant, const uint8_t *identity,
+		     uint32_t identity_len, struct ns **ret)
 {
 	struct tenant_choice ch;
 	struct tenant *t;
@@ -304,12 +315,22 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 		return 0; /* a namespace this configuration refuses */
 	if (ns->opens)
 		ns->opens--; /* recovery is not a client */
+	*ret = ns;
+	return 1;
+}
 
+int store_recover_block_in(struct store *s, struct ns *ns, const uint8_t *key,
+			   struct spill_region *r, uint32_t slot, uint64_t seq)
+{
+	if (s->recovering && store_gone_has(s, ns, key))
+		return 0; /* stored by a client since, and gone again */
 	struct block *old = index_get(&ns->index, key);
 	if (old) {
-		/* The same key twice on disk: the newer copy wins. */
+		/* The same key twice on disk: the newer copy wins.  A block a
+		 * client stored during recovery is newer than any on disk, and
+		 * one being read keeps the copy it is read from. */
 		struct block_disk *d = block_disk(old);
-		if (!d || d->seq >= seq)
+		if (!d || d->seq >= seq || old->io != BLOCK_IO_NONE)
 			return 0;
 		spill_slot_free(d->region, d->slot);
 		d->region = r;
@@ -327,8 +348,8 @@ int store_recover_block(struct store *s, const char *tenant, const uint8_t *iden
 		return -ENOMEM;
 	}
 	if (index_put(&ns->index, b) < 0) {
-		/* The tier is handed over after recovery: the copy's slot,
-		 * never written to, is only freed. */
+		/* The copy's slot is only freed: the block stays on disk. */
+		disk_copy_forget(s, b);
 		store_block_maybe_free(b);
 		spill_slot_free(r, slot);
 		return -ENOMEM;

@@ -260,6 +260,14 @@ struct store {
 	 * (store-partial.c). */
 	STAILQ_HEAD(, partial) partials;
 	uint64_t n_partials;
+	/* While the NVMe tier recovers with clients connected
+	 * (store_recovering()): the keys that left the index, as
+	 * fingerprints of key and namespace, so that recovery does not bring
+	 * back an older copy of a block a client stored since.  gone_full:
+	 * the table reached STORE_GONE_MAX and recovery keeps nothing more. */
+	bool recovering, gone_full;
+	uint64_t *gone;
+	uint32_t gone_n, gone_cap;
 };
 
 /* store.c: the store's life. */
@@ -399,11 +407,30 @@ void store_dirty_begin(struct store_dirty *w, struct tenant *t);
 struct block *store_dirty_next(struct store_dirty *w);
 /* Go on with the next class. */
 void store_dirty_skip_class(struct store_dirty *w);
-/* A recovered NVMe block: tenant and namespace made as needed.  Called
- * while the spill files are recovered, before the tier is handed over. */
-int store_recover_block(struct store *s, const char *tenant, const uint8_t *identity,
-			uint32_t identity_len, const uint8_t *key, struct spill_region *r,
-			uint32_t slot, uint64_t seq);
+/* Fingerprints recovery remembers at most (32 MiB). */
+#define STORE_GONE_MAX (UINT32_C(1) << 22)
+/* store-blocks.c: the NVMe tier recovers (on) while clients may store, or
+ * has finished (off).  \return 0, or -ENOMEM */
+int store_recovering(struct store *s, bool on);
+/* A block leaves the index while the tier recovers. */
+void store_gone_add(struct store *s, const struct block *b);
+/* Whether that key of ns left the index since recovery began. */
+bool store_gone_has(const struct store *s, const struct ns *ns, const uint8_t *key);
+/* A recovered NVMe block, in two steps, so that recovery looks a region's
+ * namespace up once per read rather than once per slot.  First the
+ * namespace, tenant and namespace made as needed: 1 with *ret, 0 for one
+ * the configuration no longer has or refuses, or -ENOMEM; *ret stays valid
+ * until control returns to the event loop.  Then each block in it, called
+ * while the spill files are recovered, with the tier handed over already
+ * when clients are served during recovery.  A key in the index (a client
+ * stored it, or a copy found before) or gone from it since recovery began
+ * keeps what it has: only a newer NVMe copy of a block only on NVMe with no
+ * I/O in flight replaces the older one.  \return 1 kept, 0 declined, or
+ * -ENOMEM */
+int store_recover_ns(struct store *s, const char *tenant, const uint8_t *identity,
+		     uint32_t identity_len, struct ns **ret);
+int store_recover_block_in(struct store *s, struct ns *ns, const uint8_t *key,
+			   struct spill_region *r, uint32_t slot, uint64_t seq);
 /* The NVMe tier is full for ns: give up its least recently used NVMe copy
  * (a block only on NVMe is dropped).  \return 0, or -ENOSPC if it has none. */
 int store_nvme_evict(struct store *s, struct ns *ns);

@@ -859,7 +859,12 @@ struct pairs {
 	double first_s[MAX_PAIRS]; /* pipelined restore: first block resident */
 	double aux_mib[MAX_PAIRS]; /* spill: MiB on disk when the stores returned */
 	double dcpu_ms[MAX_PAIRS], bcpu_ms[MAX_PAIRS]; /* CPU: daemon, bench */
+	double dcpu_s_gb[MAX_PAIRS]; /* the daemon's CPU seconds per GB moved */
 };
+
+/* A node of 8 NVMe drives at this many GB/s together: the cores the daemon
+ * would need at the CPU per byte measured here (docs/benchmarks.md). */
+#define NODE_GBS 50.0
 
 struct engine_result {
 	bool ran;
@@ -890,6 +895,9 @@ static void record(struct pairs *p, unsigned i, uint64_t bytes, const struct sam
 	p->aux_mib[i] = (double)sm->aux_bytes / MIB;
 	p->dcpu_ms[i] = (double)sm->daemon_cpu_ns / 1e6;
 	p->bcpu_ms[i] = (double)sm->bench_cpu_ns / 1e6;
+	/* Around the whole run: checksums, the event loop, the io_uring
+	 * submissions (and the threads engine's workers). */
+	p->dcpu_s_gb[i] = ((double)sm->daemon_cpu_ns / 1e9) / ((double)bytes / 1e9);
 }
 
 static void connect_daemon(struct bench *b)
@@ -1169,12 +1177,18 @@ static void print_table(FILE *out)
 		       1000 * median(sp->kv_s, n), 1000 * median(sp->fio_s, n),
 		       1000 * median(sp->aux_s, n), median(sp->aux_mib, n), median(sp->dcpu_ms, n),
 		       median(sp->bcpu_ms, n));
+		detail(out, "kvtierd CPU per byte spilled: %.3f s/GB [%.3f..%.3f]; at %.0f GB/s: %.1f cores",
+		       median(sp->dcpu_s_gb, n), vmin(sp->dcpu_s_gb, n), vmax(sp->dcpu_s_gb, n),
+		       NODE_GBS, NODE_GBS * median(sp->dcpu_s_gb, n));
 		snprintf(name, sizeof(name), "restore (read), %s", engine_conf[e]);
 		print_pairs_row(out, name, rs, "read", TARGET_RESTORE);
 		detail(out, "%.0f ms (fio %.0f); all resident at %.0f ms, block 0 at %.0f ms; CPU: kvtierd %.0f ms, client %.0f ms",
 		       1000 * median(rs->kv_s, n), 1000 * median(rs->fio_s, n),
 		       1000 * median(rs->aux_s, n), 1000 * median(rs->first_s, n),
 		       median(rs->dcpu_ms, n), median(rs->bcpu_ms, n));
+		detail(out, "kvtierd CPU per byte restored: %.3f s/GB [%.3f..%.3f]; at %.0f GB/s: %.1f cores",
+		       median(rs->dcpu_s_gb, n), vmin(rs->dcpu_s_gb, n), vmax(rs->dcpu_s_gb, n),
+		       NODE_GBS, NODE_GBS * median(rs->dcpu_s_gb, n));
 	}
 	if (C.ran) {
 		char name[64], a[48], l[48];
@@ -1201,6 +1215,10 @@ static void json_pairs(const char *key, const struct pairs *p, double target, co
 	       median(p->fio, n), median(p->kv_s, n), median(p->fio_s, n));
 	printf(",\"%s\":%.4f,\"kvtierd_cpu_ms\":%.1f,\"client_cpu_ms\":%.1f", aux,
 	       median(p->aux_s, n), median(p->dcpu_ms, n), median(p->bcpu_ms, n));
+	printf(",\"kvtierd_cpu_s_per_gb\":%.4f,\"kvtierd_cpu_s_per_gb_min\":%.4f,"
+	       "\"kvtierd_cpu_s_per_gb_max\":%.4f,\"kvtierd_cores_at_%.0f_gbs\":%.2f",
+	       median(p->dcpu_s_gb, n), vmin(p->dcpu_s_gb, n), vmax(p->dcpu_s_gb, n), NODE_GBS,
+	       NODE_GBS * median(p->dcpu_s_gb, n));
 	if (first)
 		printf(",\"first_block_resident_s\":%.4f", median(p->first_s, n));
 	if (target > 0)
