@@ -282,9 +282,10 @@ void remote_fetches_end(struct remote *rt)
  * or when the run already has an object that checked: a run's first reads
  * may all find nothing (a cold prompt), and a slot taken by eviction for
  * each would evict blocks for nothing, so those read into the daemon's
- * buffer and take their slot once the bytes have checked.
- * \return 0; -EAGAIN: the slot's extent is still being made (the key
- * waits, remote_memory_ready()); another negative errno: not sent */
+ * buffer and take their slot once the bytes have checked.  So does a read
+ * whose slot would be in an extent still being made: it goes out now, and
+ * its copy waits for the memory (read_done()), not the read.
+ * \return 0 or a negative errno: not sent */
 static int fetch_submit(struct remote *rt, const struct remote_fetch *e)
 {
 	struct block *b = e->b;
@@ -292,14 +293,9 @@ static int fetch_submit(struct remote *rt, const struct remote_fetch *e)
 	size_t payload = ns->cls->slot_bytes;
 	uint8_t *slot = NULL;
 
-	if (rt->in_place) {
-		int r = e->run->confirmed ? store_host_slot(rt->store, ns, b, false)
-					  : store_host_slot_spare(rt->store, ns, b);
-		if (r == -EAGAIN)
-			return r;
-		if (r == 0)
-			slot = b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
-	}
+	if (rt->in_place && (e->run->confirmed ? store_host_slot(rt->store, ns, b, false)
+					       : store_host_slot_spare(rt->store, ns, b)) == 0)
+		slot = b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
 	struct rop *op = remote_op_new(e->c, ROP_READ, SPILL_SLOT_HEADER_BYTES + (slot ? 0 : payload));
 	if (!op)
 		return -ENOMEM;
@@ -325,16 +321,12 @@ static void fetch_pump(struct remote *rt)
 		struct remote_fetch e = rt->fetches[rt->f_head];
 		if (e.b && e.c->in_flight >= e.c->conf->queue_depth)
 			return;
-		bool taken = e.b && !e.b->indexed;
-		int r = e.b && !taken && usable(e.c, e.t) ? fetch_submit(rt, &e) : -ECANCELED;
-		if (r == -EAGAIN) {
-			/* It and those after it wait for the pool's memory. */
-			rt->memory_wait = true;
-			return;
-		}
 		rt->f_head = (rt->f_head + 1) % REMOTE_FETCHES;
 		rt->f_len--;
-		if (!e.b || r == 0)
+		if (!e.b)
+			continue;
+		bool taken = !e.b->indexed;
+		if (!taken && usable(e.c, e.t) && fetch_submit(rt, &e) == 0)
 			continue;
 		if (!taken)
 			run_end(rt, e.run);
