@@ -6,8 +6,8 @@
  * 24-block runs (queue depth 4, so the run streams in six windows): the
  * first hears one BLOCK_READY per key and no RUN_READY, the second one
  * RUN_READY for the run (its first key, 24 keys, how many served) and no
- * BLOCK_READY.  The blocks were read straight into their host slots,
- * and every byte B serves is A's.  A run with a flipped byte in block 10's
+ * BLOCK_READY.  The second run's blocks, with free slots waiting, were
+ * read straight into their host slots, and every byte B serves is A's.  A run with a flipped byte in block 10's
  * object: the blocks before it are served, block 10 is a miss, its host
  * slot (and those of the run's keys that went unread) is free again, and
  * the RUN_READY counts what was served.
@@ -189,7 +189,10 @@ int main(void)
 	for (int i = 0; i < RUN; i++)
 		CHECK(st[i] == KVT_STATE_HOST, "key %d in host memory", i);
 	CHECK(stat_get(cb, "remote", "reads") == RUN, "24 read");
-	CHECK(stat_get(cb, "remote", "reads_in_place") == RUN, "all into their host slots");
+	/* Into a cold pool a read whose slot's extent is still being made
+	 * goes through the daemon's buffer: only some are in place here. */
+	uint64_t in_place = stat_get(cb, "remote", "reads_in_place");
+	CHECK(in_place <= RUN, "in place: %llu", (unsigned long long)in_place);
 	check_bytes(cb, keys, RUN);
 
 	/* Run 2: looked up by the client with the feature; the other, still
@@ -210,6 +213,9 @@ int main(void)
 		CHECK(st[i] == KVT_STATE_HOST, "key %d in host memory at the one look-up after it", i);
 	wait_run(&legacy, keys, &n2_legacy, false);
 	CHECK(n2_legacy.blocks == RUN && n2_legacy.runs == 0, "the other client: a BLOCK_READY per key");
+	/* The extent made for run 1 has free slots for all of run 2. */
+	CHECK(stat_get(cb, "remote", "reads_in_place") - in_place == RUN,
+	      "run 2 read straight into its host slots");
 	check_bytes(cb, keys, RUN);
 
 	/* Run 3: block 10's object has a payload byte flipped. */
