@@ -132,6 +132,15 @@ static int handle_notification(kvt_client *c, const struct kvt_header *h,
 			c->ready_events++;
 		break;
 	}
+	case KVT_OP_RUN_READY: {
+		/* Every key of a remote run settled at once: one look-up
+		 * finds them all, served or missed. */
+		struct kvt_run_ready m;
+		r = kvt_dec_run_ready(cur, &m);
+		if (r == 0)
+			c->ready_events++;
+		break;
+	}
 	case KVT_OP_EXTENT_RETIRED: {
 		uint32_t id;
 		r = kvt_dec_extent_retired(cur, &id);

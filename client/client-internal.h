@@ -99,7 +99,7 @@ struct kvt_client {
 	 * the copy is done); their replies are skipped as they arrive. */
 	uint64_t async_rids[64];
 	uint32_t n_async;
-	uint64_t ready_events; /* BLOCK_READY notifications seen */
+	uint64_t ready_events; /* BLOCK_READY and RUN_READY notifications seen */
 	uint64_t generation; /* connections made */
 	/* Daemon instances seen: a reconnect to a restarted daemon counts
 	 * one more, a reconnect to the same daemon does not (pool.c). */

@@ -38,19 +38,52 @@ static void on_extent_added(void *userdata, struct tenant *t, struct extent *e)
 			session_announce_extent(s, e);
 }
 
+/* BLOCK_READY to those of the tenant's connections that asked to be told
+ * (a client waiting for a staged block sleeps on its socket, not in a poll
+ * loop); of a remote run's key, only to those not told of runs. */
+static void block_ready_send(struct manager *m, struct ns *ns, const uint8_t *key, bool of_run)
+{
+	struct session *s;
+	struct kvt_buf b;
+
+	kvt_buf_init(&b);
+	LIST_FOREACH(s, &m->sessions, link) {
+		if (s->dead || s->tenant != ns->tenant || !session_wants_ready(s) ||
+		    (of_run && (s->features & KVT_FEATURE_RUNS)))
+			continue;
+		kvt_enc_block_ready(&b, s->version, ns->id, key);
+		if (kvt_msg_finish(&b, 0) == 0)
+			session_send(s, &b, NULL, 0);
+	}
+	kvt_buf_free(&b);
+}
+
 static void on_block_ready(void *userdata, struct ns *ns, const uint8_t *key)
+{
+	block_ready_send(userdata, ns, key, false);
+}
+
+static void on_run_block_ready(void *userdata, struct ns *ns, const uint8_t *key)
+{
+	block_ready_send(userdata, ns, key, true);
+}
+
+/* One RUN_READY for a remote run: its waiters look up once, not once per
+ * block. */
+static void on_run_ready(void *userdata, struct ns *ns, const uint8_t *key, uint32_t n,
+			 uint32_t served)
 {
 	struct manager *m = userdata;
 	struct session *s;
 	struct kvt_buf b;
+	struct kvt_run_ready msg = {.ns_id = ns->id, .n_keys = n, .n_served = served, .key = key};
 
-	/* Those of the tenant's connections that asked to be told: a client
-	 * waiting for a staged block sleeps on its socket, not in a poll loop. */
 	kvt_buf_init(&b);
 	LIST_FOREACH(s, &m->sessions, link) {
-		if (s->dead || s->tenant != ns->tenant || !session_wants_ready(s))
+		if (s->dead || s->tenant != ns->tenant || !session_wants_ready(s) ||
+		    !(s->features & KVT_FEATURE_RUNS))
 			continue;
-		kvt_enc_block_ready(&b, s->version, ns->id, key);
+		kvt_enc_run_ready(&b, s->version, &msg);
 		if (kvt_msg_finish(&b, 0) == 0)
 			session_send(s, &b, NULL, 0);
 	}
@@ -105,6 +138,8 @@ int manager_new(struct config *c, struct manager **ret)
 		return r;
 	}
 	m->store.block_ready = on_block_ready;
+	m->store.run_block_ready = on_run_block_ready;
+	m->store.run_ready = on_run_ready;
 	m->store.handle_taken = process_handle_link;
 	m->store.handle_ended = process_handle_unlink;
 	sd_event_now(m->event, CLOCK_MONOTONIC, &m->started_usec);

@@ -67,11 +67,21 @@ void remote_object_expect(const struct ns *ns, const uint8_t *key, size_t payloa
 int remote_object_verify(const struct spill_slot_header *want, const uint8_t *obj,
 			 size_t obj_len)
 {
+	if (obj_len < SPILL_SLOT_HEADER_BYTES)
+		return -ENODATA;
+	return remote_object_verify_parts(want, obj, SPILL_SLOT_HEADER_BYTES,
+					  obj + SPILL_SLOT_HEADER_BYTES,
+					  obj_len - SPILL_SLOT_HEADER_BYTES);
+}
+
+int remote_object_verify_parts(const struct spill_slot_header *want, const uint8_t *head,
+			       size_t head_len, const uint8_t *body, size_t body_len)
+{
 	struct spill_slot_header h;
 
-	if (obj_len != SPILL_SLOT_HEADER_BYTES + want->payload_len)
+	if (head_len != SPILL_SLOT_HEADER_BYTES || body_len != want->payload_len)
 		return -ENODATA;
-	int r = spill_slot_header_decode(obj, SPILL_SLOT_HEADER_BYTES, &h);
+	int r = spill_slot_header_decode(head, SPILL_SLOT_HEADER_BYTES, &h);
 	if (r < 0)
 		return r == -ENODATA ? -EBADMSG : r;
 	if (h.generation != want->generation || h.region || h.slot)
@@ -80,7 +90,7 @@ int remote_object_verify(const struct spill_slot_header *want, const uint8_t *ob
 	    memcmp(h.ns_digest, want->ns_digest, sizeof(h.ns_digest)) ||
 	    memcmp(h.key, want->key, KVT_KEY_SIZE) || h.payload_len != want->payload_len)
 		return -ESTALE;
-	return spill_payload_check(&h, obj + SPILL_SLOT_HEADER_BYTES);
+	return spill_payload_check(&h, body);
 }
 
 int remote_object_check(const struct ns *ns, const uint8_t *key, const uint8_t *obj,

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The remote tier's operations: one object read or written with
- * librados's asynchronous calls, from and into the daemon's own buffers
- * (never pool memory: a librados thread must not touch an extent a client
- * may have punched), and completions handed from librados's threads to
- * the event loop through a queue and an eventfd.
+ * librados's asynchronous calls, and completions handed from librados's
+ * threads to the event loop through a queue and an eventfd.  Writes go
+ * from the daemon's own buffer (copied out of the pool on the loop, under
+ * the SIGBUS guard).  Reads land in the block's host slot where no extent
+ * is hugetlb (rt->in_place): there a page a client punched is refilled by
+ * the touch, never a fault, so a librados thread may write and check it;
+ * with hugetlb they land in the daemon's buffer and the loop copies them.
  */
 #include <errno.h>
 #include <signal.h>
@@ -27,8 +30,18 @@ static void on_complete(rados_completion_t comp, void *arg)
 
 	if (op->kind != ROP_CONNECT)
 		op->result = rados_aio_get_return_value(comp);
-	if (op->kind == ROP_READ && op->result >= 0)
+	if (op->kind == ROP_READ && op->in_place && op->result >= 0) {
+		/* Both parts read (a part past the object's end is short),
+		 * and the slot checked where it lies; the loop publishes it
+		 * only for a verdict of "intact". */
+		if (op->head_rval < 0 || op->body_rval < 0)
+			op->result = op->head_rval < 0 ? op->head_rval : op->body_rval;
+		else
+			op->verified = remote_object_verify_parts(
+				&op->want, op->buf, op->head_read, op->slot, op->body_read);
+	} else if (op->kind == ROP_READ && op->result >= 0) {
 		op->verified = remote_object_verify(&op->want, op->buf, (size_t)op->result);
+	}
 	pthread_mutex_lock(&rt->lock);
 	TAILQ_INSERT_TAIL(&rt->done, op, done_link);
 	rt->callbacks_pending--;
@@ -111,6 +124,7 @@ struct rop *remote_op_new(struct remote_conn *c, enum rop_kind kind, size_t len)
 	op->c = c;
 	op->kind = kind;
 	op->len = len;
+	op->buf_len = len;
 	if (len && !(op->buf = buf_get(c->rt, len))) {
 		free(op);
 		return NULL;
@@ -145,19 +159,38 @@ void remote_op_free(struct rop *op)
 		rados_aio_release(op->comp);
 	if (op->wop)
 		rados_release_write_op(op->wop);
-	buf_put(op->c->rt, op->buf, op->len);
+	if (op->rop)
+		rados_release_read_op(op->rop);
+	buf_put(op->c->rt, op->buf, op->buf_len);
 	free(op);
 }
 
-int remote_read(struct remote_tenant *t, struct rop *op, const struct ns *ns)
+int remote_read(struct remote_tenant *t, struct rop *op, const struct ns *ns, uint8_t *slot)
 {
 	char oid[REMOTE_OID_LEN + 1];
 	int r;
 
 	remote_oid(ns, op->key, oid);
 	r = rados_aio_create_completion2(op, on_complete, &op->comp);
-	if (r == 0)
+	if (r < 0)
+		return op_abandon(op, r);
+	if (!slot) {
 		r = rados_aio_read(t->io, oid, op->comp, (char *)op->buf, op->len, 0);
+		return r < 0 ? op_abandon(op, r) : 0;
+	}
+	/* One operation, two extents: the header into the op's buffer, the
+	 * payload straight into the host slot (librados copies the reply
+	 * there once, on its own thread). */
+	op->in_place = true;
+	op->slot = slot;
+	op->rop = rados_create_read_op();
+	if (!op->rop)
+		return op_abandon(op, -ENOMEM);
+	rados_read_op_read(op->rop, 0, SPILL_SLOT_HEADER_BYTES, (char *)op->buf, &op->head_read,
+			   &op->head_rval);
+	rados_read_op_read(op->rop, SPILL_SLOT_HEADER_BYTES, op->len - SPILL_SLOT_HEADER_BYTES,
+			   (char *)slot, &op->body_read, &op->body_rval);
+	r = rados_aio_read_op_operate(op->rop, t->io, op->comp, oid, 0);
 	return r < 0 ? op_abandon(op, r) : 0;
 }
 

@@ -8,9 +8,10 @@
  * remote-format.c (object names and headers, pure).
  *
  * librados calls back on its own threads.  Those callbacks verify what a
- * read brought (in the op's own buffer, against what the loop expected at
- * submission), queue the operation and write the eventfd: the loop alone
- * touches the daemon's state.  The trim thread uses its own cluster calls
+ * read brought (where it landed: the op's own buffer, or the host slot it
+ * was read into; against what the loop expected at submission), queue the
+ * operation and write the eventfd: the loop alone touches the daemon's
+ * state.  The trim thread uses its own cluster calls
  * and atomic counters.
  */
 #pragma once
@@ -54,6 +55,19 @@
 #define REMOTE_OID_LEN (32 + 1 + 64)
 
 struct remote;
+
+/* A leading run a lookup asked the tier for: its keys settle one by one
+ * (served or a miss), and the clients told of runs hear once, when the
+ * last one has. */
+struct remote_run {
+	struct ns *ns;
+	uint32_t n;       /* keys in the run */
+	uint32_t pending; /* of them not settled yet (+1 while run_end() runs) */
+	uint32_t served;
+	bool confirmed;   /* one of its objects checked: the pool has this
+			   * prefix, and a read may evict for its slot */
+	uint8_t key[KVT_KEY_SIZE]; /* its first */
+};
 
 /* A tenant as one connection serves it: its RADOS namespace. */
 struct remote_tenant {
@@ -108,10 +122,19 @@ struct rop {
 	uint32_t tenant_id, ns_id;
 	uint8_t key[KVT_KEY_SIZE];
 	struct block *b; /* a read's block (kept by BLOCK_IO_FETCH) */
-	uint32_t run;    /* a read's leading run (struct remote_fetch) */
+	struct remote_run *run; /* a read's leading run */
+	/* A read into b's host slot: the header into buf, the payload into
+	 * the slot, one RADOS operation of two extents. */
+	bool in_place;
+	uint8_t *slot;
+	rados_read_op_t rop;
+	size_t head_read, body_read;
+	int head_rval, body_rval;
 	uint8_t tries;   /* a write's earlier failed tries */
-	uint8_t *buf;    /* header + payload, the daemon's own memory */
-	size_t len;
+	uint8_t *buf;    /* header + payload, the daemon's own memory (a read
+			  * in place: the header only) */
+	size_t buf_len;
+	size_t len;      /* the object: header + payload */
 	uint64_t started_usec;
 	int result;
 	/* A read's object: what its header must say (set on the loop), and
@@ -137,7 +160,7 @@ struct remote_fetch {
 	struct block *b; /* NULL: its run ended */
 	struct remote_conn *c;
 	struct remote_tenant *t;
-	uint32_t run;
+	struct remote_run *run;
 };
 
 struct remote_miss {
@@ -165,7 +188,11 @@ struct remote {
 	uint32_t q_head, q_len;
 	struct remote_fetch *fetches; /* ring of REMOTE_FETCHES */
 	uint32_t f_head, f_len;
-	uint32_t next_run;
+	/* Reads go straight into host slots: no extent can be hugetlb, the
+	 * only backing where a librados thread's touch of a page a client
+	 * punched would fault (shmem refills it); otherwise they go through
+	 * buffers and the guarded copy on the loop. */
+	bool in_place;
 	struct remote_miss *missed;  /* REMOTE_MISS_SLOTS */
 	struct remote_buf {
 		uint8_t *p;
@@ -192,6 +219,9 @@ extern const struct store_remote_ops remote_tier_ops;
 int remote_on_event(sd_event_source *src, int fd, uint32_t revents, void *userdata);
 /* Every key still waiting for its read is a miss (shutdown). */
 void remote_fetches_end(struct remote *rt);
+/* A key of run settled (store_remote_fetched()); the run's last sends
+ * the run's notice and frees it. */
+void remote_key_settled(struct remote *rt, struct remote_run *run, struct block *b, bool ok);
 /* An operation failed (or connecting did): degraded, backing off. */
 void remote_conn_failed(struct remote_conn *c, int error, const char *what);
 
@@ -210,6 +240,10 @@ void remote_object_expect(const struct ns *ns, const uint8_t *key, size_t payloa
  * header); -ESTALE (another tenant, namespace or key); -ENODATA (short) */
 int remote_object_verify(const struct spill_slot_header *want, const uint8_t *obj,
 			 size_t obj_len);
+/* The same for an object read in two parts: head_len bytes of header at
+ * head, body_len of payload at body. */
+int remote_object_verify_parts(const struct spill_slot_header *want, const uint8_t *head,
+			       size_t head_len, const uint8_t *body, size_t body_len);
 /* Both of the above. */
 int remote_object_check(const struct ns *ns, const uint8_t *key, const uint8_t *obj,
 			size_t obj_len, size_t payload_len);
@@ -220,9 +254,10 @@ void remote_io_done(struct remote *rt);
 /* An op for c; NULL without memory. */
 struct rop *remote_op_new(struct remote_conn *c, enum rop_kind kind, size_t len);
 void remote_op_free(struct rop *op);
-/* Submit a read of b's object / a write of b's bytes.  \return 0 or a
- * negative errno (the op is freed) */
-int remote_read(struct remote_tenant *t, struct rop *op, const struct ns *ns);
+/* Submit a read of b's object (into slot when not NULL: op->buf takes the
+ * header) / a write of b's bytes.  \return 0 or a negative errno (the op
+ * is freed) */
+int remote_read(struct remote_tenant *t, struct rop *op, const struct ns *ns, uint8_t *slot);
 int remote_write(struct remote_tenant *t, struct rop *op, const struct block *b);
 /* Stat the trim lock's object: any answer (it may not exist) means the
  * cluster serves again. */

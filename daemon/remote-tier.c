@@ -238,16 +238,34 @@ static void tier_used(void *remote, struct block *b)
 	remote_io_kick(rt);
 }
 
-/* The keys of run still waiting are not served: misses. */
-static void run_end(struct remote *rt, uint32_t run)
+static void run_put(struct remote *rt, struct remote_run *run)
 {
+	if (--run->pending)
+		return;
+	store_remote_run_settled(rt->store, run->ns, run->key, run->n, run->served);
+	free(run);
+}
+
+void remote_key_settled(struct remote *rt, struct remote_run *run, struct block *b, bool ok)
+{
+	store_remote_fetched(rt->store, b, ok);
+	run->served += ok;
+	run_put(rt, run);
+}
+
+/* The keys of run still waiting are not served: misses. */
+static void run_end(struct remote *rt, struct remote_run *run)
+{
+	run->pending++; /* its notice after the loop, not in it */
 	for (uint32_t i = 0; i < rt->f_len; i++) {
 		struct remote_fetch *e = &rt->fetches[(rt->f_head + i) % REMOTE_FETCHES];
 		if (e->b && e->run == run) {
-			store_remote_fetched(rt->store, e->b, false);
+			struct block *b = e->b;
 			e->b = NULL;
+			remote_key_settled(rt, run, b, false);
 		}
 	}
+	run_put(rt, run);
 }
 
 void remote_fetches_end(struct remote *rt)
@@ -260,21 +278,36 @@ void remote_fetches_end(struct remote *rt)
 	rt->f_len = 0;
 }
 
+/* A read of e's key.  In place (rt->in_place) when a host slot is free,
+ * or when the run already has an object that checked: a run's first reads
+ * may all find nothing (a cold prompt), and a slot taken by eviction for
+ * each would evict blocks for nothing, so those read into the daemon's
+ * buffer and take their slot once the bytes have checked.  So does a read
+ * whose slot would be in an extent still being made: it goes out now, and
+ * its copy waits for the memory (read_done()), not the read.
+ * \return 0 or a negative errno: not sent */
 static int fetch_submit(struct remote *rt, const struct remote_fetch *e)
 {
-	struct ns *ns = e->b->ns;
-	struct rop *op = remote_op_new(e->c, ROP_READ, SPILL_SLOT_HEADER_BYTES + ns->cls->slot_bytes);
+	struct block *b = e->b;
+	struct ns *ns = b->ns;
+	size_t payload = ns->cls->slot_bytes;
+	uint8_t *slot = NULL;
 
+	if (rt->in_place && (e->run->confirmed ? store_host_slot(rt->store, ns, b, false)
+					       : store_host_slot_spare(rt->store, ns, b)) == 0)
+		slot = b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
+	struct rop *op = remote_op_new(e->c, ROP_READ, SPILL_SLOT_HEADER_BYTES + (slot ? 0 : payload));
 	if (!op)
 		return -ENOMEM;
-	op->b = e->b;
+	op->len = SPILL_SLOT_HEADER_BYTES + payload;
+	op->b = b;
 	op->run = e->run;
 	op->tenant = e->t;
 	op->tenant_id = ns->tenant->id;
 	op->ns_id = ns->id;
-	memcpy(op->key, e->b->key, KVT_KEY_SIZE);
-	remote_object_expect(ns, op->key, ns->cls->slot_bytes, &op->want);
-	return remote_read(e->t, op, ns);
+	memcpy(op->key, b->key, KVT_KEY_SIZE);
+	remote_object_expect(ns, op->key, payload, &op->want);
+	return remote_read(e->t, op, ns, slot);
 }
 
 /* Reads for the waiting keys, in order, as far as each connection's queue
@@ -295,9 +328,9 @@ static void fetch_pump(struct remote *rt)
 		bool taken = !e.b->indexed;
 		if (!taken && usable(e.c, e.t) && fetch_submit(rt, &e) == 0)
 			continue;
-		store_remote_fetched(rt->store, e.b, false);
 		if (!taken)
 			run_end(rt, e.run);
+		remote_key_settled(rt, e.run, e.b, false);
 	}
 }
 
@@ -306,10 +339,13 @@ static uint32_t tier_fetch(void *remote, struct ns *ns, const uint8_t *keys, uin
 	struct remote *rt = remote;
 	struct remote_tenant *t;
 	struct remote_conn *c = conn_for(rt, ns->tenant, &t);
-	uint32_t f = 0, run = ++rt->next_run;
+	struct remote_run *run;
+	uint32_t f = 0;
 
-	if (!c || !usable(c, t))
+	if (!c || !usable(c, t) || !(run = calloc(1, sizeof(*run))))
 		return 0;
+	run->ns = ns;
+	memcpy(run->key, keys, KVT_KEY_SIZE);
 	/* The whole run is staging from here on, as far as the tier keeps
 	 * keys for; a key known to be absent ends it. */
 	for (; f < n && rt->f_len < REMOTE_FETCHES; f++) {
@@ -321,6 +357,11 @@ static uint32_t tier_fetch(void *remote, struct ns *ns, const uint8_t *keys, uin
 			(struct remote_fetch){.b = b, .c = c, .t = t, .run = run};
 	}
 	c->st.lookup_rounds += f > 0;
+	if (!f) {
+		free(run);
+		return 0;
+	}
+	run->n = run->pending = f;
 	fetch_pump(rt);
 	return f;
 }
@@ -339,9 +380,9 @@ static bool read_done(struct remote *rt, struct rop *op)
 	struct block *b = op->b;
 	size_t payload = op->len - SPILL_SLOT_HEADER_BYTES;
 	bool ok = false;
-	int have_slot = -1;
+	int have_slot = op->in_place ? 0 : -1;
 
-	if (op->result >= 0 && op->verified >= 0 && b->indexed) {
+	if (!op->in_place && op->result >= 0 && op->verified >= 0 && b->indexed) {
 		have_slot = store_host_slot(rt->store, b->ns, b, false);
 		if (have_slot == -EAGAIN)
 			return false;
@@ -360,9 +401,16 @@ static bool read_done(struct remote *rt, struct rop *op)
 			miss_note(rt, b->ns, op->key);
 			log_warning("Remote tier %s: object of tenant %s failed verification (%s): a miss",
 				    c->conf->name, op->tenant->name, strerror(-op->verified));
+		} else if (op->in_place) {
+			/* Read and verified in its slot (on librados's
+			 * thread): published as it lies, unless a client took
+			 * the key over meanwhile. */
+			ok = b->indexed;
+			c->st.reads_in_place += ok;
 		} else if (have_slot == 0) {
 			/* Verified bytes (on librados's thread), copied here:
-			 * pool memory is touched only under the loop's guard. */
+			 * with hugetlb pool memory is touched only under the
+			 * loop's guard. */
 			uint8_t *slot = b->extent->map + (uint64_t)b->slot * b->extent->slot_bytes;
 			ok = pool_guarded_copy(slot, op->buf + SPILL_SLOT_HEADER_BYTES, payload) == 0;
 		}
@@ -375,10 +423,13 @@ static bool read_done(struct remote *rt, struct rop *op)
 		op->tenant->st.read_bytes += payload;
 	}
 	bool taken = !b->indexed;
-	store_remote_fetched(rt->store, b, ok);
-	/* Not served: the rest of its run is worth nothing to the prefix. */
+	/* Served: the pool has the run's prefix, its reads may evict for a
+	 * slot.  Not served: the rest of its run is worth nothing to the
+	 * prefix (and a slot it was read into is freed with the block). */
+	op->run->confirmed |= ok;
 	if (!ok && !taken)
 		run_end(rt, op->run);
+	remote_key_settled(rt, op->run, b, ok);
 	return true;
 }
 

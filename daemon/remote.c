@@ -180,6 +180,7 @@ int remote_start(struct store *s, const struct config *cfg, sd_event *event, str
 	rt->connected = on_connected;
 	rt->reconnect = conn_reconnect;
 	rt->efd = -1;
+	rt->in_place = !s->pool->caps.hugetlb;
 	rt->conns = calloc(cfg->n_remotes, sizeof(*rt->conns));
 	rt->queue = calloc(REMOTE_QUEUE, sizeof(*rt->queue));
 	rt->fetches = calloc(REMOTE_FETCHES, sizeof(*rt->fetches));
@@ -243,7 +244,7 @@ void remote_free(struct remote *rt)
 			struct rop *op = TAILQ_FIRST(&q);
 			TAILQ_REMOVE(&q, op, done_link);
 			if (op->kind == ROP_READ)
-				store_remote_fetched(rt->store, op->b, false);
+				remote_key_settled(rt, op->run, op->b, false);
 			remote_op_free(op);
 		}
 	}

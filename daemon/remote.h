@@ -34,6 +34,7 @@ struct remote_stats {
 	enum remote_state state;
 	uint64_t capacity, used, objects; /* used, objects: at the last trim pass */
 	uint64_t writes, write_bytes, reads, read_bytes;
+	uint64_t reads_in_place; /* of reads: landed in their host slot, no copy */
 	uint64_t misses;      /* keys asked for that the pool did not have */
 	uint64_t rejected;    /* objects that failed verification: misses */
 	uint64_t errors, timeouts, degraded;

@@ -291,7 +291,7 @@ static void emit_remote(struct emitter *e, unsigned i)
 	struct remote_stats st;
 
 	remote_get_stats(e->m->remote, i, &st);
-	kvt_rec_begin(&e->b, "remote", 25);
+	kvt_rec_begin(&e->b, "remote", 26);
 	kvt_rec_str(&e->b, "name", st.name);
 	kvt_rec_str(&e->b, "pool", st.pool);
 	kvt_rec_str(&e->b, "state", remote_state_name(st.state));
@@ -303,6 +303,7 @@ static void emit_remote(struct emitter *e, unsigned i)
 	kvt_rec_u64(&e->b, "write_bytes", st.write_bytes);
 	kvt_rec_u64(&e->b, "reads", st.reads);
 	kvt_rec_u64(&e->b, "read_bytes", st.read_bytes);
+	kvt_rec_u64(&e->b, "reads_in_place", st.reads_in_place);
 	kvt_rec_u64(&e->b, "misses", st.misses);
 	kvt_rec_u64(&e->b, "rejected", st.rejected);
 	kvt_rec_u64(&e->b, "errors", st.errors);

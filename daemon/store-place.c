@@ -175,6 +175,8 @@ int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, i
 		 * quota has room for. */
 		if (r == -EAGAIN)
 			return r;
+		if (how & PLACE_NOEVICT)
+			return -ENOSPC;
 		store_frag_no_room(s, t, c);
 		TRY(class_evict(s, c, how & PLACE_STAGE, ret_e, ret_slot));
 	}
@@ -183,15 +185,24 @@ int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, i
 	return 0;
 }
 
-int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait)
+static int host_slot(struct store *s, struct ns *ns, struct block *b, unsigned how)
 {
 	struct extent *e;
 	uint32_t slot;
-	int r = store_class_alloc(s, ns->tenant, ns->cls, -1, PLACE_STAGE | (wait ? 0 : PLACE_NOWAIT),
-				  &e, &slot);
+	int r = store_class_alloc(s, ns->tenant, ns->cls, -1, PLACE_STAGE | how, &e, &slot);
 	if (r < 0)
 		return r;
 	b->extent = e;
 	b->slot = slot;
 	return 0;
+}
+
+int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait)
+{
+	return host_slot(s, ns, b, wait ? 0 : PLACE_NOWAIT);
+}
+
+int store_host_slot_spare(struct store *s, struct ns *ns, struct block *b)
+{
+	return host_slot(s, ns, b, PLACE_NOWAIT | PLACE_NOEVICT);
 }

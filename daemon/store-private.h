@@ -88,6 +88,7 @@ void store_evict_maybe_insert(struct block *b);
  * \return 0, -ENOSPC, or -EAGAIN (PLACE_NOWAIT) */
 #define PLACE_STAGE 1u  /* for staging from a tier */
 #define PLACE_NOWAIT 2u /* memory not ready now is -EAGAIN */
+#define PLACE_NOEVICT 4u /* no eviction: -ENOSPC instead */
 int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, int node,
 		      unsigned how, struct extent **ret_e, uint32_t *ret_slot);
 /* store-place.c: room for slots more blocks of class c without waiting in

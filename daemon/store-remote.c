@@ -15,9 +15,8 @@ int store_remote_block(struct store *s, struct ns *ns, const uint8_t *key, struc
 {
 	if (index_get(&ns->index, key))
 		return -EEXIST;
-	/* No host slot yet: most keys of a cold prompt are nowhere, and a
-	 * slot taken for each would evict blocks for nothing.  The tier
-	 * takes one (store_host_slot()) once the bytes have checked. */
+	/* No host slot yet: the tier takes one (store_host_slot()) when it
+	 * sends the read, or once the bytes have checked. */
 	struct block *b = store_block_new(s, ns, key);
 	if (!b)
 		return -ENOMEM;
@@ -59,9 +58,17 @@ void store_remote_fetched(struct store *s, struct block *b, bool ok)
 		store_block_maybe_free(b);
 	}
 	/* Clients waiting for it hear that it is settled: in host memory, or
-	 * a miss at their next LOOKUP. */
-	if (was_indexed && s->block_ready)
-		s->block_ready(s->userdata, ns, key);
+	 * a miss at their next LOOKUP.  Those told of runs hear once, when
+	 * the whole run has (store_remote_run_settled()). */
+	if (was_indexed && s->run_block_ready)
+		s->run_block_ready(s->userdata, ns, key);
+}
+
+void store_remote_run_settled(struct store *s, struct ns *ns, const uint8_t *key, uint32_t n,
+			      uint32_t served)
+{
+	if (s->run_ready)
+		s->run_ready(s->userdata, ns, key, n, served);
 }
 
 struct block *store_remote_find(struct store *s, uint32_t tenant_id, uint32_t ns_id,

@@ -188,6 +188,10 @@ typedef void (*store_extent_added_fn)(void *userdata, struct tenant *t,
 				      struct extent *e);
 
 typedef void (*store_block_ready_fn)(void *userdata, struct ns *ns, const uint8_t *key);
+/* Every key of a run the remote tier fetched settled: n keys from key,
+ * served of them in host memory, the rest misses. */
+typedef void (*store_run_ready_fn)(void *userdata, struct ns *ns, const uint8_t *key, uint32_t n,
+				   uint32_t served);
 
 /* A handle was taken by, or ended for, the process that owns it. */
 typedef void (*store_handle_owner_fn)(struct process *owner, struct handle *h);
@@ -248,6 +252,11 @@ struct store {
 	void *remote; /* remote.c's struct remote */
 	store_block_ready_fn block_ready; /* a staged block is in host memory,
 					   * or its staging failed (a miss) */
+	/* The same for one key of a remote run (clients told of each
+	 * block), and for the whole run once it settled (clients told of
+	 * runs: one look-up instead of one per block). */
+	store_block_ready_fn run_block_ready;
+	store_run_ready_fn run_ready;
 	/* Places client-chosen keys in the indexes and ghost lists; drawn
 	 * at start, never shown to clients. */
 	struct keyhash keyhash;
@@ -368,6 +377,9 @@ void store_handle_drop(struct store *s, struct tenant *t, struct handle *h);
  * its bytes into.  Without wait, a slot whose extent is still being made
  * is -EAGAIN: ask again once pool_ahead_fd() is readable. */
 int store_host_slot(struct store *s, struct ns *ns, struct block *b, bool wait);
+/* The same without waiting, and without evicting: -ENOSPC when only an
+ * eviction would free a slot. */
+int store_host_slot_spare(struct store *s, struct ns *ns, struct block *b);
 
 /* For the NVMe tier (store-nvme.c): block transitions. */
 /* A clean block leaves host memory: its NVMe copy is the block now. */
@@ -446,13 +458,17 @@ uint64_t store_nvme_evict_region(struct store *s, struct spill_region *r);
 /* For the remote tier (store-remote.c). */
 /* A block for key, to be fetched: reserved, so no client writes it and
  * lookups answer "staging" (KVT_STATE_DISK); no host slot until the tier
- * takes one for verified bytes (store_host_slot()).  \return 0; -EEXIST
- * when the key is in the index already; -ENOMEM */
+ * takes one (store_host_slot()), to read into or for verified bytes.
+ * \return 0; -EEXIST when the key is in the index already; -ENOMEM */
 int store_remote_block(struct store *s, struct ns *ns, const uint8_t *key, struct block **ret);
 /* Its fetch ended; ok: it has a host slot holding verified bytes, and the
  * block is resident (and dirty for the NVMe tier).  Otherwise it is gone
  * (its slot, if any, freed): a miss. */
 void store_remote_fetched(struct store *s, struct block *b, bool ok);
+/* Every key of a run the tier fetched has had its store_remote_fetched():
+ * n keys from key, served of them in host memory. */
+void store_remote_run_settled(struct store *s, struct ns *ns, const uint8_t *key, uint32_t n,
+			      uint32_t served);
 /* The block of key in that tenant's namespace if its bytes are in host
  * memory and final (resident, no I/O reading into it), else NULL. */
 struct block *store_remote_find(struct store *s, uint32_t tenant_id, uint32_t ns_id,

@@ -32,8 +32,10 @@
 #define KVT_FEATURE_RECORDS (UINT64_C(1) << 1) /* STATS as records */
 #define KVT_FEATURE_POOL (UINT64_C(1) << 2)    /* send me the pool extents */
 #define KVT_FEATURE_READY (UINT64_C(1) << 3)   /* tell me when staged blocks land */
+#define KVT_FEATURE_RUNS (UINT64_C(1) << 4)    /* one RUN_READY per remote run */
 #define KVT_FEATURES_ALL \
-	(KVT_FEATURE_SHARDS | KVT_FEATURE_RECORDS | KVT_FEATURE_POOL | KVT_FEATURE_READY)
+	(KVT_FEATURE_SHARDS | KVT_FEATURE_RECORDS | KVT_FEATURE_POOL | KVT_FEATURE_READY | \
+	 KVT_FEATURE_RUNS)
 
 #define KVT_HEADER_SIZE 24
 #define KVT_KEY_SIZE 32
@@ -68,6 +70,7 @@ enum kvt_opcode {
 	KVT_OP_EXTENT_ADDED = 64,
 	KVT_OP_EXTENT_RETIRED = 65,
 	KVT_OP_BLOCK_READY = 66, /* a block staged from NVMe is in host memory */
+	KVT_OP_RUN_READY = 67,   /* a run fetched from the remote tier settled */
 };
 
 /* Header flags. */
@@ -329,6 +332,17 @@ int kvt_dec_extent_retired(struct kvt_cursor *c, uint32_t *ret_id);
 void kvt_enc_block_ready(struct kvt_buf *b, uint16_t version, uint32_t ns_id,
 			 const uint8_t *key);
 int kvt_dec_block_ready(struct kvt_cursor *c, uint32_t *ret_ns, const uint8_t **ret_key);
+
+/* RUN_READY: u32 ns_id, u32 keys in the run, u32 of them served, the
+ * run's first key. */
+struct kvt_run_ready {
+	uint32_t ns_id;
+	uint32_t n_keys;
+	uint32_t n_served;
+	const uint8_t *key;
+};
+void kvt_enc_run_ready(struct kvt_buf *b, uint16_t version, const struct kvt_run_ready *m);
+int kvt_dec_run_ready(struct kvt_cursor *c, struct kvt_run_ready *ret);
 
 void kvt_enc_error(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 		   uint64_t rid, int error, const char *reason);

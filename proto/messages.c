@@ -352,6 +352,26 @@ int kvt_dec_block_ready(struct kvt_cursor *c, uint32_t *ret_ns, const uint8_t **
 	return kvt_cursor_end(c);
 }
 
+void kvt_enc_run_ready(struct kvt_buf *b, uint16_t version, const struct kvt_run_ready *m)
+{
+	kvt_msg_begin(b, version, KVT_OP_RUN_READY, KVT_FLAG_NOTIFY, 0);
+	kvt_put_u32(b, m->ns_id);
+	kvt_put_u32(b, m->n_keys);
+	kvt_put_u32(b, m->n_served);
+	kvt_put_bytes(b, m->key, KVT_KEY_SIZE);
+}
+
+int kvt_dec_run_ready(struct kvt_cursor *c, struct kvt_run_ready *ret)
+{
+	TRY(kvt_get_u32(c, &ret->ns_id));
+	TRY(kvt_get_u32(c, &ret->n_keys));
+	TRY(kvt_get_u32(c, &ret->n_served));
+	TRY(kvt_get_bytes(c, KVT_KEY_SIZE, &ret->key));
+	if (ret->n_served > ret->n_keys)
+		return -EBADMSG;
+	return kvt_cursor_end(c);
+}
+
 void kvt_enc_error(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 		   uint64_t rid, int error, const char *reason)
 {
@@ -473,7 +493,7 @@ static const char *const opcode_names[] = {
 	NAME(COMMIT),	    NAME(ABORT),	  NAME(ACQUIRE),      NAME(RELEASE),
 	NAME(TOUCH),	    NAME(DELETE),	  NAME(STATS),	      NAME(PING),
 	NAME(ADMIN_EVICT),  NAME(PREFETCH),	  NAME(EXTENT_ADDED), NAME(EXTENT_RETIRED),
-	NAME(HINT),	    NAME(BLOCK_READY),
+	NAME(HINT),	    NAME(BLOCK_READY),	  NAME(RUN_READY),
 };
 #undef NAME
 

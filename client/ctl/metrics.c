@@ -146,6 +146,7 @@ static const struct metric remote_metrics[] = {
 	{"write_bytes", "remote_written_bytes_total", "counter", "Block bytes written back to the remote tier.", 0},
 	{"reads", "remote_reads_total", "counter", "Blocks fetched from the remote tier, verified and staged into host memory.", 0},
 	{"read_bytes", "remote_read_bytes_total", "counter", "Block bytes fetched from the remote tier.", 0},
+	{"reads_in_place", "remote_reads_in_place_total", "counter", "Of the blocks fetched, those read straight into their host slot (no copy).", 0},
 	{"misses", "remote_misses_total", "counter", "Keys asked for that the pool did not have.", 0},
 	{"rejected", "remote_rejected_total", "counter", "Objects that failed verification (header, length, checksum): misses.", 0},
 	{"errors", "remote_errors_total", "counter", "Cluster operations that failed.", 0},

@@ -4,9 +4,20 @@
  * bench` writes and reads objects of the same size (a Llama-3-8B block and
  * its 4 KiB header) at the same queue depth, and one object at a time for
  * the round trip; then node A writes 64 reused blocks back, node B
- * restores them for one lookup, and B's lookups of 4-block leading runs
+ * restores them for one lookup (into a cold pool, then another 64 into a
+ * warm one), and B's lookups of 4-block leading runs
  * are timed from LOOKUP until the blocks are in host memory.  Prints
  * ratios to docs/benchmarks.md's format.  Not a pass/fail test.
+ *
+ * The CPU time of the daemon doing each (utime + stime of every thread,
+ * librados's included, from /proc/PID/stat around the measured window),
+ * per GB of objects moved.
+ *
+ * With --peer mooncake, also Mooncake Store in the same run
+ * (bench-mooncake.py): the same objects put and got, the same number at
+ * the same concurrency, over TCP on loopback; skipped, saying why, where
+ * its virtual environment (scripts/mooncake-venv.sh) is missing or it
+ * cannot run.
  *
  * With --neighbour, only this: while node B restores a 64-block leading
  * run at its default queue depth, a neighbour on B does one-key lookups
@@ -14,7 +25,8 @@
  * the same neighbour alone just before (KVTIERD=an older build's kvtierd
  * gives the figures before a change).
  *
- *   build/tests/remote/bench-remote [--neighbour]   (KVT_CEPH_BYTES=1610612736 is set)
+ *   build/tests/remote/bench-remote [--peer mooncake | --neighbour]
+ *   (KVT_CEPH_BYTES=1610612736 is set)
  */
 #include <signal.h>
 #include <stdatomic.h>
@@ -43,6 +55,64 @@ static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
+}
+
+/* CPU seconds the process has used, all its threads. */
+static double cpu_s(pid_t pid)
+{
+	char path[64], buf[1024];
+	unsigned long utime = 0, stime = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	CHECK(f, "open %s", path);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* After the command's ")": state, then fields 4..13, utime, stime. */
+	const char *p = strrchr(buf, ')');
+	CHECK(p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+			  &stime) == 2, "parse %s", path);
+	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Mooncake Store's put and get of BLOCKS objects of obj bytes, DEPTH at a
+ * time; false (and why, printed) when it cannot run here. */
+static bool mooncake(size_t obj, double *ret_put, double *ret_get)
+{
+	const char *venv = getenv("KVT_MOONCAKE_VENV"), *driver = getenv("KVT_BENCH_MOONCAKE");
+	char cmd[1024], line[256];
+	bool put = false, get = false;
+
+	if (!venv || !driver) {
+		printf("mooncake: KVT_MOONCAKE_VENV and KVT_BENCH_MOONCAKE not set (meson sets them): skipped\n");
+		return false;
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "%s/bin/python %s %s/bin/python \"$(%s/bin/python -c 'import mooncake, os; "
+		 "print(os.path.join(os.path.dirname(mooncake.__file__), \"mooncake_master\"))' 2>/dev/null)\" "
+		 "%d %zu %d 2>/dev/null",
+		 venv, driver, venv, venv, BLOCKS, obj, DEPTH);
+	FILE *p = popen(cmd, "r");
+	CHECK(p, "popen");
+	while (fgets(line, sizeof(line), p)) {
+		put |= sscanf(line, "mooncake put MB/s %lf", ret_put) == 1;
+		get |= sscanf(line, "mooncake get MB/s %lf", ret_get) == 1;
+		if (!strncmp(line, "mooncake: ", 10))
+			printf("%s", line);
+	}
+	int st = pclose(p);
+	if (!put || !get) {
+		printf("mooncake: no figures (exit status %d): skipped\n", st);
+		return false;
+	}
+	return true;
+}
+
+/* `rados bench seq` of the block's objects, now: MB/s. */
+static double seq_limit(const struct ceph *ceph, char *out, size_t size)
+{
+	CHECK(ceph_sh(ceph, out, size, "rados bench -p kvtier 30 seq -t %d 2>&1", DEPTH) == 0, "seq");
+	return bench_field(out, "Bandwidth (MB/sec):");
 }
 
 /* LOOKUP until every key of the run is in host memory. */
@@ -208,8 +278,9 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--neighbour"))
 		return neighbour_main();
-	if (argc > 1) {
-		fprintf(stderr, "usage: bench-remote [--neighbour]\n");
+	bool peer = argc == 3 && !strcmp(argv[1], "--peer") && !strcmp(argv[2], "mooncake");
+	if (argc > 1 && !peer) {
+		fprintf(stderr, "usage: bench-remote [--peer mooncake | --neighbour]\n");
 		return 2;
 	}
 	struct ceph ceph;
@@ -220,20 +291,20 @@ int main(int argc, char **argv)
 
 	setenv("KVT_CEPH_BYTES", "1610612736", 0);
 	ceph_start(&ceph);
-	CHECK(ceph_sh(&ceph, out, sizeof(out), "rados bench -p kvtier 30 write -b %zu -t %d --max-objects %d --no-cleanup 2>&1",
-		      obj, DEPTH, BLOCKS) == 0, "rados bench write");
-	double w_lim = bench_field(out, "Bandwidth (MB/sec):");
-	CHECK(ceph_sh(&ceph, out, sizeof(out), "rados bench -p kvtier 30 seq -t %d 2>&1", DEPTH) == 0, "seq");
-	double r_lim = bench_field(out, "Bandwidth (MB/sec):");
-	CHECK(ceph_sh(&ceph, out, sizeof(out), "rados bench -p kvtier 30 seq -t 1 2>&1") == 0, "seq -t 1");
-	double rtt = bench_field(out, "Average Latency(s):");
-	CHECK(ceph_sh(&ceph, NULL, 0, "rados -p kvtier cleanup >/dev/null 2>&1") == 0, "cleanup");
-	/* The same for a small block (the tiny model's 32 KiB): a round trip
-	 * that moves little. */
+	/* A small block (the tiny model's 32 KiB): a round trip that moves
+	 * little. */
 	CHECK(ceph_sh(&ceph, out, sizeof(out), "rados bench -p kvtier 30 write -b %zu -t 1 --max-objects %d --no-cleanup 2>&1 && "
 		      "rados bench -p kvtier 30 seq -t 1 2>&1 && rados -p kvtier cleanup >/dev/null 2>&1",
 		      small, BLOCKS) == 0, "small objects");
 	double rtt_small = bench_field(strstr(out, "Total time run") + 1, "Average Latency(s):");
+	/* The block's objects stay: `seq` reads them again right before each
+	 * restore, so that each ratio is to a limit measured beside it (the
+	 * two cores are shared, and the limit moves within a run). */
+	CHECK(ceph_sh(&ceph, out, sizeof(out), "rados bench -p kvtier 30 write -b %zu -t %d --max-objects %d --no-cleanup 2>&1",
+		      obj, DEPTH, BLOCKS) == 0, "rados bench write");
+	double w_lim = bench_field(out, "Bandwidth (MB/sec):");
+	CHECK(ceph_sh(&ceph, out, sizeof(out), "rados bench -p kvtier 30 seq -t 1 2>&1") == 0, "seq -t 1");
+	double rtt = bench_field(out, "Average Latency(s):");
 
 	snprintf(extra, sizeof(extra), "queue_depth = %d\n", DEPTH);
 	ceph_remote_section(&ceph, sec, sizeof(sec), "shared", extra);
@@ -260,15 +331,39 @@ int main(int argc, char **argv)
 	}
 	while (stat_get(ca, "remote", "in_flight") == 0 && stat_get(ca, "remote", "writes") == 0)
 		usleep(200);
-	double t0 = now_s();
+	double t0 = now_s(), cpu0 = cpu_s(a.pid);
 	while (stat_get(ca, "remote", "writes") < BLOCKS)
 		usleep(1000);
 	double wb = (double)BLOCKS * obj / (now_s() - t0) / 1e6;
+	double wb_cpu = cpu_s(a.pid) - cpu0;
 	CHECK(wait_exit(pid) == 0, "A2");
+	double r_lim = seq_limit(&ceph, out, sizeof(out));
+	cpu0 = cpu_s(b.pid);
 	double rs = (double)BLOCKS * obj / restore(cb, "llama3-8b", 1, BLOCKS) / 1e6;
+	double rs_cpu = cpu_s(b.pid) - cpu0;
+	double gb = (double)BLOCKS * obj / 1e9;
+	uint64_t in_place = stat_sum(cb, "remote", "reads_in_place"); /* 0: a daemon before it */
+
+	/* Again into a warm pool, as on a node that has run a while: B
+	 * drops the 64 blocks (their slots free, the extents stay) and
+	 * restores another 64 A wrote back, without making extents. */
+	uint8_t keys[BLOCKS * 32];
+	kvt_ns *big = engine_ns(cb, "llama3-8b", 1);
+	CHECK(engine_keys(1, BLOCKS * 16, 0, 0, keys, BLOCKS) == BLOCKS, "keys");
+	CHECK(kvt_delete(big, keys, BLOCKS) == BLOCKS, "B drops the restored blocks");
+	kvt_ns_close(big);
+	store_reused(&a, "llama3-8b", 2, BLOCKS);
+	while (stat_get(ca, "remote", "writes") < 2 * BLOCKS)
+		usleep(1000);
+	uint64_t extents0 = stat_get(cb, "daemon", "extents");
+	double r_lim_warm = seq_limit(&ceph, out, sizeof(out));
+	cpu0 = cpu_s(b.pid);
+	double rs_warm = (double)BLOCKS * obj / restore(cb, "llama3-8b", 2, BLOCKS) / 1e6;
+	double rs_warm_cpu = cpu_s(b.pid) - cpu0;
+	CHECK(stat_get(cb, "daemon", "extents") == extents0, "no extent made for the warm restore");
 
 	double lat[RUNS], lat_small[RUNS];
-	uint64_t written = BLOCKS;
+	uint64_t written = 2 * BLOCKS;
 	for (int i = 0; i < RUNS; i++) {
 		store_reused(&a, "llama3-8b", 100 + i, RUN);
 		store_reused(&a, "tiny", 200 + i, RUN);
@@ -283,7 +378,25 @@ int main(int argc, char **argv)
 
 	printf("object %zu B, queue depth %d, %d objects; memstore OSD on this machine\n", obj, DEPTH, BLOCKS);
 	printf("write-back   %8.1f MB/s   rados bench write %8.1f MB/s   ratio %.2f\n", wb, w_lim, wb / w_lim);
-	printf("restore      %8.1f MB/s   rados bench seq   %8.1f MB/s   ratio %.2f\n", rs, r_lim, rs / r_lim);
+	printf("restore      %8.1f MB/s   rados bench seq   %8.1f MB/s   ratio %.2f   (pool cold: extents made meanwhile; %llu of %d read in place)\n",
+	       rs, r_lim, rs / r_lim, (unsigned long long)in_place, BLOCKS);
+	printf("restore      %8.1f MB/s   rados bench seq   %8.1f MB/s   ratio %.2f   (pool warm)\n",
+	       rs_warm, r_lim_warm, rs_warm / r_lim_warm);
+	printf("daemon CPU   write-back %.2f s/GB (node A, %.3f s; it also serves the engine reusing the blocks)   "
+	       "restore %.2f s/GB cold (node B, %.3f s), %.2f s/GB warm (%.3f s)\n",
+	       wb_cpu / gb, wb_cpu, rs_cpu / gb, rs_cpu, rs_warm_cpu / gb, rs_warm_cpu);
+	double mc_put, mc_get;
+	if (peer && mooncake(obj, &mc_put, &mc_get)) {
+		printf("| %d objects of %zu B, depth %d | kvtier (Ceph) | Mooncake Store | rados bench | kvtier / Mooncake | kvtier / rados bench |\n",
+		       BLOCKS, obj, DEPTH);
+		printf("|---|---|---|---|---|---|\n");
+		printf("| write-back / put | %.1f MB/s | %.1f MB/s | %.1f MB/s | %.2f | %.2f |\n", wb,
+		       mc_put, w_lim, wb / mc_put, wb / w_lim);
+		printf("| restore / get, pool cold | %.1f MB/s | %.1f MB/s | %.1f MB/s | %.2f | %.2f |\n", rs,
+		       mc_get, r_lim, rs / mc_get, rs / r_lim);
+		printf("| restore / get, pool warm | %.1f MB/s | %.1f MB/s | %.1f MB/s | %.2f | %.2f |\n",
+		       rs_warm, mc_get, r_lim_warm, rs_warm / mc_get, rs_warm / r_lim_warm);
+	}
 	double xfer = RUN * obj / (r_lim * 1e6);
 	printf("lookup of a %d-block remote leading run, 2 MiB blocks: median %.2f ms (min %.2f, max %.2f); "
 	       "one RADOS read (rados bench seq -t 1) %.2f ms: ratio %.2f; %d objects at rados bench's bandwidth %.2f ms: ratio %.2f\n",

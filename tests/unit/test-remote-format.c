@@ -89,6 +89,28 @@ int main(void)
 	memcpy(copy + SPILL_SLOT_HEADER_BYTES, obj + SPILL_SLOT_HEADER_BYTES, PAYLOAD);
 	CHECK(remote_object_check(&a, key, copy, len, PAYLOAD) == -EBADMSG);
 
+	/* Read in two parts (header into a buffer, payload into a host slot
+	 * elsewhere): the same verdicts. */
+	struct spill_slot_header want;
+	uint8_t *head = malloc(SPILL_SLOT_HEADER_BYTES), *body = malloc(PAYLOAD);
+	CHECK(head && body);
+	memcpy(head, obj, SPILL_SLOT_HEADER_BYTES);
+	memcpy(body, obj + SPILL_SLOT_HEADER_BYTES, PAYLOAD);
+	remote_object_expect(&a, key, PAYLOAD, &want);
+	CHECK(remote_object_verify_parts(&want, head, SPILL_SLOT_HEADER_BYTES, body, PAYLOAD) == 0);
+	CHECK(remote_object_verify_parts(&want, head, SPILL_SLOT_HEADER_BYTES, body, PAYLOAD - 1) ==
+	      -ENODATA);
+	CHECK(remote_object_verify_parts(&want, head, 100, body, 0) == -ENODATA);
+	body[PAYLOAD / 2] ^= 1;
+	CHECK(remote_object_verify_parts(&want, head, SPILL_SLOT_HEADER_BYTES, body, PAYLOAD) ==
+	      -EBADMSG);
+	body[PAYLOAD / 2] ^= 1;
+	remote_object_expect(&a, key2, PAYLOAD, &want);
+	CHECK(remote_object_verify_parts(&want, head, SPILL_SLOT_HEADER_BYTES, body, PAYLOAD) ==
+	      -ESTALE);
+	free(head);
+	free(body);
+
 	free(obj);
 	free(copy);
 	return failures ? 1 : 0;
