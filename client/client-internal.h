@@ -72,6 +72,10 @@ struct kvt_ns {
 	uint32_t identity_len;
 	uint64_t generation; /* connection the ns_id belongs to */
 	kvt_ns_info info;
+	/* The identity's dtype of each layer group: a codec reads elements
+	 * of these (info.codec is the namespace's codec). */
+	uint32_t n_groups;
+	uint32_t group_dtype[KVT_MAX_GROUPS];
 };
 
 struct kvt_client {

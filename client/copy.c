@@ -20,7 +20,9 @@ struct copier {
 	const void *const *srcs; /* kvt_store */
 	void *const *dsts;       /* kvt_load */
 	uint32_t n_parts;        /* *_paged: layer groups */
-	const kvt_layout *const *layouts; /* [n_parts] */
+	const kvt_layout *const *layouts; /* [n_parts]: the engine's, or */
+	kvt_layout coded[KVT_MAX_GROUPS];  /* with the namespace's codec */
+	const kvt_layout *coded_ptrs[KVT_MAX_GROUPS];
 	const int64_t *const *indices;    /* [n_parts] */
 	uint64_t offset[KVT_MAX_GROUPS];  /* of each group's block in the slot */
 	uint32_t block_tokens;
@@ -190,6 +192,29 @@ KVT_EXPORT int kvt_load(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t 
 	return load_batch(ns, shard, keys, n, &cp, ret_status);
 }
 
+/* A namespace with a codec: the layouts as the copies use them, with the
+ * namespace's codec and each group's dtype, whatever the engine's say.
+ * One layout for several groups needs them all of one dtype. */
+static int coded_layouts(kvt_ns *ns, uint32_t n_groups, const kvt_layout *const *layouts,
+			 struct copier *cp)
+{
+	for (uint32_t k = 0; k < n_groups; k++) {
+		uint32_t dtype = ns->group_dtype[k < ns->n_groups ? k : 0];
+		if (n_groups == 1)
+			for (uint32_t g = 1; g < ns->n_groups; g++)
+				if (ns->group_dtype[g] != dtype)
+					return -EINVAL;
+		if (!layouts[k])
+			return -EINVAL;
+		cp->coded[k] = *layouts[k];
+		cp->coded[k].codec = ns->info.codec;
+		cp->coded[k].dtype = dtype;
+		cp->coded_ptrs[k] = &cp->coded[k];
+	}
+	cp->layouts = cp->coded_ptrs;
+	return 0;
+}
+
 /* The copier of a paged call, once its layouts are checked against the
  * namespace's geometry: their blocks, one after the other, are its shard. */
 static int paged_copier(kvt_ns *ns, uint32_t n_groups, const kvt_layout *const *layouts,
@@ -201,6 +226,12 @@ static int paged_copier(kvt_ns *ns, uint32_t n_groups, const kvt_layout *const *
 		return -EINVAL;
 	*ret = (struct copier){.n_parts = n_groups, .layouts = layouts, .indices = indices,
 			       .block_tokens = ns->info.block_tokens};
+	if (ns->info.codec != KVT_CODEC_NONE) {
+		int r = coded_layouts(ns, n_groups, layouts, ret);
+		if (r < 0)
+			return r;
+		layouts = ret->layouts;
+	}
 	for (uint32_t k = 0; k < n_groups; k++) {
 		uint64_t b = layouts[k] ? kvt_layout_block_bytes(layouts[k], ns->info.block_tokens)
 					: 0;

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +146,13 @@ static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
 	if (groups ? layout || !opts->layouts || groups > KVT_MAX_GROUPS
 		   : !layout)
 		return -EINVAL;
+	if (ns->info.codec != KVT_CODEC_NONE) {
+		snprintf(ns->c->error, sizeof(ns->c->error),
+			 "the namespace stores blocks as %s, which the CUDA path does not "
+			 "encode: copy through host memory (kvt_store_paged/kvt_load_paged)",
+			 ns->info.codec == KVT_CODEC_INT4 ? "int4" : "fp8-e4m3");
+		return -EOPNOTSUPP;
+	}
 	bt = ns->info.block_tokens;
 	s->n_parts = groups ? groups : 1;
 	for (uint32_t k = 0; k < s->n_parts; k++) {

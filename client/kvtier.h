@@ -254,6 +254,9 @@ typedef struct kvt_ns_desc {
 	const kvt_layer_group *groups; /* [n_groups], in layer order */
 	const uint8_t *salt;          /* narrows sharing; 0..64 bytes */
 	uint32_t salt_len;
+	uint32_t codec;               /* KVT_CODEC_*: blocks stored quantised
+				       * (kvtier-layout.h); 0 = as the cache
+				       * holds them */
 } kvt_ns_desc;
 
 /** Geometry the daemon derived from a namespace. */
@@ -261,7 +264,7 @@ typedef struct kvt_ns_info {
 	uint32_t ns_id;
 	uint32_t shards;       /* tensor-parallel shards per block */
 	uint32_t block_tokens;
-	uint32_t reserved;
+	uint32_t codec;        /* KVT_CODEC_* the blocks are stored in */
 	uint64_t shard_bytes;  /* bytes one rank stores per block */
 	uint64_t shard_stride;
 	uint64_t block_bytes;  /* slot size: all shards */

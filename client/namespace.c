@@ -42,6 +42,7 @@ KVT_EXPORT int kvt_ns_open(kvt_client *c, const kvt_ns_desc *d, kvt_ns **ret)
 	if (d->salt_len)
 		memcpy(id.salt, d->salt, d->salt_len);
 	id.salt_len = d->salt_len;
+	id.codec = d->codec;
 
 	kvt_buf_init(&b);
 	r = kvt_identity_encode(&id, &b);
@@ -57,6 +58,10 @@ KVT_EXPORT int kvt_ns_open(kvt_client *c, const kvt_ns_desc *d, kvt_ns **ret)
 	ns->identity = b.data; /* keep the encoding for reconnects */
 	ns->identity_len = (uint32_t)b.len;
 	ns->c = c;
+	ns->info.codec = id.codec;
+	ns->n_groups = id.n_groups;
+	for (uint32_t i = 0; i < id.n_groups; i++)
+		ns->group_dtype[i] = id.groups[i].dtype;
 
 	pthread_mutex_lock(&c->lock);
 	r = client_ensure(c);

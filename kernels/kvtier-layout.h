@@ -82,6 +82,9 @@ typedef struct kvt_layout {
 	uint32_t flags;       /* KVT_LAYOUT_* */
 	uint32_t elem_bytes;  /* KVT_LAYOUT_K_COLUMNS: bytes of one element of
 			       * K (1, 2, 4 or 8); otherwise 0 */
+	uint32_t dtype;       /* KVT_DTYPE_* of the cache's elements; needed
+			       * only with a codec */
+	uint32_t codec;       /* KVT_CODEC_*: how a block holds them (below) */
 } kvt_layout;
 
 /** flags: layer_base is [n_layers * planes], one base per (layer, plane);
@@ -91,7 +94,24 @@ typedef struct kvt_layout {
  * elem_bytes, and no KVT_LAYOUT_PLANE_BASES. */
 #define KVT_LAYOUT_K_COLUMNS 0x2u
 
-/** \return bytes of one kvtier block of block_tokens tokens for layout. */
+/*
+ * Codecs: with codec other than KVT_CODEC_NONE, gather quantises each
+ * (layer, plane, head) of a block into a self-describing tile and scatter
+ * dequantises it back into the cache's dtype (float32, float16 or
+ * bfloat16; head_bytes a whole number of elements).  The tiles' format is
+ * proto/codec.h's; the paged calls of kvtier.h set codec and dtype from
+ * the namespace, whatever the layout says.
+ */
+#define KVT_CODEC_NONE 0
+#define KVT_CODEC_FP8_E4M3 1 /* scale per (layer, plane, head) of a block */
+#define KVT_CODEC_INT4 2     /* K per channel, V per token in groups of 32 */
+
+#define KVT_DTYPE_FLOAT32 1
+#define KVT_DTYPE_FLOAT16 2
+#define KVT_DTYPE_BFLOAT16 3
+
+/** \return bytes of one kvtier block of block_tokens tokens for layout
+ * (with its codec), or 0 for a layout no block can be made of. */
 KVT_EXPORT uint64_t kvt_layout_block_bytes(const kvt_layout *layout,
 					   uint32_t block_tokens);
 

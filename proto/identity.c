@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "codec.h"
 #include "kvt-proto.h"
 #include "macro.h"
 
@@ -45,6 +46,8 @@ static int identity_check(const struct kvt_identity *id)
 		return -EINVAL;
 	if (id->n_groups == 0 || id->n_groups > KVT_MAX_GROUPS)
 		return -EINVAL;
+	if (id->codec >= KVT_CODEC_COUNT)
+		return -EINVAL;
 
 	uint64_t layers = 0;
 	for (unsigned i = 0; i < id->n_groups; i++) {
@@ -68,6 +71,12 @@ static int identity_check(const struct kvt_identity *id)
 			break;
 		default:
 			return -EINVAL;
+		}
+		/* A codec reads float elements: whole ones in every head. */
+		if (id->codec != KVT_CODEC_NONE) {
+			uint32_t eb = kvt_codec_dtype_bytes(g->dtype);
+			if (eb == 0 || g->head_bytes % eb)
+				return -EINVAL;
 		}
 		layers += g->n_layers;
 	}
@@ -98,6 +107,10 @@ int kvt_identity_encode(const struct kvt_identity *id, struct kvt_buf *b)
 	}
 	if (id->salt_len)
 		put_field(b, KVT_ID_SALT, id->salt, id->salt_len);
+	/* Written only when there is one: a namespace without a codec keeps
+	 * the identity (and so the spill files and remote objects) it had. */
+	if (id->codec != KVT_CODEC_NONE)
+		put_u32s(b, KVT_ID_CODEC, &id->codec, 1);
 	if (b->error)
 		return b->error;
 	return b->len <= KVT_MAX_IDENTITY ? 0 : -E2BIG;
@@ -166,6 +179,10 @@ static int decode_field(struct kvt_cursor *c, uint16_t tag, uint32_t len,
 		TRY(get_bytes(c, len, KVT_MAX_FINGERPRINT, false, id->salt));
 		id->salt_len = len;
 		return 0;
+	case KVT_ID_CODEC:
+		TRY(get_u32s(c, len, &id->codec, 1));
+		/* Canonical: none is written by leaving the field out. */
+		return id->codec == KVT_CODEC_NONE ? -EBADMSG : 0;
 	default:
 		return -EBADMSG;
 	}
@@ -252,6 +269,7 @@ int kvt_identity_geometry(const struct kvt_identity *id,
 	g.block_tokens = id->block_tokens;
 
 	uint64_t per_token = 0; /* one shard */
+	uint64_t coded = 0;     /* one shard's block, with a codec */
 	for (unsigned i = 0; i < id->n_groups; i++) {
 		const struct kvt_id_group *lg = &id->groups[i];
 		uint32_t heads = lg->kv_heads;
@@ -266,14 +284,31 @@ int kvt_identity_geometry(const struct kvt_identity *id,
 				return -EINVAL;
 		}
 		g.heads_per_shard[i] = heads;
+		if (id->codec != KVT_CODEC_NONE) {
+			/* Tiles of the block's tokens, scales inside (codec.h). */
+			uint32_t d = lg->head_bytes / kvt_codec_dtype_bytes(lg->dtype);
+			uint64_t tiles = 0;
+			for (uint32_t p = 0; p < lg->planes; p++)
+				tiles += kvt_codec_tile_bytes(id->codec, lg->planes == 2 && p == 0,
+							      id->block_tokens, d);
+			bytes = (uint64_t)lg->n_layers * heads * tiles;
+			if (__builtin_add_overflow(coded, bytes, &coded))
+				return -EFBIG;
+			continue;
+		}
 		if (__builtin_mul_overflow((uint64_t)lg->n_layers * lg->planes * heads,
 					   (uint64_t)lg->head_bytes, &bytes) ||
 		    __builtin_add_overflow(per_token, bytes, &per_token))
 			return -EFBIG;
 	}
-	if (__builtin_mul_overflow(per_token, (uint64_t)id->block_tokens, &g.shard_bytes) ||
-	    g.shard_bytes > UINT64_MAX - 4095)
+	if (id->codec != KVT_CODEC_NONE) {
+		/* Sizes well inside u64: each factor is bounded by identity_check. */
+		g.shard_bytes = coded;
+		per_token = (coded + id->block_tokens - 1) / id->block_tokens;
+	} else if (__builtin_mul_overflow(per_token, (uint64_t)id->block_tokens, &g.shard_bytes) ||
+		   g.shard_bytes > UINT64_MAX - 4095) {
 		return -EFBIG;
+	}
 	g.shard_stride = (g.shard_bytes + 4095) & ~(uint64_t)4095;
 	if (__builtin_mul_overflow(g.shard_stride, (uint64_t)g.shards, &g.slot_bytes) ||
 	    __builtin_mul_overflow(per_token, (uint64_t)g.shards, &g.bytes_per_token))

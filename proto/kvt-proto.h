@@ -402,6 +402,7 @@ enum kvt_identity_tag {
 	KVT_ID_BLOCK_TOKENS = 6, /* u32 */
 	KVT_ID_GROUP = 7,       /* struct kvt_id_group, 8 x u32 */
 	KVT_ID_SALT = 8,        /* bytes, 0..64, optional */
+	KVT_ID_CODEC = 9,       /* u32 KVT_CODEC_* (codec.h); absent = none */
 };
 
 #define KVT_MAX_GROUPS 16
@@ -433,6 +434,7 @@ struct kvt_identity {
 	struct kvt_id_group groups[KVT_MAX_GROUPS];
 	uint8_t salt[KVT_MAX_FINGERPRINT];
 	uint32_t salt_len;
+	uint32_t codec;       /* KVT_CODEC_* (codec.h): how blocks are stored */
 };
 
 /* Geometry derived from an identity; identical on both sides. */
