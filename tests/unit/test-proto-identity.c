@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "proto-util.h"
 
 static int dec_identity(const uint8_t *p, size_t n)
@@ -75,6 +76,8 @@ static void idl_from(struct idlist *l, const struct kvt_identity *id)
 	}
 	if (id->salt_len)
 		idl_add(l, KVT_ID_SALT, id->salt, id->salt_len);
+	if (id->codec)
+		idl_add_u32s(l, KVT_ID_CODEC, &id->codec, 1);
 }
 
 static void idl_write(const struct idlist *l, struct kvt_buf *b)
@@ -159,7 +162,7 @@ static bool same_identity(const struct kvt_identity *d,
 	       d->block_tokens == id->block_tokens && d->n_groups == id->n_groups &&
 	       !memcmp(d->groups, id->groups, id->n_groups * sizeof(d->groups[0])) &&
 	       d->salt_len == id->salt_len &&
-	       !memcmp(d->salt, id->salt, id->salt_len);
+	       !memcmp(d->salt, id->salt, id->salt_len) && d->codec == id->codec;
 }
 
 static void check_roundtrip(int line, const struct kvt_identity *id)
@@ -240,6 +243,16 @@ static void test_identity_roundtrip(void)
 		id.groups[i] = mha(2, 8, 256 + i);
 	id.tp_size = KVT_MAX_TP;
 	CHECK_ROUNDTRIP(&id);
+
+	/* Each codec, with and without a salt before it; none is the
+	 * absence of the field, so an identity without one is unchanged. */
+	for (uint32_t codec = KVT_CODEC_FP8_E4M3; codec <= KVT_CODEC_INT4; codec++) {
+		build_identity(&id);
+		id.codec = codec;
+		CHECK_ROUNDTRIP(&id);
+		id.salt_len = 2;
+		CHECK_ROUNDTRIP(&id);
+	}
 }
 
 /* Padding and bytes past each length are not part of the identity. */
@@ -269,6 +282,7 @@ static void test_identity_padding(void)
 		g->groups[0] = id.groups[0];
 		memcpy(g->salt, id.salt, 5);
 		g->salt_len = 5;
+		g->codec = KVT_CODEC_NONE;
 	}
 	prefill(&a, 0xaa);
 	prefill(&b, 0x55);
@@ -305,7 +319,7 @@ static void test_reject_fields(void)
 		{ KVT_ID_BLOCK_TOKENS, "BLOCK_TOKENS" },
 		{ KVT_ID_GROUP, "GROUP" },
 	};
-	static const uint16_t unknown[] = { 0, 9, 100, 0xffff };
+	static const uint16_t unknown[] = { 0, 10, 100, 0xffff };
 	struct idlist base, l;
 	struct idfield f;
 	char what[96];
@@ -414,6 +428,25 @@ static void test_reject_lengths(void)
 		}
 		CHECK_ID_REJECT(&l, bad_len[i].what);
 	}
+	/* CODEC: one u32 of a known codec other than none (none is written
+	 * by leaving the field out, so that an identity has one encoding). */
+	static const struct {
+		uint32_t len, value;
+		const char *what;
+	} bad_codec[] = {
+		{ 4, KVT_CODEC_NONE, "CODEC none written out" },
+		{ 4, KVT_CODEC_COUNT, "CODEC unknown" },
+		{ 8, KVT_CODEC_FP8_E4M3, "CODEC of 8 bytes" },
+		{ 2, KVT_CODEC_FP8_E4M3, "CODEC of 2 bytes" },
+	};
+	for (unsigned i = 0; i < ARRAY_SIZE(bad_codec); i++) {
+		uint8_t d[8] = { 0 };
+		for (unsigned k = 0; k < 4; k++)
+			d[k] = (uint8_t)(bad_codec[i].value >> (8 * k));
+		l = base;
+		idl_add(&l, KVT_ID_CODEC, d, bad_codec[i].len);
+		CHECK_ID_REJECT(&l, bad_codec[i].what);
+	}
 	l = base;
 	memcpy(l.f[1].data, "llama\0x", 7);
 	l.f[1].len = 7;
@@ -438,7 +471,7 @@ static void test_reject_values(void)
 	struct {
 		const char *what;
 		struct kvt_identity id;
-	} v[24];
+	} v[32];
 	unsigned nv = 0;
 	struct idlist l;
 
@@ -472,6 +505,18 @@ static void test_reject_values(void)
 		x->layer_first = x->layer_end = 32;
 	}
 	VARIANT("empty model")->model[0] = 0;
+	VARIANT("unknown codec")->codec = KVT_CODEC_COUNT;
+	{
+		struct kvt_identity *x = VARIANT("codec on an fp8 cache");
+		x->codec = KVT_CODEC_FP8_E4M3;
+		x->groups[0].dtype = KVT_DTYPE_FLOAT8_E4M3;
+	}
+	{
+		struct kvt_identity *x = VARIANT("codec on half an element");
+		x->codec = KVT_CODEC_INT4;
+		x->groups[0].dtype = KVT_DTYPE_BFLOAT16;
+		x->groups[0].head_bytes = 255;
+	}
 #undef VARIANT
 	for (unsigned i = 0; i < nv; i++) {
 		_cleanup_(kvt_buf_free) struct kvt_buf b;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "proto-util.h"
 
 static int dec_ns_open_req(const uint8_t *p, size_t n)
@@ -210,6 +211,54 @@ static void test_geometry(void)
 	CHECK_GEOMETRY(&id, 1, 8, 32 * 2 * 8 * 100 * 3, 32 * 2 * 8 * 100);
 }
 
+/* A codec's slot: tiles of (layer, plane, head) with their scales
+ * (proto/codec.h), whatever the cache's dtype, and no identity change for
+ * codec none. */
+static void test_geometry_codec(void)
+{
+	struct kvt_identity id;
+
+	/* Llama-3-8B in bfloat16: 32 layers, 8 heads of 128, 16 tokens. */
+	build_identity(&id);
+	id.groups[0].dtype = KVT_DTYPE_BFLOAT16;
+	CHECK_GEOMETRY(&id, 1, 8, 32 * 2 * 8 * 256 * 16, 32 * 2 * 8 * 256);
+	id.codec = KVT_CODEC_FP8_E4M3;
+	/* a tile: a 4-byte scale and one byte an element */
+	CHECK_GEOMETRY(&id, 1, 8, 32 * 2 * 8 * (4 + 16 * 128), 32 * 2 * 8 * (4 + 16 * 128) / 16);
+	id.codec = KVT_CODEC_INT4;
+	/* K: 128 channel pairs of halves; V: 16 tokens x 4 groups of 32 */
+	uint64_t k = 128 * 4 + 16 * 128 / 2, v = 16 * 4 * 4 + 16 * 128 / 2;
+	CHECK_GEOMETRY(&id, 1, 8, 32 * 8 * (k + v), 32 * 8 * (k + v) / 16);
+	/* Two ranks hold half the heads each. */
+	id.tp_size = 2;
+	CHECK_GEOMETRY(&id, 2, 4, 32 * 4 * (k + v), 32 * 4 * (k + v) * 2 / 16);
+
+	/* float32, 3 tokens, 24 elements a head (groups of 24), padded. */
+	build_identity(&id);
+	id.block_tokens = 3;
+	id.groups[0] = mha(2, 8, 96);
+	id.layer_end = 2;
+	id.codec = KVT_CODEC_INT4;
+	k = 24 * 4 + 36; /* 132 */
+	v = 3 * 4 + 36;  /* 48 */
+	CHECK_GEOMETRY(&id, 1, 8, 2 * 8 * (k + v), (2 * 8 * (k + v) + 2) / 3);
+	id.codec = KVT_CODEC_FP8_E4M3;
+	/* 4 + 72 = 76, a multiple of 4 */
+	CHECK_GEOMETRY(&id, 1, 8, 2 * 8 * 2 * 76, (2 * 8 * 2 * 76 + 2) / 3);
+	/* An odd element count: 4 + 9 bytes rounded up to 16. */
+	id.groups[0] = mha(2, 8, 12);
+	CHECK_GEOMETRY(&id, 1, 8, 2 * 8 * 2 * 16, (2 * 8 * 2 * 16 + 2) / 3);
+
+	/* DeepSeek's bf16 latent of 576: one plane, per token, 18 groups. */
+	build_identity(&id);
+	id.layer_end = 61;
+	id.groups[0] = (struct kvt_id_group){ 61, KVT_ATTN_MLA, 0, 1, 1, 1152,
+					      KVT_DTYPE_BFLOAT16, 0 };
+	id.codec = KVT_CODEC_INT4;
+	v = 16 * 18 * 4 + 16 * 576 / 2;
+	CHECK_GEOMETRY(&id, 1, 1, 61 * v, 61 * v / 16);
+}
+
 static void test_geometry_other(void)
 {
 	struct kvt_identity id;
@@ -393,6 +442,10 @@ static void test_key_fields(void)
 	DIFFERS(KVT_ID_SALT, 0, -1, "salt (length)");
 	BASE()->salt_len = 0;
 	DIFFERS(KVT_ID_SALT, 0, -1, "salt (absent)");
+	BASE()->codec = KVT_CODEC_FP8_E4M3;
+	DIFFERS(KVT_ID_CODEC, 0, -1, "codec fp8-e4m3");
+	BASE()->codec = KVT_CODEC_INT4;
+	DIFFERS(KVT_ID_CODEC, 0, -1, "codec int4");
 }
 
 static void test_key_groups(void)
@@ -501,6 +554,7 @@ int main(void)
 	test_ns_open();
 	test_ns_open_malformed();
 	test_geometry();
+	test_geometry_codec();
 	test_geometry_other();
 	test_key_fields();
 	test_key_groups();
