@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <syslog.h>
 
+#include "codec.h"
 #include "config.h"
 #include "size.h"
 
@@ -56,6 +57,13 @@ void config_dump(const struct config *c, FILE *f)
 			fprintf(f, "quota = %s\n", kvt_size_format_exact(t->quota, q, sizeof(q)));
 		if (t->nvme_quota)
 			fprintf(f, "nvme_quota = %s\n", kvt_size_format_exact(t->nvme_quota, q, sizeof(q)));
+		if (t->codecs) {
+			fputs("codecs =", f);
+			for (uint32_t k = 0; k < KVT_CODEC_COUNT; k++)
+				if (t->codecs & (1u << k))
+					fprintf(f, " %s", kvt_codec_name(k));
+			fputc('\n', f);
+		}
 		if (t->socket)
 			fprintf(f, "socket = %s\n", t->socket);
 		fputc('\n', f);

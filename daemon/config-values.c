@@ -8,6 +8,7 @@
 #include <string.h>
 #include <syslog.h>
 
+#include "codec.h"
 #include "config.h"
 #include "config-values.h"
 #include "size.h"
@@ -120,6 +121,32 @@ int conf_recovery(const char *v, void *field, const char **expect)
 		*(enum nvme_recovery *)field = NVME_RECOVERY_BACKGROUND;
 	else
 		return -EINVAL;
+	return 0;
+}
+
+int conf_codecs(const char *v, void *field, const char **expect)
+{
+	uint32_t mask = 0;
+
+	*expect = "one or more of none, fp8-e4m3, int4";
+	while (*v) {
+		size_t n = strcspn(v, " \t,");
+		uint32_t c;
+		if (n == 0) {
+			v++;
+			continue;
+		}
+		for (c = 0; c < KVT_CODEC_COUNT; c++)
+			if (strlen(kvt_codec_name(c)) == n && !strncmp(v, kvt_codec_name(c), n))
+				break;
+		if (c == KVT_CODEC_COUNT)
+			return -EINVAL;
+		mask |= 1u << c;
+		v += n;
+	}
+	if (!mask)
+		return -EINVAL;
+	*(uint32_t *)field = mask;
 	return 0;
 }
 

@@ -25,6 +25,8 @@ int conf_percent(const char *v, void *field, const char **expect);   /* 0..100 *
 int conf_ratio(const char *v, void *field, const char **expect);     /* 0..1: ppm */
 int conf_unknown(const char *v, void *field, const char **expect);   /* bool */
 int conf_log_level(const char *v, void *field, const char **expect); /* LOG_* */
+/* "none fp8-e4m3" (blanks or commas between): a mask of 1 << KVT_CODEC_*. */
+int conf_codecs(const char *v, void *field, const char **expect);    /* uint32_t */
 /* "1000, alice 1002": numeric ids or names, for uids (or gids when
  * groups), appended to ids[*n]. */
 int conf_ids(const char *v, bool groups, uint32_t *ids, uint32_t *n, const char **expect);

@@ -188,10 +188,12 @@ static int tenant_item(struct parse_ctx *ctx, const char *name, const char *key,
 		r = conf_size(value, &t->quota, &expect);
 	else if (!strcmp(key, "nvme_quota"))
 		r = conf_size(value, &t->nvme_quota, &expect);
+	else if (!strcmp(key, "codecs"))
+		r = conf_codecs(value, &t->codecs, &expect);
 	else if (!strcmp(key, "socket"))
 		r = conf_path(value, &t->socket, &expect);
 	else {
-		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, nvme_quota, socket)",
+		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, nvme_quota, codecs, socket)",
 			  ctx->path, line, key, name);
 		ctx->error = -EINVAL;
 		return 1;

@@ -89,6 +89,7 @@ struct tenant_conf {
 	uint32_t gids[CONFIG_MAX_IDS]; /* primary or supplementary groups */
 	uint64_t quota;                /* 0: [tenants] default_quota */
 	uint64_t nvme_quota;           /* 0: [tenants] default_nvme_quota */
+	uint32_t codecs;               /* 1 << KVT_CODEC_* it may open; 0: any */
 	char *socket;                  /* its own listening socket, or NULL */
 };
 

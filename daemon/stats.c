@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codec.h"
 #include "fault.h"
 #include "kvt-config.h"
 #include "manager.h"
@@ -442,7 +443,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 static void emit_ns(struct emitter *e, const struct ns *ns)
 {
 	const struct ns_counters *c = &ns->c;
-	kvt_rec_begin(&e->b, "namespace", 34);
+	kvt_rec_begin(&e->b, "namespace", 37);
 	kvt_rec_str(&e->b, "tenant", ns->tenant->name);
 	kvt_rec_u64(&e->b, "id", ns->id);
 	kvt_rec_str(&e->b, "model", ns->ident.model);
@@ -451,9 +452,12 @@ static void emit_ns(struct emitter *e, const struct ns *ns)
 	kvt_rec_u64(&e->b, "tp", ns->ident.tp_size);
 	kvt_rec_u64(&e->b, "block_tokens", ns->geo.block_tokens);
 	kvt_rec_u64(&e->b, "block_bytes", ns->geo.slot_bytes);
+	kvt_rec_str(&e->b, "codec", kvt_codec_name(ns->ident.codec));
+	kvt_rec_u64(&e->b, "logical_block_bytes", ns->logical_slot_bytes);
 	kvt_rec_u64(&e->b, "blocks", ns->blocks_resident);
 	kvt_rec_u64(&e->b, "reserved", ns->blocks_reserved);
 	kvt_rec_u64(&e->b, "bytes", ns->blocks_resident * ns->geo.slot_bytes);
+	kvt_rec_u64(&e->b, "logical_bytes", ns->blocks_resident * ns->logical_slot_bytes);
 	kvt_rec_u64(&e->b, "lookups", c->lookups);
 	kvt_rec_u64(&e->b, "lookup_keys", c->lookup_keys);
 	kvt_rec_u64(&e->b, "hits", c->hits);

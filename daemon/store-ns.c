@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "fault.h"
 #include "log.h"
 #include "macro.h"
@@ -87,6 +88,35 @@ static int identity_check(const uint8_t *identity, uint32_t len, struct kvt_iden
 	return 0;
 }
 
+/* A block's size in the engine's own dtype: its size without the codec. */
+static uint64_t logical_slot_bytes(const struct kvt_identity *id, const struct kvt_geometry *geo)
+{
+	struct kvt_identity plain = *id;
+	struct kvt_geometry g;
+
+	plain.codec = KVT_CODEC_NONE;
+	return kvt_identity_geometry(&plain, &g) == 0 ? g.slot_bytes : geo->slot_bytes;
+}
+
+/* Whether the operator lets the tenant store blocks in this codec. */
+static int codec_check(struct store *s, struct tenant *t, uint32_t codec, char *reason,
+		       size_t reason_size)
+{
+	uint32_t allowed = tenancy_codecs(s->config, &t->choice);
+	char names[64] = "";
+
+	if (allowed & (1u << codec))
+		return 0;
+	for (uint32_t k = 0; k < KVT_CODEC_COUNT; k++)
+		if (allowed & (1u << k))
+			snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+				 names[0] ? ", " : "", kvt_codec_name(k));
+	snprintf(reason, reason_size,
+		 "tenant %s may store blocks only as %s ([tenant.%s] codecs), not %s: open the namespace with one of those codecs",
+		 t->name, names, t->name, kvt_codec_name(codec));
+	return -EPERM;
+}
+
 /* Whether the tenant may open one more namespace of this geometry. */
 static int ns_limits_check(struct store *s, struct tenant *t, const struct kvt_geometry *geo,
 			   char *reason, size_t reason_size)
@@ -116,6 +146,7 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	struct kvt_geometry geo;
 
 	TRY(identity_check(identity, len, &id, &geo, reason, reason_size));
+	TRY(codec_check(s, t, id.codec, reason, reason_size));
 	/* The daemon's own limit, not the wire's: a slot lies inside one
 	 * io_uring fixed buffer. */
 	if (geo.slot_bytes > CONFIG_SLOT_BYTES_MAX) {
@@ -158,6 +189,7 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	ns->identity_len = len;
 	ns->tenant = t;
 	ns->ident = id;
+	ns->logical_slot_bytes = logical_slot_bytes(&id, &geo);
 	ns->geo = geo;
 	ns->opens = 1;
 	ns->id = t->n_ns + 1;

@@ -144,6 +144,7 @@ struct ns {
 	uint8_t *identity; /* canonical bytes: what NVMe regions are bound to */
 	uint32_t identity_len;
 	struct kvt_geometry geo;
+	uint64_t logical_slot_bytes; /* geo.slot_bytes were it without its codec */
 	struct slot_class *cls;
 	struct index index;
 	uint64_t blocks_resident, blocks_reserved; /* resident: in host memory */

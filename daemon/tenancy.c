@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codec.h"
 #include "tenancy.h"
 
 bool tenancy_is_admin(uid_t uid)
@@ -51,6 +52,13 @@ uint64_t tenancy_nvme_quota(const struct config *c, const struct tenant_choice *
 	else /* capacity is validated non-zero */
 		q = (uint64_t)((unsigned __int128)spill * tenancy_quota(c, t) / c->capacity);
 	return q < spill ? q : spill;
+}
+
+uint32_t tenancy_codecs(const struct config *c, const struct tenant_choice *t)
+{
+	const struct tenant_conf *tc = t->configured ? config_tenant(c, t->name) : NULL;
+
+	return tc && tc->codecs ? tc->codecs : (1u << KVT_CODEC_COUNT) - 1;
 }
 
 bool tenancy_peer_is_admin(const struct config *c, const struct peer *p)

@@ -39,6 +39,10 @@ uint64_t tenancy_quota(const struct config *c, const struct tenant_choice *t);
  * as its host quota is of the pool. */
 uint64_t tenancy_nvme_quota(const struct config *c, const struct tenant_choice *t);
 /* The operator's own uids: root and the daemon's. */
+/* The codecs (1 << KVT_CODEC_*) the tenant's namespaces may use:
+ * [tenant.NAME] codecs, every codec by default. */
+uint32_t tenancy_codecs(const struct config *c, const struct tenant_choice *t);
+
 bool tenancy_is_admin(uid_t uid);
 /* Who may see every tenant and evict: the operator's uids and members of
  * [daemon] admin_groups, never through a tenant's own socket. */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvtierctl namespaces: every namespace with all its counters.  Status
- * prints the same table with the main columns only.
+ * prints the same table with the main columns only.  BYTES is what the
+ * namespace's blocks take in the pool, LOGICAL what they hold in the
+ * engine's dtype: the two differ with a codec.
  */
 #include <inttypes.h>
 
@@ -12,8 +14,8 @@
 static const struct column ns_cols[] = {
 	{"TENANT", false}, {"ID", true}, {"MODEL", false},
 	{"LAYERS", true}, {"TP", true}, {"BLOCK TOKENS", true},
-	{"BLOCK SIZE", true}, {"BLOCKS", true}, {"BYTES", true},
-	{"HIT RATE", true}, {"STORES", true}, {"LOADS", true},
+	{"BLOCK SIZE", true}, {"CODEC", false}, {"BLOCKS", true}, {"BYTES", true},
+	{"LOGICAL", true}, {"HIT RATE", true}, {"STORES", true}, {"LOADS", true},
 	{"EVICTIONS", true},
 	/* all */
 	{"RESERVED", true}, {"LOOKUPS", true},
@@ -24,7 +26,7 @@ static const struct column ns_cols[] = {
 	{"HINTS", true}, {"DEMOTIONS", true}, {"DEMOTED EVICTED", true},
 	{"LAPSED", true},
 };
-#define NS_MAIN_COLS 13
+#define NS_MAIN_COLS 15
 
 static void add_main(struct table *t, const struct rec *x)
 {
@@ -37,8 +39,11 @@ static void add_main(struct table *t, const struct rec *x)
 	table_add(t, "%" PRIu64, rec_u64(x, "tp"));
 	table_add(t, "%" PRIu64, rec_u64(x, "block_tokens"));
 	table_add(t, "%s", kvt_size_format(rec_u64(x, "block_bytes"), a, sizeof(a)));
+	table_add(t, "%s", rec_str(x, "codec"));
 	table_add(t, "%" PRIu64, rec_u64(x, "blocks"));
 	table_add(t, "%s", kvt_size_format(rec_u64(x, "bytes"), a, sizeof(a)));
+	/* What the blocks hold in the engine's own dtype. */
+	table_add(t, "%s", kvt_size_format(rec_u64(x, "logical_bytes"), a, sizeof(a)));
 	table_add(t, "%s", fmt_pct(a, sizeof(a), hit_rate(x)));
 	table_add(t, "%" PRIu64, rec_u64(x, "stores"));
 	table_add(t, "%" PRIu64, rec_u64(x, "loads"));
