@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "plan-math.h"
+#include "codec.h"
 #include "macro.h"
 #include "size.h"
 
@@ -63,10 +64,43 @@ static int mul(uint64_t a, uint64_t b, uint64_t *r)
 	return __builtin_mul_overflow(a, b, r) ? -EOVERFLOW : 0;
 }
 
+/* block_bytes and slot_bytes of p's shards of shard_bytes. */
+static int slot_of(struct plan *p)
+{
+	uint64_t stride;
+
+	TRY(mul(p->shard_bytes, p->shards, &p->block_bytes));
+	if (p->shard_bytes > UINT64_MAX - (PLAN_SHARD_ALIGN - 1))
+		return -EOVERFLOW;
+	stride = (p->shard_bytes + PLAN_SHARD_ALIGN - 1) / PLAN_SHARD_ALIGN * PLAN_SHARD_ALIGN;
+	return mul(stride, p->shards, &p->slot_bytes);
+}
+
+/* One rank's block with g's codec: tiles of a (layer, plane, head) with
+ * their scales (proto/codec.h). */
+static int coded_shard_bytes(const struct plan_geometry *g, uint64_t *ret)
+{
+	uint64_t d = g->mla ? g->latent_dim : g->head_dim, heads, tiles, bytes;
+
+	if (g->codec >= KVT_CODEC_COUNT || (g->dtype_bytes != 2 && g->dtype_bytes != 4))
+		return -EINVAL;
+	if (d > UINT32_MAX || g->block_tokens > UINT32_MAX)
+		return -EOVERFLOW;
+	if (g->mla) {
+		heads = 1;
+		tiles = kvt_codec_tile_bytes(g->codec, 0, (uint32_t)g->block_tokens, (uint32_t)d);
+	} else {
+		heads = g->kv_heads >= g->tp ? g->kv_heads / g->tp : 1;
+		tiles = kvt_codec_tile_bytes(g->codec, 1, (uint32_t)g->block_tokens, (uint32_t)d) +
+			kvt_codec_tile_bytes(g->codec, 0, (uint32_t)g->block_tokens, (uint32_t)d);
+	}
+	TRY(mul(g->layers, heads, &bytes));
+	return mul(bytes, tiles, ret);
+}
+
 int plan_compute(const struct plan_geometry *g, struct plan *ret)
 {
 	struct plan p = {0};
-	uint64_t stride;
 
 	if (!g || !ret || g->tp == 0 || g->block_tokens == 0)
 		return -EINVAL;
@@ -122,11 +156,14 @@ int plan_compute(const struct plan_geometry *g, struct plan *ret)
 	}
 
 	TRY(mul(p.bytes_per_token_rank, g->block_tokens, &p.shard_bytes));
-	TRY(mul(p.shard_bytes, p.shards, &p.block_bytes));
-	if (p.shard_bytes > UINT64_MAX - (PLAN_SHARD_ALIGN - 1))
-		return -EOVERFLOW;
-	stride = (p.shard_bytes + PLAN_SHARD_ALIGN - 1) / PLAN_SHARD_ALIGN * PLAN_SHARD_ALIGN;
-	TRY(mul(stride, p.shards, &p.slot_bytes));
+	TRY(slot_of(&p));
+	p.plain_slot_bytes = p.slot_bytes;
+	if (g->codec != KVT_CODEC_NONE) {
+		if (g->bytes_per_token)
+			return -EINVAL;
+		TRY(coded_shard_bytes(g, &p.shard_bytes));
+		TRY(slot_of(&p));
+	}
 	*ret = p;
 	return 0;
 }

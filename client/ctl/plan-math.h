@@ -55,6 +55,8 @@ struct plan_geometry {
 	uint64_t bytes_per_token; /* non-zero: use this, ignore the above */
 	uint64_t tp;              /* tensor-parallel ranks, >= 1 */
 	uint64_t block_tokens;    /* tokens per kvtier block, >= 1 */
+	uint32_t codec;           /* KVT_CODEC_*: blocks stored quantised
+				   * (proto/codec.h); not with bytes_per_token */
 };
 
 struct plan {
@@ -70,12 +72,13 @@ struct plan {
 	uint64_t shard_bytes;  /* one rank's part of one block */
 	uint64_t block_bytes;  /* shards * shard_bytes: KV bytes of one block */
 	uint64_t slot_bytes;   /* what kvtierd allocates for one block */
+	uint64_t plain_slot_bytes; /* the same without the codec */
 };
 
 /**
  * Work out the per-token and per-block figures.
  * \return 0, -EINVAL (a zero, or KV heads not divisible by tp, or
- *         bytes_per_token not divisible by tp) or -EOVERFLOW (a product
+ *         bytes_per_token not divisible by tp, or a codec with it) or -EOVERFLOW (a product
  *         past 2^64: rejected, never wrapped)
  */
 int plan_compute(const struct plan_geometry *g, struct plan *ret);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "ctl.h"
 #include "macro.h"
 #include "plan-math.h"
@@ -20,6 +21,7 @@ struct plan_opts {
 	uint64_t layers, kv_heads, head_dim, latent_dim, bytes_per_token;
 	bool mla;
 	const char *dtype;
+	const char *codec; /* NULL: none */
 	uint64_t tokens, batch, block_tokens, tp;
 	uint64_t host_capacity, nvme_capacity, remote_capacity;
 	bool host_given, nvme_given, remote_given;
@@ -92,6 +94,25 @@ static int plan_check_options(const struct plan_opts *o, struct planned *ret)
 	return 0;
 }
 
+/* --codec: how kvtierd would store the blocks. */
+static int plan_codec(const struct plan_opts *o, struct planned *ret)
+{
+	if (!o->codec)
+		return 0;
+	for (uint32_t c = 0; c < KVT_CODEC_COUNT; c++)
+		if (!strcmp(o->codec, kvt_codec_name(c)))
+			ret->g.codec = c;
+	if (ret->g.codec == KVT_CODEC_NONE && strcmp(o->codec, "none"))
+		return PLAN_USAGE("unknown --codec '%s'; one of: none, fp8-e4m3, int4", o->codec);
+	if (ret->g.codec == KVT_CODEC_NONE)
+		return 0;
+	if (ret->custom_bpt)
+		return PLAN_USAGE("--codec needs the model geometry (its head dimension), not --bytes-per-token");
+	if (ret->g.dtype_bytes != 2 && ret->g.dtype_bytes != 4)
+		return PLAN_USAGE("--codec quantises fp16, bf16 and fp32 caches; a %s cache is stored as it is", ret->dtype);
+	return 0;
+}
+
 static int plan_dtype(const struct plan_opts *o, struct planned *ret)
 {
 	const struct plan_preset *preset = ret->preset;
@@ -109,7 +130,7 @@ static int plan_dtype(const struct plan_opts *o, struct planned *ret)
 		return -EINVAL;
 	}
 	ret->g.dtype_bytes = (uint64_t)dtype_bytes;
-	return 0;
+	return plan_codec(o, ret);
 }
 
 /* The model's geometry: the preset's, with explicit numbers over it (a
@@ -267,6 +288,7 @@ static void plan_print_json(const struct plan_opts *o, const struct planned *pl)
 	json_u64_or_null(&j, "head_dim", g->head_dim, geometry && !g->mla);
 	json_u64_or_null(&j, "latent_dim", g->latent_dim, geometry && g->mla);
 	json_str_or_null(&j, "dtype", pl->dtype);
+	json_str_or_null(&j, "codec", kvt_codec_name(g->codec));
 	json_u64_or_null(&j, "dtype_bytes", g->dtype_bytes, geometry);
 	json_u64_or_null(&j, "tp", p->tp, true);
 	json_u64_or_null(&j, "block_tokens", p->block_tokens, true);
@@ -277,6 +299,7 @@ static void plan_print_json(const struct plan_opts *o, const struct planned *pl)
 	json_u64_or_null(&j, "shards", p->shards, true);
 	json_u64_or_null(&j, "bytes_per_block", p->block_bytes, true);
 	json_u64_or_null(&j, "slot_bytes", p->slot_bytes, true);
+	json_u64_or_null(&j, "plain_slot_bytes", p->plain_slot_bytes, true);
 	json_u64_or_null(&j, "blocks_per_context", pl->per_context, tokens);
 	json_u64_or_null(&j, "bytes", pl->bytes, tokens);
 	json_u64_or_null(&j, "bytes_per_rank", pl->rank_bytes, tokens);
@@ -341,6 +364,11 @@ static void plan_print_figures(const struct plan_opts *o, const struct planned *
 	       fmt_count(a, sizeof(a), p->block_bytes), kvt_size_format(p->block_bytes, b, sizeof(b)),
 	       p->block_tokens, fmt_count(c, sizeof(c), p->slot_bytes),
 	       kvt_size_format(p->slot_bytes, d, sizeof(d)));
+	if (g->codec != KVT_CODEC_NONE)
+		printf("%-18s%s, scales included: %s would need a slot of %s; %.2fx the blocks in each tier\n",
+		       "Codec:", kvt_codec_name(g->codec), pl->dtype,
+		       kvt_size_format(p->plain_slot_bytes, c, sizeof(c)),
+		       (double)p->plain_slot_bytes / (double)p->slot_bytes);
 	if (o->tokens) {
 		printf("%-18s%s tokens x %" PRIu64 " = %s B (%s)", "Context:",
 		       fmt_count(a, sizeof(a), o->tokens), o->batch,
@@ -405,7 +433,7 @@ static int plan_run(struct ctx *x)
 /* The indexes of plan_options. */
 enum {
 	OPT_MODEL, OPT_LAYERS, OPT_KV_HEADS, OPT_HEAD_DIM, OPT_MLA, OPT_LATENT_DIM,
-	OPT_BPT, OPT_DTYPE, OPT_TOKENS, OPT_BATCH, OPT_BLOCK_TOKENS, OPT_TP,
+	OPT_BPT, OPT_DTYPE, OPT_CODEC, OPT_TOKENS, OPT_BATCH, OPT_BLOCK_TOKENS, OPT_TP,
 	OPT_HOST_CAP, OPT_NVME_CAP, OPT_REMOTE_CAP,
 };
 
@@ -418,6 +446,7 @@ static const struct ctl_option plan_options[] = {
 	{"latent-dim", true, 0, OPT_LATENT_DIM},
 	{"bytes-per-token", true, 0, OPT_BPT},
 	{"dtype", true, 0, OPT_DTYPE},
+	{"codec", true, 0, OPT_CODEC},
 	{"tokens", true, 0, OPT_TOKENS},
 	{"batch", true, 0, OPT_BATCH},
 	{"block-tokens", true, 0, OPT_BLOCK_TOKENS},
@@ -459,6 +488,9 @@ static int plan_parse(int id, const char *arg)
 	case OPT_DTYPE:
 		opts.dtype = arg;
 		return 0;
+	case OPT_CODEC:
+		opts.codec = arg;
+		return 0;
 	case OPT_HOST_CAP:
 		opts.host_given = true;
 		return ctl_opt_size("--host-capacity", arg, &opts.host_capacity);
@@ -484,6 +516,9 @@ static void plan_help(FILE *f)
 	      "      --bytes-per-token N   skip the geometry: N bytes per token, all ranks\n"
 	      "      --dtype T         fp16, bf16, fp8 (fp8_e4m3, fp8_e5m2), fp32 or int8\n"
 	      "                        (default: the preset's, else fp16)\n"
+	      "      --codec C         none, fp8-e4m3 or int4: blocks stored quantised (a\n"
+	      "                        namespace's codec; fp16, bf16 and fp32 caches only),\n"
+	      "                        with their scales; slots and what fits shrink to match\n"
 	      "      --tokens N        context length (128K = 131072); adds per-context figures\n"
 	      "      --batch N         contexts of that length at once (default 1)\n"
 	      "      --block-tokens N  tokens per kvtier block (default 16)\n"
@@ -502,9 +537,10 @@ static void plan_help(FILE *f)
 	      f);
 	list_presets(f, "    ");
 	fputs("  plan --json prints one object: model, attention (\"gqa\", \"mla\"), layers,\n"
-	      "  kv_heads, head_dim, latent_dim, dtype, dtype_bytes, tp, block_tokens,\n"
+	      "  kv_heads, head_dim, latent_dim, dtype, dtype_bytes, codec, tp, block_tokens,\n"
 	      "  tokens, batch, bytes_per_token, bytes_per_token_per_rank, shards,\n"
-	      "  bytes_per_block, slot_bytes, blocks_per_context, bytes (tokens x batch x\n"
+	      "  bytes_per_block, slot_bytes, plain_slot_bytes (the slot without the codec),\n"
+	      "  blocks_per_context, bytes (tokens x batch x\n"
 	      "  bytes_per_token), bytes_per_rank, and tiers: [{tier, source, capacity,\n"
 	      "  blocks, tokens, contexts, batches}].  Every size is a number of bytes;\n"
 	      "  what does not apply is null.\n",

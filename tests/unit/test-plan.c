@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "codec.h"
 #include "ctl/plan-math.h"
 #include "kvt-proto.h"
 #include "../check.h"
@@ -341,14 +342,19 @@ static void test_against_kvtierd(void)
 
 	for (size_t i = 0; i < n; i++)
 		for (size_t t = 0; t < sizeof(tps) / sizeof(tps[0]); t++)
-			for (size_t b = 0; b < sizeof(block_tokens) / sizeof(block_tokens[0]); b++) {
+			for (size_t b = 0; b < sizeof(block_tokens) / sizeof(block_tokens[0]); b++)
+			for (uint32_t codec = 0; codec < KVT_CODEC_COUNT; codec++) {
 				const struct plan_preset *m = &all[i];
 				uint32_t dt = (uint32_t)plan_dtype_bytes(m->dtype);
 				struct plan_geometry g = {
 					.mla = m->mla, .layers = m->layers, .kv_heads = m->kv_heads,
 					.head_dim = m->head_dim, .latent_dim = m->latent_dim,
 					.dtype_bytes = dt, .tp = tps[t], .block_tokens = block_tokens[b],
+					.codec = codec,
 				};
+				/* A codec reads 2- and 4-byte elements only. */
+				if (codec && dt != 2 && dt != 4)
+					continue;
 				struct kvt_identity id;
 				struct kvt_geometry geo;
 				struct plan p;
@@ -368,8 +374,9 @@ static void test_against_kvtierd(void)
 					.planes = m->mla ? 1 : 2,
 					.kv_heads = m->mla ? 1 : m->kv_heads,
 					.head_bytes = (m->mla ? m->latent_dim : m->head_dim) * dt,
-					.dtype = 1,
+					.dtype = dt == 2 ? KVT_DTYPE_BFLOAT16 : KVT_DTYPE_FLOAT32,
 				};
+				id.codec = codec;
 				r1 = plan_compute(&g, &p);
 				r2 = kvt_identity_geometry(&id, &geo);
 				if (r2 == -EFBIG) /* past kvtierd's 1 GiB slot limit */
@@ -381,7 +388,12 @@ static void test_against_kvtierd(void)
 				CHECK_EQ(p.shards, geo.shards);
 				CHECK_EQ(p.shard_bytes, geo.shard_bytes);
 				CHECK_EQ(p.slot_bytes, geo.slot_bytes);
-				CHECK_EQ(p.block_bytes / p.block_tokens, geo.bytes_per_token);
+				if (codec == KVT_CODEC_NONE) {
+					CHECK_EQ(p.block_bytes / p.block_tokens, geo.bytes_per_token);
+					CHECK_EQ(p.plain_slot_bytes, p.slot_bytes);
+				} else {
+					CHECK(p.slot_bytes < p.plain_slot_bytes);
+				}
 			}
 }
 
