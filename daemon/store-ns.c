@@ -193,9 +193,10 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	ns->geo = geo;
 	ns->opens = 1;
 	ns->id = t->n_ns + 1;
-	log_info("Namespace %s/%u: model '%s', layers %u-%u, tp %u, %u tokens per block, %llu KiB per block",
+	log_info("Namespace %s/%u: model '%s', layers %u-%u, tp %u, %u tokens per block, %llu KiB per block%s%s",
 		 t->name, ns->id, id.model, id.layer_first, id.layer_end, id.tp_size,
-		 id.block_tokens, (unsigned long long)(geo.slot_bytes >> 10));
+		 id.block_tokens, (unsigned long long)(geo.slot_bytes >> 10),
+		 id.codec ? " stored as " : "", id.codec ? kvt_codec_name(id.codec) : "");
 	t->nss[t->n_ns++] = ns;
 	*ret = TAKE_PTR(ns);
 	return 0;
