@@ -25,7 +25,7 @@ static bool same_tenants(const struct config *a, const struct config *b)
 	for (uint32_t i = 0; i < a->n_tenants; i++) {
 		const struct tenant_conf *x = &a->tenants[i], *y = &b->tenants[i];
 		if (strcmp(x->name, y->name) || x->quota != y->quota ||
-		    x->nvme_quota != y->nvme_quota ||
+		    x->nvme_quota != y->nvme_quota || x->codecs != y->codecs ||
 		    !has_ids(x->uids, x->n_uids, y->uids, y->n_uids) ||
 		    !has_ids(x->gids, x->n_gids, y->gids, y->n_gids) ||
 		    !x->socket != !y->socket ||
@@ -138,6 +138,9 @@ static void test_dump(void)
 			  "[daemon]\nadmin_groups = root, 4711 4712\nhandshake_timeout_ms = 250\n"
 			  "[tenants]\ndefault_nvme_quota = 3G\n"
 			  "[tenant.a]\nuids = 1000\nnvme_quota = 300000000\n");
+	/* A tenant's codecs, in any order and separated either way. */
+	check_dump_reload(__LINE__, "[tenant.a]\nuids = 1000\ncodecs = int4,  none\n"
+				    "[tenant.b]\nuids = 1001\ncodecs = fp8-e4m3\n");
 	/* Sizes that are not whole MiB: a quota of 512K is not "0M" (which
 	 * means the whole capacity). */
 	check_dump_reload(__LINE__, "[tenants]\ndefault_quota = 512K\n");
