@@ -22,7 +22,7 @@ else
 fi
 ninja -C "$dir" proto/libkvt-proto.a daemon/libkvtierd.a >/dev/null
 libs="$(pkg-config --libs libsystemd inih liburing libxxhash) -lnuma"
-inc="-Iproto -Idaemon -Idaemon/evict -I$dir"
+inc="-Iproto -Ikernels -Idaemon -Idaemon/evict -I$dir"
 clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-wire.c "$dir/proto/libkvt-proto.a" \
 	-o "$dir/fuzz-wire-libfuzzer"
 daemon_target() { # name, sources...
