@@ -10,6 +10,8 @@ whose KV was
   fp8-e4m3/scales-dropped
               the fp8 blocks as kvtierd stores them, decoded here without
               their scales: a broken codec, which the checks must catch,
+  no-prefix   absent (the continuation alone): how much the model uses
+              its prefix at all, so what a codec could lose,
 
 through a real kvtierd and the transformers adapter (KvtierCache save and
 restore).  For each prefix length: the continuation's perplexity
@@ -38,7 +40,8 @@ import kvtd  # noqa: E402
 import trained_model  # noqa: E402
 
 BROKEN = "fp8-e4m3/scales-dropped"
-CODECS = ("none", "fp8-e4m3", "int4", BROKEN)
+NO_PREFIX = "no-prefix"
+CODECS = ("none", "fp8-e4m3", "int4", BROKEN, NO_PREFIX)
 
 
 def windows(text: bytes, lengths, samples: int, new: int) -> dict:
@@ -81,8 +84,10 @@ def prefix_kv(model, ids):
 
 @torch.no_grad()
 def continuation(model, kv, ids):
-    """Logits [len(ids), vocab] (f32) of ids fed after a prefix of KV kv."""
-    out = model(torch.tensor([ids]), past_key_values=staged_cache(model, kv), use_cache=True)
+    """Logits [len(ids), vocab] (f32) of ids fed after a prefix of KV kv
+    (None: no prefix)."""
+    cache = None if kv is None else staged_cache(model, kv)
+    out = model(torch.tensor([ids]), past_key_values=cache, use_cache=kv is not None)
     return out.logits[0].float()
 
 
@@ -164,8 +169,11 @@ class Tally:
         self.tokens += targets.numel()
         self.agree += (logits.argmax(-1) == base_logits.argmax(-1)).sum().item()
         self.max_logit_diff = max(self.max_logit_diff, (logits - base_logits).abs().max().item())
-        self.kv_identical &= torch.equal(kv, base_kv)
         self.logits_identical &= torch.equal(logits, base_logits)
+        if kv is None:
+            self.kv_identical = False
+            return
+        self.kv_identical &= torch.equal(kv, base_kv)
         d = (kv.double() - base_kv.double()).pow(2).sum(dim=(2, 3, 4))
         self.err2 += d
         self.ref2 += base_kv.double().pow(2).sum(dim=(2, 3, 4))
@@ -173,6 +181,7 @@ class Tally:
     def result(self, through: str) -> dict:
         rel = (self.err2 / self.ref2).sqrt()
         overall = (self.err2.sum(0) / self.ref2.sum(0)).sqrt()
+        none = not self.ref2.any()  # no prefix: no K/V to compare
         return {
             "path": through,
             "tokens": self.tokens,
@@ -181,10 +190,10 @@ class Tally:
             "max_logit_diff": self.max_logit_diff,
             "kv_identical": self.kv_identical,
             "logits_identical": self.logits_identical,
-            "rel_err_k": overall[0].item(),
-            "rel_err_v": overall[1].item(),
-            "rel_err_k_layers": rel[:, 0].tolist(),
-            "rel_err_v_layers": rel[:, 1].tolist(),
+            "rel_err_k": None if none else overall[0].item(),
+            "rel_err_v": None if none else overall[1].item(),
+            "rel_err_k_layers": None if none else rel[:, 0].tolist(),
+            "rel_err_v_layers": None if none else rel[:, 1].tolist(),
             "ref_decode_identical": self.ref_decode_identical,
             "ref_encode_bytes_differing": self.ref_encode_bytes_differing,
         }
@@ -210,6 +219,9 @@ def evaluate(model, held_out: bytes, socket: str, lengths=(64, 256, 1024), sampl
                 base_kv = prefix_kv(model, prefix)
                 base = continuation(model, base_kv, cont)
                 tallies["recompute"].add(base, base, targets, base_kv, base_kv)
+                if NO_PREFIX in codecs:
+                    tallies[NO_PREFIX].add(continuation(model, None, cont), base, targets, None,
+                                           base_kv)
                 for c in stored:
                     kv, blocks = restorers[c](prefix, base_kv)
                     ref = decode_blocks(blocks, c, kv.shape, kv.dtype, block_tokens)
@@ -227,7 +239,7 @@ def evaluate(model, held_out: bytes, socket: str, lengths=(64, 256, 1024), sampl
                         bad = decode_blocks(blocks, c, kv.shape, kv.dtype, block_tokens, False)
                         tallies[BROKEN].add(continuation(model, bad, cont), base, targets, bad,
                                             base_kv)
-            results[p] = {c: t.result("recompute" if c == "recompute" else
+            results[p] = {c: t.result("recompute" if c in ("recompute", NO_PREFIX) else
                                       "kvtier" if through or c == "none" else "reference")
                           for c, t in tallies.items()}
             if log:
@@ -245,15 +257,16 @@ def format_table(results: dict) -> str:
         exact = per.get("none", per["recompute"])["ppl"]
         for c, r in per.items():
             name = c + (" (reference)" if r["path"] == "reference" else "")
+            errs = " | ".join("–" if e is None else f"{e:.4f}"
+                              for e in (r["rel_err_k"], r["rel_err_v"]))
             rows.append(f"| {p} | {name} | {r['ppl']:.4f} | {r['ppl'] / exact:.4f} | "
-                        f"{100 * r['top1_agree']:.2f} % | {r['rel_err_k']:.4f} | "
-                        f"{r['rel_err_v']:.4f} |")
+                        f"{100 * r['top1_agree']:.2f} % | {errs} |")
     return "\n".join(rows)
 
 
 def format_layers(results: dict, p: int) -> str:
     per = results[p]
-    names = [c for c in per if c not in ("recompute", "none")]
+    names = [c for c in per if c not in ("recompute", "none", NO_PREFIX)]
     layers = len(per["recompute"]["rel_err_k_layers"])
     rows = ["| layer | " + " | ".join(f"{c} K | {c} V" for c in names) + " |",
             "|---:|" + "---:|" * (2 * len(names))]
