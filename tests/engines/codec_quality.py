@@ -30,7 +30,6 @@ import math
 import os
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -131,7 +130,10 @@ class Restorer:
         restored = layouts.hf_stack(cache.layers, 0, t)
         keys = kvtier.hash_chain(ids, self.block_tokens)
         n = p // self.block_tokens
-        size = self.kv.ns.info["block_bytes"]
+        size = self.kv.ns.info["shard_bytes"]
+        L, _, H, _, D = kv.shape
+        want = codec_ref.block_bytes(stored_as, L, H, self.block_tokens, D, kv.element_size())
+        assert size == want, f"{stored_as}: kvtierd's blocks are {size} bytes, the format's {want}"
         blocks = [bytearray(size) for _ in range(n)]
         _, status = self.kv.ns.load(0, keys, blocks)
         assert all(s == 0 for s in status), f"raw loads: {status}"
@@ -160,7 +162,10 @@ class Tally:
         self.kv_identical = True
         self.logits_identical = True
         self.ref_decode_identical = True
-        self.ref_encode_bytes_differing = 0
+        # The stored blocks against codec_ref's encoding of the same K/V:
+        # scale bytes that differ, codes that differ and by how many steps.
+        self.scale_bytes = self.scale_bytes_differing = 0
+        self.codes = self.codes_differing = self.codes_max_step = 0
         self.err2 = torch.zeros(layers, 2, dtype=torch.float64)
         self.ref2 = torch.zeros(layers, 2, dtype=torch.float64)
 
@@ -177,6 +182,19 @@ class Tally:
         d = (kv.double() - base_kv.double()).pow(2).sum(dim=(2, 3, 4))
         self.err2 += d
         self.ref2 += base_kv.double().pow(2).sum(dim=(2, 3, 4))
+
+    def compare_encoders(self, blocks, kv, codec: str, block_tokens: int):
+        L, _, H, _, D = kv.shape
+        for i, theirs in enumerate(blocks):
+            mine = codec_ref.encode(kv[..., i * block_tokens:(i + 1) * block_tokens, :], codec)
+            s0, c0 = codec_ref.fields(mine, codec, L, H, block_tokens, D)
+            s1, c1 = codec_ref.fields(theirs, codec, L, H, block_tokens, D)
+            step = (c0 - c1).abs()
+            self.scale_bytes += s0.numel()
+            self.scale_bytes_differing += (s0 != s1).sum().item()
+            self.codes += c0.numel()
+            self.codes_differing += (step > 0).sum().item()
+            self.codes_max_step = max(self.codes_max_step, step.max().item())
 
     def result(self, through: str) -> dict:
         rel = (self.err2 / self.ref2).sqrt()
@@ -195,7 +213,10 @@ class Tally:
             "rel_err_k_layers": None if none else rel[:, 0].tolist(),
             "rel_err_v_layers": None if none else rel[:, 1].tolist(),
             "ref_decode_identical": self.ref_decode_identical,
-            "ref_encode_bytes_differing": self.ref_encode_bytes_differing,
+            "ref_encode": {"scale_bytes": self.scale_bytes,
+                           "scale_bytes_differing": self.scale_bytes_differing,
+                           "codes": self.codes, "codes_differing": self.codes_differing,
+                           "codes_max_step": self.codes_max_step},
         }
 
 
@@ -230,11 +251,7 @@ def evaluate(model, held_out: bytes, socket: str, lengths=(64, 256, 1024), sampl
                         t.add(continuation(model, kv, cont), base, targets, kv, base_kv)
                         t.ref_decode_identical &= torch.equal(ref, kv)
                         if c != "none":
-                            mine = [codec_ref.encode(base_kv[..., i:i + block_tokens, :], c)
-                                    for i in range(0, p, block_tokens)]
-                            t.ref_encode_bytes_differing += sum(
-                                int((np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)).sum())
-                                for a, b in zip(mine, blocks))
+                            t.compare_encoders(blocks, base_kv, c, block_tokens)
                     if c == "fp8-e4m3" and BROKEN in codecs:
                         bad = decode_blocks(blocks, c, kv.shape, kv.dtype, block_tokens, False)
                         tallies[BROKEN].add(continuation(model, bad, cont), base, targets, bad,

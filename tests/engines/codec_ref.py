@@ -176,6 +176,31 @@ def decode(block, codec: str, layers: int, heads: int, t: int, d: int, dtype,
     return torch.stack((k, v.reshape(L, H, T, D)), dim=1).to(dtype)
 
 
+def fields(block, codec: str, layers: int, heads: int, t: int, d: int):
+    """A coded block's (scale bytes, codes): every tile's scale or (scale,
+    min) pairs as bytes, and its codes as integers in value order (int4:
+    0..15; fp8: sign and magnitude as a signed integer, so that adjacent
+    E4M3 values differ by 1).  For comparing two encoders."""
+    raw = torch.frombuffer(bytearray(bytes(block)), dtype=torch.uint8)
+    L, H, T, D = layers, heads, t, d
+    if codec == "fp8-e4m3":
+        tb = tile_bytes(codec, True, T, D)
+        tiles = raw[: L * 2 * H * tb].reshape(L, 2, H, tb)
+        c = tiles[..., 4:4 + T * D].to(torch.int16)
+        return tiles[..., :4].flatten(), torch.where(c >= 128, -(c & 127), c).flatten()
+    if codec != "int4":
+        raise ValueError(f"no fields in codec {codec!r}")
+    kb, vb = tile_bytes(codec, True, T, D), tile_bytes(codec, False, T, D)
+    tiles = raw[: L * H * (kb + vb)].reshape(L, H * (kb + vb))
+    k_t = tiles[:, : H * kb].reshape(L, H, kb)
+    v_t = tiles[:, H * kb:].reshape(L, H, vb)
+    P = 4 * T * (D // int4_group(D))
+    scales = torch.cat((k_t[..., : 4 * D].flatten(), v_t[..., :P].flatten()))
+    codes = torch.cat((_unnibble(k_t[..., 4 * D:], T * D).flatten(),
+                       _unnibble(v_t[..., P:], T * D).flatten()))
+    return scales, codes.to(torch.int16)
+
+
 def roundtrip(kv: torch.Tensor, codec: str, block_tokens: int, scaled: bool = True) -> torch.Tensor:
     """A staging tensor [layers, 2, heads, n*T, D] through codec, block by
     block (what a store and a load do)."""

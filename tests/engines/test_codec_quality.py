@@ -120,3 +120,23 @@ def test_stored_bytes_decode_to_what_was_restored(results, codec):
             pytest.skip("kvtier's transformers adapter takes no codec: "
                         "the codec is the reference's own")
         assert r["ref_decode_identical"], f"prefix {p}: {r}"
+
+
+@pytest.mark.parametrize("codec", ["fp8-e4m3", "int4"])
+def test_stored_bytes_are_the_reference_encoding(results, codec):
+    """The C path's blocks against codec_ref's encoding of the same K/V:
+    the same scales; the same fp8 codes (E4M3 of x / scale rounds to
+    nearest even, one answer); int4 codes within one level, as
+    round((x - min) / scale) may break near-ties either way (dividing or
+    multiplying by 1 / scale, ties to even or up) and still be the format."""
+    for p in LENGTHS:
+        r = results[p][codec]
+        if r["path"] == "reference":
+            pytest.skip("kvtier's transformers adapter takes no codec")
+        e = r["ref_encode"]
+        assert e["scale_bytes"] > 0 and e["scale_bytes_differing"] == 0, f"prefix {p}: {e}"
+        if codec == "fp8-e4m3":
+            assert e["codes_differing"] == 0, f"prefix {p}: {e}"
+        else:
+            assert e["codes_max_step"] <= 1, f"prefix {p}: {e}"
+            assert e["codes_differing"] <= e["codes"] // 1000, f"prefix {p}: {e}"
