@@ -302,14 +302,15 @@ def main():
                     "(default: %(default)s)")
     ap.add_argument("--samples", type=int, default=16, help="held-out windows per length "
                     "(default: %(default)s)")
-    ap.add_argument("--new", type=int, default=64, help="continuation tokens (default: %(default)s)")
+    ap.add_argument("--new", type=int, default=64,
+                    help="continuation tokens (default: %(default)s)")
     ap.add_argument("--block-tokens", type=int, default=16, help="(default: %(default)s)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                     help="the model's and so its KV cache's dtype (default: %(default)s)")
     ap.add_argument("--codecs", default=",".join(CODECS), help="(default: %(default)s)")
     ap.add_argument("--model-cache", default=None, help="where the trained model is kept "
                     "(default: $KVT_MODEL_CACHE, else ~/.cache/kvtier/models)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -18,7 +18,6 @@ each tile padded to 4 bytes, little endian, nibble t*D + d (low first).
 Tensors here are a block as kvtier.hf stages it: [layers, 2, heads, T, D].
 """
 
-import numpy as np
 import torch
 
 CODECS = ("none", "fp8-e4m3", "int4")
@@ -116,7 +115,8 @@ def encode(kv: torch.Tensor, codec: str) -> bytes:
     L, planes, H, T, D = kv.shape
     assert planes == 2
     if codec == "none":
-        return kv.contiguous().permute(0, 1, 3, 2, 4).contiguous().view(torch.uint8).numpy().tobytes()
+        # kvtier's own layout: [layer][K/V][token][head][dim].
+        return kv.permute(0, 1, 3, 2, 4).contiguous().view(torch.uint8).numpy().tobytes()
     x = kv.to(torch.float32)
     if codec == "fp8-e4m3":
         scale, codes = _fp8_tiles(x)
@@ -128,7 +128,8 @@ def encode(kv: torch.Tensor, codec: str) -> bytes:
     # K: per channel over the block's tokens.
     ks, km = _int4_pairs(k.amin(dim=-2), k.amax(dim=-2))  # [L, H, D]
     kq = _int4_codes(k, km[..., None, :], ks[..., None, :])
-    k_row = _tile_row([_pairs_bytes(ks, km), _nibbles(kq.flatten(-2))], tile_bytes(codec, True, T, D))
+    k_row = _tile_row([_pairs_bytes(ks, km), _nibbles(kq.flatten(-2))],
+                      tile_bytes(codec, True, T, D))
     # V: per token, groups of G channels.
     G = int4_group(D)
     vg = v.reshape(L, H, T, D // G, G)
