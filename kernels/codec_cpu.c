@@ -43,6 +43,21 @@
 #error "codec_cpu.c writes codec.h's little-endian scales with the host's byte order"
 #endif
 
+/* The copy loops again for AVX2 where the compiler can make both and the
+ * CPU has it (an ifunc picks one at load time): twice the lanes, and the
+ * selects and unsigned compares SSE2 lacks. */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define CODEC_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef CODEC_CLONES
+#define CODEC_CLONES
+#endif
+
+/* The helpers of the copy loops, inlined into each clone of them. */
+#define INLINE static inline __attribute__((always_inline))
+
 /* Partial results a reduction keeps, so that it vectorises without
  * reassociating float operations. */
 #define LANES 8
@@ -59,13 +74,13 @@ struct codec_ctx {
 	int64_t *token;   /* [t] */
 	float *x;         /* [t * d] one tile's values, element (t, d) at t*d + d */
 	uint8_t *q;       /* [t * d] int4 codes, before packing */
-	float *ch_a;      /* [d] int4 per channel: min, then the decoded min */
-	float *ch_b;      /* [d] max, then 1 / decoded scale (or the scale) */
+	float *pa;        /* [pairs] int4: a pair's min, then the decoded min */
+	float *pb;        /* [pairs] its max, then 1 / scale (the scale, decoding) */
 };
 
 /* ---- element conversions -------------------------------------------- */
 
-static inline uint32_t f32_bits(float f)
+INLINE uint32_t f32_bits(float f)
 {
 	uint32_t u;
 
@@ -73,7 +88,7 @@ static inline uint32_t f32_bits(float f)
 	return u;
 }
 
-static inline float f32_from_bits(uint32_t u)
+INLINE float f32_from_bits(uint32_t u)
 {
 	float f;
 
@@ -81,20 +96,20 @@ static inline float f32_from_bits(uint32_t u)
 	return f;
 }
 
-static inline float bf16_to_f32(uint16_t h)
+INLINE float bf16_to_f32(uint16_t h)
 {
 	return f32_from_bits((uint32_t)h << 16);
 }
 
-static inline uint16_t f32_to_bf16(float f)
+INLINE uint16_t f32_to_bf16(float f)
 {
 	uint32_t u = f32_bits(f), r = (u + 0x7fff + ((u >> 16) & 1)) >> 16;
 
 	/* A NaN stays a (quiet) NaN rather than rounding into infinity. */
-	return (uint16_t)((u & 0x7fffffff) > 0x7f800000 ? (u >> 16) | 0x40 : r);
+	return (uint16_t)(f != f ? (u >> 16) | 0x40 : r);
 }
 
-static inline float f16_to_f32(uint16_t h)
+INLINE float f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
 	uint32_t normal = ((e + 112) << 23) | (m << 13);
@@ -105,24 +120,27 @@ static inline float f16_to_f32(uint16_t h)
 	return f32_from_bits(bits | sign);
 }
 
-static inline uint16_t f32_to_f16(float f)
+INLINE uint16_t f32_to_f16(float f)
 {
-	uint32_t u = f32_bits(f), a = u & 0x7fffffff, sign = (u >> 16) & 0x8000;
+	/* Signed arithmetic on |f|'s bits, which fit: SSE2 compares signed
+	 * integers only. */
+	uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000;
+	int32_t a = (int32_t)(u & 0x7fffffff);
 	/* Normal halves: drop 13 mantissa bits, to nearest even; a carry
 	 * moves into the exponent, as it should. */
-	uint32_t normal = (a - (112u << 23) + 0xfff + ((a >> 13) & 1)) >> 13;
+	int32_t normal = (int32_t)(((uint32_t)a + 0xfff + (((uint32_t)a >> 13) & 1)) >> 13) -
+			 (112 << 10);
 	/* Below 2^-14: adding 0.5 leaves ulps of 2^-24, half's subnormal
 	 * step, and the FPU rounds to nearest even. */
-	uint32_t sub = f32_bits(f32_from_bits(a) + 0.5f) - f32_bits(0.5f);
-	uint32_t h = a < 0x38800000 ? sub : normal;
+	int32_t sub = (int32_t)(f32_bits(fabsf(f) + 0.5f) - f32_bits(0.5f));
+	int32_t h = a < 0x38800000 ? sub : normal;
 
 	h = h > 0x7c00 ? 0x7c00 : h;
-	h = a > 0x7f800000 ? 0x7e00 : h;
-	return (uint16_t)(h | sign);
+	return (uint16_t)(f != f ? 0x7e00 : (uint32_t)h | sign);
 }
 
 /* int4's scales and mins: half, saturating rather than infinite. */
-static inline uint16_t f32_to_f16_sat(float f)
+INLINE uint16_t f32_to_f16_sat(float f)
 {
 	f = f < 65504.0f ? f : 65504.0f;
 	f = f > -65504.0f ? f : -65504.0f;
@@ -130,20 +148,23 @@ static inline uint16_t f32_to_f16_sat(float f)
 }
 
 /* OCP E4M3FN: bias 7, no infinities, S.1111.111 is NaN, 448 the largest. */
-static inline uint8_t e4m3_encode(float y)
+INLINE uint8_t e4m3_encode(float y)
 {
-	uint32_t u = f32_bits(y), a = u & 0x7fffffff, sign = (u >> 24) & 0x80;
+	/* Saturate first (in float, a min): then nothing rounds past 448. */
+	float m = fabsf(y) < 448.0f ? fabsf(y) : 448.0f;
+	int32_t a = (int32_t)f32_bits(m);
+	uint32_t sign = (f32_bits(y) >> 24) & 0x80;
 	/* Normals (from 2^-6): 3 mantissa bits, to nearest even. */
-	uint32_t normal = ((a + 0x7ffff + ((a >> 20) & 1)) >> 20) - (120u << 3);
+	int32_t normal = (int32_t)(((uint32_t)a + 0x7ffff + (((uint32_t)a >> 20) & 1)) >> 20) -
+			 (120 << 3);
 	/* Below 2^-6: steps of 2^-9, the ulp of 2^14 in f32. */
-	uint32_t sub = f32_bits(f32_from_bits(a) + 16384.0f) - f32_bits(16384.0f);
-	uint32_t c = a < 0x3c800000 ? sub : normal;
+	int32_t sub = (int32_t)(f32_bits(m + 16384.0f) - f32_bits(16384.0f));
+	int32_t c = a < 0x3c800000 ? sub : normal;
 
-	c = c > 0x7e ? 0x7e : c;
-	return (uint8_t)(a > 0x7f800000 ? 0x7f : c | sign);
+	return (uint8_t)(y != y ? 0x7f : (uint32_t)c | sign);
 }
 
-static inline float e4m3_decode(uint8_t c)
+INLINE float e4m3_decode(uint8_t c)
 {
 	uint32_t sign = (uint32_t)(c & 0x80) << 24, e = (c >> 3) & 0xf, m = c & 7;
 	uint32_t normal = ((e + 120) << 23) | (m << 20);
@@ -155,7 +176,7 @@ static inline float e4m3_decode(uint8_t c)
 }
 
 /* n elements of dtype at src into x. */
-static inline void load_elems(float *restrict x, const uint8_t *restrict src, int64_t n,
+INLINE void load_elems(float *restrict x, const uint8_t *restrict src, int64_t n,
 			      uint32_t dtype)
 {
 	uint16_t h;
@@ -179,7 +200,7 @@ static inline void load_elems(float *restrict x, const uint8_t *restrict src, in
 	}
 }
 
-static inline void store_elems(uint8_t *restrict dst, const float *restrict x, int64_t n,
+INLINE void store_elems(uint8_t *restrict dst, const float *restrict x, int64_t n,
 			       uint32_t dtype)
 {
 	uint16_t h;
@@ -206,7 +227,7 @@ static inline void store_elems(uint8_t *restrict dst, const float *restrict x, i
 /* ---- tiles ---------------------------------------------------------- */
 
 /* The largest |x| of n values; NaNs are left out. */
-static float abs_max(const float *x, int64_t n)
+INLINE float abs_max(const float *x, int64_t n)
 {
 	float m[LANES] = {0};
 	int64_t i = 0;
@@ -229,7 +250,7 @@ static float abs_max(const float *x, int64_t n)
 
 /* The smallest and largest of n values; NaNs are left out, and *ret_lo
  * > *ret_hi when nothing else is there. */
-static void value_range(const float *x, int64_t n, float *ret_lo, float *ret_hi)
+INLINE void value_range(const float *x, int64_t n, float *ret_lo, float *ret_hi)
 {
 	float lo[LANES], hi[LANES];
 	int64_t i = 0;
@@ -257,7 +278,7 @@ static void value_range(const float *x, int64_t n, float *ret_lo, float *ret_hi)
 	*ret_hi = hi[0];
 }
 
-static uint64_t fp8_encode(const float *restrict x, int64_t n, uint8_t *restrict tile)
+CODEC_CLONES static uint64_t fp8_encode(const float *restrict x, int64_t n, uint8_t *restrict tile)
 {
 	float scale = abs_max(x, n) / 448.0f;
 	uint8_t *q = tile + 4;
@@ -271,7 +292,7 @@ static uint64_t fp8_encode(const float *restrict x, int64_t n, uint8_t *restrict
 	return 4 + (uint64_t)n;
 }
 
-static void fp8_decode(float *restrict x, int64_t n, const uint8_t *restrict tile)
+CODEC_CLONES static void fp8_decode(float *restrict x, int64_t n, const uint8_t *restrict tile)
 {
 	const uint8_t *q = tile + 4;
 	float scale;
@@ -282,36 +303,40 @@ static void fp8_decode(float *restrict x, int64_t n, const uint8_t *restrict til
 }
 
 /*
- * Writes the (scale, min) pair of values in lo..hi and returns what the
- * decoder will read back: the min, and 1 / scale (0 for a scale of 0).
+ * The (scale, min) pairs of n ranges lo[k]..hi[k], written to pairs; lo
+ * and hi become what the decoder will read back: the min, and 1 / scale
+ * (0 for a scale of 0).
  */
-static void int4_pair(float lo, float hi, uint8_t *pair, float *ret_min, float *ret_inv)
+INLINE void int4_pairs(float *restrict lo, float *restrict hi, int64_t n, uint8_t *restrict pairs)
 {
-	uint16_t s, m;
-	float scale;
+	for (int64_t k = 0; k < n; k++) {
+		/* Nothing but NaNs: lo > hi. */
+		float l = lo[k] <= hi[k] ? lo[k] : 0.0f, h = lo[k] <= hi[k] ? hi[k] : 0.0f;
+		uint16_t s = f32_to_f16_sat((h - l) / 15.0f), m = f32_to_f16_sat(l);
+		float scale = f16_to_f32(s);
 
-	if (!(lo <= hi)) /* nothing but NaNs */
-		lo = hi = 0.0f;
-	s = f32_to_f16_sat((hi - lo) / 15.0f);
-	m = f32_to_f16_sat(lo);
-	memcpy(pair, &s, 2);
-	memcpy(pair + 2, &m, 2);
-	scale = f16_to_f32(s);
-	*ret_min = f16_to_f32(m);
-	*ret_inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+		memcpy(pairs + 4 * k, &s, 2);
+		memcpy(pairs + 4 * k + 2, &m, 2);
+		lo[k] = f16_to_f32(m);
+		hi[k] = scale > 0.0f ? 1.0f / scale : 0.0f;
+	}
 }
 
-static void int4_unpair(const uint8_t *pair, float *ret_min, float *ret_scale)
+/* n pairs into min[k] and scale[k]. */
+INLINE void int4_unpairs(const uint8_t *restrict pairs, int64_t n, float *restrict min,
+			 float *restrict scale)
 {
-	uint16_t s, m;
+	for (int64_t k = 0; k < n; k++) {
+		uint16_t s, m;
 
-	memcpy(&s, pair, 2);
-	memcpy(&m, pair + 2, 2);
-	*ret_scale = f16_to_f32(s);
-	*ret_min = f16_to_f32(m);
+		memcpy(&s, pairs + 4 * k, 2);
+		memcpy(&m, pairs + 4 * k + 2, 2);
+		scale[k] = f16_to_f32(s);
+		min[k] = f16_to_f32(m);
+	}
 }
 
-static inline uint8_t int4_code(float v, float min, float inv)
+INLINE uint8_t int4_code(float v, float min, float inv)
 {
 	float y = (v - min) * inv;
 
@@ -322,7 +347,7 @@ static inline uint8_t int4_code(float v, float min, float inv)
 }
 
 /* Element i is nibble i, the low nibble first. */
-static void pack_nibbles(const uint8_t *restrict q, int64_t n, uint8_t *restrict out)
+INLINE void pack_nibbles(const uint8_t *restrict q, int64_t n, uint8_t *restrict out)
 {
 	for (int64_t i = 0; i < n / 2; i++)
 		out[i] = (uint8_t)(q[2 * i] | q[2 * i + 1] << 4);
@@ -330,7 +355,7 @@ static void pack_nibbles(const uint8_t *restrict q, int64_t n, uint8_t *restrict
 		out[n / 2] = q[n - 1];
 }
 
-static void unpack_nibbles(const uint8_t *restrict in, int64_t n, uint8_t *restrict q)
+INLINE void unpack_nibbles(const uint8_t *restrict in, int64_t n, uint8_t *restrict q)
 {
 	for (int64_t i = 0; i < n / 2; i++) {
 		q[2 * i] = in[i] & 15;
@@ -341,11 +366,12 @@ static void unpack_nibbles(const uint8_t *restrict in, int64_t n, uint8_t *restr
 }
 
 /* K: a (scale, min) pair per channel, over the block's tokens. */
-static uint64_t int4_encode_channels(struct codec_ctx *c, uint8_t *tile)
+CODEC_CLONES static uint64_t int4_encode_channels(struct codec_ctx *c, uint8_t *tile)
 {
 	int64_t T = c->t, D = c->d;
-	float *restrict lo = c->ch_a, *restrict hi = c->ch_b;
+	float *restrict lo = c->pa, *restrict hi = c->pb;
 	const float *restrict x = c->x;
+	uint8_t *restrict q = c->q;
 
 	for (int64_t d = 0; d < D; d++) {
 		lo[d] = INFINITY;
@@ -358,61 +384,56 @@ static uint64_t int4_encode_channels(struct codec_ctx *c, uint8_t *tile)
 			lo[d] = v < lo[d] ? v : lo[d];
 			hi[d] = v > hi[d] ? v : hi[d];
 		}
-	for (int64_t d = 0; d < D; d++)
-		int4_pair(lo[d], hi[d], tile + 4 * d, &lo[d], &hi[d]);
+	int4_pairs(lo, hi, D, tile);
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t d = 0; d < D; d++)
-			c->q[t * D + d] = int4_code(x[t * D + d], lo[d], hi[d]);
-	pack_nibbles(c->q, T * D, tile + 4 * D);
+			q[t * D + d] = int4_code(x[t * D + d], lo[d], hi[d]);
+	pack_nibbles(q, T * D, tile + 4 * D);
 	return 4 * (uint64_t)D + (uint64_t)(T * D + 1) / 2;
 }
 
-static void int4_decode_channels(struct codec_ctx *c, const uint8_t *tile)
+CODEC_CLONES static void int4_decode_channels(struct codec_ctx *c, const uint8_t *tile)
 {
 	int64_t T = c->t, D = c->d;
-	float *restrict min = c->ch_a, *restrict scale = c->ch_b;
+	float *restrict min = c->pa, *restrict scale = c->pb, *restrict x = c->x;
+	uint8_t *restrict q = c->q;
 
-	for (int64_t d = 0; d < D; d++)
-		int4_unpair(tile + 4 * d, &min[d], &scale[d]);
-	unpack_nibbles(tile + 4 * D, T * D, c->q);
+	int4_unpairs(tile, D, min, scale);
+	unpack_nibbles(tile + 4 * D, T * D, q);
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t d = 0; d < D; d++)
-			c->x[t * D + d] = min[d] + (float)c->q[t * D + d] * scale[d];
+			x[t * D + d] = min[d] + (float)q[t * D + d] * scale[d];
 }
 
 /* V and MLA latents: a pair per token and group of channels. */
-static uint64_t int4_encode_tokens(struct codec_ctx *c, uint8_t *tile)
+CODEC_CLONES static uint64_t int4_encode_tokens(struct codec_ctx *c, uint8_t *tile)
 {
 	int64_t T = c->t, D = c->d, G = kvt_int4_group((uint32_t)D), n_pairs = T * (D / G);
+	float *restrict lo = c->pa, *restrict hi = c->pb;
+	const float *restrict x = c->x;
+	uint8_t *restrict q = c->q;
 
-	for (int64_t k = 0; k < n_pairs; k++) {
-		const float *restrict v = c->x + k * G;
-		uint8_t *restrict q = c->q + k * G;
-		float lo, hi, min, inv;
-
-		value_range(v, G, &lo, &hi);
-		int4_pair(lo, hi, tile + 4 * k, &min, &inv);
+	for (int64_t k = 0; k < n_pairs; k++)
+		value_range(x + k * G, G, &lo[k], &hi[k]);
+	int4_pairs(lo, hi, n_pairs, tile);
+	for (int64_t k = 0; k < n_pairs; k++)
 		for (int64_t i = 0; i < G; i++)
-			q[i] = int4_code(v[i], min, inv);
-	}
-	pack_nibbles(c->q, T * D, tile + 4 * n_pairs);
+			q[k * G + i] = int4_code(x[k * G + i], lo[k], hi[k]);
+	pack_nibbles(q, T * D, tile + 4 * n_pairs);
 	return 4 * (uint64_t)n_pairs + (uint64_t)(T * D + 1) / 2;
 }
 
-static void int4_decode_tokens(struct codec_ctx *c, const uint8_t *tile)
+CODEC_CLONES static void int4_decode_tokens(struct codec_ctx *c, const uint8_t *tile)
 {
 	int64_t T = c->t, D = c->d, G = kvt_int4_group((uint32_t)D), n_pairs = T * (D / G);
+	float *restrict min = c->pa, *restrict scale = c->pb, *restrict x = c->x;
+	uint8_t *restrict q = c->q;
 
-	unpack_nibbles(tile + 4 * n_pairs, T * D, c->q);
-	for (int64_t k = 0; k < n_pairs; k++) {
-		float *restrict x = c->x + k * G;
-		const uint8_t *restrict q = c->q + k * G;
-		float min, scale;
-
-		int4_unpair(tile + 4 * k, &min, &scale);
+	int4_unpairs(tile, n_pairs, min, scale);
+	unpack_nibbles(tile + 4 * n_pairs, T * D, q);
+	for (int64_t k = 0; k < n_pairs; k++)
 		for (int64_t i = 0; i < G; i++)
-			x[i] = min + (float)q[i] * scale;
-	}
+			x[k * G + i] = min[k] + (float)q[k * G + i] * scale[k];
 }
 
 static void encode_tile(struct codec_ctx *c, int per_channel, uint8_t *tile, uint64_t bytes)
@@ -441,7 +462,7 @@ static void decode_tile(struct codec_ctx *c, int per_channel, const uint8_t *til
 /* ---- the engine's side ---------------------------------------------- */
 
 /* Head h of the block's tokens in (layer, plane) into c->x. */
-static void read_tile(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h)
+CODEC_CLONES static void read_tile(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h)
 {
 	const struct kvt_geom *g = c->g;
 	const uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
@@ -465,7 +486,7 @@ static void read_tile(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t
 }
 
 /* The inverse of read_tile(), leaving padding tokens out. */
-static void write_tile(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h)
+CODEC_CLONES static void write_tile(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h)
 {
 	const struct kvt_geom *g = c->g;
 	uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
@@ -544,9 +565,10 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 	c.token = malloc((size_t)c.t * sizeof(int64_t));
 	c.x = malloc((size_t)(c.t * c.d) * sizeof(float));
 	c.q = malloc((size_t)(c.t * c.d));
-	c.ch_a = malloc((size_t)c.d * sizeof(float));
-	c.ch_b = malloc((size_t)c.d * sizeof(float));
-	if (!c.page || !c.token || !c.x || !c.q || !c.ch_a || !c.ch_b) {
+	/* int4's pairs: D (K), or T * D / G (V), fewer than T * D. */
+	c.pa = malloc((size_t)(c.t * c.d) * sizeof(float));
+	c.pb = malloc((size_t)(c.t * c.d) * sizeof(float));
+	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb) {
 		r = -ENOMEM;
 		goto finish;
 	}
@@ -577,7 +599,7 @@ finish:
 	free(c.token);
 	free(c.x);
 	free(c.q);
-	free(c.ch_a);
-	free(c.ch_b);
+	free(c.pa);
+	free(c.pb);
 	return r;
 }
