@@ -8,7 +8,9 @@
  * kvt_store_paged and comes back into a second cache with kvt_load_paged,
  * in namespaces of codec none, fp8-e4m3 and int4; the limit is memcpy of
  * the same bfloat16 bytes twice (cache to a middle buffer, back into the
- * other cache).  The four contenders alternate round by round, and every
+ * other cache).  To tell the codec's work from the rest, the same copies
+ * run without the daemon too: kvt_layout_gather into private block
+ * buffers, kvt_layout_scatter back out ("copy alone").  The four contenders alternate round by round, and every
  * figure is per logical (bfloat16) byte, so that a codec is compared on
  * the work an engine asks of it.  Every round is checked outside the
  * timed region: byte for byte for memcpy and none, a sample of values
@@ -139,7 +141,7 @@ static void cache_fill(struct cache *c, uint64_t pages)
 
 struct bench {
 	struct cache src, dst;
-	uint8_t *mid; /* memcpy's middle buffer */
+	uint8_t *mid; /* memcpy's middle buffer; the blocks of a copy alone */
 	uint64_t n;   /* blocks a round */
 	int64_t *pages;
 	uint8_t *keys;
@@ -263,7 +265,45 @@ static void run_round(struct bench *b, int who, uint64_t *ret_ns)
 	ret_ns[1] += t2 - t1;
 }
 
+/* The copy path alone: gather into blocks in b->mid, scatter them out. */
+static void alone_round(struct bench *b, int who, uint64_t *ret_ns)
+{
+	static const uint32_t codecs[N_CONTENDERS] = {0, KVT_CODEC_NONE, KVT_CODEC_FP8_E4M3,
+						      KVT_CODEC_INT4};
+	kvt_layout lay = b->src.lay, back = b->dst.lay;
+	uint64_t t0, t1, t2;
+	void **blocks = calloc(b->n, sizeof(*blocks));
+
+	if (!blocks)
+		die("out of memory");
+	lay.codec = back.codec = codecs[who];
+	lay.dtype = back.dtype = KVT_DTYPE_BFLOAT16;
+	for (uint64_t i = 0; i < b->n; i++)
+		blocks[i] = b->mid + i * b->slot[who];
+	memset(b->dst.mem, 0xa5, opt.bytes);
+
+	t0 = kvt_now_ns();
+	if (kvt_layout_gather(&lay, BT, b->pages, b->n, blocks) < 0)
+		die("%s: kvt_layout_gather", names[who]);
+	t1 = kvt_now_ns();
+	if (kvt_layout_scatter(&back, BT, b->pages, b->n, (const void *const *)blocks) < 0)
+		die("%s: kvt_layout_scatter", names[who]);
+	t2 = kvt_now_ns();
+	free(blocks);
+
+	if (who == C_NONE) {
+		if (memcmp(b->src.mem, b->dst.mem, opt.bytes))
+			die("%s alone: the cache came back with different bytes", names[who]);
+	} else {
+		verify_sample(b, who, 0);
+	}
+	ret_ns[0] += t1 - t0;
+	ret_ns[1] += t2 - t1;
+}
+
 static struct {
+	double alone_store[N_CONTENDERS][BENCH_MAX_PAIRS], alone_load[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double alone_vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double store[N_CONTENDERS][BENCH_MAX_PAIRS], load[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double both[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double vs_memcpy[N_CONTENDERS][BENCH_MAX_PAIRS], vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
@@ -289,6 +329,11 @@ static void print_table(FILE *out)
 			k == C_MEMCPY ? "" : ratio_range(R.vs_memcpy[k], opt.pairs, a, sizeof(a)),
 			k < C_FP8 ? "" : ratio_range(R.vs_none[k], opt.pairs, b, sizeof(b)));
 	}
+	fprintf(out, "copy alone (kvt_layout_gather into private blocks, kvt_layout_scatter back):\n");
+	for (int k = C_NONE; k < N_CONTENDERS; k++)
+		fprintf(out, "%-9s %10s %7.2f %7.2f %7s  %-24s %s\n", names[k], "",
+			median(R.alone_store[k], opt.pairs), median(R.alone_load[k], opt.pairs), "",
+			"", k < C_FP8 ? "" : ratio_range(R.alone_vs_none[k], opt.pairs, b, sizeof(b)));
 }
 
 static void print_json(void)
@@ -303,6 +348,9 @@ static void print_json(void)
 			printf(",\"vs_memcpy\":%.4f", median(R.vs_memcpy[k], opt.pairs));
 		if (k >= C_FP8)
 			printf(",\"vs_none\":%.4f", median(R.vs_none[k], opt.pairs));
+		if (k >= C_NONE)
+			printf(",\"alone_store_gbs\":%.3f,\"alone_load_gbs\":%.3f",
+			       median(R.alone_store[k], opt.pairs), median(R.alone_load[k], opt.pairs));
 		printf("}");
 	}
 	printf("}\n");
@@ -382,6 +430,7 @@ int main(int argc, char **argv)
 	b.ns[C_NONE] = open_ns(c, KVT_CODEC_NONE, &R.slot[C_NONE]);
 	b.ns[C_FP8] = open_ns(c, KVT_CODEC_FP8_E4M3, &R.slot[C_FP8]);
 	b.ns[C_INT4] = open_ns(c, KVT_CODEC_INT4, &R.slot[C_INT4]);
+	memcpy(b.slot, R.slot, sizeof(b.slot));
 	if (R.slot[C_NONE] != BLOCK)
 		die("codec none: a block of %llu bytes, not %llu", (unsigned long long)R.slot[C_NONE],
 		    (unsigned long long)BLOCK);
@@ -398,15 +447,24 @@ int main(int argc, char **argv)
 		uint64_t ns[N_CONTENDERS][2] = {{0}};
 		uint64_t logical = opt.bytes * opt.rounds;
 
+		uint64_t alone[N_CONTENDERS][2] = {{0}};
+
 		for (unsigned r = 0; r < opt.rounds; r++)
-			for (int k = 0; k < N_CONTENDERS; k++)
+			for (int k = 0; k < N_CONTENDERS; k++) {
 				run_round(&b, k, ns[k]);
+				if (k != C_MEMCPY)
+					alone_round(&b, k, alone[k]);
+			}
 		for (int k = 0; k < N_CONTENDERS; k++) {
 			R.store[k][p] = gbs(logical, ns[k][0]);
 			R.load[k][p] = gbs(logical, ns[k][1]);
 			R.both[k][p] = gbs(2 * logical, ns[k][0] + ns[k][1]);
 			R.vs_memcpy[k][p] = R.both[k][p] / R.both[C_MEMCPY][p];
 			R.vs_none[k][p] = R.both[k][p] / R.both[C_NONE][p];
+			R.alone_store[k][p] = gbs(logical, alone[k][0]);
+			R.alone_load[k][p] = gbs(logical, alone[k][1]);
+			R.alone_vs_none[k][p] = (double)(alone[C_NONE][0] + alone[C_NONE][1]) /
+						(double)(alone[k][0] + alone[k][1] + 1);
 		}
 		progress("  pair %u/%u: memcpy %.2f, none %.2f, fp8 %.2f (store %.2f, load %.2f), int4 %.2f (store %.2f, load %.2f) GB/s",
 			 p + 1, opt.pairs, R.both[C_MEMCPY][p], R.both[C_NONE][p], R.both[C_FP8][p],

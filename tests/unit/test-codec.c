@@ -22,10 +22,10 @@
  *   - all-zero, constant and one-outlier tiles.
  *
  * The bounds, for an element x of a tile and its decoded value x' (f32):
- *   fp8-e4m3: y = x / s with s = amax / 448 lies in E4M3's range; its
+ *   fp8-e4m3: y = x * (1 / s) with s = amax / 448 lies in E4M3's range; its
  *     nearest E4M3 value is within 2^-4 |y| of it where |y| >= 2^-6 (3
  *     mantissa bits, half an ulp) and within 2^-10 below (subnormal steps
- *     of 2^-9).  With the f32 roundings of x / s and e4m3 * s:
+ *     of 2^-9).  With the f32 roundings of 1 / s, x * (1 / s) and e4m3 * s:
  *       |x - x'| <= max(2^-4 |x|, 2^-10 s) + 2^-21 |x| + 2^-30 s.
  *   int4: with the range [lo, hi] of x's group, the stored (rounded to
  *     half) scale S and min M, x' = M + q S covers [M, M + 15 S], which
@@ -430,7 +430,7 @@ static uint64_t check_tile(const char *what, uint32_t codec, int per_channel, ui
 		CHECK(bits_of(s) == bits_of(amax / 448.0f), "%s: scale %g, amax %g", what, s,
 		      amax);
 		for (uint64_t i = 0; i < n; i++) {
-			uint8_t c = tile[4 + i], want = s == 0 ? 0 : e4m3_nearest(x[i] / s);
+			uint8_t c = tile[4 + i], want = s == 0 ? 0 : e4m3_nearest(x[i] * (1.0f / s));
 			double bound = fmax(ldexp(fabs(x[i]), -4), ldexp(s, -10)) +
 				       ldexp(fabs(x[i]), -21) + ldexp(s, -30);
 
