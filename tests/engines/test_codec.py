@@ -298,3 +298,49 @@ def test_fp8_pool_stored_as_is(daemon, caplog):
     for q, p in zip((3, 0, 7), pages):
         assert torch.equal(sp.page_kv(fresh, q).contiguous().view(torch.uint8),
                            sp.page_kv(pool, p).contiguous().view(torch.uint8))
+
+
+# -------------------------------------------------------------------- vLLM
+
+def test_vllm_fp8_prefix(daemon, model_dir):
+    """vLLM (CPU) with the connector's codec fp8-e4m3: a second engine with
+    the same option finds the first's prefix and continues it as the first
+    computed it; the blocks hold that prefix's K/V (as transformers
+    computes them) within fp8's bound; an engine without the codec misses
+    them."""
+    from test_vllm import BLOCK as VBLOCK, Engine, transformers_prefix
+
+    n = 6 * VBLOCK + 8
+    prompt = dict(seed=51, n=n)
+    a = Engine(model_dir, daemon.socket, {"codec": "fp8-e4m3"})
+    try:
+        computed = a.ask(prompt)
+    finally:
+        a.close()
+    assert computed["cached"] == 0 and computed["stats"]["stored_blocks"] == 6, computed
+    b = Engine(model_dir, daemon.socket, {"codec": "fp8-e4m3"})
+    try:
+        restored = b.ask(prompt)
+    finally:
+        b.close()
+    assert restored["cached"] == 6 * VBLOCK, restored
+    assert restored["tokens"][:8] == computed["tokens"][:8], (restored, computed)
+    c = Engine(model_dir, daemon.socket)
+    try:
+        plain = c.ask(prompt)
+    finally:
+        c.close()
+    assert plain["cached"] == 0, "an engine without the codec found fp8 blocks"
+    assert plain["tokens"] == computed["tokens"]
+
+    ids = kvtd.prompt_ids(n, 51)
+    model = load(model_dir, torch.float32)
+    with KvtierCache(model, socket=daemon.socket, block_tokens=VBLOCK, codec="fp8-e4m3") as kv:
+        cache, t = kv.restore(ids)
+    assert t == 6 * VBLOCK
+    exact = transformers_prefix(model_dir, ids[:t])  # [layers][2] of [tokens, heads, dim]
+    want = torch.stack([torch.stack(lay) for lay in exact])  # [L, 2, S, H, D]
+    ly, _, _, h, d = want.shape
+    want = want.reshape(ly, 2, 6, VBLOCK, h, d)
+    # Two engines compute the same K/V up to float32 rounding.
+    assert_within(hf_blocks(cache, t, VBLOCK), want, "fp8-e4m3", slack=1e-4)
