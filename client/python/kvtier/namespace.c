@@ -221,6 +221,7 @@ PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw
 		Py_DECREF(nso);
 	} else {
 		nso->ns = ns;
+		nso->dtype = dtype;
 		kvt_ns_get_info(ns, &nso->info);
 		ret = (PyObject *)nso;
 	}
