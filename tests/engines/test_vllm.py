@@ -23,10 +23,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Engine:
-    def __init__(self, model_dir, sock):
+    """vllm_run.py in a process of its own; extra: more of the connector's
+    extra config."""
+
+    def __init__(self, model_dir, sock, extra: dict | None = None):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "vllm_run.py"),
-                                      model_dir, sock, str(BLOCK)], stdin=subprocess.PIPE,
+                                      model_dir, sock, str(BLOCK), json.dumps(extra or {})],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env, text=True)
         self._read()
 

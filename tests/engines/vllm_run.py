@@ -4,7 +4,8 @@ stdin, one JSON line each ({"seed": S, "n": N} or {"ids": [...]}, with
 "kvtier": the request's kv_transfer_params for the connector), and
 answers each with a JSON line: the generated tokens and their logprobs,
 the tokens vLLM found cached, the connector's counters.  argv: model dir, socket ("none": no
-kvtier), block size."""
+kvtier), block size, and optionally a JSON object of more
+kv_connector_extra_config keys ({"codec": "fp8-e4m3"})."""
 
 import json
 import os
@@ -23,7 +24,8 @@ ktc = None
 if sock != "none":
     ktc = {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
            "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-           "kv_connector_extra_config": {"socket": sock}}
+           "kv_connector_extra_config": {"socket": sock,
+                                         **json.loads(sys.argv[4] if len(sys.argv) > 4 else "{}")}}
 llm = LLM(model=model, dtype="float32", block_size=block, max_model_len=2048,
           enable_prefix_caching=False, kv_transfer_config=ktc, seed=0,
           gpu_memory_utilization=0.05)

@@ -13,7 +13,9 @@ never cross the socket.  Where the library was built with CUDA
 on CUDA streams: by the kernel or the copy engines (``copy_path``), after
 the compute stream, an event of the engine's or at once (``after``), with a
 layout per layer group where a namespace's groups differ in geometry
-(``groups``); its arguments are checked before any CUDA call.
+(``groups``); its arguments are checked before any CUDA call.  A
+namespace's ``codec`` (one of :data:`CODECS`) stores its blocks quantised:
+the paged copies on the CPU quantise and dequantise them.
 
 Engine adapters: :mod:`kvtier.hf` (transformers) and :mod:`kvtier.vllm`
 (a vLLM V1 KV connector).  Errors raise :class:`Error`, an OSError that
@@ -21,6 +23,7 @@ carries the errno and the daemon's reason.
 """
 
 from ._kvtier import (  # noqa: F401
+    CODECS,
     DISK,
     HAVE_CUDA,
     HOST,
@@ -49,7 +52,15 @@ from ._kvtier import (  # noqa: F401
 )
 if HAVE_CUDA:
     from ._kvtier import CudaContext, CudaJob  # noqa: F401
-from .identity import DTYPE_BYTES, DTYPES, ModelIdentity, dtype_code, dtype_name, weights_fingerprint  # noqa: F401
+from .identity import (  # noqa: F401
+    DTYPE_BYTES,
+    DTYPES,
+    ModelIdentity,
+    codec_name,
+    dtype_code,
+    dtype_name,
+    weights_fingerprint,
+)
 
 __version__ = version()
 
@@ -66,5 +77,5 @@ __all__ = [
     "weights_fingerprint", "ModelIdentity", "MISS", "HOST", "DISK", "PENDING",
     "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "LAYOUT_K_COLUMNS", "LAYOUT_PLANE_BASES", "STATS_ALL", "STATS_DAEMON",
     "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS", "HAVE_CUDA", "PRIORITY_DEFAULT",
-    "PRIORITY_MAX",
+    "PRIORITY_MAX", "CODECS", "codec_name",
 ] + (["CudaContext", "CudaJob"] if HAVE_CUDA else [])

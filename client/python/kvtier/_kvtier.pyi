@@ -23,6 +23,8 @@ STATS_ALL: int
 PRIORITY_DEFAULT: int
 PRIORITY_MAX: int
 HAVE_CUDA: int
+# Codec names by code: ("none", "fp8-e4m3", "int4").
+CODECS: tuple[str, ...]
 
 # Buffers: bytes, bytearray, numpy arrays, or contiguous CPU torch tensors.
 Memory = Buffer | Any
@@ -43,6 +45,7 @@ class NamespaceInfo(TypedDict):
     ns_id: int
     shards: int
     block_tokens: int
+    codec: str  # a name of CODECS; the sizes are those of the stored blocks
     shard_bytes: int
     shard_stride: int
     block_bytes: int
@@ -65,6 +68,8 @@ class Namespace:
     def info(self) -> NamespaceInfo: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def codec(self) -> str: ...
     def close(self) -> None: ...
     def __enter__(self) -> Namespace: ...
     def __exit__(self, *exc: object) -> None: ...
@@ -113,7 +118,8 @@ class Client:
                        layer_first: int = 0, mla: bool = False, window: int = 0,
                        weights: bytes = b"", salt: bytes = b"",
                        scale_layout: int = 0,
-                       groups: Sequence[tuple[int, int]] | None = None) -> Namespace: ...
+                       groups: Sequence[tuple[int, int]] | None = None,
+                       codec: str | int = "none") -> Namespace: ...
 
 class CudaJob:
     def __len__(self) -> int: ...

@@ -100,6 +100,7 @@ typedef struct {
 	int busy;
 	int closing;
 	kvt_ns_info info;
+	uint32_t dtype; /* of every layer group: a codec reads its elements */
 } NamespaceObject;
 
 extern PyTypeObject NamespaceType;

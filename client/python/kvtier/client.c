@@ -354,15 +354,19 @@ static PyMethodDef Client_methods[] = {
 	 METH_VARARGS | METH_KEYWORDS,
 	 "open_namespace(model, layers, kv_heads, head_bytes, block_tokens, dtype, *,\n"
 	 "               tp_size=1, cp_size=1, layer_first=0, mla=False, window=0,\n"
-	 "               weights=b'', salt=b'', scale_layout=0, groups=None)\n--\n\n"
+	 "               weights=b'', salt=b'', scale_layout=0, groups=None,\n"
+	 "               codec='none')\n--\n\n"
 	 "Open (or join) the namespace of one model and KV geometry.  kv_heads is\n"
 	 "the total over all tensor-parallel ranks; head_bytes is head_dim times\n"
 	 "the element size (for MLA: the latent of one token); dtype is an integer\n"
 	 "code (kvtier.DTYPES).  groups: the layer groups of a hybrid model, in\n"
 	 "block order, as (layers, window) pairs (window 0: full attention) that\n"
 	 "add up to layers; a block then holds each group's layers after the\n"
-	 "other's.  Every argument is part of the identity: change one and no\n"
-	 "block is shared."},
+	 "other's.  codec: how blocks are stored, a name of kvtier.CODECS or its\n"
+	 "index; other than 'none', store_paged quantises and load_paged\n"
+	 "dequantises in this process (float32, float16 and bfloat16 caches only;\n"
+	 "ValueError otherwise), and info's sizes are the quantised ones.  Every\n"
+	 "argument is part of the identity: change one and no block is shared."},
 	{NULL}};
 
 static PyGetSetDef Client_getset[] = {

@@ -17,6 +17,13 @@ library's CUDA path (kvtier.CudaContext) on the current stream.  Blocks
 are kvtier's layout [layer][K/V][token][head][dim], the same bytes vLLM's
 connector stores, so the two engines share blocks of one model.
 
+``codec="fp8-e4m3"`` or ``"int4"`` stores the blocks quantised (a quarter
+or an eighth of a float32 cache's bytes, half or a quarter of a bf16
+one's): restored K/V are then within the codec's rounding of the computed
+ones, not equal, and such blocks are shared only with engines that ask for
+the same codec (kvtier.identity).  The CPU copy path encodes them; a model
+on a GPU takes codec "none".
+
 At most floor((n-1)/block) blocks of an n-token prompt are restored: a
 cache that covers the whole prompt makes ``generate`` feed the prompt again.
 When kvtierd is absent or restarting, restore() finds nothing and save()
@@ -37,7 +44,8 @@ log = logging.getLogger("kvtier.hf")
 
 
 def identity_of(model, block_tokens: int, model_name: str | None = None,
-                weights: bytes | None = None, salt: bytes = b"") -> ModelIdentity:
+                weights: bytes | None = None, salt: bytes = b"",
+                codec: str = "none") -> ModelIdentity:
     """The namespace identity of a transformers model's KV cache."""
     cfg = model.config.get_text_config(decoder=True)
     heads = cfg.num_attention_heads
@@ -52,6 +60,7 @@ def identity_of(model, block_tokens: int, model_name: str | None = None,
         block_tokens=block_tokens,
         weights=weights_fingerprint(path) if weights is None else weights,
         salt=salt,
+        codec=codec,
     )
 
 
@@ -62,14 +71,17 @@ class KvtierCache:
     $KVTIER_SOCKET).  block_tokens: tokens per kvtier block (vLLM shares
     blocks with the same value).  model_name, weights, salt: override the
     namespace identity (default: the model's path and a fingerprint of its
-    weight files)."""
+    weight files).  codec: how blocks are stored, "none" (default),
+    "fp8-e4m3" or "int4" (kvtier.CODECS); a model on a GPU is refused one
+    other than none (NotImplementedError)."""
 
     def __init__(self, model, client: Client | None = None, socket: str | None = None,
                  block_tokens: int = 16, model_name: str | None = None,
-                 weights: bytes | None = None, salt: bytes = b""):
+                 weights: bytes | None = None, salt: bytes = b"", codec: str = "none"):
         self.model = model
         self.block_tokens = block_tokens
-        self.identity = identity_of(model, block_tokens, model_name, weights, salt)
+        self.identity = identity_of(model, block_tokens, model_name, weights, salt, codec)
+        self.identity.check_device(self._device().type, "kvtier.hf")
         self._conn = Reconnecting(self.identity, client=client, socket=socket,
                                   name="transformers", log=log)
         self.restored_tokens = 0

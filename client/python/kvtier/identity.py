@@ -3,13 +3,26 @@
 every adapter, so that transformers and vLLM share blocks of one model.
 
 A namespace is named by the model id, a fingerprint of its weights, the KV
-dtype and geometry, the block size and the tensor-parallel layout.  Change
-any of these and nothing is shared.
+dtype and geometry, the block size, the tensor-parallel layout and the
+codec its blocks are stored in.  Change any of these and nothing is shared.
+
+Codecs (``CODECS``): "none" stores the cache's own bytes; "fp8-e4m3" and
+"int4" store blocks quantised (proto/codec.h), in this process's copies
+between the cache and kvtierd's pool, so that every tier holds two or four
+times the blocks.  They read float32, float16 and bfloat16 caches; a cache
+that is already fp8 or int8 is stored as it is, never quantised twice (its
+identity's codec is "none", and one INFO line says so).  The CUDA copy
+path does not encode yet: an engine whose cache is on a GPU takes "none".
 """
 
 import hashlib
+import logging
 import os
 from dataclasses import dataclass
+
+from ._kvtier import CODECS
+
+log = logging.getLogger("kvtier")
 
 #: dtype codes that are part of the namespace identity (kvtier's own
 #: numbering, shared by every adapter).
@@ -43,6 +56,30 @@ def dtype_name(dtype) -> str:
 def dtype_code(dtype) -> int:
     """The code of a dtype (see dtype_name)."""
     return DTYPES[dtype_name(dtype)]
+
+
+def codec_name(codec) -> str:
+    """The canonical name of a codec given as a name of CODECS, its index,
+    or None ("none")."""
+    if codec is None:
+        return "none"
+    if isinstance(codec, int) and not isinstance(codec, bool) and 0 <= codec < len(CODECS):
+        return CODECS[codec]
+    if isinstance(codec, str) and codec.strip().lower() in CODECS:
+        return codec.strip().lower()
+    raise ValueError(f"kvtier: unknown codec {codec!r}; one of: {', '.join(CODECS)}")
+
+
+def stored_codec(codec, dtype: str) -> str:
+    """The codec a cache of dtype (a canonical name) is stored in when codec
+    is asked for: codec itself for the float dtypes a codec reads, "none"
+    for a cache that is quantised already (fp8, int8), with an INFO line."""
+    codec = codec_name(codec)
+    if codec != "none" and dtype not in DTYPE_BYTES:
+        log.info("kvtier: the KV cache is %s already: stored as it is, not as %s "
+                 "(codec none)", dtype, codec)
+        return "none"
+    return codec
 
 
 # Bytes read from each weights file: its header and evenly spaced samples.
@@ -113,6 +150,12 @@ class ModelIdentity:
     # A hybrid model's layer groups in block order, as (layers, sliding
     # window or 0) pairs adding up to layers; () for one group of all.
     groups: tuple[tuple[int, int], ...] = ()
+    # How blocks are stored (a name of CODECS, its index or None as asked;
+    # canonical once made: "none" for a cache that is fp8 or int8 already).
+    codec: str = "none"
+
+    def __post_init__(self):
+        object.__setattr__(self, "codec", stored_codec(self.codec, self.dtype))
 
     @property
     def elem_bytes(self) -> int:
@@ -130,7 +173,18 @@ class ModelIdentity:
             self.model, self.layers, 1 if self.mla else self.kv_heads,
             self.head_size * self.elem_bytes, self.block_tokens,
             dtype_code(self.dtype), tp_size=self.tp_size, mla=self.mla,
-            weights=self.weights, salt=self.salt, groups=list(self.groups) or None)
+            weights=self.weights, salt=self.salt, groups=list(self.groups) or None,
+            codec=self.codec)
+
+    def check_device(self, device_type: str, adapter: str) -> None:
+        """Refuse (NotImplementedError) a codec other than none for a cache on
+        a device whose copy path does not encode it: only the CPU path
+        quantises and dequantises (the CUDA path refuses coded namespaces)."""
+        if self.codec != "none" and device_type != "cpu":
+            raise NotImplementedError(
+                f"{adapter}: codec {self.codec!r} is encoded by kvtier's CPU copy path only, "
+                f"and this KV cache is on {device_type}; use codec 'none' (the default) "
+                "on this device, or run the engine on the CPU")
 
 
 def shard_of(rank: int, shards: int, tp_size: int) -> tuple[int, bool]:

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "codec.h"
 
 static PyObject *mod_hash_chain(PyObject *mod, PyObject *args, PyObject *kw)
 {
@@ -123,6 +124,22 @@ PyMODINIT_FUNC PyInit__kvtier(void)
 	    PyModule_AddObject(m, "Layout", (PyObject *)&LayoutType) < 0 ||
 	    PyModule_AddObject(m, "Namespace", (PyObject *)&NamespaceType) < 0)
 		goto fail;
+	/* Codec names by code, as open_namespace takes them (proto/codec.h). */
+	PyObject *codecs = PyTuple_New(KVT_CODEC_COUNT);
+	if (!codecs)
+		goto fail;
+	for (uint32_t c = 0; c < KVT_CODEC_COUNT; c++) {
+		PyObject *name = PyUnicode_FromString(kvt_codec_name(c));
+		if (!name) {
+			Py_DECREF(codecs);
+			goto fail;
+		}
+		PyTuple_SET_ITEM(codecs, c, name);
+	}
+	if (PyModule_AddObject(m, "CODECS", codecs) < 0) {
+		Py_DECREF(codecs);
+		goto fail;
+	}
 	struct {
 		const char *name;
 		long v;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "codec.h"
 
 int ns_enter(NamespaceObject *self)
 {
@@ -91,21 +92,86 @@ out:
 	return r;
 }
 
+/* codec= of open_namespace: a name of kvtier.CODECS or its index.  0, or
+ * -1 with a ValueError or TypeError naming the valid ones. */
+static int codec_get(PyObject *o, uint32_t *ret)
+{
+	if (PyLong_Check(o) && !PyBool_Check(o)) {
+		long v = PyLong_AsLong(o);
+		if (v == -1 && PyErr_Occurred())
+			return -1;
+		if (v >= 0 && v < KVT_CODEC_COUNT) {
+			*ret = (uint32_t)v;
+			return 0;
+		}
+	} else if (PyUnicode_Check(o)) {
+		const char *name = PyUnicode_AsUTF8(o);
+		if (!name)
+			return -1;
+		for (uint32_t c = 0; c < KVT_CODEC_COUNT; c++)
+			if (!strcmp(name, kvt_codec_name(c))) {
+				*ret = c;
+				return 0;
+			}
+	} else {
+		PyErr_Format(PyExc_TypeError, "kvtier: codec must be a name or an int, not %.100s",
+			     Py_TYPE(o)->tp_name);
+		return -1;
+	}
+	char names[128] = "";
+	for (uint32_t c = 0; c < KVT_CODEC_COUNT; c++) {
+		strncat(names, c ? ", " : "", sizeof(names) - strlen(names) - 1);
+		strncat(names, kvt_codec_name(c), sizeof(names) - strlen(names) - 1);
+	}
+	PyErr_Format(PyExc_ValueError, "kvtier: unknown codec %R; one of: %s (or 0 to %d)", o,
+		     names, KVT_CODEC_COUNT - 1);
+	return -1;
+}
+
+/* A codec reads float elements, whole ones in every head: say so here,
+ * where the caller can still choose, rather than as the daemon's EINVAL. */
+static int codec_check(uint32_t codec, const kvt_layer_group *groups, uint32_t n)
+{
+	if (codec == KVT_CODEC_NONE)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t eb = kvt_codec_dtype_bytes(groups[i].dtype);
+		if (eb == 0) {
+			PyErr_Format(PyExc_ValueError,
+				     "kvtier: codec %s quantises float32, float16 and bfloat16 "
+				     "caches; dtype code %u is stored as it is: open it with "
+				     "codec 'none'",
+				     kvt_codec_name(codec), groups[i].dtype);
+			return -1;
+		}
+		if (groups[i].head_bytes % eb) {
+			PyErr_Format(PyExc_ValueError,
+				     "kvtier: codec %s needs whole elements in a head; head_bytes "
+				     "%u is not a multiple of %u",
+				     kvt_codec_name(codec), groups[i].head_bytes, eb);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"model",	"layers",   "kv_heads", "head_bytes",
 				 "block_tokens", "dtype",    "tp_size",  "cp_size",
 				 "layer_first", "mla",	    "window",	"weights",
-				 "salt",	"scale_layout", "groups", NULL};
+				 "salt",	"scale_layout", "groups", "codec", NULL};
 	const char *model;
 	unsigned int layers, kv_heads, hb, bt, dtype, tp = 1, cp = 1, first = 0, window = 0,
 							 scale = 0;
 	int mla = 0;
 	Py_buffer weights = {0}, salt = {0};
-	PyObject *groups_o = Py_None;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "sIIIII|$IIIpIy*y*IO:open_namespace", kwlist,
+	PyObject *groups_o = Py_None, *codec_o = NULL;
+	uint32_t codec = KVT_CODEC_NONE;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "sIIIII|$IIIpIy*y*IOO:open_namespace", kwlist,
 					 &model, &layers, &kv_heads, &hb, &bt, &dtype, &tp, &cp,
-					 &first, &mla, &window, &weights, &salt, &scale, &groups_o))
+					 &first, &mla, &window, &weights, &salt, &scale, &groups_o,
+					 &codec_o))
 		return NULL;
 	PyObject *ret = NULL;
 	const kvt_layer_group proto = {.attn = mla ? KVT_ATTN_MLA : window ? KVT_ATTN_SWA
@@ -119,6 +185,8 @@ PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw
 	uint32_t n_groups;
 	if (groups_get(groups_o, layers, window, &proto, groups, &n_groups) < 0)
 		goto out;
+	if (codec_o && (codec_get(codec_o, &codec) < 0 || codec_check(codec, groups, n_groups) < 0))
+		goto out;
 	kvt_ns_desc d = {.model = model,
 			 .weights = weights.buf,
 			 .weights_len = (uint32_t)weights.len,
@@ -130,7 +198,8 @@ PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw
 			 .n_groups = n_groups,
 			 .groups = groups,
 			 .salt = salt.buf,
-			 .salt_len = (uint32_t)salt.len};
+			 .salt_len = (uint32_t)salt.len,
+			 .codec = codec};
 	NamespaceObject *nso = PyObject_New(NamespaceObject, &NamespaceType);
 	if (!nso)
 		goto out;
@@ -152,6 +221,7 @@ PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw
 		Py_DECREF(nso);
 	} else {
 		nso->ns = ns;
+		nso->dtype = dtype;
 		kvt_ns_get_info(ns, &nso->info);
 		ret = (PyObject *)nso;
 	}
@@ -191,8 +261,10 @@ static PyObject *Namespace_exit_ctx(NamespaceObject *self, PyObject *args)
 
 static PyObject *Namespace_get_info(NamespaceObject *self, void *unused)
 {
-	return Py_BuildValue("{sIsIsIsKsKsKsK}", "ns_id", self->info.ns_id, "shards",
-			     self->info.shards, "block_tokens", self->info.block_tokens,
+	const char *codec = kvt_codec_name(self->info.codec);
+	return Py_BuildValue("{sIsIsIsssKsKsKsK}", "ns_id", self->info.ns_id, "shards",
+			     self->info.shards, "block_tokens", self->info.block_tokens, "codec",
+			     codec ? codec : "unknown",
 			     "shard_bytes", (unsigned long long)self->info.shard_bytes,
 			     "shard_stride", (unsigned long long)self->info.shard_stride,
 			     "block_bytes", (unsigned long long)self->info.block_bytes,
@@ -562,10 +634,21 @@ static PyMethodDef Namespace_methods[] = {
 	 "padding slots (-1) are left alone.  Returns (loaded, statuses)."},
 	{NULL}};
 
+static PyObject *Namespace_get_codec(NamespaceObject *self, void *unused)
+{
+	const char *codec = kvt_codec_name(self->info.codec);
+	return PyUnicode_FromString(codec ? codec : "unknown");
+}
+
 static PyGetSetDef Namespace_getset[] = {
+	{"codec", (getter)Namespace_get_codec, NULL,
+	 "How the blocks are stored: \"none\" (the cache's own bytes), \"fp8-e4m3\"\n"
+	 "or \"int4\" (quantised in this process's copies; kvtier.CODECS).",
+	 NULL},
 	{"info", (getter)Namespace_get_info, NULL,
-	 "The geometry the daemon derived: ns_id, shards, block_tokens, shard_bytes,\n"
-	 "shard_stride, block_bytes, bytes_per_token.",
+	 "The geometry the daemon derived: ns_id, shards, block_tokens, codec (its\n"
+	 "name), shard_bytes, shard_stride, block_bytes, bytes_per_token.  With a\n"
+	 "codec the sizes are those of the stored (quantised) blocks.",
 	 NULL},
 	{"closed", (getter)Namespace_get_closed, NULL, "True after close().", NULL},
 	{NULL}};

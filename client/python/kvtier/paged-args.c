@@ -61,9 +61,12 @@ static int layouts_get(struct paged_args *a, PyObject *layout, PyObject *groups)
 }
 
 /* The layouts' geometry against the namespace: each bounded by n_pages
- * where that is needed, their blocks together the namespace's shard. */
-static int layouts_check(const struct paged_args *a, const kvt_ns_info *info, int need_n_pages)
+ * where that is needed, their blocks together the namespace's shard (with
+ * its codec, as the library copies them: the engine's layout carries
+ * none). */
+static int layouts_check(const struct paged_args *a, const NamespaceObject *ns, int need_n_pages)
 {
+	const kvt_ns_info *info = &ns->info;
 	uint64_t sum = 0;
 	for (uint32_t k = 0; k < a->n_layouts; k++) {
 		if (need_n_pages && !a->layouts[k]->n_pages) {
@@ -76,7 +79,12 @@ static int layouts_check(const struct paged_args *a, const kvt_ns_info *info, in
 				     where);
 			return -1;
 		}
-		sum += kvt_layout_block_bytes(a->layouts[k], info->block_tokens);
+		kvt_layout coded = *a->layouts[k];
+		if (info->codec != KVT_CODEC_NONE) {
+			coded.codec = info->codec;
+			coded.dtype = ns->dtype;
+		}
+		sum += kvt_layout_block_bytes(&coded, info->block_tokens);
 	}
 	if (sum == info->shard_bytes)
 		return 0;
@@ -159,7 +167,7 @@ int paged_args_get(NamespaceObject *ns, PyObject *layout, PyObject *keys, PyObje
 {
 	memset(ret, 0, sizeof(*ret));
 	if (layouts_get(ret, layout, groups) < 0 ||
-	    layouts_check(ret, &ns->info, need_n_pages) < 0 ||
+	    layouts_check(ret, ns, need_n_pages) < 0 ||
 	    keys_get(keys, &ret->keys, &ret->n) < 0 ||
 	    indices_get(ret, &ns->info, indices, group_indices) < 0) {
 		paged_args_release(ret);

@@ -12,8 +12,12 @@ Extra config keys besides SGLang's own: ``socket`` (default $KVTIER_SOCKET
 or kvtierd's default), ``salt`` (narrows sharing to engines that give the
 same one), ``model_name`` and ``weights`` (hex) to override the namespace
 identity (default: the model path SGLang names and a fingerprint of its
-weight files, as kvtier.hf and kvtier.vllm compute it), and ``kv_heads``,
-the model's KV heads over all ranks (default: from its config.json).
+weight files, as kvtier.hf and kvtier.vllm compute it), ``kv_heads``,
+the model's KV heads over all ranks (default: from its config.json), and
+``codec``: how pages are stored, "none" (the default), "fp8-e4m3" or
+"int4" (kvtier.CODECS), quantised as they leave the host pool and
+dequantised as they come back, shared only with engines that ask for the
+same codec; an fp8 host pool is stored as it is whatever the codec.
 
 Pages move between kvtierd's pool and SGLang's registered host pool
 directly (``batch_set_v1`` / ``batch_get_v1``, with ``interface_v1``: no
@@ -169,12 +173,13 @@ class KvtierStorage(HiCacheStorage):
             dtype=dtype,
             block_tokens=pool.page_size,
             weights=bytes.fromhex(weights) if weights else weights_fingerprint(path),
-            tp_size=cfg.tp_size, salt=str(self._extra.get("salt", "")).encode(), mla=mla)
+            tp_size=cfg.tp_size, salt=str(self._extra.get("salt", "")).encode(), mla=mla,
+            codec=self._extra.get("codec", "none"))
         self._conn = Reconnecting(identity, socket=self._extra.get("socket"),
                                   name=f"sglang-tp{cfg.tp_rank}", log=log)
         log.info("kvtier: SGLang host pool registered (%s, %s, %d layers, pages of %d "
-                 "tokens), tp rank %d of %d", pool.layout, "MLA" if mla else "MHA",
-                 pool.layer_num, pool.page_size, cfg.tp_rank, cfg.tp_size)
+                 "tokens, codec %s), tp rank %d of %d", pool.layout, "MLA" if mla else "MHA",
+                 pool.layer_num, pool.page_size, identity.codec, cfg.tp_rank, cfg.tp_size)
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
         """SGLang's v2 calls move a hybrid model's side pools (Mamba states,

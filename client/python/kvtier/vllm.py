@@ -11,7 +11,13 @@ same one), ``model_name`` and ``weights`` (hex) to override the namespace
 identity (default: the model path and a fingerprint of its weight files, as
 kvtier.hf computes it, so that both engines share blocks), and ``end``:
 what a finished request tells kvtierd of its blocks when the request
-itself does not say ("none", the default; "request"; "session").
+itself does not say ("none", the default; "request"; "session"), and
+``codec``: how blocks are stored, "none" (the default), "fp8-e4m3" or
+"int4" (kvtier.CODECS): quantised by this process's copies, shared only
+with engines that ask for the same codec.  A cache that is fp8 already
+(``--kv-cache-dtype fp8``) is stored as it is whatever the codec; codecs
+are encoded on the CPU only, so a connector on a GPU refuses one other
+than none.
 
 Lifecycle hints: a request may say, in its kv_transfer_params
 (``SamplingParams(extra_args={"kv_transfer_params": {"kvtier": {...}}})``),
@@ -221,6 +227,7 @@ def identity_of(vllm_config, extra: dict, kv_cache_config=None) -> ModelIdentity
         salt=str(extra.get("salt", "")).encode(),
         mla=mla,
         groups=groups,
+        codec=extra.get("codec", "none"),
     )
 
 
@@ -284,6 +291,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                         "with an error; set \"kv_load_failure_policy\": \"recompute\" in "
                         "--kv-transfer-config to compute them instead")
         self._identity = identity_of(vllm_config, extra, kv_cache_config)
+        device = getattr(getattr(vllm_config, "device_config", None), "device_type", None)
+        if device:
+            self._identity.check_device(device, "kvtier.vllm")
         self._block = self._identity.block_tokens
         # A hybrid model's failed load can only be recomputed whole, which
         # vLLM does for asynchronous loads.
@@ -607,6 +617,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         elif first.device.type != "cpu":
             raise NotImplementedError(f"kvtier.vllm: caches on {first.device.type} are not "
                                       "supported; run without the kvtier connector")
+        ident.check_device(first.device.type, "kvtier.vllm")
         # A load's layers are counted across the groups, in block order.
         order = [n for group, _ in groups for n in group]
         self._layer_index = {n: i for i, n in enumerate(order)}
