@@ -18,8 +18,7 @@ restore).  For each prefix length: the continuation's perplexity
 (teacher-forced), its top-1 agreement with the baseline, the relative
 error ||K' - K|| / ||K|| of K and of V (per layer and overall), and
 whether the bytes kvtierd holds decode, with codec_ref.py, to what the C
-path restored.  A kvtier without codecs in its transformers adapter gets
-the codecs from codec_ref.py instead (marked "reference").
+path restored (and how they compare with codec_ref.py's encoding).
 
     python codec_quality.py --json out.json      # needs KVTIERD, PYTHONPATH
 """
@@ -90,27 +89,15 @@ def continuation(model, kv, ids):
     return out.logits[0].float()
 
 
-def kvtier_codecs() -> bool:
-    """Whether the transformers adapter takes a codec."""
-    import inspect
-
-    from kvtier.hf import KvtierCache
-
-    return "codec" in inspect.signature(KvtierCache.__init__).parameters
-
-
 class Restorer:
     """Store a prefix's KV in kvtierd under a codec and restore it: the
-    restored staging tensor and, with the C path, the stored bytes."""
+    restored staging tensor and the stored bytes."""
 
-    def __init__(self, model, socket: str, codec: str, block_tokens: int, through: bool):
+    def __init__(self, model, socket: str, codec: str, block_tokens: int):
         from kvtier.hf import KvtierCache
 
-        self.codec, self.block_tokens, self.through = codec, block_tokens, through
-        # Without codecs in kvtier, each keeps exact blocks in a namespace
-        # of its own (a salt), and codec_ref.py quantises them.
-        kw = ({"codec": codec} if codec != "none" else {}) if through else {"salt": codec.encode()}
-        self.kv = KvtierCache(model, socket=socket, block_tokens=block_tokens, **kw)
+        self.codec, self.block_tokens = codec, block_tokens
+        self.kv = KvtierCache(model, socket=socket, block_tokens=block_tokens, codec=codec)
         self.model = model
 
     def close(self):
@@ -122,7 +109,6 @@ class Restorer:
         from kvtier import layouts
 
         p = len(ids)
-        stored_as = self.codec if self.through else "none"
         saved = self.kv.save(ids, staged_cache(self.model, kv))
         assert saved == p // self.block_tokens, f"stored {saved} blocks of {p} tokens"
         cache, t = self.kv.restore(ids + [0])
@@ -132,16 +118,11 @@ class Restorer:
         n = p // self.block_tokens
         size = self.kv.ns.info["shard_bytes"]
         L, _, H, _, D = kv.shape
-        want = codec_ref.block_bytes(stored_as, L, H, self.block_tokens, D, kv.element_size())
-        assert size == want, f"{stored_as}: kvtierd's blocks are {size} bytes, the format's {want}"
+        want = codec_ref.block_bytes(self.codec, L, H, self.block_tokens, D, kv.element_size())
+        assert size == want, f"{self.codec}: kvtierd's blocks are {size} bytes, the format's {want}"
         blocks = [bytearray(size) for _ in range(n)]
         _, status = self.kv.ns.load(0, keys, blocks)
         assert all(s == 0 for s in status), f"raw loads: {status}"
-        if stored_as == "none" and self.codec != "none":
-            T = self.block_tokens
-            blocks = [codec_ref.encode(restored[..., i * T:(i + 1) * T, :], self.codec)
-                      for i in range(n)]
-            restored = decode_blocks(blocks, self.codec, restored.shape, restored.dtype, T)
         return restored, blocks
 
 
@@ -196,12 +177,11 @@ class Tally:
             self.codes_differing += (step > 0).sum().item()
             self.codes_max_step = max(self.codes_max_step, step.max().item())
 
-    def result(self, through: str) -> dict:
+    def result(self) -> dict:
         rel = (self.err2 / self.ref2).sqrt()
         overall = (self.err2.sum(0) / self.ref2.sum(0)).sqrt()
         none = not self.ref2.any()  # no prefix: no K/V to compare
         return {
-            "path": through,
             "tokens": self.tokens,
             "ppl": math.exp(self.nll / self.tokens),
             "top1_agree": self.agree / self.tokens,
@@ -224,12 +204,11 @@ def evaluate(model, held_out: bytes, socket: str, lengths=(64, 256, 1024), sampl
              new: int = 64, block_tokens: int = 16, codecs=CODECS, log=None) -> dict:
     """The figures of each codec at each prefix length (see the module's
     description); results[P][codec] is a dict of them."""
-    through = kvtier_codecs()
     stored = [c for c in codecs if c in ("none", "fp8-e4m3", "int4")]
     if BROKEN in codecs and "fp8-e4m3" not in stored:
         stored.append("fp8-e4m3")
     layers = model.config.num_hidden_layers
-    restorers = {c: Restorer(model, socket, c, block_tokens, through) for c in stored}
+    restorers = {c: Restorer(model, socket, c, block_tokens) for c in stored}
     results = {}
     try:
         for p, wins in windows(held_out, lengths, samples, new).items():
@@ -256,9 +235,7 @@ def evaluate(model, held_out: bytes, socket: str, lengths=(64, 256, 1024), sampl
                         bad = decode_blocks(blocks, c, kv.shape, kv.dtype, block_tokens, False)
                         tallies[BROKEN].add(continuation(model, bad, cont), base, targets, bad,
                                             base_kv)
-            results[p] = {c: t.result("recompute" if c in ("recompute", NO_PREFIX) else
-                                      "kvtier" if through or c == "none" else "reference")
-                          for c, t in tallies.items()}
+            results[p] = {c: t.result() for c, t in tallies.items()}
             if log:
                 log(format_table({p: results[p]}))
     finally:
@@ -273,10 +250,9 @@ def format_table(results: dict) -> str:
     for p, per in results.items():
         exact = per.get("none", per["recompute"])["ppl"]
         for c, r in per.items():
-            name = c + (" (reference)" if r["path"] == "reference" else "")
             errs = " | ".join("–" if e is None else f"{e:.4f}"
                               for e in (r["rel_err_k"], r["rel_err_v"]))
-            rows.append(f"| {p} | {name} | {r['ppl']:.4f} | {r['ppl'] / exact:.4f} | "
+            rows.append(f"| {p} | {c} | {r['ppl']:.4f} | {r['ppl'] / exact:.4f} | "
                         f"{100 * r['top1_agree']:.2f} % | {errs} |")
     return "\n".join(rows)
 

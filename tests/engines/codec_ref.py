@@ -201,12 +201,3 @@ def fields(block, codec: str, layers: int, heads: int, t: int, d: int):
                        _unnibble(v_t[..., P:], T * D).flatten()))
     return scales, codes.to(torch.int16)
 
-
-def roundtrip(kv: torch.Tensor, codec: str, block_tokens: int, scaled: bool = True) -> torch.Tensor:
-    """A staging tensor [layers, 2, heads, n*T, D] through codec, block by
-    block (what a store and a load do)."""
-    L, _, H, n, D = kv.shape
-    out = [decode(encode(kv[..., i:i + block_tokens, :], codec), codec, L, H, block_tokens, D,
-                  kv.dtype, scaled)
-           for i in range(0, n - n % block_tokens, block_tokens)]
-    return torch.cat(out, dim=3)
