@@ -20,7 +20,12 @@
  *   4. an engine's restore of a whole context (token chain keys, kvt-engine's
  *      lookup/retry loop, then one kvt_load_paged into vLLM-style per-layer
  *      pages), against fio reading as many bytes, and the seconds for a
- *      128K-token context extrapolated from it.
+ *      128K-token context extrapolated from it;
+ *   5. with --codec: the same context restore, of one bfloat16 context
+ *      stored in namespaces that differ only by codec (none, fp8-e4m3,
+ *      int4), on a daemon of its own, the codecs in turn (A B C A B C ...),
+ *      each against the none restore of the same round and against fio
+ *      reading the bytes that codec's slots take.
  *
  * How a set gets to be on NVMe only: the host pool holds exactly one set.
  * Spilling a set evicts the previous one, which is clean by then; in the
@@ -38,6 +43,12 @@
  * timed, so that neither contender pays ext4's conversion of unwritten
  * extents.
  *
+ * In phase 5 the pool holds every codec's copy of the context at once, and
+ * a context leaves host memory through the daemon's eviction of its
+ * namespace (kvt_admin_evict, host copies only) once it is on disk: with
+ * slots of three sizes in one pool, eviction by pressure would not say
+ * which blocks go.
+ *
  * The ratios are medians of the pairwise ratios; targets are printed, not
  * asserted.  It fails only when something does not work or bytes come back
  * wrong (every restored block is checked).
@@ -46,6 +57,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -62,6 +74,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../codec-bound.h"
 #include "bench-util.h"
 #include "kvtier.h"
 
@@ -103,6 +116,8 @@ static struct {
 	unsigned queue_depth;
 	bool engine[N_ENGINES];
 	bool context;
+	uint32_t codecs[KVT_CODEC_COUNT]; /* --codec: phase 5, in this order */
+	unsigned n_codecs;
 	const char *dir;
 	const char *fio;
 	bool fio_plain; /* fio without registered buffers and files */
@@ -540,6 +555,7 @@ struct bench {
 	kvt_client *c;
 	kvt_ns *ns;
 	uint64_t n;        /* blocks per set */
+	uint64_t slot_bytes; /* a block as the daemon stores it (b->ns's) */
 	uint8_t *src, *dst; /* set_bytes each */
 	const void **srcs;
 	void **dsts;
@@ -663,7 +679,7 @@ static void spill(struct bench *b, unsigned set, bool context, struct sample *re
 	struct dstats d0, d;
 
 	wait_idle(b->c, &d0);
-	uint64_t want = d0.write_bytes + b->n * BLOCK_BYTES;
+	uint64_t want = d0.write_bytes + b->n * b->slot_bytes;
 	memset(ret, 0, sizeof(*ret));
 	cpu_begin(ret);
 	uint64_t t0 = kvt_now_ns();
@@ -695,7 +711,7 @@ static void spill(struct bench *b, unsigned set, bool context, struct sample *re
 		if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
 			die("write-back of set %u: %llu of %llu MiB on disk after %llu s", set,
 			    (unsigned long long)((d.write_bytes - d0.write_bytes) / MIB),
-			    (unsigned long long)(b->n * BLOCK_BYTES / MIB),
+			    (unsigned long long)(b->n * b->slot_bytes / MIB),
 			    WAIT_LIMIT_NS / 1000000000ull);
 		sleep_ns(POLL_NS);
 	}
@@ -1057,10 +1073,302 @@ static void phase_context(struct bench *b)
 	C.ran = true;
 }
 
+/* ---- phase 5: the context by codec ------------------------------------ */
+
+#define CODEC_TILES 4 /* (layer, head)s checked a block, K and V, after the first round */
+
+struct codec_result {
+	bool ran;
+	uint64_t tokens;
+	uint64_t slot[KVT_CODEC_COUNT]; /* a block as stored, in opt.codecs' order */
+	struct pairs r[KVT_CODEC_COUNT]; /* against fio reading the slots' bytes */
+	double vs_none[KVT_CODEC_COUNT][MAX_PAIRS]; /* restore time over none's, same round */
+	double logical_gbs[KVT_CODEC_COUNT][MAX_PAIRS]; /* bfloat16 bytes into the pages */
+	int none; /* the index of none in opt.codecs, or -1 */
+};
+
+static struct codec_result K = {.none = -1};
+
+/* The blocks' shard as proto/codec.h codes it, in whole pages: a slot. */
+static uint64_t codec_slot_bytes(uint32_t codec)
+{
+	if (codec == KVT_CODEC_NONE)
+		return BLOCK_BYTES;
+	uint64_t shard = (uint64_t)LAYERS * KV_HEADS *
+			 (kvt_codec_tile_bytes(codec, 1, BLOCK_TOKENS, HEAD_BYTES / 2) +
+			  kvt_codec_tile_bytes(codec, 0, BLOCK_TOKENS, HEAD_BYTES / 2));
+	return (shard + 4095) & ~4095ull;
+}
+
+static uint64_t regions_for(uint64_t blocks, uint64_t slot)
+{
+	uint64_t per_region = (REGION_BYTES - REGION_HEADER_BYTES) / (SLOT_HEADER_BYTES + slot);
+	return (blocks + per_region - 1) / per_region;
+}
+
+/* Every codec's regions (a region is bound to one namespace) and one
+ * spare each. */
+static uint64_t codec_spill_capacity(void)
+{
+	uint64_t regions = 0;
+	for (unsigned j = 0; j < opt.n_codecs; j++)
+		regions += regions_for(blocks_per_set(), codec_slot_bytes(opt.codecs[j])) + 1;
+	return regions * REGION_BYTES;
+}
+
+/* A pool for every codec's copy of the context, in extents of 64 MiB a
+ * slot size, and one extent more each. */
+static uint64_t codec_pool_bytes(void)
+{
+	uint64_t bytes = 0;
+	for (unsigned j = 0; j < opt.n_codecs; j++) {
+		uint64_t per_extent = 64 * MIB / codec_slot_bytes(opt.codecs[j]);
+		bytes += ((blocks_per_set() + per_extent - 1) / per_extent + 1) * 64 * MIB;
+	}
+	return bytes;
+}
+
+static void codec_daemon_start(void)
+{
+	bench_daemon_config(&daemon_state,
+			    "[pool]\ncapacity = %lluM\nextent_size = 64M\n"
+			    "[nvme]\nengine = io_uring\nqueue_depth = %u\n"
+			    "writeback_high = 0%%\nwriteback_low = 0%%\n"
+			    "[spill.bench]\npath = %s\ncapacity = %lluM\n"
+			    "[limits]\nkeys_per_request = 8192\n",
+			    (unsigned long long)(codec_pool_bytes() / MIB), opt.queue_depth,
+			    files.spill, (unsigned long long)(codec_spill_capacity() / MIB));
+	bench_daemon_start(&daemon_state, START_LIMIT_NS);
+}
+
+static kvt_ns *codec_ns_open(kvt_client *c, uint32_t codec)
+{
+	static const uint8_t weights[16] = "bench-weights";
+	const kvt_layer_group g = {.n_layers = LAYERS, .attn = KVT_ATTN_MHA, .planes = 2,
+				   .kv_heads = KV_HEADS, .head_bytes = HEAD_BYTES,
+				   .dtype = KVT_DTYPE_BFLOAT16};
+	const kvt_ns_desc desc = {.model = "bench-nvme-llama3-8b-bf16", .weights = weights,
+				  .weights_len = sizeof(weights), .layer_end = LAYERS, .tp_size = 1,
+				  .cp_size = 1, .block_tokens = BLOCK_TOKENS, .n_groups = 1,
+				  .groups = &g, .codec = codec};
+	kvt_ns_info info;
+	kvt_ns *ns = NULL;
+	int r = kvt_ns_open(c, &desc, &ns);
+
+	if (r < 0)
+		die("kvt_ns_open %s: %s (%s)", kvt_codec_name(codec), strerror(-r),
+		    kvt_client_error(c));
+	kvt_ns_get_info(ns, &info);
+	if (info.codec != codec || info.block_bytes != codec_slot_bytes(codec))
+		die("namespace of codec %s: codec %u, slots of %llu bytes, expected %llu",
+		    kvt_codec_name(codec), info.codec, (unsigned long long)info.block_bytes,
+		    (unsigned long long)codec_slot_bytes(codec));
+	return ns;
+}
+
+static int tenant_id_record(const kvt_record *r, void *userdata)
+{
+	if (!strcmp(kvt_record_kind(r), "tenant"))
+		kvt_record_get_u64(r, "id", userdata);
+	return 0;
+}
+
+/* Host copies only: the blocks are clean, so all of them stay on NVMe. */
+static void evict_host(struct bench *b, uint64_t tenant, uint32_t codec)
+{
+	kvt_ns_info info;
+	kvt_ns_get_info(b->ns, &info);
+	int64_t r = kvt_admin_evict(b->c, (uint32_t)tenant, info.ns_id, 0);
+	if (r != (int64_t)b->n)
+		die("evicting the %s context (namespace %u of tenant %llu) from host memory: %lld of %llu blocks (%s)",
+		    kvt_codec_name(codec), info.ns_id, (unsigned long long)tenant, (long long)r,
+		    (unsigned long long)b->n, r < 0 ? kvt_client_error(b->c) : "some not resident?");
+}
+
+static float bf16_at(const uint8_t *p)
+{
+	uint16_t h;
+	uint32_t u;
+	float f;
+
+	memcpy(&h, p, 2);
+	u = (uint32_t)h << 16;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* Element (l, p, g, t, h, i) of the context's pages. */
+static uint8_t *context_at(void *const *layers, uint64_t n, unsigned l, unsigned p, uint64_t g,
+			   unsigned t, unsigned h, unsigned i)
+{
+	return (uint8_t *)layers[l] + p * PAGE_BYTES * n + g * PAGE_BYTES +
+	       ((uint64_t)t * KV_HEADS + h) * HEAD_BYTES + 2 * i;
+}
+
+/* A bfloat16 context as a model's K and V might hold it: each (layer,
+ * plane, head) its own magnitude (2^-4 .. 2^3), every 37th channel 8 times
+ * larger, the rest uniform; finite everywhere, so every codec can code it. */
+static void codec_fill(struct bench *b)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	for (unsigned l = 0; l < LAYERS; l++)
+		for (unsigned p = 0; p < 2; p++)
+			for (uint64_t g = 0; g < b->n; g++)
+				for (unsigned t = 0; t < BLOCK_TOKENS; t++)
+					for (unsigned h = 0; h < KV_HEADS; h++) {
+						uint8_t *e = context_at(b->src_layers, b->n, l, p, g, t, h, 0);
+						float mag = ldexpf(1.0f, (int)((l + p * 3 + h + g) % 8) - 4);
+
+						for (unsigned i = 0; i < HEAD_BYTES / 2; i++) {
+							float v;
+							uint32_t u;
+
+							x ^= x << 13;
+							x ^= x >> 7;
+							x ^= x << 17;
+							v = ((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) *
+							    mag * (i % 37 == 0 ? 8.0f : 1.0f);
+							memcpy(&u, &v, 4);
+							u >>= 16;
+							memcpy(e + 2 * i, &u, 2);
+						}
+					}
+}
+
+/* One tile (block g, layer l, plane p, head h): every value within the
+ * codec's bound (codec-bound.h). */
+static void codec_check_tile(struct bench *b, uint32_t codec, uint64_t g, unsigned l, unsigned p,
+			     unsigned h)
+{
+	const unsigned D = HEAD_BYTES / 2;
+	float amax = 0;
+
+	for (unsigned t = 0; t < BLOCK_TOKENS; t++)
+		for (unsigned i = 0; i < D; i++)
+			amax = fmaxf(amax, fabsf(bf16_at(context_at(b->src_layers, b->n, l, p, g, t, h, i))));
+	for (unsigned t = 0; t < BLOCK_TOKENS; t++)
+		for (unsigned i = 0; i < D; i++) {
+			/* int4's group: K, channel i over the tokens; V,
+			 * KVT_INT4_GROUP channels of token t. */
+			float lo = INFINITY, hi = -INFINITY;
+			unsigned n = p == 0 ? BLOCK_TOKENS : KVT_INT4_GROUP;
+			for (unsigned j = 0; j < n; j++) {
+				float y = bf16_at(p == 0 ? context_at(b->src_layers, b->n, l, p, g, j, h, i)
+							 : context_at(b->src_layers, b->n, l, p, g, t, h,
+								      i / KVT_INT4_GROUP * KVT_INT4_GROUP + j));
+				lo = fminf(lo, y);
+				hi = fmaxf(hi, y);
+			}
+			float x = bf16_at(context_at(b->src_layers, b->n, l, p, g, t, h, i));
+			float got = bf16_at(context_at(b->dst_layers, b->n, l, p, g, t, h, i));
+			if (!(fabs((double)got - x) <= codec_bf16_bound(codec, x, amax, lo, hi)))
+				die("%s: block %llu (layer %u, plane %u, token %u, head %u, %u) came back as %a, stored %a",
+				    kvt_codec_name(codec), (unsigned long long)g, l, p, t, h, i, got, x);
+		}
+}
+
+/*
+ * none: every byte as stored.  A codec: CODEC_TILES (layer, head)s of
+ * every block, K and V, chosen anew each round, within the codec's bound;
+ * when all is set (the first round), every tile of every 16th block too.
+ */
+static void codec_verify(struct bench *b, uint32_t codec, unsigned round, bool all)
+{
+	if (codec == KVT_CODEC_NONE) {
+		if (memcmp(b->dst, b->src, b->n * BLOCK_BYTES))
+			die("none: the context came back with different bytes");
+		return;
+	}
+	for (uint64_t g = 0; g < b->n; g++)
+		for (unsigned k = 0; k < (all && g % 16 == 0 ? LAYERS * KV_HEADS : CODEC_TILES); k++) {
+			uint64_t x = all && g % 16 == 0 ? k : mix(((uint64_t)round << 40) ^ (g << 8) ^ k);
+			unsigned l = (unsigned)(x / KV_HEADS % LAYERS), h = (unsigned)(x % KV_HEADS);
+			codec_check_tile(b, codec, g, l, 0, h);
+			codec_check_tile(b, codec, g, l, 1, h);
+		}
+}
+
+/*
+ * The context, stored once in every codec's namespace (the same keys, the
+ * same bfloat16 pages) and written back.  Round i (i = 0 is a warm-up,
+ * checked more): for each codec in turn, evict its copy from host
+ * memory, restore it as kvt-engine does into poisoned pages, fio reads the
+ * bytes its slots take, check.
+ */
+static void phase_codecs(struct bench *b)
+{
+	kvt_ns *ns[KVT_CODEC_COUNT];
+	uint64_t tenant = 0, logical = b->n * BLOCK_BYTES;
+	unsigned fio_turn = 0;
+	struct sample t;
+
+	K.tokens = b->n * BLOCK_TOKENS;
+	codec_fill(b);
+	make_context_keys(b, 0);
+	for (unsigned j = 0; j < opt.n_codecs; j++) {
+		ns[j] = codec_ns_open(b->c, opt.codecs[j]);
+		K.slot[j] = codec_slot_bytes(opt.codecs[j]);
+		if (opt.codecs[j] == KVT_CODEC_NONE)
+			K.none = (int)j;
+		b->ns = ns[j];
+		b->slot_bytes = K.slot[j];
+		spill(b, 0, true, &t);
+		progress("  %s: context stored and written back in %.3f s (%llu MiB as stored), untimed",
+			 kvt_codec_name(opt.codecs[j]), (double)t.ns / 1e9,
+			 (unsigned long long)(b->n * K.slot[j] / MIB));
+	}
+	/* The tenant's id (uid:N) once it has namespaces. */
+	if (kvt_stats(b->c, KVT_STATS_TENANTS, tenant_id_record, &tenant) < 0)
+		die("kvt_stats: %s", kvt_client_error(b->c));
+	for (unsigned i = 0; i <= opt.pairs; i++) {
+		double secs[KVT_CODEC_COUNT];
+		for (unsigned j = 0; j < opt.n_codecs; j++) {
+			uint32_t codec = opt.codecs[j];
+			uint64_t bytes = b->n * K.slot[j];
+			b->ns = ns[j];
+			b->slot_bytes = K.slot[j];
+			evict_host(b, tenant, codec);
+			restore_engine(b, 0, &t);
+			/* fio in whole 2 MiB requests; its rate for the slots' bytes */
+			double fr = fio_run(false, fio_offset(fio_turn++),
+					    (bytes + 2 * MIB - 1) / (2 * MIB) * (2 * MIB));
+			codec_verify(b, codec, i, i == 0);
+			secs[j] = (double)t.ns / 1e9;
+			if (i == 0) {
+				progress("  warm-up, %s: context restored in %.3f s, fio read %.2f GB/s",
+					 kvt_codec_name(codec), secs[j], fr);
+				continue;
+			}
+			record(&K.r[j], i - 1, bytes, &t, fr);
+			K.logical_gbs[j][i - 1] = gbs(logical, t.ns);
+			progress("  %s round %u/%u: %llu tokens in %.3f s (%.2f GB/s as stored, %.2f GB/s of bfloat16; CPU daemon %.0f ms, bench %.0f ms), fio read %.3f s (%.2f GB/s): %.3f",
+				 kvt_codec_name(codec), i, opt.pairs, (unsigned long long)K.tokens,
+				 K.r[j].kv_s[i - 1], K.r[j].kv[i - 1], K.logical_gbs[j][i - 1],
+				 K.r[j].dcpu_ms[i - 1], K.r[j].bcpu_ms[i - 1], K.r[j].fio_s[i - 1], fr,
+				 K.r[j].ratio[i - 1]);
+		}
+		if (i > 0 && K.none >= 0)
+			for (unsigned j = 0; j < opt.n_codecs; j++)
+				K.vs_none[j][i - 1] = secs[j] / secs[K.none];
+	}
+	for (unsigned j = 0; j < opt.n_codecs; j++) {
+		b->ns = ns[j];
+		delete_set(b, 0);
+	}
+	phase_end(b, NULL);
+	for (unsigned j = 0; j < opt.n_codecs; j++)
+		kvt_ns_close(ns[j]);
+	b->ns = NULL;
+	b->slot_bytes = BLOCK_BYTES;
+	K.ran = true;
+}
+
 static void bench_setup(struct bench *b)
 {
 	memset(b, 0, sizeof(*b));
 	b->n = blocks_per_set();
+	b->slot_bytes = BLOCK_BYTES;
 	b->src = alloc_populated(opt.set_bytes);
 	b->dst = alloc_populated(opt.set_bytes);
 	b->srcs = calloc(b->n, sizeof(*b->srcs));
@@ -1151,6 +1459,34 @@ static void detail(FILE *out, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Phase 5: a row per codec against fio reading its slots' bytes, and its
+ * restore time against none's. */
+static void print_codecs(FILE *out)
+{
+	unsigned n = opt.pairs;
+	char name[64], r[48];
+
+	fprintf(out, "\ncodecs: the same %llu-token bfloat16 context (%llu MiB) restored from NVMe as kvt-engine does, codecs in turn; kvtierd io_uring, pool %llu MiB for every codec's copy, each evicted from host memory before its restore\n",
+		(unsigned long long)K.tokens, (unsigned long long)(opt.set_bytes / MIB),
+		(unsigned long long)(codec_pool_bytes() / MIB));
+	for (unsigned j = 0; j < opt.n_codecs; j++) {
+		const struct pairs *p = &K.r[j];
+		snprintf(name, sizeof(name), "context, %s", kvt_codec_name(opt.codecs[j]));
+		print_pairs_row(out, name, p, "read", 0);
+		detail(out, "%.3f s (fio %.3f s) for %.0f MiB as stored (slot %llu KiB, %.3f of bfloat16's); %.2f GB/s of bfloat16 into the pages",
+		       median(p->kv_s, n), median(p->fio_s, n),
+		       (double)(blocks_per_set() * K.slot[j]) / MIB,
+		       (unsigned long long)(K.slot[j] / 1024), (double)K.slot[j] / BLOCK_BYTES,
+		       median(K.logical_gbs[j], n));
+		detail(out, "all resident at %.3f s; CPU: kvtierd %.0f ms, client %.0f ms",
+		       median(p->aux_s, n), median(p->dcpu_ms, n), median(p->bcpu_ms, n));
+		if (K.none >= 0 && (int)j != K.none)
+			detail(out, "restore time / none's (same round): %s; aim: close to %.2f (the bytes)",
+			       ratio_range(K.vs_none[j], n, r, sizeof(r)),
+			       (double)K.slot[j] / K.slot[K.none]);
+	}
+}
+
 static void print_table(FILE *out)
 {
 	unsigned n = opt.pairs;
@@ -1203,6 +1539,8 @@ static void print_table(FILE *out)
 		snprintf(l, sizeof(l), "%.1f s extrapolated", bytes128 / (median(C.r.fio, n) * 1e9));
 		fprintf(out, ROW, name, a, l, "", "not measured");
 	}
+	if (K.ran)
+		print_codecs(out);
 }
 
 static void json_pairs(const char *key, const struct pairs *p, double target, const char *aux,
@@ -1261,6 +1599,23 @@ static void print_json(void)
 		       bytes128 / (median(C.r.kv, n) * 1e9),
 		       bytes128 / (median(C.r.fio, n) * 1e9));
 	}
+	if (K.ran) {
+		printf(",\"codec_context_tokens\":%llu,\"codec_pool_bytes\":%llu",
+		       (unsigned long long)K.tokens, (unsigned long long)codec_pool_bytes());
+		for (unsigned j = 0; j < opt.n_codecs; j++) {
+			unsigned n = opt.pairs;
+			char key[64];
+			snprintf(key, sizeof(key), "codec_%s", kvt_codec_name(opt.codecs[j]));
+			json_pairs(key, &K.r[j], 0, "resident_s", false);
+			printf(",\"%s_slot_bytes\":%llu,\"%s_bf16_gbs\":%.3f", key,
+			       (unsigned long long)K.slot[j], key, median(K.logical_gbs[j], n));
+			if (K.none >= 0 && (int)j != K.none)
+				printf(",\"%s_vs_none\":%.4f,\"%s_vs_none_min\":%.4f,"
+				       "\"%s_vs_none_max\":%.4f",
+				       key, median(K.vs_none[j], n), key, vmin(K.vs_none[j], n), key,
+				       vmax(K.vs_none[j], n));
+		}
+	}
 	printf("}\n");
 }
 
@@ -1283,8 +1638,12 @@ static void help(void)
 	       "                       128..16384, default %llu = %llu tokens)\n"
 	       "  -q, --queue-depth N  the daemon's [nvme] queue_depth and fio's iodepth\n"
 	       "                       (default %u)\n"
-	       "  -e, --engine NAME    io_uring, threads or both (default both)\n"
+	       "  -e, --engine NAME    io_uring, threads or both (default both); none:\n"
+	       "                       only the restore by codec (with --codec)\n"
 	       "      --no-context     skip the context restore\n"
+	       "      --codec LIST     also restore the context from namespaces of these\n"
+	       "                       codecs (comma-separated: none, fp8-e4m3, int4), in\n"
+	       "                       turn, on a daemon of its own (default: not run)\n"
 	       "      --fio-plain      fio without registered buffers and files\n"
 	       "                       (--fixedbufs=0 --registerfiles=0)\n"
 	       "  -d, --dir DIR        where the spill file and fio's file go (default\n"
@@ -1294,6 +1653,29 @@ static void help(void)
 	       "  -h, --help           show this help\n",
 	       opt.pairs, (unsigned long long)(opt.set_bytes / MIB),
 	       (unsigned long long)(opt.set_bytes / TOKEN_BYTES), opt.queue_depth, opt.dir);
+}
+
+/* --codec's list into opt.codecs. \return 0 or -EINVAL */
+static int parse_codecs(const char *list)
+{
+	char buf[128];
+	char *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", list);
+	opt.n_codecs = 0;
+	for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		uint32_t c;
+		for (c = 0; c < KVT_CODEC_COUNT; c++)
+			if (!strcmp(w, kvt_codec_name(c)))
+				break;
+		if (c == KVT_CODEC_COUNT)
+			return -EINVAL;
+		for (unsigned j = 0; j < opt.n_codecs; j++)
+			if (opt.codecs[j] == c)
+				return -EINVAL;
+		opt.codecs[opt.n_codecs++] = c;
+	}
+	return opt.n_codecs ? 0 : -EINVAL;
 }
 
 /* fio on PATH (or as named)? */
@@ -1320,6 +1702,7 @@ int main(int argc, char **argv)
 		{"queue-depth", required_argument, NULL, 'q'},
 		{"engine", required_argument, NULL, 'e'},
 		{"no-context", no_argument, NULL, 'C'},
+		{"codec", required_argument, NULL, 'c'},
 		{"fio-plain", no_argument, NULL, 'P'},
 		{"dir", required_argument, NULL, 'd'},
 		{"json", no_argument, NULL, 'j'},
@@ -1340,17 +1723,25 @@ int main(int argc, char **argv)
 			break;
 		case 'q': opt.queue_depth = (unsigned)parse_u64(optarg, 1, 4096, "--queue-depth"); break;
 		case 'e':
-			if (!strcmp(optarg, "both")) {
+			if (!strcmp(optarg, "none")) {
+				opt.engine[ENG_URING] = opt.engine[ENG_THREADS] = false;
+			} else if (!strcmp(optarg, "both")) {
 				opt.engine[ENG_URING] = opt.engine[ENG_THREADS] = true;
 			} else if (!strcmp(optarg, "io_uring") || !strcmp(optarg, "threads")) {
 				opt.engine[ENG_URING] = !strcmp(optarg, "io_uring");
 				opt.engine[ENG_THREADS] = !opt.engine[ENG_URING];
 			} else {
-				fprintf(stderr, "bench-nvme: --engine must be io_uring, threads or both\n");
+				fprintf(stderr, "bench-nvme: --engine must be io_uring, threads, both or none\n");
 				return 2;
 			}
 			break;
 		case 'C': opt.context = false; break;
+		case 'c':
+			if (parse_codecs(optarg) < 0) {
+				fprintf(stderr, "bench-nvme: --codec takes a comma-separated list of none, fp8-e4m3 and int4, each once\n");
+				return 2;
+			}
+			break;
 		case 'P': opt.fio_plain = true; break;
 		case 'd': opt.dir = optarg; break;
 		case 'j': opt.json = true; break;
@@ -1360,6 +1751,10 @@ int main(int argc, char **argv)
 	}
 	if (strlen(opt.dir) > 60) {
 		fprintf(stderr, "bench-nvme: --dir is too long for a socket path (at most 60 bytes)\n");
+		return 2;
+	}
+	if (!opt.engine[ENG_URING] && !opt.engine[ENG_THREADS] && !opt.n_codecs) {
+		fprintf(stderr, "bench-nvme: --engine none measures only --codec's restores\n");
 		return 2;
 	}
 	daemon_state.kvtierd = bench_kvtierd(argc, argv);
@@ -1388,7 +1783,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-nvme: %s: %s\n", opt.dir, strerror(errno));
 		return 1;
 	}
-	if ((uint64_t)vfs.f_bavail * vfs.f_frsize < 2 * cap + 256 * MIB) {
+	/* Phase 5's spill file replaces the others'. */
+	uint64_t codec_cap = opt.n_codecs ? codec_spill_capacity() : 0;
+	uint64_t need = cap + (codec_cap > cap ? codec_cap : cap);
+	if ((uint64_t)vfs.f_bavail * vfs.f_frsize < need + 256 * MIB) {
 		printf("bench-nvme: skipped: %s has %llu MiB free; two files of %llu MiB are needed\n",
 		       opt.dir, (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize / MIB),
 		       (unsigned long long)(cap / MIB));
@@ -1448,6 +1846,21 @@ int main(int argc, char **argv)
 			phase_context(&b);
 		}
 		disconnect_daemon(&b);
+		bench_daemon_stop(&daemon_state);
+	}
+	if (opt.n_codecs) {
+		unlink(files.spill);
+		progress("codecs: preallocating and writing a spill file of %llu MiB once",
+			 (unsigned long long)(codec_cap / MIB));
+		prewrite(files.spill, codec_cap, true);
+		codec_daemon_start();
+		b.c = bench_daemon_connect(&daemon_state);
+		progress("codecs: %llu tokens restored as kvt-engine does, %s in turn vs fio read, %u rounds (+1 warm-up)",
+			 (unsigned long long)(b.n * BLOCK_TOKENS), opt.n_codecs == 1 ? "one codec" : "the codecs",
+			 opt.pairs);
+		phase_codecs(&b);
+		kvt_client_free(b.c);
+		b.c = NULL;
 		bench_daemon_stop(&daemon_state);
 	}
 	progress("measured in %.1f s", (double)(kvt_now_ns() - t0) / 1e9);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../codec-bound.h"
 #include "codec.h"
 #include "harness.h"
 
@@ -140,20 +141,6 @@ static void writer(uint32_t codec)
 	kvt_client_free(c);
 }
 
-/* |x - x'| for x' as the codec decodes x and bfloat16 rounds it: the
- * format's bound (test-codec.c) plus half a bfloat16 ulp, 2^-8 |x'|. */
-static double bound(uint32_t codec, float x, float amax, float lo, float hi)
-{
-	double b;
-
-	if (codec == KVT_CODEC_FP8_E4M3)
-		b = fmax(ldexp(fabs(x), -4), ldexp(amax / 448.0, -10)) + ldexp(fabs(x), -20);
-	else /* the range's step, within half's rounding of scale and min */
-		b = (hi - lo) / 15.0 * (0.5 + 16 * 0x1p-11) + ldexp(fabs(lo), -11) +
-		    ldexp(fabs(x), -20) + 0x1p-24;
-	return b + ldexp(fabs(x) + b, -8);
-}
-
 static void reader(uint32_t codec)
 {
 	kvt_client *c = client_connect(&d, "codec-reader");
@@ -204,7 +191,8 @@ static void reader(uint32_t codec)
 							x = bf16(value(b, l, p, t, h, i));
 							float got = bf16(*elem(&dst, l, load_pages[b], p, t, h, i));
 
-							CHECK(fabs((double)got - x) <= bound(codec, x, amax, lo, hi),
+							CHECK(fabs((double)got - x) <=
+								      codec_bf16_bound(codec, x, amax, lo, hi),
 							      "%s: block %u (%u, %u, %u, %u, %u): %a, stored %a",
 							      kvt_codec_name(codec), b, l, p, t, h, i, got, x);
 						}
