@@ -4,8 +4,8 @@
  * format, through kvt_layout_gather and kvt_layout_scatter.
  *
  * Everything expected is computed here from the format's definition: the
- * E4M3 values from the OCP rule, halves through the compiler's _Float16,
- * bfloat16 rounding by comparing the two neighbours, and where each
+ * E4M3 values from the OCP rule, halves and bfloat16 by their fields,
+ * rounding by comparing the two neighbours, and where each
  * element of an engine cache lives from the cache's shape.  The checks:
  *
  *   - every E4M3 code decodes to its OCP value, every finite value
@@ -69,19 +69,41 @@ static float e4m3_value(unsigned c)
 
 static float half_value(uint16_t h)
 {
-	_Float16 f;
+	unsigned e = (h >> 10) & 31, m = h & 1023;
+	float v;
 
-	memcpy(&f, &h, 2);
-	return (float)f;
+	if (e == 31)
+		v = m ? NAN : INFINITY;
+	else
+		v = e == 0 ? ldexpf((float)m, -24) : ldexpf(1.0f + (float)m / 1024.0f, (int)e - 15);
+	return h & 0x8000 ? -v : v;
 }
 
+/* The half nearest to v, ties to the even one; past 65504 by half an ulp
+ * or more, infinity. */
 static uint16_t half_bits(float v)
 {
-	_Float16 f = (_Float16)v;
-	uint16_t h;
+	uint16_t sign = signbit(v) ? 0x8000 : 0, lo = 0, hi = 0x7c00;
+	float a = fabsf(v);
 
-	memcpy(&h, &f, 2);
-	return h;
+	if (isnan(v))
+		return 0x7e00;
+	/* The largest code at most a (codes of one sign are in order). */
+	while (hi - lo > 1) {
+		uint16_t mid = (uint16_t)((lo + hi) / 2);
+
+		if (half_value(mid) <= a)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (half_value(lo) != a) {
+		double dl = (double)a - half_value(lo), dh = (double)half_value(hi) - a;
+
+		if (dh < dl || (dh == dl && (hi & 1) == 0))
+			lo = hi;
+	}
+	return (uint16_t)(sign | lo);
 }
 
 static uint32_t bits_of(float f)
