@@ -14,9 +14,11 @@
  * that the compiler vectorises them.
  *
  * What codec.h leaves to the encoder, and this one does:
- *   fp8-e4m3  y = x / scale, to E4M3 rounding to nearest even; |y| past
- *             448 saturates to +-448; NaN is 0x7f.  A scale that is 0
- *             (every element 0, or too small for f32) makes zero data.
+ *   fp8-e4m3  y = x * (1 / scale) (a multiplication, cheaper than a
+ *             division; x / scale where 1 / scale overflows), to E4M3
+ *             rounding to nearest even; |y| past 448 saturates to +-448;
+ *             NaN is 0x7f.  A scale that is 0 (every element 0, or too
+ *             small for f32) makes zero data.
  *   int4      scale and min are rounded to half (nearest even) first and
  *             q = round((x - min) / scale) is taken against those, so that
  *             the encoder and the decoder agree; a scale of 0 (max == min,
@@ -287,6 +289,9 @@ CODEC_CLONES static uint64_t fp8_encode(const float *restrict x, int64_t n, uint
 	memcpy(tile, &scale, 4);
 	if (scale == 0.0f)
 		memset(q, 0, (size_t)n);
+	else if (isinf(inv)) /* a scale below 2^-128: 0 * inf would be a NaN */
+		for (int64_t i = 0; i < n; i++)
+			q[i] = e4m3_encode(x[i] / scale);
 	else
 		for (int64_t i = 0; i < n; i++)
 			q[i] = e4m3_encode(x[i] * inv);

@@ -4,8 +4,8 @@
  * format, through kvt_layout_gather and kvt_layout_scatter.
  *
  * Everything expected is computed here from the format's definition: the
- * E4M3 values from the OCP rule, halves through the compiler's _Float16,
- * bfloat16 rounding by comparing the two neighbours, and where each
+ * E4M3 values from the OCP rule, halves and bfloat16 by their fields,
+ * rounding by comparing the two neighbours, and where each
  * element of an engine cache lives from the cache's shape.  The checks:
  *
  *   - every E4M3 code decodes to its OCP value, every finite value
@@ -25,8 +25,9 @@
  *   fp8-e4m3: y = x * (1 / s) with s = amax / 448 lies in E4M3's range; its
  *     nearest E4M3 value is within 2^-4 |y| of it where |y| >= 2^-6 (3
  *     mantissa bits, half an ulp) and within 2^-10 below (subnormal steps
- *     of 2^-9).  With the f32 roundings of 1 / s, x * (1 / s) and e4m3 * s:
- *       |x - x'| <= max(2^-4 |x|, 2^-10 s) + 2^-21 |x| + 2^-30 s.
+ *     of 2^-9).  With the f32 roundings of 1 / s, x * (1 / s) and e4m3 * s,
+ *     and of s itself where it is subnormal (448 * 2^-150 at most):
+ *       |x - x'| <= max(2^-4 |x|, 2^-10 s) + 2^-21 |x| + 2^-30 s + 2^-140.
  *   int4: with the range [lo, hi] of x's group, the stored (rounded to
  *     half) scale S and min M, x' = M + q S covers [M, M + 15 S], which
  *     misses [lo, hi] by at most |lo - M| + |hi - lo - 15 S|; inside, q is
@@ -69,19 +70,41 @@ static float e4m3_value(unsigned c)
 
 static float half_value(uint16_t h)
 {
-	_Float16 f;
+	unsigned e = (h >> 10) & 31, m = h & 1023;
+	float v;
 
-	memcpy(&f, &h, 2);
-	return (float)f;
+	if (e == 31)
+		v = m ? NAN : INFINITY;
+	else
+		v = e == 0 ? ldexpf((float)m, -24) : ldexpf(1.0f + (float)m / 1024.0f, (int)e - 15);
+	return h & 0x8000 ? -v : v;
 }
 
+/* The half nearest to v, ties to the even one; past 65504 by half an ulp
+ * or more, infinity. */
 static uint16_t half_bits(float v)
 {
-	_Float16 f = (_Float16)v;
-	uint16_t h;
+	uint16_t sign = signbit(v) ? 0x8000 : 0, lo = 0, hi = 0x7c00;
+	float a = fabsf(v);
 
-	memcpy(&h, &f, 2);
-	return h;
+	if (isnan(v))
+		return 0x7e00;
+	/* The largest code at most a (codes of one sign are in order). */
+	while (hi - lo > 1) {
+		uint16_t mid = (uint16_t)((lo + hi) / 2);
+
+		if (half_value(mid) <= a)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (half_value(lo) != a) {
+		double dl = (double)a - half_value(lo), dh = (double)half_value(hi) - a;
+
+		if (dh < dl || (dh == dl && (hi & 1) == 0))
+			lo = hi;
+	}
+	return (uint16_t)(sign | lo);
 }
 
 static uint32_t bits_of(float f)
@@ -312,10 +335,11 @@ static uint64_t mix(uint64_t x)
 
 static uint64_t value_seed;
 
-/* The values of note: every tile all zero, constant, or with one outlier
+/* The values of note: every tile all zero, constant, with one outlier
  * (1000, at the first element of the first token of each page) among
- * values near 0.01. */
-static enum { FILL_RANDOM, FILL_ZERO, FILL_CONSTANT, FILL_OUTLIER } fill_mode;
+ * values near 0.01, or tiny (around 10^-37, zeros among them: fp8's scale
+ * is subnormal, its inverse infinite). */
+static enum { FILL_RANDOM, FILL_ZERO, FILL_CONSTANT, FILL_OUTLIER, FILL_TINY } fill_mode;
 
 static float value_of(uint32_t l, uint32_t p, uint64_t slot, uint32_t h, uint32_t i,
 		      uint32_t dtype, uint32_t bs)
@@ -332,6 +356,8 @@ static float value_of(uint32_t l, uint32_t p, uint64_t slot, uint32_t h, uint32_
 	case FILL_OUTLIER:
 		return in_dtype(slot % bs == 0 && i == 0 ? 1000.0f : 0.01f + (float)(i % 7) * 1e-3f,
 				dtype);
+	case FILL_TINY:
+		return in_dtype(i % 3 == 0 ? 0.0f : 1e-37f * (float)(1 + (i + slot) % 5), dtype);
 	default:
 		break;
 	}
@@ -411,6 +437,14 @@ static uint8_t e4m3_nearest(float y)
 	return (uint8_t)(best | (signbit(y) ? 0x80 : 0));
 }
 
+/* fp8's y of x: x * (1 / s), or x / s where 1 / s overflows. */
+static float y_of(float x, float s)
+{
+	float inv = 1.0f / s;
+
+	return isinf(inv) ? x / s : x * inv;
+}
+
 /*
  * Checks one tile of n = T*D values x (the original elements, [T][D]),
  * decodes it into out [T][D] and returns its bytes.
@@ -430,9 +464,9 @@ static uint64_t check_tile(const char *what, uint32_t codec, int per_channel, ui
 		CHECK(bits_of(s) == bits_of(amax / 448.0f), "%s: scale %g, amax %g", what, s,
 		      amax);
 		for (uint64_t i = 0; i < n; i++) {
-			uint8_t c = tile[4 + i], want = s == 0 ? 0 : e4m3_nearest(x[i] * (1.0f / s));
+			uint8_t c = tile[4 + i], want = s == 0 ? 0 : e4m3_nearest(y_of(x[i], s));
 			double bound = fmax(ldexp(fabs(x[i]), -4), ldexp(s, -10)) +
-				       ldexp(fabs(x[i]), -21) + ldexp(s, -30);
+				       ldexp(fabs(x[i]), -21) + ldexp(s, -30) + 0x1p-140;
 
 			out[i] = e4m3_value(c) * s;
 			CHECK(c == want, "%s: element %" PRIu64 " = %a coded 0x%02x, want 0x%02x",
@@ -708,7 +742,7 @@ static int test_sweep(void)
 	return n;
 }
 
-/* All-zero, constant and one-outlier tiles: the general checks (zeros:
+/* All-zero, constant, one-outlier and tiny tiles: the general checks (zeros:
  * a scale of 0, zero data, exact zeros back; constant int4: a scale of 0,
  * every element back as the min), and all-zero blocks. */
 static int test_special_tiles(void)
@@ -716,7 +750,7 @@ static int test_special_tiles(void)
 	int n = 0;
 
 	for (uint32_t codec = KVT_CODEC_FP8_E4M3; codec <= KVT_CODEC_INT4; codec++)
-		for (int mode = FILL_ZERO; mode <= FILL_OUTLIER; mode++)
+		for (int mode = FILL_ZERO; mode <= FILL_TINY; mode++)
 			for (uint32_t ik = KVT_INDEX_PAGE; ik <= KVT_INDEX_SLOT; ik++) {
 				fill_mode = mode;
 				n += sweep_point((struct tcase){.codec = codec,
