@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "codec.h"
+#include "codec_cpu.h"
 #include "kvtier-layout.h"
 #include "layout.h"
 #include "layout_cuda.h"
@@ -73,6 +75,20 @@ static int check_k_columns(const kvt_layout *layout)
 	return 0;
 }
 
+/* The descriptor's codec: none, or one that reads whole elements of its
+ * dtype in every head (and in K's columns). */
+static int check_codec(const kvt_layout *layout)
+{
+	uint32_t eb = kvt_codec_dtype_bytes(layout->dtype);
+
+	if (layout->codec == KVT_CODEC_NONE)
+		return 0;
+	if (!kvt_codec_name(layout->codec) || eb == 0 || layout->head_bytes % eb ||
+	    ((layout->flags & KVT_LAYOUT_K_COLUMNS) && layout->elem_bytes != eb))
+		return -EINVAL;
+	return 0;
+}
+
 /*
  * Validates the scalar part of a descriptor and widens it.  Beyond the
  * documented constraints this bounds the block size and the bytes one page
@@ -93,7 +109,8 @@ static int geom_init(const kvt_layout *layout, uint32_t block_tokens,
 	if (layout->planes != 1 && layout->planes != 2)
 		return -EINVAL;
 	if ((layout->flags & ~(KVT_LAYOUT_PLANE_BASES | KVT_LAYOUT_K_COLUMNS)) ||
-	    check_k_columns(layout) < 0 || layout->n_pages > INT64_MAX)
+	    check_k_columns(layout) < 0 || check_codec(layout) < 0 ||
+	    layout->n_pages > INT64_MAX)
 		return -EINVAL;
 	switch (layout->index_kind) {
 	case KVT_INDEX_PAGE:
@@ -206,13 +223,19 @@ static int check_indices(const struct kvt_geom *g, uint64_t extent,
 
 /* The CPU path's checks are the one definition of a valid descriptor and
  * valid indices; the GPU path (layout_plan.c, client/cuda-submit.c) uses
- * these. */
+ * these.  A kvt_geom has no codec: a coded layout is the CPU path's
+ * alone. */
 int kvt_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
 			 struct kvt_geom *ret)
 {
+	int r;
+
 	if (!ret)
 		return -EINVAL;
-	return geom_init(layout, block_tokens, ret, NULL);
+	r = geom_init(layout, block_tokens, ret, NULL);
+	if (r < 0)
+		return r;
+	return layout->codec == KVT_CODEC_NONE ? 0 : -EOPNOTSUPP;
 }
 
 int kvt_geom_check_indices(const struct kvt_geom *g, const int64_t *indices,
@@ -375,6 +398,9 @@ static int layout_copy(const kvt_layout *layout, uint32_t block_tokens,
 	r = check_indices(&c.g, c.page_extent, indices, n_blocks);
 	if (r < 0)
 		return r;
+	if (layout->codec != KVT_CODEC_NONE)
+		return kvt_codec_copy(&c.g, c.base, layout->codec, layout->dtype, indices,
+				      n_blocks, to_block, dst, src);
 
 	/* copy_block() only reads a block when !to_block. */
 	for (size_t i = 0; i < n_blocks; i++)
@@ -392,6 +418,8 @@ KVT_EXPORT uint64_t kvt_layout_block_bytes(const kvt_layout *layout,
 	 * size, so it stands for a descriptor that was refused. */
 	if (geom_init(layout, block_tokens, &g, NULL) < 0)
 		return 0;
+	if (layout->codec != KVT_CODEC_NONE)
+		return kvt_codec_block_bytes(&g, layout->codec, layout->dtype);
 	return (uint64_t)kvt_geom_block_bytes(&g);
 }
 

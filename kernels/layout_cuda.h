@@ -97,7 +97,7 @@ struct kvt_launch {
 /**
  * Validates layout for blocks of block_tokens tokens (the checks of
  * kvt_layout_gather) and widens it into *ret.  layer_base is not looked at.
- * \return 0 or -EINVAL
+ * \return 0, -EINVAL, or -EOPNOTSUPP for a layout with a codec
  */
 int kvt_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
 			 struct kvt_geom *ret);

@@ -290,6 +290,11 @@ static void test_bounds(void)
 	lay.elem_bytes = 0;
 	lay.n_pages = (uint64_t)INT64_MAX + 1;
 	CHECK(kvt_geom_from_layout(&lay, PT, &g) == -EINVAL);
+	/* A codec is the CPU path's for now: a kvt_geom would drop it. */
+	lay.n_pages = 0;
+	lay.codec = KVT_CODEC_FP8_E4M3;
+	lay.dtype = KVT_DTYPE_BFLOAT16;
+	CHECK(kvt_geom_from_layout(&lay, PT, &g) == -EOPNOTSUPP);
 }
 
 /* ---- a base per plane -------------------------------------------------- */

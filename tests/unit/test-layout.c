@@ -902,6 +902,22 @@ static void test_arguments(void)
 	CHECK(kvt_layout_block_bytes(NULL, 4) == 0);
 	CHECK(kvt_layout_block_bytes(&s.lay, 0) == 0);
 
+	/* A codec sizes a block by its tiles (test-codec.c checks their
+	 * bytes): heads of 4 bfloat16 elements, 4 tokens.  fp8: a scale and
+	 * 16 codes a tile; int4: 4 pairs and 8 bytes, K per channel and V
+	 * per token alike.  It needs a dtype it reads. */
+	bad = s.lay;
+	bad.codec = KVT_CODEC_FP8_E4M3;
+	EXPECT_EINVAL(&bad, 4, page, 1, s.blocks);
+	CHECK(kvt_layout_block_bytes(&bad, 4) == 0);
+	bad.dtype = KVT_DTYPE_BFLOAT16;
+	CHECK(kvt_layout_block_bytes(&bad, 4) == N_LAYERS * 2 * 2 * (4 + 16));
+	bad.codec = KVT_CODEC_INT4;
+	CHECK(kvt_layout_block_bytes(&bad, 4) == N_LAYERS * 2 * 2 * (16 + 8));
+	bad.codec = KVT_CODEC_INT4 + 1;
+	EXPECT_EINVAL(&bad, 4, page, 1, s.blocks);
+	CHECK(kvt_layout_block_bytes(&bad, 4) == 0);
+
 	/* A block too large to address. */
 	bad = s.lay;
 	bad.index_kind = KVT_INDEX_SLOT;

@@ -1,0 +1,606 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The CPU path's codecs: quantise while gathering a block out of an
+ * engine's cache, dequantise while scattering it back, in the format of
+ * proto/codec.h.
+ *
+ * Tile by tile ((layer, plane, head) of a block), gather reads the block's
+ * T tokens of that head into a float buffer [T][D] (padding tokens read
+ * as zeros), takes its scale(s) and writes the tile; scatter decodes a
+ * tile into the buffer and writes back the tokens that are not padding.
+ * Where an element lives comes from layout.h, as for the uncoded copies.
+ * The loops over the buffer are plain loops over contiguous arrays, with
+ * conversions done by bit arithmetic and selects rather than branches, so
+ * that the compiler vectorises them.
+ *
+ * What codec.h leaves to the encoder, and this one does:
+ *   fp8-e4m3  y = x / scale, to E4M3 rounding to nearest even; |y| past
+ *             448 saturates to +-448; NaN is 0x7f.  A scale that is 0
+ *             (every element 0, or too small for f32) makes zero data.
+ *   int4      scale and min are rounded to half (nearest even) first and
+ *             q = round((x - min) / scale) is taken against those, so that
+ *             the encoder and the decoder agree; a scale of 0 (max == min,
+ *             or a range below half's resolution) gives q = 0, which
+ *             decodes to min.  NaNs are left out of a group's range.  A
+ *             scale or min past half's range saturates to +-65504: values
+ *             beyond it have no int4 form.
+ * Decoding computes min + q * scale or e4m3(c) * scale in f32 and rounds
+ * that to the cache's dtype, to nearest even.  A tile's padding bytes, and
+ * the high nibble after an odd number of int4 codes, are zero.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "codec_cpu.h"
+#include "kvtier-layout.h"
+#include "layout.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "codec_cpu.c writes codec.h's little-endian scales with the host's byte order"
+#endif
+
+/* The copy loops again for AVX-512 and AVX2 where the compiler can make
+ * them and the CPU has them (an ifunc picks one at load time): two and
+ * four times the lanes, and the selects, unsigned compares and narrowing
+ * moves SSE2 lacks. */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define CODEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+#endif
+#ifndef CODEC_CLONES
+#define CODEC_CLONES
+#endif
+
+/* The helpers of the copy loops, inlined into each clone of them. */
+#define INLINE static inline __attribute__((always_inline))
+
+/* Partial results a reduction keeps, so that it vectorises without
+ * reassociating float operations. */
+#define LANES 8
+
+struct codec_ctx {
+	const struct kvt_geom *g;
+	void *const *base;
+	uint32_t codec;
+	uint32_t dtype;
+	int64_t t;        /* tokens of a block */
+	int64_t d;        /* elements of a head */
+	uint64_t tile[2]; /* bytes of a tile of plane 0, of plane 1 */
+	int64_t *page;    /* [t] where the block's tokens live; page -1: padding */
+	int64_t *token;   /* [t] */
+	float *x;         /* [t * d] one tile's values, element (t, d) at t*d + d */
+	uint8_t *q;       /* [t * d] int4 codes, before packing */
+	float *pa;        /* [pairs] int4: a pair's min, then the decoded min */
+	float *pb;        /* [pairs] its max, then 1 / scale (the scale, decoding) */
+};
+
+/* ---- element conversions -------------------------------------------- */
+
+INLINE uint32_t f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+INLINE float f32_from_bits(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+INLINE float bf16_to_f32(uint16_t h)
+{
+	return f32_from_bits((uint32_t)h << 16);
+}
+
+INLINE uint16_t f32_to_bf16(float f)
+{
+	uint32_t u = f32_bits(f), r = (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+
+	/* A NaN stays a (quiet) NaN rather than rounding into infinity. */
+	return (uint16_t)(f != f ? (u >> 16) | 0x40 : r);
+}
+
+INLINE float f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+	uint32_t normal = ((e + 112) << 23) | (m << 13);
+	uint32_t special = 0x7f800000 | (m << 13);
+	uint32_t sub = f32_bits((float)m * 0x1p-24f); /* exact: m < 2^10 */
+	uint32_t bits = e == 0 ? sub : e == 31 ? special : normal;
+
+	return f32_from_bits(bits | sign);
+}
+
+INLINE uint16_t f32_to_f16(float f)
+{
+	/* Signed arithmetic on |f|'s bits, which fit: SSE2 compares signed
+	 * integers only. */
+	uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000;
+	int32_t a = (int32_t)(u & 0x7fffffff);
+	/* Normal halves: drop 13 mantissa bits, to nearest even; a carry
+	 * moves into the exponent, as it should. */
+	int32_t normal = (int32_t)(((uint32_t)a + 0xfff + (((uint32_t)a >> 13) & 1)) >> 13) -
+			 (112 << 10);
+	/* Below 2^-14: adding 0.5 leaves ulps of 2^-24, half's subnormal
+	 * step, and the FPU rounds to nearest even. */
+	int32_t sub = (int32_t)(f32_bits(fabsf(f) + 0.5f) - f32_bits(0.5f));
+	int32_t h = a < 0x38800000 ? sub : normal;
+
+	h = h > 0x7c00 ? 0x7c00 : h;
+	return (uint16_t)(f != f ? 0x7e00 : (uint32_t)h | sign);
+}
+
+/* int4's scales and mins: half, saturating rather than infinite. */
+INLINE uint16_t f32_to_f16_sat(float f)
+{
+	f = f < 65504.0f ? f : 65504.0f;
+	f = f > -65504.0f ? f : -65504.0f;
+	return f32_to_f16(f);
+}
+
+/* OCP E4M3FN: bias 7, no infinities, S.1111.111 is NaN, 448 the largest. */
+INLINE uint8_t e4m3_encode(float y)
+{
+	/* Saturate first (in float, a min): then nothing rounds past 448. */
+	float m = fabsf(y) < 448.0f ? fabsf(y) : 448.0f;
+	int32_t a = (int32_t)f32_bits(m);
+	uint32_t sign = (f32_bits(y) >> 24) & 0x80;
+	/* Normals (from 2^-6): 3 mantissa bits, to nearest even. */
+	int32_t normal = (int32_t)(((uint32_t)a + 0x7ffff + (((uint32_t)a >> 20) & 1)) >> 20) -
+			 (120 << 3);
+	/* Below 2^-6: steps of 2^-9, the ulp of 2^14 in f32. */
+	int32_t sub = (int32_t)(f32_bits(m + 16384.0f) - f32_bits(16384.0f));
+	int32_t c = a < 0x3c800000 ? sub : normal;
+
+	return (uint8_t)(y != y ? 0x7f : (uint32_t)c | sign);
+}
+
+INLINE float e4m3_decode(uint8_t c)
+{
+	uint32_t sign = (uint32_t)(c & 0x80) << 24, e = (c >> 3) & 0xf, m = c & 7;
+	uint32_t normal = ((e + 120) << 23) | (m << 20);
+	uint32_t sub = f32_bits((float)m * 0x1p-9f);
+	uint32_t bits = e == 0 ? sub : normal;
+
+	bits = (c & 0x7f) == 0x7f ? 0x7fc00000 : bits | sign;
+	return f32_from_bits(bits);
+}
+
+/* n elements of dtype at src into x. */
+INLINE void load_elems(float *restrict x, const uint8_t *restrict src, int64_t n,
+			      uint32_t dtype)
+{
+	uint16_t h;
+
+	switch (dtype) {
+	case KVT_DTYPE_FLOAT32:
+		memcpy(x, src, (size_t)n * sizeof(float));
+		break;
+	case KVT_DTYPE_BFLOAT16:
+		for (int64_t i = 0; i < n; i++) {
+			memcpy(&h, src + 2 * i, 2);
+			x[i] = bf16_to_f32(h);
+		}
+		break;
+	default: /* KVT_DTYPE_FLOAT16 */
+		for (int64_t i = 0; i < n; i++) {
+			memcpy(&h, src + 2 * i, 2);
+			x[i] = f16_to_f32(h);
+		}
+		break;
+	}
+}
+
+INLINE void store_elems(uint8_t *restrict dst, const float *restrict x, int64_t n,
+			       uint32_t dtype)
+{
+	uint16_t h;
+
+	switch (dtype) {
+	case KVT_DTYPE_FLOAT32:
+		memcpy(dst, x, (size_t)n * sizeof(float));
+		break;
+	case KVT_DTYPE_BFLOAT16:
+		for (int64_t i = 0; i < n; i++) {
+			h = f32_to_bf16(x[i]);
+			memcpy(dst + 2 * i, &h, 2);
+		}
+		break;
+	default:
+		for (int64_t i = 0; i < n; i++) {
+			h = f32_to_f16(x[i]);
+			memcpy(dst + 2 * i, &h, 2);
+		}
+		break;
+	}
+}
+
+/* ---- tiles ---------------------------------------------------------- */
+
+/* The largest |x| of n values; NaNs are left out. */
+INLINE float abs_max(const float *x, int64_t n)
+{
+	float m[LANES] = {0};
+	int64_t i = 0;
+
+	for (; i + LANES <= n; i += LANES)
+		for (int j = 0; j < LANES; j++) {
+			float a = fabsf(x[i + j]);
+
+			m[j] = a > m[j] ? a : m[j];
+		}
+	for (; i < n; i++) {
+		float a = fabsf(x[i]);
+
+		m[0] = a > m[0] ? a : m[0];
+	}
+	for (int j = 1; j < LANES; j++)
+		m[0] = m[j] > m[0] ? m[j] : m[0];
+	return m[0];
+}
+
+/* The smallest and largest of n values; NaNs are left out, and *ret_lo
+ * > *ret_hi when nothing else is there. */
+INLINE void value_range(const float *x, int64_t n, float *ret_lo, float *ret_hi)
+{
+	float lo[LANES], hi[LANES];
+	int64_t i = 0;
+
+	for (int j = 0; j < LANES; j++) {
+		lo[j] = INFINITY;
+		hi[j] = -INFINITY;
+	}
+	for (; i + LANES <= n; i += LANES)
+		for (int j = 0; j < LANES; j++) {
+			float v = x[i + j];
+
+			lo[j] = v < lo[j] ? v : lo[j];
+			hi[j] = v > hi[j] ? v : hi[j];
+		}
+	for (; i < n; i++) {
+		lo[0] = x[i] < lo[0] ? x[i] : lo[0];
+		hi[0] = x[i] > hi[0] ? x[i] : hi[0];
+	}
+	for (int j = 1; j < LANES; j++) {
+		lo[0] = lo[j] < lo[0] ? lo[j] : lo[0];
+		hi[0] = hi[j] > hi[0] ? hi[j] : hi[0];
+	}
+	*ret_lo = lo[0];
+	*ret_hi = hi[0];
+}
+
+CODEC_CLONES static uint64_t fp8_encode(const float *restrict x, int64_t n, uint8_t *restrict tile)
+{
+	float scale = abs_max(x, n) / 448.0f, inv = 1.0f / scale;
+	uint8_t *q = tile + 4;
+
+	memcpy(tile, &scale, 4);
+	if (scale == 0.0f)
+		memset(q, 0, (size_t)n);
+	else
+		for (int64_t i = 0; i < n; i++)
+			q[i] = e4m3_encode(x[i] * inv);
+	return 4 + (uint64_t)n;
+}
+
+CODEC_CLONES static void fp8_decode(float *restrict x, int64_t n, const uint8_t *restrict tile)
+{
+	const uint8_t *q = tile + 4;
+	float scale;
+
+	memcpy(&scale, tile, 4);
+	for (int64_t i = 0; i < n; i++)
+		x[i] = e4m3_decode(q[i]) * scale;
+}
+
+/*
+ * The (scale, min) pairs of n ranges lo[k]..hi[k], written to pairs; lo
+ * and hi become what the decoder will read back: the min, and 1 / scale
+ * (0 for a scale of 0).
+ */
+INLINE void int4_pairs(float *restrict lo, float *restrict hi, int64_t n, uint8_t *restrict pairs)
+{
+	for (int64_t k = 0; k < n; k++) {
+		/* Nothing but NaNs: lo > hi. */
+		float l = lo[k] <= hi[k] ? lo[k] : 0.0f, h = lo[k] <= hi[k] ? hi[k] : 0.0f;
+		uint16_t s = f32_to_f16_sat((h - l) / 15.0f), m = f32_to_f16_sat(l);
+		float scale = f16_to_f32(s);
+
+		memcpy(pairs + 4 * k, &s, 2);
+		memcpy(pairs + 4 * k + 2, &m, 2);
+		lo[k] = f16_to_f32(m);
+		hi[k] = scale > 0.0f ? 1.0f / scale : 0.0f;
+	}
+}
+
+/* n pairs into min[k] and scale[k]. */
+INLINE void int4_unpairs(const uint8_t *restrict pairs, int64_t n, float *restrict min,
+			 float *restrict scale)
+{
+	for (int64_t k = 0; k < n; k++) {
+		uint16_t s, m;
+
+		memcpy(&s, pairs + 4 * k, 2);
+		memcpy(&m, pairs + 4 * k + 2, 2);
+		scale[k] = f16_to_f32(s);
+		min[k] = f16_to_f32(m);
+	}
+}
+
+INLINE uint8_t int4_code(float v, float min, float inv)
+{
+	float y = (v - min) * inv;
+
+	/* Written so that a NaN ends up 0. */
+	y = y > 0.0f ? y : 0.0f;
+	y = y < 15.0f ? y : 15.0f;
+	return (uint8_t)(int32_t)(y + 0.5f);
+}
+
+/* Element i is nibble i, the low nibble first. */
+INLINE void pack_nibbles(const uint8_t *restrict q, int64_t n, uint8_t *restrict out)
+{
+	for (int64_t i = 0; i < n / 2; i++)
+		out[i] = (uint8_t)(q[2 * i] | q[2 * i + 1] << 4);
+	if (n & 1)
+		out[n / 2] = q[n - 1];
+}
+
+INLINE void unpack_nibbles(const uint8_t *restrict in, int64_t n, uint8_t *restrict q)
+{
+	for (int64_t i = 0; i < n / 2; i++) {
+		q[2 * i] = in[i] & 15;
+		q[2 * i + 1] = in[i] >> 4;
+	}
+	if (n & 1)
+		q[n - 1] = in[n / 2] & 15;
+}
+
+/* K: a (scale, min) pair per channel, over the block's tokens. */
+CODEC_CLONES static uint64_t int4_encode_channels(struct codec_ctx *c, uint8_t *tile)
+{
+	int64_t T = c->t, D = c->d;
+	float *restrict lo = c->pa, *restrict hi = c->pb;
+	const float *restrict x = c->x;
+	uint8_t *restrict q = c->q;
+
+	for (int64_t d = 0; d < D; d++) {
+		lo[d] = INFINITY;
+		hi[d] = -INFINITY;
+	}
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t d = 0; d < D; d++) {
+			float v = x[t * D + d];
+
+			lo[d] = v < lo[d] ? v : lo[d];
+			hi[d] = v > hi[d] ? v : hi[d];
+		}
+	int4_pairs(lo, hi, D, tile);
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t d = 0; d < D; d++)
+			q[t * D + d] = int4_code(x[t * D + d], lo[d], hi[d]);
+	pack_nibbles(q, T * D, tile + 4 * D);
+	return 4 * (uint64_t)D + (uint64_t)(T * D + 1) / 2;
+}
+
+CODEC_CLONES static void int4_decode_channels(struct codec_ctx *c, const uint8_t *tile)
+{
+	int64_t T = c->t, D = c->d;
+	float *restrict min = c->pa, *restrict scale = c->pb, *restrict x = c->x;
+	uint8_t *restrict q = c->q;
+
+	int4_unpairs(tile, D, min, scale);
+	unpack_nibbles(tile + 4 * D, T * D, q);
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t d = 0; d < D; d++)
+			x[t * D + d] = min[d] + (float)q[t * D + d] * scale[d];
+}
+
+/* V and MLA latents: a pair per token and group of channels. */
+CODEC_CLONES static uint64_t int4_encode_tokens(struct codec_ctx *c, uint8_t *tile)
+{
+	int64_t T = c->t, D = c->d, G = kvt_int4_group((uint32_t)D), n_pairs = T * (D / G);
+	float *restrict lo = c->pa, *restrict hi = c->pb;
+	const float *restrict x = c->x;
+	uint8_t *restrict q = c->q;
+
+	for (int64_t k = 0; k < n_pairs; k++)
+		value_range(x + k * G, G, &lo[k], &hi[k]);
+	int4_pairs(lo, hi, n_pairs, tile);
+	for (int64_t k = 0; k < n_pairs; k++)
+		for (int64_t i = 0; i < G; i++)
+			q[k * G + i] = int4_code(x[k * G + i], lo[k], hi[k]);
+	pack_nibbles(q, T * D, tile + 4 * n_pairs);
+	return 4 * (uint64_t)n_pairs + (uint64_t)(T * D + 1) / 2;
+}
+
+CODEC_CLONES static void int4_decode_tokens(struct codec_ctx *c, const uint8_t *tile)
+{
+	int64_t T = c->t, D = c->d, G = kvt_int4_group((uint32_t)D), n_pairs = T * (D / G);
+	float *restrict min = c->pa, *restrict scale = c->pb, *restrict x = c->x;
+	uint8_t *restrict q = c->q;
+
+	int4_unpairs(tile, n_pairs, min, scale);
+	unpack_nibbles(tile + 4 * n_pairs, T * D, q);
+	for (int64_t k = 0; k < n_pairs; k++)
+		for (int64_t i = 0; i < G; i++)
+			x[k * G + i] = min[k] + (float)q[k * G + i] * scale[k];
+}
+
+static void encode_tile(struct codec_ctx *c, int per_channel, uint8_t *tile, uint64_t bytes)
+{
+	uint64_t used;
+
+	if (c->codec == KVT_CODEC_FP8_E4M3)
+		used = fp8_encode(c->x, c->t * c->d, tile);
+	else if (per_channel)
+		used = int4_encode_channels(c, tile);
+	else
+		used = int4_encode_tokens(c, tile);
+	memset(tile + used, 0, bytes - used);
+}
+
+static void decode_tile(struct codec_ctx *c, int per_channel, const uint8_t *tile)
+{
+	if (c->codec == KVT_CODEC_FP8_E4M3)
+		fp8_decode(c->x, c->t * c->d, tile);
+	else if (per_channel)
+		int4_decode_channels(c, tile);
+	else
+		int4_decode_tokens(c, tile);
+}
+
+/* ---- the engine's side ---------------------------------------------- */
+
+/* Head h of the block's tokens in (layer, plane) into c->x. */
+CODEC_CLONES static void read_tile(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h)
+{
+	const struct kvt_geom *g = c->g;
+	const uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
+	int64_t D = c->d;
+
+	for (int64_t t = 0; t < c->t; t++) {
+		float *x = c->x + t * D;
+		int64_t page = c->page[t], token = c->token[t];
+
+		if (page < 0) {
+			memset(x, 0, (size_t)D * sizeof(float));
+		} else if (plane == 0 && g->k_column_elem) {
+			for (int64_t d = 0; d < D; d++)
+				load_elems(x + d, base + kvt_geom_column_offset(g, page, token, h, d),
+					   1, c->dtype);
+		} else {
+			load_elems(x, base + kvt_geom_engine_offset(g, plane, page, token, h), D,
+				   c->dtype);
+		}
+	}
+}
+
+/* The inverse of read_tile(), leaving padding tokens out. */
+CODEC_CLONES static void write_tile(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h)
+{
+	const struct kvt_geom *g = c->g;
+	uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
+	int64_t D = c->d;
+
+	for (int64_t t = 0; t < c->t; t++) {
+		const float *x = c->x + t * D;
+		int64_t page = c->page[t], token = c->token[t];
+
+		if (page < 0)
+			continue;
+		if (plane == 0 && g->k_column_elem)
+			for (int64_t d = 0; d < D; d++)
+				store_elems(base + kvt_geom_column_offset(g, page, token, h, d),
+					    x + d, 1, c->dtype);
+		else
+			store_elems(base + kvt_geom_engine_offset(g, plane, page, token, h), x, D,
+				    c->dtype);
+	}
+}
+
+/* Where block b's tokens live. */
+static void locate_block(struct codec_ctx *c, const int64_t *indices, int64_t b)
+{
+	for (int64_t t = 0; t < c->t; t++)
+		if (kvt_geom_locate(c->g, indices, b, t, &c->page[t], &c->token[t]) !=
+		    KVT_GEOM_TOKEN)
+			c->page[t] = -1;
+}
+
+/* The tile sizes of g: 0 where no codec applies. */
+static int codec_tiles(const struct kvt_geom *g, uint32_t codec, uint32_t dtype,
+		       int64_t *ret_d, uint64_t ret_tile[2])
+{
+	uint32_t eb = kvt_codec_dtype_bytes(dtype);
+
+	if (codec == KVT_CODEC_NONE || !kvt_codec_name(codec) || eb == 0 ||
+	    g->head_bytes % eb)
+		return -EINVAL;
+	*ret_d = g->head_bytes / eb;
+	for (int64_t p = 0; p < 2; p++)
+		ret_tile[p] = p < g->planes
+				      ? kvt_codec_tile_bytes(codec, g->planes == 2 && p == 0,
+							     (uint32_t)g->block_tokens,
+							     (uint32_t)*ret_d)
+				      : 0;
+	return 0;
+}
+
+uint64_t kvt_codec_block_bytes(const struct kvt_geom *g, uint32_t codec, uint32_t dtype)
+{
+	uint64_t tile[2], bytes;
+	int64_t d;
+
+	if (codec_tiles(g, codec, dtype, &d, tile) < 0)
+		return 0;
+	if (__builtin_mul_overflow((uint64_t)g->n_layers * (uint64_t)g->heads,
+				   tile[0] + tile[1], &bytes) ||
+	    bytes > INT64_MAX)
+		return 0;
+	return bytes;
+}
+
+int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
+		   uint32_t dtype, const int64_t *indices, size_t n_blocks, int to_block,
+		   void *const *dst, const void *const *src)
+{
+	struct codec_ctx c = {.g = g, .base = base, .codec = codec, .dtype = dtype,
+			      .t = g->block_tokens};
+	int r = 0;
+
+	if (codec_tiles(g, codec, dtype, &c.d, c.tile) < 0)
+		return -EINVAL;
+	/* T * D floats are fewer bytes than a block of the cache's own. */
+	c.page = malloc((size_t)c.t * sizeof(int64_t));
+	c.token = malloc((size_t)c.t * sizeof(int64_t));
+	c.x = malloc((size_t)(c.t * c.d) * sizeof(float));
+	c.q = malloc((size_t)(c.t * c.d));
+	/* int4's pairs: D (K), or T * D / G (V), fewer than T * D. */
+	c.pa = malloc((size_t)(c.t * c.d) * sizeof(float));
+	c.pb = malloc((size_t)(c.t * c.d) * sizeof(float));
+	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb) {
+		r = -ENOMEM;
+		goto finish;
+	}
+
+	for (size_t b = 0; b < n_blocks; b++) {
+		uint8_t *block = to_block ? (uint8_t *)dst[b] : (uint8_t *)src[b];
+
+		locate_block(&c, indices, (int64_t)b);
+		/* Tiles in [layer][plane][head] order, back to back. */
+		for (int64_t l = 0; l < g->n_layers; l++)
+			for (int64_t p = 0; p < g->planes; p++)
+				for (int64_t h = 0; h < g->heads; h++) {
+					int per_channel = g->planes == 2 && p == 0;
+
+					if (to_block) {
+						read_tile(&c, l, p, h);
+						encode_tile(&c, per_channel, block, c.tile[p]);
+					} else {
+						decode_tile(&c, per_channel, block);
+						write_tile(&c, l, p, h);
+					}
+					block += c.tile[p];
+				}
+	}
+
+finish:
+	free(c.page);
+	free(c.token);
+	free(c.x);
+	free(c.q);
+	free(c.pa);
+	free(c.pb);
+	return r;
+}
