@@ -21,6 +21,13 @@ engine on A stores each prompt (written back at once, min_reuse = 0), and
 once A's statistics show every block written back, a fresh engine on B,
 which never saw the prompts, runs them: the prefix comes from the cluster.
 Every wait is bounded and says what it waited for when it gives up.
+
+    ... bench-ttft.py --build build --codec fp8-e4m3 [--lengths 256,1024,2048]
+
+--codec adds, in the same run, the local measurements again with the
+connector's codec (blocks stored quantised, kvtier.CODECS) against a
+kvtierd of their own: the host and NVMe hits of a quantised prefix beside
+the uncoded ones and recompute.
 """
 
 import argparse
@@ -55,7 +62,7 @@ model, sock, lengths = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].sp
 ktc = None if sock == "none" else {
     "kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
     "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
-    "kv_connector_extra_config": {"socket": sock}}
+    "kv_connector_extra_config": {"socket": sock, **json.loads(sys.argv[5])}}
 llm = LLM(model=model, dtype="float32", block_size=32, max_model_len=max(lengths) + 64,
           enable_prefix_caching=sock == "none", kv_transfer_config=ktc, seed=0,
           gpu_memory_utilization=0.05)
@@ -76,7 +83,7 @@ for line in sys.stdin:
 class Engine:
     """One engine process; every answer is awaited for a bounded time."""
 
-    def __init__(self, model, sock, lengths, name):
+    def __init__(self, model, sock, lengths, name, extra=None):
         self.name = name
         # Its stderr, in the private TMPDIR of the run.
         self.log = log = os.path.join(os.environ["TMPDIR"], name.replace(" ", "-").replace("'", "")
@@ -84,7 +91,8 @@ class Engine:
         with open(log, "a") as err:
             self.p = subprocess.Popen([sys.executable, "-c", ENGINE, model, sock,
                                        ",".join(map(str, lengths)),
-                                       os.path.join(HERE, "..", "engines")],
+                                       os.path.join(HERE, "..", "engines"),
+                                       json.dumps(extra or {})],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True, stderr=err)
         self.lines = queue.Queue()
@@ -167,14 +175,17 @@ def remote_line(r):
             f"{r['errors']}, skipped {r['skipped']}, in flight {r['in_flight']}")
 
 
-def measure_local(model, lengths, rows):
-    """kvtier host and NVMe hits against one kvtierd."""
+def measure_local(model, lengths, rows, codec=None):
+    """kvtier host and NVMe hits against one kvtierd; with codec, the
+    connector's codec, in rows' keys ending in " CODEC"."""
     import kvtier
+
+    extra, tag = ({"codec": codec}, f" {codec}") if codec else ({}, "")
 
     cfg = "[pool]\ncapacity = 3G\nextent_size = 256M\n[tenants]\ndefault_quota = 3G\n" \
           "[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
     with kvtd.Daemon(cfg, spill_mb=8192) as d, kvtier.Client(socket=d.socket) as admin:
-        store = Engine(model, d.socket, lengths, "the storing engine")
+        store = Engine(model, d.socket, lengths, "the storing engine" + tag, extra)
         stored = 0
         for i, n in enumerate(lengths):
             store.ask(n, 100 + i)
@@ -183,14 +194,14 @@ def measure_local(model, lengths, rows):
             # only, as the recompute it is compared with.
             stored += (n - 1) // BLOCK
             wait_on_nvme(admin, stored)
-            rows[n]["recompute + store"] = store.ask(n, 200 + i)["s"]
+            rows[n]["recompute + store" + tag] = store.ask(n, 200 + i)["s"]
             stored += (n - 1) // BLOCK
         store.close()
-        host = Engine(model, d.socket, lengths, "the restoring engine")
+        host = Engine(model, d.socket, lengths, "the restoring engine" + tag, extra)
         for i, n in enumerate(lengths):
             for seed in (100 + i, 200 + i):
                 r = host.ask(n, seed)
-            rows[n]["kvtier host"], rows[n]["host cached"] = r["s"], r["cached"]
+            rows[n]["kvtier host" + tag], rows[n]["host cached" + tag] = r["s"], r["cached"]
         # Host copies dropped: the next hits come from the spill file.
         blocks = 2 * sum((n - 1) // BLOCK for n in lengths)
         wait_on_nvme(admin, blocks)
@@ -201,7 +212,7 @@ def measure_local(model, lengths, rows):
         for i, n in enumerate(lengths):
             for seed in (100 + i, 200 + i):
                 r = host.ask(n, seed)
-            rows[n]["kvtier nvme"], rows[n]["nvme cached"] = r["s"], r["cached"]
+            rows[n]["kvtier nvme" + tag], rows[n]["nvme cached" + tag] = r["s"], r["cached"]
         host.close()
 
 
@@ -286,7 +297,11 @@ def main():
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--remote", action="store_true",
                     help="a hit in the remote tier (Ceph) on a second node, not the local tiers")
+    ap.add_argument("--codec", choices=("fp8-e4m3", "int4"),
+                    help="the local tiers measured again with blocks stored in this codec")
     args = ap.parse_args()
+    if args.codec and args.remote:
+        ap.error("--codec measures the local tiers; run it without --remote")
     lengths = [int(x) for x in args.lengths.split(",")]
     kvtd.KVTIERD = os.path.join(args.build, "daemon", "kvtierd")
 
@@ -312,6 +327,8 @@ def main():
         measure_remote(model, lengths, rows, work, kv_bytes * BLOCK)
     else:
         measure_local(model, lengths, rows)
+        if args.codec:
+            measure_local(model, lengths, rows, args.codec)
     print(f"Model: random Llama, {args.layers} layers, hidden {args.hidden}, 8 KV heads of 64, "
           f"fp32, ~{nparams / 1e9:.2f} B parameters; KV {kv_bytes // 1024} KiB/token; "
           f"block {BLOCK} tokens; {os.cpu_count()} CPUs.\n")
@@ -330,6 +347,16 @@ def main():
         restored, note = ("host cached", "nvme cached", "vllm cached"), (
             "store overhead: the first (storing) request with kvtier against recompute; "
             "restored tokens: kvtier host / kvtier NVMe / vLLM prefix cache.")
+        if args.codec:
+            c = args.codec
+            ratios[3:3] = [(f"kvtier host {c}", f"kvtier host {c}"),
+                           (f"kvtier NVMe {c}", f"kvtier nvme {c}")]
+            ratios.append((f"store overhead {c}", f"recompute + store {c}"))
+            restored = ("host cached", "nvme cached", f"host cached {c}", f"nvme cached {c}",
+                        "vllm cached")
+            note = (f"store overhead: the first (storing) request with kvtier (with {c}) "
+                    "against recompute; restored tokens: kvtier host / kvtier NVMe / kvtier "
+                    f"host {c} / kvtier NVMe {c} / vLLM prefix cache.")
     print("| prompt tokens | recompute s | " + " | ".join(t for t, _ in ratios)
           + " | restored tokens |")
     print("|---:|---:|" + "---:|" * len(ratios) + "---:|")
@@ -341,7 +368,9 @@ def main():
     print("\nColumns after the first: TTFT as a fraction of recompute (lower is better); " + note)
     bad = [n for n in lengths if any(rows[n].get(k, (n - 1) // BLOCK * BLOCK)
                                      != (n - 1) // BLOCK * BLOCK
-                                     for k in ("host cached", "nvme cached", "remote cached"))]
+                                     for k in ("host cached", "nvme cached", "remote cached",
+                                               f"host cached {args.codec}",
+                                               f"nvme cached {args.codec}"))]
     if bad:
         sys.exit(f"restored fewer tokens than the prompt's full blocks at {bad}")
 
