@@ -165,7 +165,7 @@ class KvtierCache:
                                               hits * self.block_tokens, ident.head_size),
                              dtype=self.model.dtype, device=self._device())
             status = self._copy(True, kv, keys[: hits * KEY_BYTES], hits)
-        except Error as e:
+        except (Error, ValueError) as e:  # ValueError: a layout kvtier refused
             log.warning("kvtier: restore skipped: %s", e)
             return None, 0
         # Only the leading run of loaded blocks is usable.
@@ -202,7 +202,7 @@ class KvtierCache:
             kv = layouts.hf_stack(cache.layers, t0, t1)
             status = self._copy(False, kv, keys[have * KEY_BYTES:], n - have)
             return sum(1 for s in status if s in (0, -errno.EEXIST))
-        except Error as e:
+        except (Error, ValueError) as e:
             log.warning("kvtier: save skipped: %s", e)
             return 0
 
