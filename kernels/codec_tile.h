@@ -69,6 +69,14 @@ struct kvt_codec_geom {
 int kvt_codec_geom_init(const struct kvt_geom *g, uint32_t codec, uint32_t dtype,
 			struct kvt_codec_geom *ret);
 
+/* kvt_codec_access(): how a kernel may reach the elements and the tiles. */
+#define KVT_CODEC_ELEM_ALIGNED 0x1u /* every element at a multiple of its size */
+#define KVT_CODEC_TILE_ALIGNED 0x2u /* every tile at a multiple of 4 */
+
+/* The access flags of a copy whose engine bases and blocks are all
+ * aligned to ptr_align (kvt_ptr_align(), layout_plan.c). */
+uint32_t kvt_codec_access(const struct kvt_codec_geom *cg, uint32_t ptr_align);
+
 /* Byte offset of tile (layer, plane, head) in a block: [layer][plane][head]. */
 KVT_HD static inline int64_t kvt_codec_tile_offset(const struct kvt_codec_geom *cg,
 						   int64_t layer, int64_t plane, int64_t head)
@@ -125,15 +133,14 @@ struct kvt_codec_tile {
 	float *red;             /* [threads] shared */
 };
 
-/* Tile s (layer-major over [layer_first, ...)) of block b.  smem:
- * kvt_codec_smem_bytes() bytes, 8-aligned. */
+/* Tile s (layer-major over [layer_first, ...)) of block b.  access:
+ * kvt_codec_access()'s; smem: kvt_codec_smem_bytes() bytes, 8-aligned. */
 __host__ __device__ inline void kvt_codec_tile_setup(struct kvt_codec_tile *c,
 						    const struct kvt_codec_geom *cg,
 						    int64_t layer_first, int64_t s,
 						    uint8_t *const *layer_base,
 						    const int64_t *indices, uint8_t *block,
-						    int64_t b, int32_t aligned, void *smem,
-						    int64_t threads)
+						    int64_t b, int32_t access, void *smem)
 {
 	const struct kvt_geom *g = &cg->g;
 	int64_t h = s % g->heads, p = (s / g->heads) % g->planes;
@@ -151,13 +158,12 @@ __host__ __device__ inline void kvt_codec_tile_setup(struct kvt_codec_tile *c,
 	c->per_channel = g->planes == 2 && p == 0;
 	c->group = kvt_int4_group((uint32_t)D);
 	c->n_pairs = cg->codec != KVT_CODEC_INT4 ? 1 : c->per_channel ? D : T * (D / c->group);
-	c->elem_aligned = aligned & 1;
-	c->tile_aligned = (aligned >> 1) & 1;
+	c->elem_aligned = (access & KVT_CODEC_ELEM_ALIGNED) != 0;
+	c->tile_aligned = (access & KVT_CODEC_TILE_ALIGNED) != 0;
 	c->eng = (int64_t *)smem;
 	c->pa = (float *)(c->eng + T);
 	c->pb = c->pa + cg->max_pairs;
 	c->red = c->pb + cg->max_pairs;
-	(void)threads;
 }
 
 /* Element i (t * D + d) of the tile as f32; padding reads 0. */
@@ -373,6 +379,7 @@ __host__ __device__ inline void kvt_codec_step(const struct kvt_codec_tile *c, i
  * arg) runs a step on every thread and then a barrier, and whose
  * threads() says how many.
  */
+#pragma nv_exec_check_disable
 template <typename X>
 __host__ __device__ inline void kvt_codec_tile_run(X &x, const struct kvt_codec_tile *c,
 						   int to_block)
