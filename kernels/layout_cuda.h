@@ -98,7 +98,8 @@ struct kvt_launch {
 /**
  * Validates layout for blocks of block_tokens tokens (the checks of
  * kvt_layout_gather) and widens it into *ret.  layer_base is not looked at.
- * \return 0, -EINVAL, or -EOPNOTSUPP for a layout with a codec
+ * \return 0, -EINVAL, or -EOPNOTSUPP for a layout with a codec (which
+ *         kvt_codec_geom_from_layout() takes)
  */
 int kvt_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
 			 struct kvt_geom *ret);
