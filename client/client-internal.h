@@ -187,6 +187,15 @@ void client_give_back_async(kvt_client *c, uint16_t op, const uint64_t *handles,
  * copied out, and nothing the caller needs depends on the reply. */
 int client_release_async(kvt_client *c, const uint64_t *handles, size_t n);
 
+/* ---- copy.c ---- */
+
+/* Layer group k's layout (of n_groups) as a namespace with a codec copies
+ * it: the namespace's codec and the group's dtype, whatever the engine's
+ * layout says.  One layout for several groups needs them all of one
+ * dtype.  \return 0 or -EINVAL */
+int ns_coded_layout(const kvt_ns *ns, uint32_t n_groups, uint32_t k, const kvt_layout *layout,
+		    kvt_layout *ret);
+
 /* ---- client.c ---- */
 
 /* References on the client (see kvt_client.refs). */

@@ -192,23 +192,32 @@ KVT_EXPORT int kvt_load(kvt_ns *ns, uint32_t shard, const uint8_t *keys, size_t 
 	return load_batch(ns, shard, keys, n, &cp, ret_status);
 }
 
-/* A namespace with a codec: the layouts as the copies use them, with the
- * namespace's codec and each group's dtype, whatever the engine's say.
- * One layout for several groups needs them all of one dtype. */
+int ns_coded_layout(const kvt_ns *ns, uint32_t n_groups, uint32_t k, const kvt_layout *layout,
+		    kvt_layout *ret)
+{
+	uint32_t dtype = ns->group_dtype[k < ns->n_groups ? k : 0];
+
+	if (n_groups == 1)
+		for (uint32_t g = 1; g < ns->n_groups; g++)
+			if (ns->group_dtype[g] != dtype)
+				return -EINVAL;
+	if (!layout)
+		return -EINVAL;
+	*ret = *layout;
+	ret->codec = ns->info.codec;
+	ret->dtype = dtype;
+	return 0;
+}
+
+/* A namespace with a codec: the layouts as the copies use them
+ * (ns_coded_layout). */
 static int coded_layouts(kvt_ns *ns, uint32_t n_groups, const kvt_layout *const *layouts,
 			 struct copier *cp)
 {
 	for (uint32_t k = 0; k < n_groups; k++) {
-		uint32_t dtype = ns->group_dtype[k < ns->n_groups ? k : 0];
-		if (n_groups == 1)
-			for (uint32_t g = 1; g < ns->n_groups; g++)
-				if (ns->group_dtype[g] != dtype)
-					return -EINVAL;
-		if (!layouts[k])
-			return -EINVAL;
-		cp->coded[k] = *layouts[k];
-		cp->coded[k].codec = ns->info.codec;
-		cp->coded[k].dtype = dtype;
+		int r = ns_coded_layout(ns, n_groups, k, layouts[k], &cp->coded[k]);
+		if (r < 0)
+			return r;
 		cp->coded_ptrs[k] = &cp->coded[k];
 	}
 	cp->layouts = cp->coded_ptrs;

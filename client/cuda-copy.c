@@ -90,13 +90,14 @@ static int job_upload(kvt_cuda_job *job, const struct part *parts,
 
 /* The path of part p's copies: the context's policy, the cost model, and
  * only pinned blocks on the copy engines (they would stage pageable
- * memory synchronously). */
+ * memory synchronously).  Coded blocks are the codec kernel's: the
+ * engines only move bytes. */
 static int part_path(const kvt_cuda_job *job, const struct part *p,
 		     cudaStream_t st)
 {
 	kvt_cuda_ctx *ctx = job->ctx;
 	int64_t nl = job->kind == JOB_LOAD ? 1 : p->g.n_layers;
-	int batch_ok = ctx->copy_path != KVT_CUDA_PATH_KERNEL &&
+	int batch_ok = !p->coded && ctx->copy_path != KVT_CUDA_PATH_KERNEL &&
 		       !job->unpinned && p->g.index_kind == KVT_INDEX_PAGE &&
 		       kvt_cuda_batch_ok(st);
 
@@ -140,7 +141,17 @@ static int part_copy(kvt_cuda_job *job, const struct part *p, int path,
 	int dir = job->kind == JOB_LOAD ? KVT_COPY_SCATTER : KVT_COPY_GATHER;
 	int r;
 
-	if (path == KVT_PATH_BATCH)
+	if (p->coded)
+		r = dir == KVT_COPY_SCATTER
+			    ? kvt_cuda_codec_scatter(&p->cg, l0, nl, da->layer_base,
+						     da->indices, da->blocks,
+						     (int64_t)job->n_q, da->align,
+						     budget, st)
+			    : kvt_cuda_codec_gather(&p->cg, l0, nl, da->layer_base,
+						    da->indices, da->blocks,
+						    (int64_t)job->n_q, da->align,
+						    budget, st);
+	else if (path == KVT_PATH_BATCH)
 		r = part_runs(job, p, dir, blk_host, l0, nl, st);
 	else if (dir == KVT_COPY_SCATTER)
 		r = kvt_cuda_scatter(&p->g, l0, nl, da->layer_base, da->indices,

@@ -112,6 +112,10 @@ struct kvt_cuda_job {
  * differ in geometry has one per group, each with its own layout). */
 struct part {
 	struct kvt_geom g;
+	/* A namespace with a codec: g with its tiles (cg.g is g); the
+	 * codec's kernels, never the copy engines, move the part. */
+	struct kvt_codec_geom cg;
+	bool coded;
 	const kvt_layout *layout;
 	size_t per;             /* indices per block */
 	uint64_t offset;        /* of the group's bytes in a block */

@@ -85,13 +85,24 @@ static int opts_check(const kvt_cuda_submit_opts *o)
 
 /* A part per layout: its geometry, its bounds, its place in the block;
  * every index checked before a key is leased or reserved. */
-static int part_init(const kvt_cuda_ctx *ctx, const kvt_layout *layout,
-		     uint32_t block_tokens, const int64_t *indices, size_t n,
-		     struct part *p, uint64_t offset, uint32_t layer0)
+static int part_init(const kvt_cuda_ctx *ctx, const kvt_ns *ns, uint32_t n_groups,
+		     uint32_t k, const kvt_layout *layout, const int64_t *indices,
+		     size_t n, struct part *p, uint64_t offset, uint32_t layer0)
 {
-	if (!layout || kvt_geom_from_layout(layout, block_tokens, &p->g) < 0 ||
-	    !layout->layer_base || (n && !indices))
+	uint32_t block_tokens = ns->info.block_tokens;
+	kvt_layout coded;
+
+	if (!layout || !layout->layer_base || (n && !indices))
 		return -EINVAL;
+	p->coded = ns->info.codec != KVT_CODEC_NONE;
+	if (p->coded) {
+		if (ns_coded_layout(ns, n_groups, k, layout, &coded) < 0 ||
+		    kvt_codec_geom_from_layout(&coded, block_tokens, &p->cg) < 0)
+			return -EINVAL;
+		p->g = p->cg.g;
+	} else if (kvt_geom_from_layout(layout, block_tokens, &p->g) < 0) {
+		return -EINVAL;
+	}
 	/* K by columns is vLLM's CPU attention's, never a GPU cache's. */
 	if (p->g.k_column_elem) {
 		client_log(ctx->c, KVT_LOG_WARNING,
@@ -110,6 +121,16 @@ static int part_init(const kvt_cuda_ctx *ctx, const kvt_layout *layout,
 	for (int64_t l = 0; l < kvt_geom_n_bases(&p->g); l++)
 		if (!layout->layer_base[l])
 			return -EINVAL;
+	/* A tile's state lives in the CTA's shared memory. */
+	if (p->coded &&
+	    kvt_codec_smem_bytes(&p->cg, KVT_CODEC_THREADS) > KVT_CODEC_SMEM_MAX) {
+		snprintf(ns->c->error, sizeof(ns->c->error),
+			 "CUDA: tiles of %lld tokens of %lld elements are past the "
+			 "codec kernel's shared memory: copy through host memory "
+			 "(kvt_store_paged/kvt_load_paged)",
+			 (long long)p->g.block_tokens, (long long)p->cg.d);
+		return -EOPNOTSUPP;
+	}
 	if (kvt_geom_check_indices(&p->g, indices, (int64_t)n) < 0)
 		return -EINVAL;
 	p->layout = layout;
@@ -130,7 +151,7 @@ static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
 			const kvt_cuda_submit_opts *opts,
 			kvt_cuda_job *const *ret_job, struct submit *s)
 {
-	uint32_t bt, groups = 0;
+	uint32_t groups = 0;
 	uint64_t off = 0;
 	int r;
 
@@ -146,14 +167,6 @@ static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
 	if (groups ? layout || !opts->layouts || groups > KVT_MAX_GROUPS
 		   : !layout)
 		return -EINVAL;
-	if (ns->info.codec != KVT_CODEC_NONE) {
-		snprintf(ns->c->error, sizeof(ns->c->error),
-			 "the namespace stores blocks as %s, which the CUDA path does not "
-			 "encode: copy through host memory (kvt_store_paged/kvt_load_paged)",
-			 ns->info.codec == KVT_CODEC_INT4 ? "int4" : "fp8-e4m3");
-		return -EOPNOTSUPP;
-	}
-	bt = ns->info.block_tokens;
 	s->n_parts = groups ? groups : 1;
 	for (uint32_t k = 0; k < s->n_parts; k++) {
 		const kvt_layout *lk = groups ? opts->layouts[k] : layout;
@@ -162,14 +175,19 @@ static int submit_check(const kvt_cuda_ctx *ctx, const kvt_ns *ns,
 					    : indices;
 
 		r = lk && lk->n_layers <= UINT32_MAX - s->n_layers
-			    ? part_init(ctx, lk, bt, ik, n, &s->parts[k], off,
-					s->n_layers)
+			    ? part_init(ctx, ns, s->n_parts, k, lk, ik, n,
+					&s->parts[k], off, s->n_layers)
 			    : -EINVAL;
 		if (r < 0) {
 			s->n_parts = k;
 			return r;
 		}
-		off += (uint64_t)kvt_geom_block_bytes(&s->parts[k].g);
+		/* Coded blocks are [layer][plane][head] tiles: a layer's
+		 * part of them is contiguous, as it is uncoded. */
+		off += s->parts[k].coded
+			       ? (uint64_t)(s->parts[k].cg.layer_bytes *
+					    s->parts[k].g.n_layers)
+			       : (uint64_t)kvt_geom_block_bytes(&s->parts[k].g);
 		s->n_layers += lk->n_layers;
 	}
 	return off == ns->info.shard_bytes ? 0 : -EINVAL;

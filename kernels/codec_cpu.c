@@ -23,7 +23,9 @@
  *             q = round((x - min) / scale) is taken against those, so that
  *             the encoder and the decoder agree; a scale of 0 (max == min,
  *             or a range below half's resolution) gives q = 0, which
- *             decodes to min.  NaNs are left out of a group's range.  A
+ *             decodes to min.  NaNs are left out of a group's range, and
+ *             a min or max that is a zero counts as +0 (whatever order
+ *             the range was taken in: the GPU's takes another).  A
  *             scale or min past half's range saturates to +-65504: values
  *             beyond it have no int4 form.
  * Decoding computes min + q * scale or e4m3(c) * scale in f32 and rounds
@@ -38,6 +40,8 @@
 
 #include "codec.h"
 #include "codec_cpu.h"
+#include "codec_elem.h"
+#include "codec_tile.h"
 #include "kvtier-layout.h"
 #include "layout.h"
 
@@ -81,102 +85,7 @@ struct codec_ctx {
 	float *pb;        /* [pairs] its max, then 1 / scale (the scale, decoding) */
 };
 
-/* ---- element conversions -------------------------------------------- */
-
-INLINE uint32_t f32_bits(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-INLINE float f32_from_bits(uint32_t u)
-{
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
-INLINE float bf16_to_f32(uint16_t h)
-{
-	return f32_from_bits((uint32_t)h << 16);
-}
-
-INLINE uint16_t f32_to_bf16(float f)
-{
-	uint32_t u = f32_bits(f), r = (u + 0x7fff + ((u >> 16) & 1)) >> 16;
-
-	/* A NaN stays a (quiet) NaN rather than rounding into infinity. */
-	return (uint16_t)(f != f ? (u >> 16) | 0x40 : r);
-}
-
-INLINE float f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-	uint32_t normal = ((e + 112) << 23) | (m << 13);
-	uint32_t special = 0x7f800000 | (m << 13);
-	uint32_t sub = f32_bits((float)m * 0x1p-24f); /* exact: m < 2^10 */
-	uint32_t bits = e == 0 ? sub : e == 31 ? special : normal;
-
-	return f32_from_bits(bits | sign);
-}
-
-INLINE uint16_t f32_to_f16(float f)
-{
-	/* Signed arithmetic on |f|'s bits, which fit: SSE2 compares signed
-	 * integers only. */
-	uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000;
-	int32_t a = (int32_t)(u & 0x7fffffff);
-	/* Normal halves: drop 13 mantissa bits, to nearest even; a carry
-	 * moves into the exponent, as it should. */
-	int32_t normal = (int32_t)(((uint32_t)a + 0xfff + (((uint32_t)a >> 13) & 1)) >> 13) -
-			 (112 << 10);
-	/* Below 2^-14: adding 0.5 leaves ulps of 2^-24, half's subnormal
-	 * step, and the FPU rounds to nearest even. */
-	int32_t sub = (int32_t)(f32_bits(fabsf(f) + 0.5f) - f32_bits(0.5f));
-	int32_t h = a < 0x38800000 ? sub : normal;
-
-	h = h > 0x7c00 ? 0x7c00 : h;
-	return (uint16_t)(f != f ? 0x7e00 : (uint32_t)h | sign);
-}
-
-/* int4's scales and mins: half, saturating rather than infinite. */
-INLINE uint16_t f32_to_f16_sat(float f)
-{
-	f = f < 65504.0f ? f : 65504.0f;
-	f = f > -65504.0f ? f : -65504.0f;
-	return f32_to_f16(f);
-}
-
-/* OCP E4M3FN: bias 7, no infinities, S.1111.111 is NaN, 448 the largest. */
-INLINE uint8_t e4m3_encode(float y)
-{
-	/* Saturate first (in float, a min): then nothing rounds past 448. */
-	float m = fabsf(y) < 448.0f ? fabsf(y) : 448.0f;
-	int32_t a = (int32_t)f32_bits(m);
-	uint32_t sign = (f32_bits(y) >> 24) & 0x80;
-	/* Normals (from 2^-6): 3 mantissa bits, to nearest even. */
-	int32_t normal = (int32_t)(((uint32_t)a + 0x7ffff + (((uint32_t)a >> 20) & 1)) >> 20) -
-			 (120 << 3);
-	/* Below 2^-6: steps of 2^-9, the ulp of 2^14 in f32. */
-	int32_t sub = (int32_t)(f32_bits(m + 16384.0f) - f32_bits(16384.0f));
-	int32_t c = a < 0x3c800000 ? sub : normal;
-
-	return (uint8_t)(y != y ? 0x7f : (uint32_t)c | sign);
-}
-
-INLINE float e4m3_decode(uint8_t c)
-{
-	uint32_t sign = (uint32_t)(c & 0x80) << 24, e = (c >> 3) & 0xf, m = c & 7;
-	uint32_t normal = ((e + 120) << 23) | (m << 20);
-	uint32_t sub = f32_bits((float)m * 0x1p-9f);
-	uint32_t bits = e == 0 ? sub : normal;
-
-	bits = (c & 0x7f) == 0x7f ? 0x7fc00000 : bits | sign;
-	return f32_from_bits(bits);
-}
+/* ---- element loops (conversions: codec_elem.h) --------------------- */
 
 /* n elements of dtype at src into x. */
 INLINE void load_elems(float *restrict x, const uint8_t *restrict src, int64_t n,
@@ -191,13 +100,13 @@ INLINE void load_elems(float *restrict x, const uint8_t *restrict src, int64_t n
 	case KVT_DTYPE_BFLOAT16:
 		for (int64_t i = 0; i < n; i++) {
 			memcpy(&h, src + 2 * i, 2);
-			x[i] = bf16_to_f32(h);
+			x[i] = kvt_bf16_to_f32(h);
 		}
 		break;
 	default: /* KVT_DTYPE_FLOAT16 */
 		for (int64_t i = 0; i < n; i++) {
 			memcpy(&h, src + 2 * i, 2);
-			x[i] = f16_to_f32(h);
+			x[i] = kvt_f16_to_f32(h);
 		}
 		break;
 	}
@@ -214,13 +123,13 @@ INLINE void store_elems(uint8_t *restrict dst, const float *restrict x, int64_t 
 		break;
 	case KVT_DTYPE_BFLOAT16:
 		for (int64_t i = 0; i < n; i++) {
-			h = f32_to_bf16(x[i]);
+			h = kvt_f32_to_bf16(x[i]);
 			memcpy(dst + 2 * i, &h, 2);
 		}
 		break;
 	default:
 		for (int64_t i = 0; i < n; i++) {
-			h = f32_to_f16(x[i]);
+			h = kvt_f32_to_f16(x[i]);
 			memcpy(dst + 2 * i, &h, 2);
 		}
 		break;
@@ -283,7 +192,7 @@ INLINE void value_range(const float *x, int64_t n, float *ret_lo, float *ret_hi)
 
 CODEC_CLONES static uint64_t fp8_encode(const float *restrict x, int64_t n, uint8_t *restrict tile)
 {
-	float scale = abs_max(x, n) / 448.0f, inv = 1.0f / scale;
+	float scale = kvt_fp8_scale(abs_max(x, n)), inv = 1.0f / scale;
 	uint8_t *q = tile + 4;
 
 	memcpy(tile, &scale, 4);
@@ -291,10 +200,10 @@ CODEC_CLONES static uint64_t fp8_encode(const float *restrict x, int64_t n, uint
 		memset(q, 0, (size_t)n);
 	else if (isinf(inv)) /* a scale below 2^-128: 0 * inf would be a NaN */
 		for (int64_t i = 0; i < n; i++)
-			q[i] = e4m3_encode(x[i] / scale);
+			q[i] = kvt_e4m3_encode(x[i] / scale);
 	else
 		for (int64_t i = 0; i < n; i++)
-			q[i] = e4m3_encode(x[i] * inv);
+			q[i] = kvt_e4m3_encode(x[i] * inv);
 	return 4 + (uint64_t)n;
 }
 
@@ -305,7 +214,7 @@ CODEC_CLONES static void fp8_decode(float *restrict x, int64_t n, const uint8_t 
 
 	memcpy(&scale, tile, 4);
 	for (int64_t i = 0; i < n; i++)
-		x[i] = e4m3_decode(q[i]) * scale;
+		x[i] = kvt_e4m3_decode(q[i]) * scale;
 }
 
 /*
@@ -316,15 +225,9 @@ CODEC_CLONES static void fp8_decode(float *restrict x, int64_t n, const uint8_t 
 INLINE void int4_pairs(float *restrict lo, float *restrict hi, int64_t n, uint8_t *restrict pairs)
 {
 	for (int64_t k = 0; k < n; k++) {
-		/* Nothing but NaNs: lo > hi. */
-		float l = lo[k] <= hi[k] ? lo[k] : 0.0f, h = lo[k] <= hi[k] ? hi[k] : 0.0f;
-		uint16_t s = f32_to_f16_sat((h - l) / 15.0f), m = f32_to_f16_sat(l);
-		float scale = f16_to_f32(s);
+		uint32_t w = kvt_int4_pair(lo[k], hi[k], &lo[k], &hi[k]);
 
-		memcpy(pairs + 4 * k, &s, 2);
-		memcpy(pairs + 4 * k + 2, &m, 2);
-		lo[k] = f16_to_f32(m);
-		hi[k] = scale > 0.0f ? 1.0f / scale : 0.0f;
+		memcpy(pairs + 4 * k, &w, 4);
 	}
 }
 
@@ -337,19 +240,9 @@ INLINE void int4_unpairs(const uint8_t *restrict pairs, int64_t n, float *restri
 
 		memcpy(&s, pairs + 4 * k, 2);
 		memcpy(&m, pairs + 4 * k + 2, 2);
-		scale[k] = f16_to_f32(s);
-		min[k] = f16_to_f32(m);
+		scale[k] = kvt_f16_to_f32(s);
+		min[k] = kvt_f16_to_f32(m);
 	}
-}
-
-INLINE uint8_t int4_code(float v, float min, float inv)
-{
-	float y = (v - min) * inv;
-
-	/* Written so that a NaN ends up 0. */
-	y = y > 0.0f ? y : 0.0f;
-	y = y < 15.0f ? y : 15.0f;
-	return (uint8_t)(int32_t)(y + 0.5f);
 }
 
 /* Element i is nibble i, the low nibble first. */
@@ -393,7 +286,7 @@ CODEC_CLONES static uint64_t int4_encode_channels(struct codec_ctx *c, uint8_t *
 	int4_pairs(lo, hi, D, tile);
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t d = 0; d < D; d++)
-			q[t * D + d] = int4_code(x[t * D + d], lo[d], hi[d]);
+			q[t * D + d] = kvt_int4_code(x[t * D + d], lo[d], hi[d]);
 	pack_nibbles(q, T * D, tile + 4 * D);
 	return 4 * (uint64_t)D + (uint64_t)(T * D + 1) / 2;
 }
@@ -408,7 +301,7 @@ CODEC_CLONES static void int4_decode_channels(struct codec_ctx *c, const uint8_t
 	unpack_nibbles(tile + 4 * D, T * D, q);
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t d = 0; d < D; d++)
-			x[t * D + d] = min[d] + (float)q[t * D + d] * scale[d];
+			x[t * D + d] = kvt_int4_value(q[t * D + d], min[d], scale[d]);
 }
 
 /* V and MLA latents: a pair per token and group of channels. */
@@ -424,7 +317,7 @@ CODEC_CLONES static uint64_t int4_encode_tokens(struct codec_ctx *c, uint8_t *ti
 	int4_pairs(lo, hi, n_pairs, tile);
 	for (int64_t k = 0; k < n_pairs; k++)
 		for (int64_t i = 0; i < G; i++)
-			q[k * G + i] = int4_code(x[k * G + i], lo[k], hi[k]);
+			q[k * G + i] = kvt_int4_code(x[k * G + i], lo[k], hi[k]);
 	pack_nibbles(q, T * D, tile + 4 * n_pairs);
 	return 4 * (uint64_t)n_pairs + (uint64_t)(T * D + 1) / 2;
 }
@@ -439,7 +332,7 @@ CODEC_CLONES static void int4_decode_tokens(struct codec_ctx *c, const uint8_t *
 	unpack_nibbles(tile + 4 * n_pairs, T * D, q);
 	for (int64_t k = 0; k < n_pairs; k++)
 		for (int64_t i = 0; i < G; i++)
-			x[k * G + i] = min[k] + (float)q[k * G + i] * scale[k];
+			x[k * G + i] = kvt_int4_value(q[k * G + i], min[k], scale[k]);
 }
 
 static void encode_tile(struct codec_ctx *c, int per_channel, uint8_t *tile, uint64_t bytes)
@@ -523,37 +416,42 @@ static void locate_block(struct codec_ctx *c, const int64_t *indices, int64_t b)
 			c->page[t] = -1;
 }
 
-/* The tile sizes of g: 0 where no codec applies. */
-static int codec_tiles(const struct kvt_geom *g, uint32_t codec, uint32_t dtype,
-		       int64_t *ret_d, uint64_t ret_tile[2])
+int kvt_codec_geom_init(const struct kvt_geom *g, uint32_t codec, uint32_t dtype,
+			struct kvt_codec_geom *ret)
 {
 	uint32_t eb = kvt_codec_dtype_bytes(dtype);
+	struct kvt_codec_geom cg = {.g = *g, .codec = codec, .dtype = dtype, .max_pairs = 1};
+	uint64_t bytes;
 
 	if (codec == KVT_CODEC_NONE || !kvt_codec_name(codec) || eb == 0 ||
-	    g->head_bytes % eb)
+	    g->head_bytes % eb || g->block_tokens > UINT32_MAX)
 		return -EINVAL;
-	*ret_d = g->head_bytes / eb;
-	for (int64_t p = 0; p < 2; p++)
-		ret_tile[p] = p < g->planes
-				      ? kvt_codec_tile_bytes(codec, g->planes == 2 && p == 0,
-							     (uint32_t)g->block_tokens,
-							     (uint32_t)*ret_d)
-				      : 0;
+	cg.elem_bytes = eb;
+	cg.d = g->head_bytes / eb;
+	for (int64_t p = 0; p < g->planes; p++)
+		cg.tile[p] = (int64_t)kvt_codec_tile_bytes(codec, g->planes == 2 && p == 0,
+							   (uint32_t)g->block_tokens, (uint32_t)cg.d);
+	if (__builtin_mul_overflow((uint64_t)g->heads, (uint64_t)(cg.tile[0] + cg.tile[1]),
+				   &bytes) ||
+	    __builtin_mul_overflow(bytes, (uint64_t)g->n_layers, &bytes) || bytes > INT64_MAX)
+		return -EINVAL;
+	cg.layer_bytes = g->heads * (cg.tile[0] + cg.tile[1]);
+	if (codec == KVT_CODEC_INT4) {
+		int64_t v = g->block_tokens * (cg.d / kvt_int4_group((uint32_t)cg.d));
+
+		cg.max_pairs = g->planes == 2 && cg.d > v ? cg.d : v;
+	}
+	*ret = cg;
 	return 0;
 }
 
 uint64_t kvt_codec_block_bytes(const struct kvt_geom *g, uint32_t codec, uint32_t dtype)
 {
-	uint64_t tile[2], bytes;
-	int64_t d;
+	struct kvt_codec_geom cg;
 
-	if (codec_tiles(g, codec, dtype, &d, tile) < 0)
+	if (kvt_codec_geom_init(g, codec, dtype, &cg) < 0)
 		return 0;
-	if (__builtin_mul_overflow((uint64_t)g->n_layers * (uint64_t)g->heads,
-				   tile[0] + tile[1], &bytes) ||
-	    bytes > INT64_MAX)
-		return 0;
-	return bytes;
+	return (uint64_t)(cg.layer_bytes * g->n_layers);
 }
 
 int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
@@ -562,10 +460,14 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 {
 	struct codec_ctx c = {.g = g, .base = base, .codec = codec, .dtype = dtype,
 			      .t = g->block_tokens};
+	struct kvt_codec_geom cg;
 	int r = 0;
 
-	if (codec_tiles(g, codec, dtype, &c.d, c.tile) < 0)
+	if (kvt_codec_geom_init(g, codec, dtype, &cg) < 0)
 		return -EINVAL;
+	c.d = cg.d;
+	c.tile[0] = (uint64_t)cg.tile[0];
+	c.tile[1] = (uint64_t)cg.tile[1];
 	/* T * D floats are fewer bytes than a block of the cache's own. */
 	c.page = malloc((size_t)c.t * sizeof(int64_t));
 	c.token = malloc((size_t)c.t * sizeof(int64_t));

@@ -223,8 +223,9 @@ static int check_indices(const struct kvt_geom *g, uint64_t extent,
 
 /* The CPU path's checks are the one definition of a valid descriptor and
  * valid indices; the GPU path (layout_plan.c, client/cuda-submit.c) uses
- * these.  A kvt_geom has no codec: a coded layout is the CPU path's
- * alone. */
+ * these.  A kvt_geom has no codec: a coded layout is refused here, so
+ * that it never reaches the uncoded copies, and taken by
+ * kvt_codec_geom_from_layout() for the codecs' kernels. */
 int kvt_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
 			 struct kvt_geom *ret)
 {
@@ -236,6 +237,20 @@ int kvt_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
 	if (r < 0)
 		return r;
 	return layout->codec == KVT_CODEC_NONE ? 0 : -EOPNOTSUPP;
+}
+
+int kvt_codec_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
+			       struct kvt_codec_geom *ret)
+{
+	struct kvt_geom g;
+	int r;
+
+	if (!ret)
+		return -EINVAL;
+	r = geom_init(layout, block_tokens, &g, NULL);
+	if (r < 0)
+		return r;
+	return kvt_codec_geom_init(&g, layout->codec, layout->dtype, ret);
 }
 
 int kvt_geom_check_indices(const struct kvt_geom *g, const int64_t *indices,

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec_tile.h"
 #include "kvtier-layout.h"
 #include "layout.h"
 #include "layout_seg.h"
@@ -97,10 +98,19 @@ struct kvt_launch {
 /**
  * Validates layout for blocks of block_tokens tokens (the checks of
  * kvt_layout_gather) and widens it into *ret.  layer_base is not looked at.
- * \return 0, -EINVAL, or -EOPNOTSUPP for a layout with a codec
+ * \return 0, -EINVAL, or -EOPNOTSUPP for a layout with a codec (which
+ *         kvt_codec_geom_from_layout() takes)
  */
 int kvt_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
 			 struct kvt_geom *ret);
+
+/**
+ * The same for a layout with a codec (layout->codec and layout->dtype):
+ * its geometry and its tiles (kvt_codec_geom_init()).
+ * \return 0, or -EINVAL (codec none included)
+ */
+int kvt_codec_geom_from_layout(const kvt_layout *layout, uint32_t block_tokens,
+			       struct kvt_codec_geom *ret);
 
 /**
  * Checks every index as kvt_layout_gather does: pages >= 0, slots >= 0 or
@@ -284,6 +294,34 @@ int kvt_cuda_scatter_batch(const struct kvt_geom *g, int64_t layer_first,
  *         than the legacy default stream; else 0.
  */
 int kvt_cuda_batch_ok(void *stream);
+
+/**
+ * The codecs' kernels (codec_cuda.cu): quantise layers [layer_first,
+ * layer_first + n_layers) of n_blocks blocks out of the engine's cache
+ * into coded blocks of cg (proto/codec.h; the same bytes as the CPU
+ * path's kvt_layout_gather), or dequantise them back; padding slots read
+ * as zeros and are not written.  One launch, at most max_ctas CTAs of
+ * KVT_CODEC_THREADS (0: as many as there are tiles and blocks).
+ *
+ * cg:         from kvt_codec_geom_from_layout(), by value on the host
+ * layer_base, indices: as for kvt_cuda_gather, device-readable
+ * blocks:     [n_blocks] device-readable array of device-accessible
+ *             pointers, each to [cg->layer_bytes * cg->g.n_layers] bytes
+ * ptr_align:  a power of two dividing every layer_base[l] and blocks[b]
+ * \return 0, -EINVAL on bad arguments, -EOPNOTSUPP for tiles whose
+ *         state passes KVT_CODEC_SMEM_MAX (kvt_codec_smem_bytes()), or a
+ *         negative errno for the launch
+ */
+int kvt_cuda_codec_gather(const struct kvt_codec_geom *cg, int64_t layer_first,
+			  int64_t n_layers, void *const *layer_base, const int64_t *indices,
+			  void *const *blocks, int64_t n_blocks, uint32_t ptr_align,
+			  uint32_t max_ctas, void *stream);
+
+/** The inverse of kvt_cuda_codec_gather; blocks as there, read-only. */
+int kvt_cuda_codec_scatter(const struct kvt_codec_geom *cg, int64_t layer_first,
+			   int64_t n_layers, void *const *layer_base, const int64_t *indices,
+			   void *const *blocks, int64_t n_blocks, uint32_t ptr_align,
+			   uint32_t max_ctas, void *stream);
 
 /** A cudaError_t as a negative errno (-ENOMEM, -ENODEV, -EINVAL, -EIO). */
 int kvt_cuda_errno(int cuda_error);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "codec_tile.h"
 #include "layout_cuda.h"
 
 static uint64_t abs64(int64_t v)
@@ -245,4 +246,21 @@ int64_t kvt_batch_build(const struct kvt_geom *g, int dir,
 		}
 	}
 	return k;
+}
+
+uint32_t kvt_codec_access(const struct kvt_codec_geom *cg, uint32_t ptr_align)
+{
+	const struct kvt_geom *g = &cg->g;
+	uint64_t acc = (uint64_t)ptr_align | abs64(g->stride_page) | abs64(g->stride_token) |
+		       abs64(g->stride_head) | (uint64_t)g->head_bytes;
+	uint32_t r = 0;
+
+	if (!g->plane_bases)
+		acc |= abs64(g->stride_plane);
+	/* A tile's offset in a block is a multiple of 4 (codec.h). */
+	if (ptr_align % 4 == 0)
+		r |= KVT_CODEC_TILE_ALIGNED;
+	if (ptr_align && acc % (uint64_t)cg->elem_bytes == 0)
+		r |= KVT_CODEC_ELEM_ALIGNED;
+	return r;
 }

@@ -34,6 +34,13 @@
 
 #include "kvtier-layout.h" /* KVT_CODEC_*, KVT_DTYPE_* */
 
+/* The size arithmetic below is also the GPU kernels' (kernels/codec_tile.h). */
+#ifdef __CUDACC__
+#define KVT_CODEC_SIZE_FN __host__ __device__ static inline
+#else
+#define KVT_CODEC_SIZE_FN static inline
+#endif
+
 #define KVT_CODEC_COUNT 3
 
 #define KVT_INT4_GROUP 32
@@ -47,7 +54,7 @@
 #define KVT_DTYPE_UINT8 7
 
 /* Bytes of one element of a dtype a codec can read: 4, 2, 2; else 0. */
-static inline uint32_t kvt_codec_dtype_bytes(uint32_t dtype)
+KVT_CODEC_SIZE_FN uint32_t kvt_codec_dtype_bytes(uint32_t dtype)
 {
 	switch (dtype) {
 	case KVT_DTYPE_FLOAT32:
@@ -68,7 +75,7 @@ static inline const char *kvt_codec_name(uint32_t codec)
 }
 
 /* int4's channels per (scale, min) pair of a per-token plane of d. */
-static inline uint32_t kvt_int4_group(uint32_t d)
+KVT_CODEC_SIZE_FN uint32_t kvt_int4_group(uint32_t d)
 {
 	return d % KVT_INT4_GROUP == 0 ? KVT_INT4_GROUP : d;
 }
@@ -78,7 +85,7 @@ static inline uint32_t kvt_int4_group(uint32_t d)
  * and d elements a head.  per_channel: the plane is K of a 2-plane group.
  * 0 for codec none (a block is then the engine's bytes) or an unknown one.
  */
-static inline uint64_t kvt_codec_tile_bytes(uint32_t codec, int per_channel, uint32_t t,
+KVT_CODEC_SIZE_FN uint64_t kvt_codec_tile_bytes(uint32_t codec, int per_channel, uint32_t t,
 					    uint32_t d)
 {
 	uint64_t n = (uint64_t)t * d, bytes;

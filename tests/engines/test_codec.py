@@ -123,7 +123,8 @@ def test_open_namespace_codec(daemon):
 
 def test_identity_codec():
     """ModelIdentity names codecs canonically; a cache that is fp8 or int8
-    already takes none, saying so once; a GPU's cache is refused a codec."""
+    already takes none, saying so once; a cache on a device without a copy
+    path that encodes is refused a codec."""
     def ident(dtype, codec):
         return ModelIdentity(model="m", layers=2, kv_heads=2, head_size=32, dtype=dtype,
                              block_tokens=BLOCK, codec=codec)
@@ -135,8 +136,13 @@ def test_identity_codec():
         ident("bfloat16", "fp4")
     for dtype in ("float8_e4m3fn", "float8_e5m2", "int8"):
         assert ident(dtype, "fp8-e4m3").codec == "none"
-    with pytest.raises(NotImplementedError, match="codec 'none'"):
+    if kvtier.HAVE_CUDA:
         ident("bfloat16", "int4").check_device("cuda", "kvtier.test")
+    else:
+        with pytest.raises(NotImplementedError, match="without CUDA.*codec 'none'"):
+            ident("bfloat16", "int4").check_device("cuda", "kvtier.test")
+    with pytest.raises(NotImplementedError, match="no copy path for xpu.*codec 'none'"):
+        ident("bfloat16", "fp8-e4m3").check_device("xpu", "kvtier.test")
     ident("bfloat16", "none").check_device("cuda", "kvtier.test")
     ident("bfloat16", "int4").check_device("cpu", "kvtier.test")
 
@@ -211,10 +217,9 @@ def test_transformers_restore(daemon, model_dir, codec, dtype):
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and kvtier.HAVE_CUDA),
                     reason="no CUDA device, or kvtier built without CUDA")
-def test_gpu_cache_refuses_codec(daemon, model_dir):
+def test_gpu_cache_takes_codec(daemon, model_dir):
     model = load(model_dir, torch.bfloat16, "cuda")
-    with pytest.raises(NotImplementedError, match="codec 'none'"):
-        KvtierCache(model, socket=daemon.socket, block_tokens=BLOCK, codec="fp8-e4m3")
+    KvtierCache(model, socket=daemon.socket, block_tokens=BLOCK, codec="fp8-e4m3").close()
     KvtierCache(model, socket=daemon.socket, block_tokens=BLOCK).close()
 
 

@@ -5,12 +5,13 @@
 # on one GPU (KVT_GPU_LIMIT_S, default 470 s, bounds the whole run; each
 # step has its own limit within it):
 #
-#   build     kernels/*.cu, kernels/layout_plan.c, kernels/layout_cpu.c,
-#             tests/gpu/test-gpu-layout, bench-gpu and gpu-probe with nvcc
+#   build     kernels/*.cu, kernels/layout_plan.c, layout_cpu.c, codec_cpu.c,
+#             tests/gpu/test-gpu-layout, bench-gpu, gpu-probe and
+#             tests/unit/test-codec-tile (the codec kernels on the host) with nvcc
 #             alone, and the CPU unit tests of the planning and of the
 #             registration bookkeeping with cc: none of the daemon's
 #             dependencies needed;
-#   unit      test-cuda-plan, test-cuda-regtab (CPU);
+#   unit      test-cuda-plan, test-cuda-regtab, test-codec-tile (CPU);
 #   probe     no GPU (the GPU steps are skipped: exit 77) told apart from a
 #             driver older than the runtime or any other CUDA error (a
 #             failure), and the device named;
@@ -25,7 +26,9 @@
 #   e2e       the whole tree with -Dcuda=enabled, and test-gpu-client and
 #             test-gpu-groups: the client's CUDA path against a real
 #             kvtierd (every copy path, the submit options, two contexts,
-#             layer groups of different geometry).  Where the daemon's -dev packages are missing, the
+#             layer groups of different geometry), and test-gpu-codec:
+#             fp8-e4m3 and int4 namespaces stored and loaded by the codec
+#             kernels, against the CPU path's bytes.  Where the daemon's -dev packages are missing, the
 #             .deb files in tests/gpu/debs (or $KVT_DEBS), fetched on a
 #             machine with the registry by tests/gpu/fetch-debs.sh, are
 #             unpacked into a private root with `dpkg -x` and built
@@ -122,29 +125,42 @@ build_all() {
 	# shellcheck disable=SC2086
 	"$CC" $cflags -c "$root/kernels/layout_cpu.c" -o "$build/layout_cpu.o"
 	# shellcheck disable=SC2086
+	"$CC" $cflags -ffp-contract=off -fno-trapping-math \
+		-c "$root/kernels/codec_cpu.c" -o "$build/codec_cpu.o"
+	# shellcheck disable=SC2086
 	"$CC" $cflags -c "$root/kernels/layout_plan.c" -o "$build/layout_plan.o"
 	# shellcheck disable=SC2086
 	"$CC" $cflags "$root/tests/unit/test-cuda-plan.c" "$build/layout_plan.o" \
-		"$build/layout_cpu.o" "$root/proto/identity.c" \
+		"$build/layout_cpu.o" "$build/codec_cpu.o" "$root/proto/identity.c" \
 		"$root/proto/wire.c" -o "$build/test-cuda-plan"
 	# shellcheck disable=SC2086
 	"$CC" $cflags -pthread "$root/tests/unit/test-cuda-regtab.c" \
 		"$root/client/cuda-regtab.c" -o "$build/test-cuda-regtab"
 	# shellcheck disable=SC2086
 	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
-		-I"$root/client" -I"$root/kernels" \
+		-I"$root/client" -I"$root/kernels" -I"$root/proto" \
 		-c "$root/kernels/layout_cuda.cu" -o "$build/layout_cuda.o"
 	# shellcheck disable=SC2086
 	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
-		-I"$root/client" -I"$root/kernels" \
-		"$here/test-gpu-layout.cu" "$here/layout-case.cu" \
-		"$build/layout_cuda.o" "$build/layout_plan.o" \
-		"$build/layout_cpu.o" -o "$build/test-gpu-layout"
+		-I"$root/client" -I"$root/kernels" -I"$root/proto" \
+		-c "$root/kernels/codec_cuda.cu" -o "$build/codec_cuda.o"
+	# The codec kernels' tile steps on the host, against codec_cpu.c.
+	# shellcheck disable=SC2086
+	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra,-ffp-contract=off \
+		-I"$root/client" -I"$root/kernels" -I"$root/proto" -I"$root/tests/unit" \
+		"$root/tests/unit/test-codec-tile.cu" "$build/layout_plan.o" \
+		"$build/layout_cpu.o" "$build/codec_cpu.o" -o "$build/test-codec-tile"
 	# shellcheck disable=SC2086
 	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
-		-I"$root/client" -I"$root/kernels" \
-		"$here/bench-gpu.cu" "$build/layout_cuda.o" \
-		"$build/layout_plan.o" "$build/layout_cpu.o" \
+		-I"$root/client" -I"$root/kernels" -I"$root/proto" \
+		"$here/test-gpu-layout.cu" "$here/layout-case.cu" \
+		"$build/layout_cuda.o" "$build/codec_cuda.o" "$build/layout_plan.o" \
+		"$build/layout_cpu.o" "$build/codec_cpu.o" -o "$build/test-gpu-layout"
+	# shellcheck disable=SC2086
+	"$NVCC" -std=c++17 -O2 $gencode -Xcompiler=-Wall,-Wextra \
+		-I"$root/client" -I"$root/kernels" -I"$root/proto" \
+		"$here/bench-gpu.cu" "$build/layout_cuda.o" "$build/codec_cuda.o" \
+		"$build/layout_plan.o" "$build/layout_cpu.o" "$build/codec_cpu.o" \
 		-o "$build/bench-gpu"
 	"$NVCC" -O2 "$here/gpu-probe.c" -o "$build/gpu-probe"
 }
@@ -159,7 +175,7 @@ fi
 
 # ---- unit -------------------------------------------------------------------
 unit() {
-	"$build/test-cuda-plan" && "$build/test-cuda-regtab"
+	"$build/test-cuda-plan" && "$build/test-cuda-regtab" && "$build/test-codec-tile"
 }
 export -f unit
 step unit 60 unit
@@ -243,7 +259,8 @@ e2e() {
 	fi
 	ninja -C "$build/meson" || return 1
 	# test-gpu-layout ran above from the direct build.
-	meson test -C "$build/meson" --print-errorlogs test-gpu-client test-gpu-groups
+	meson test -C "$build/meson" --print-errorlogs test-gpu-client test-gpu-groups \
+		test-gpu-codec
 	local rc=$?
 	cp "$build/meson/meson-logs/testlog.txt" "$out/e2e-testlog.txt" 2>/dev/null
 	return "$rc"

@@ -21,8 +21,8 @@ connector stores, so the two engines share blocks of one model.
 or an eighth of a float32 cache's bytes, half or a quarter of a bf16
 one's): restored K/V are then within the codec's rounding of the computed
 ones, not equal, and such blocks are shared only with engines that ask for
-the same codec (kvtier.identity).  The CPU copy path encodes them; a model
-on a GPU takes codec "none".
+the same codec (kvtier.identity).  The CPU copy path encodes them, and the
+CUDA path where kvtier is built with CUDA (kvtier.HAVE_CUDA).
 
 At most floor((n-1)/block) blocks of an n-token prompt are restored: a
 cache that covers the whole prompt makes ``generate`` feed the prompt again.
@@ -73,7 +73,7 @@ class KvtierCache:
     namespace identity (default: the model's path and a fingerprint of its
     weight files).  codec: how blocks are stored, "none" (default),
     "fp8-e4m3" or "int4" (kvtier.CODECS); a model on a GPU is refused one
-    other than none (NotImplementedError)."""
+    other than none (NotImplementedError) where kvtier has no CUDA."""
 
     def __init__(self, model, client: Client | None = None, socket: str | None = None,
                  block_tokens: int = 16, model_name: str | None = None,

@@ -12,7 +12,8 @@ between the cache and kvtierd's pool, so that every tier holds two or four
 times the blocks.  They read float32, float16 and bfloat16 caches; a cache
 that is already fp8 or int8 is stored as it is, never quantised twice (its
 identity's codec is "none", and one INFO line says so).  The CUDA copy
-path does not encode yet: an engine whose cache is on a GPU takes "none".
+path encodes them too where kvtier is built with CUDA (``HAVE_CUDA``); a
+cache on another device takes "none".
 """
 
 import hashlib
@@ -20,7 +21,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from ._kvtier import CODECS
+from ._kvtier import CODECS, HAVE_CUDA
 
 log = logging.getLogger("kvtier")
 
@@ -178,13 +179,16 @@ class ModelIdentity:
 
     def check_device(self, device_type: str, adapter: str) -> None:
         """Refuse (NotImplementedError) a codec other than none for a cache on
-        a device whose copy path does not encode it: only the CPU path
-        quantises and dequantises (the CUDA path refuses coded namespaces)."""
-        if self.codec != "none" and device_type != "cpu":
-            raise NotImplementedError(
-                f"{adapter}: codec {self.codec!r} is encoded by kvtier's CPU copy path only, "
-                f"and this KV cache is on {device_type}; use codec 'none' (the default) "
-                "on this device, or run the engine on the CPU")
+        a device whose copy path does not encode it: the CPU path does, and
+        the CUDA path where this kvtier is built with CUDA (HAVE_CUDA)."""
+        if self.codec == "none" or device_type == "cpu" or (device_type == "cuda" and HAVE_CUDA):
+            return
+        why = ("this kvtier is built without CUDA" if device_type == "cuda"
+               else f"kvtier has no copy path for {device_type}")
+        raise NotImplementedError(
+            f"{adapter}: codec {self.codec!r} is encoded by kvtier's CPU and CUDA copy paths, "
+            f"this KV cache is on {device_type} and {why}; use codec 'none' (the default) "
+            "on this device")
 
 
 def shard_of(rank: int, shards: int, tp_size: int) -> tuple[int, bool]:

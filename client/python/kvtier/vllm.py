@@ -16,8 +16,9 @@ itself does not say ("none", the default; "request"; "session"), and
 "int4" (kvtier.CODECS): quantised by this process's copies, shared only
 with engines that ask for the same codec.  A cache that is fp8 already
 (``--kv-cache-dtype fp8``) is stored as it is whatever the codec; codecs
-are encoded on the CPU only, so a connector on a GPU refuses one other
-than none.
+are encoded on the CPU and, where kvtier is built with CUDA
+(kvtier.HAVE_CUDA), on the GPU; a connector on a GPU without it refuses
+one other than none.
 
 Lifecycle hints: a request may say, in its kv_transfer_params
 (``SamplingParams(extra_args={"kv_transfer_params": {"kvtier": {...}}})``),
