@@ -83,6 +83,8 @@ struct codec_ctx {
 	uint8_t *q;       /* [t * d] int4 codes, before packing */
 	float *pa;        /* [pairs] int4: a pair's min, then the decoded min */
 	float *pb;        /* [pairs] its max, then 1 / scale (the scale, decoding) */
+	uint8_t **rows;   /* [t] the fused paths: where token t's head lies */
+	uint8_t *zero;    /* [d] elements of zeros: a padding token's row */
 };
 
 /* ---- element loops (conversions: codec_elem.h) --------------------- */
@@ -358,6 +360,199 @@ static void decode_tile(struct codec_ctx *c, int per_channel, const uint8_t *til
 		int4_decode_tokens(c, tile);
 }
 
+/* ---- fused paths: a tile straight from and to the engine's rows ------ */
+
+/*
+ * Where a head's elements are contiguous (every layout but K kept column
+ * by column), a tile is coded in passes over the engine's rows themselves,
+ * with no float buffer between them: the conversions are inlined per
+ * dtype, and each pass reads 4 KiB (bfloat16) that stay in L1.  The bytes
+ * are those of the buffered path above, operation for operation.
+ */
+
+/* Element i of a row of dtype (a constant where this is inlined). */
+INLINE float row_elem(const uint8_t *row, int64_t i, uint32_t dtype)
+{
+	uint32_t u;
+	uint16_t h;
+
+	if (dtype == KVT_DTYPE_FLOAT32) {
+		memcpy(&u, row + 4 * i, 4);
+		return kvt_f32_from_bits(u);
+	}
+	memcpy(&h, row + 2 * i, 2);
+	return dtype == KVT_DTYPE_BFLOAT16 ? kvt_bf16_to_f32(h) : kvt_f16_to_f32(h);
+}
+
+INLINE void row_store(uint8_t *row, int64_t i, float x, uint32_t dtype)
+{
+	uint32_t u;
+	uint16_t h;
+
+	if (dtype == KVT_DTYPE_FLOAT32) {
+		u = kvt_f32_bits(x);
+		memcpy(row + 4 * i, &u, 4);
+		return;
+	}
+	h = dtype == KVT_DTYPE_BFLOAT16 ? kvt_f32_to_bf16(x) : kvt_f32_to_f16(x);
+	memcpy(row + 2 * i, &h, 2);
+}
+
+/* Partial maxima of the fused reductions: enough independent chains to
+ * hide a max's latency, in a few vector registers. */
+#define AMAX_LANES 64
+
+/*
+ * The largest |x| of T rows of D elements, NaNs left out, as abs_max()
+ * finds it.  On the bits: |x|'s bits order as |x| does, so halves are
+ * compared as 16-bit integers (bfloat16 NaNs above 0x7f80, half's above
+ * 0x7c00) and float32 as 32-bit ones, in twice or as many lanes as
+ * floats would take.
+ */
+INLINE float rows_abs_max(const uint8_t *const *rows, int64_t T, int64_t D, uint32_t dtype)
+{
+	if (dtype == KVT_DTYPE_FLOAT32) {
+		int32_t m[AMAX_LANES] = {0}, top = 0;
+
+		for (int64_t t = 0; t < T; t++) {
+			const uint8_t *r = rows[t];
+			int64_t i = 0;
+
+			for (; i + AMAX_LANES <= D; i += AMAX_LANES)
+				for (int j = 0; j < AMAX_LANES; j++) {
+					uint32_t u;
+					int32_t a;
+
+					memcpy(&u, r + 4 * (i + j), 4);
+					a = (int32_t)(u & 0x7fffffff);
+					a = a > 0x7f800000 ? 0 : a;
+					m[j] = a > m[j] ? a : m[j];
+				}
+			for (; i < D; i++) {
+				uint32_t u;
+				int32_t a;
+
+				memcpy(&u, r + 4 * i, 4);
+				a = (int32_t)(u & 0x7fffffff);
+				a = a > 0x7f800000 ? 0 : a;
+				m[0] = a > m[0] ? a : m[0];
+			}
+		}
+		for (int j = 0; j < AMAX_LANES; j++)
+			top = m[j] > top ? m[j] : top;
+		return kvt_f32_from_bits((uint32_t)top);
+	} else {
+		int16_t m[AMAX_LANES] = {0}, top = 0;
+		int16_t nan = dtype == KVT_DTYPE_BFLOAT16 ? 0x7f80 : 0x7c00;
+
+		for (int64_t t = 0; t < T; t++) {
+			const uint8_t *r = rows[t];
+			int64_t i = 0;
+
+			for (; i + AMAX_LANES <= D; i += AMAX_LANES)
+				for (int j = 0; j < AMAX_LANES; j++) {
+					uint16_t h;
+					int16_t a;
+
+					memcpy(&h, r + 2 * (i + j), 2);
+					a = (int16_t)(h & 0x7fff);
+					a = a > nan ? 0 : a;
+					m[j] = a > m[j] ? a : m[j];
+				}
+			for (; i < D; i++) {
+				uint16_t h;
+				int16_t a;
+
+				memcpy(&h, r + 2 * i, 2);
+				a = (int16_t)(h & 0x7fff);
+				a = a > nan ? 0 : a;
+				m[0] = a > m[0] ? a : m[0];
+			}
+		}
+		for (int j = 0; j < AMAX_LANES; j++)
+			top = m[j] > top ? m[j] : top;
+		return dtype == KVT_DTYPE_BFLOAT16 ? kvt_bf16_to_f32((uint16_t)top)
+						   : kvt_f16_to_f32((uint16_t)top);
+	}
+}
+
+/* fp8_encode() of a tile whose rows (padding: a row of zeros) are read in
+ * place. */
+INLINE void fp8_gather_rows(const uint8_t *const *rows, int64_t T, int64_t D, uint8_t *tile,
+			    uint32_t dtype)
+{
+	float scale = kvt_fp8_scale(rows_abs_max(rows, T, D, dtype)), inv = 1.0f / scale;
+	uint8_t *q = tile + 4;
+
+	memcpy(tile, &scale, 4);
+	if (scale == 0.0f) {
+		memset(q, 0, (size_t)(T * D));
+	} else if (isinf(inv)) {
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t d = 0; d < D; d++)
+				q[t * D + d] = kvt_e4m3_encode(row_elem(rows[t], d, dtype) / scale);
+	} else {
+		for (int64_t t = 0; t < T; t++) {
+			const uint8_t *restrict r = rows[t];
+			uint8_t *restrict o = q + t * D;
+
+			for (int64_t d = 0; d < D; d++)
+				o[d] = kvt_e4m3_encode(row_elem(r, d, dtype) * inv);
+		}
+	}
+}
+
+/* fp8_decode() and write_tile() in one pass; rows[t] NULL: padding. */
+INLINE void fp8_scatter_rows(uint8_t *const *rows, int64_t T, int64_t D, const uint8_t *tile,
+			     uint32_t dtype)
+{
+	const uint8_t *q = tile + 4;
+	float scale;
+
+	memcpy(&scale, tile, 4);
+	for (int64_t t = 0; t < T; t++) {
+		uint8_t *restrict r = rows[t];
+		const uint8_t *restrict c = q + t * D;
+
+		if (!r)
+			continue;
+		for (int64_t d = 0; d < D; d++)
+			row_store(r, d, kvt_e4m3_decode(c[d]) * scale, dtype);
+	}
+}
+
+CODEC_CLONES static void fp8_gather_tile(const uint8_t *const *rows, int64_t T, int64_t D,
+					 uint8_t *tile, uint32_t dtype)
+{
+	switch (dtype) {
+	case KVT_DTYPE_BFLOAT16:
+		fp8_gather_rows(rows, T, D, tile, KVT_DTYPE_BFLOAT16);
+		break;
+	case KVT_DTYPE_FLOAT16:
+		fp8_gather_rows(rows, T, D, tile, KVT_DTYPE_FLOAT16);
+		break;
+	default:
+		fp8_gather_rows(rows, T, D, tile, KVT_DTYPE_FLOAT32);
+		break;
+	}
+}
+
+CODEC_CLONES static void fp8_scatter_tile(uint8_t *const *rows, int64_t T, int64_t D,
+					  const uint8_t *tile, uint32_t dtype)
+{
+	switch (dtype) {
+	case KVT_DTYPE_BFLOAT16:
+		fp8_scatter_rows(rows, T, D, tile, KVT_DTYPE_BFLOAT16);
+		break;
+	case KVT_DTYPE_FLOAT16:
+		fp8_scatter_rows(rows, T, D, tile, KVT_DTYPE_FLOAT16);
+		break;
+	default:
+		fp8_scatter_rows(rows, T, D, tile, KVT_DTYPE_FLOAT32);
+		break;
+	}
+}
+
 /* ---- the engine's side ---------------------------------------------- */
 
 /* Head h of the block's tokens in (layer, plane) into c->x. */
@@ -405,6 +600,43 @@ CODEC_CLONES static void write_tile(struct codec_ctx *c, int64_t layer, int64_t 
 			store_elems(base + kvt_geom_engine_offset(g, plane, page, token, h), x, D,
 				    c->dtype);
 	}
+}
+
+/* Whether (plane) of a tile takes the fused paths: its heads are rows. */
+static int tile_fused(const struct codec_ctx *c, int64_t plane)
+{
+	return !(plane == 0 && c->g->k_column_elem) && c->codec == KVT_CODEC_FP8_E4M3;
+}
+
+/* c->rows of head h of the block's tokens in (layer, plane); a padding
+ * token's is pad. */
+static void locate_rows(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h,
+			uint8_t *pad)
+{
+	const struct kvt_geom *g = c->g;
+	uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
+
+	for (int64_t t = 0; t < c->t; t++)
+		c->rows[t] = c->page[t] < 0 ? pad
+					    : base + kvt_geom_engine_offset(g, plane, c->page[t],
+									    c->token[t], h);
+}
+
+static void gather_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h,
+			 uint8_t *tile, uint64_t bytes)
+{
+	uint64_t used = 4 + (uint64_t)(c->t * c->d);
+
+	locate_rows(c, layer, plane, h, c->zero);
+	fp8_gather_tile((const uint8_t *const *)c->rows, c->t, c->d, tile, c->dtype);
+	memset(tile + used, 0, bytes - used);
+}
+
+static void scatter_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h,
+			  const uint8_t *tile)
+{
+	locate_rows(c, layer, plane, h, NULL);
+	fp8_scatter_tile(c->rows, c->t, c->d, tile, c->dtype);
 }
 
 /* Where block b's tokens live. */
@@ -476,7 +708,9 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 	/* int4's pairs: D (K), or T * D / G (V), fewer than T * D. */
 	c.pa = malloc((size_t)(c.t * c.d) * sizeof(float));
 	c.pb = malloc((size_t)(c.t * c.d) * sizeof(float));
-	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb) {
+	c.rows = malloc((size_t)c.t * sizeof(*c.rows));
+	c.zero = calloc((size_t)c.d, cg.elem_bytes);
+	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb || !c.rows || !c.zero) {
 		r = -ENOMEM;
 		goto finish;
 	}
@@ -491,7 +725,11 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 				for (int64_t h = 0; h < g->heads; h++) {
 					int per_channel = g->planes == 2 && p == 0;
 
-					if (to_block) {
+					if (tile_fused(&c, p) && to_block) {
+						gather_fused(&c, l, p, h, block, c.tile[p]);
+					} else if (tile_fused(&c, p)) {
+						scatter_fused(&c, l, p, h, block);
+					} else if (to_block) {
 						read_tile(&c, l, p, h);
 						encode_tile(&c, per_channel, block, c.tile[p]);
 					} else {
@@ -509,5 +747,7 @@ finish:
 	free(c.q);
 	free(c.pa);
 	free(c.pb);
+	free(c.rows);
+	free(c.zero);
 	return r;
 }

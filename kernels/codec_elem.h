@@ -116,18 +116,22 @@ KVT_CODEC_FN uint16_t kvt_f32_to_f16_sat(float f)
 /* OCP E4M3FN: bias 7, no infinities, S.1111.111 is NaN, 448 the largest. */
 KVT_CODEC_FN uint8_t kvt_e4m3_encode(float y)
 {
-	/* Saturate first (in float, a min): then nothing rounds past 448. */
-	float m = fabsf(y) < 448.0f ? fabsf(y) : 448.0f;
-	int32_t a = (int32_t)kvt_f32_bits(m);
-	uint32_t sign = (kvt_f32_bits(y) >> 24) & 0x80;
-	/* Normals (from 2^-6): 3 mantissa bits, to nearest even. */
-	int32_t normal = (int32_t)(((uint32_t)a + 0x7ffff + (((uint32_t)a >> 20) & 1)) >> 20) -
-			 (120 << 3);
+	/* On |y|'s bits, as signed integers: they order as |y| does, and
+	 * saturating there first (a NaN too, which is tested for last) leaves
+	 * nothing that rounds past 448. */
+	uint32_t u = kvt_f32_bits(y);
+	int32_t a = (int32_t)(u & 0x7fffffff);
+	int32_t m = a < 0x43e00000 ? a : 0x43e00000;
+	/* Normals (from 2^-6): 3 mantissa bits, to nearest even, and the
+	 * exponent's bias moved from 127 to 7 in the same addition. */
+	int32_t normal =
+		(int32_t)(((uint32_t)m + (0x7ffffu - (120u << 23)) + (((uint32_t)m >> 20) & 1)) >> 20);
 	/* Below 2^-6: steps of 2^-9, the ulp of 2^14 in f32. */
-	int32_t sub = (int32_t)(kvt_f32_bits(KVT_FADD(m, 16384.0f)) - kvt_f32_bits(16384.0f));
-	int32_t c = a < 0x3c800000 ? sub : normal;
+	int32_t sub = (int32_t)(kvt_f32_bits(KVT_FADD(kvt_f32_from_bits((uint32_t)m), 16384.0f)) -
+				kvt_f32_bits(16384.0f));
+	int32_t c = m < 0x3c800000 ? sub : normal;
 
-	return (uint8_t)(y != y ? 0x7f : (uint32_t)c | sign);
+	return (uint8_t)(a > 0x7f800000 ? 0x7f : (uint32_t)c | ((u >> 24) & 0x80));
 }
 
 KVT_CODEC_FN float kvt_e4m3_decode(uint8_t c)
