@@ -136,12 +136,15 @@ KVT_CODEC_FN uint8_t kvt_e4m3_encode(float y)
 
 KVT_CODEC_FN float kvt_e4m3_decode(uint8_t c)
 {
-	uint32_t sign = (uint32_t)(c & 0x80) << 24, e = (c >> 3) & 0xf, m = c & 7;
-	uint32_t normal = ((e + 120) << 23) | (m << 20);
-	uint32_t sub = kvt_f32_bits(KVT_FMUL((float)m, 0x1p-9f));
-	uint32_t bits = e == 0 ? sub : normal;
+	/* |c|'s exponent and mantissa fields land in f32's with one shift;
+	 * the exponent's bias moves from 7 to 127 in an addition.
+	 * Subnormals (exponent 0): m * 2^-9. */
+	uint32_t v = c & 0x7f;
+	uint32_t normal = (v << 20) + (120u << 23);
+	uint32_t sub = kvt_f32_bits(KVT_FMUL((float)v, 0x1p-9f));
+	uint32_t bits = v < 8 ? sub : normal;
 
-	bits = (c & 0x7f) == 0x7f ? 0x7fc00000 : bits | sign;
+	bits = v == 0x7f ? 0x7fc00000 : bits | (uint32_t)(c & 0x80) << 24;
 	return kvt_f32_from_bits(bits);
 }
 
