@@ -502,22 +502,63 @@ INLINE void fp8_gather_rows(const uint8_t *const *rows, int64_t T, int64_t D, ui
 	}
 }
 
+/*
+ * Where no element of a tile can decode to a NaN (no NaN code, and a
+ * finite scale, so no 0 * inf either), kvt_e4m3_decode() and
+ * kvt_f32_to_bf16() without their NaN cases: the same bits, two selects
+ * fewer an element.
+ */
+INLINE float e4m3_decode_number(uint8_t c)
+{
+	uint32_t v = c & 0x7f;
+	uint32_t normal = (v << 20) + (120u << 23);
+	uint32_t sub = kvt_f32_bits((float)v * 0x1p-9f);
+
+	return kvt_f32_from_bits((v < 8 ? sub : normal) | (uint32_t)(c & 0x80) << 24);
+}
+
+INLINE uint16_t bf16_of_number(float f)
+{
+	uint32_t u = kvt_f32_bits(f);
+
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* Whether n codes hold a NaN (S.1111.111). */
+INLINE int e4m3_any_nan(const uint8_t *q, int64_t n)
+{
+	uint8_t any = 0;
+
+	for (int64_t i = 0; i < n; i++)
+		any |= (q[i] & 0x7f) == 0x7f;
+	return any;
+}
+
 /* fp8_decode() and write_tile() in one pass; rows[t] NULL: padding. */
 INLINE void fp8_scatter_rows(uint8_t *const *rows, int64_t T, int64_t D, const uint8_t *tile,
 			     uint32_t dtype)
 {
 	const uint8_t *q = tile + 4;
 	float scale;
+	int numbers;
 
 	memcpy(&scale, tile, 4);
+	numbers = dtype == KVT_DTYPE_BFLOAT16 && isfinite(scale) && !e4m3_any_nan(q, T * D);
 	for (int64_t t = 0; t < T; t++) {
 		uint8_t *restrict r = rows[t];
 		const uint8_t *restrict c = q + t * D;
 
 		if (!r)
 			continue;
-		for (int64_t d = 0; d < D; d++)
-			row_store(r, d, kvt_e4m3_decode(c[d]) * scale, dtype);
+		if (numbers)
+			for (int64_t d = 0; d < D; d++) {
+				uint16_t h = bf16_of_number(e4m3_decode_number(c[d]) * scale);
+
+				memcpy(r + 2 * d, &h, 2);
+			}
+		else
+			for (int64_t d = 0; d < D; d++)
+				row_store(r, d, kvt_e4m3_decode(c[d]) * scale, dtype);
 	}
 }
 
