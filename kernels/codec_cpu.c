@@ -476,14 +476,93 @@ INLINE float rows_abs_max(const uint8_t *const *rows, int64_t T, int64_t D, uint
 	}
 }
 
+/* The largest of |x|'s bits over T rows of bfloat16, NaNs included: at
+ * most 0x7f7f where every element is finite, and then the bits of
+ * rows_abs_max()'s answer. */
+INLINE uint16_t rows_abs_bits_bf16(const uint8_t *const *rows, int64_t T, int64_t D)
+{
+	uint16_t m[AMAX_LANES] = {0}, top = 0;
+
+	for (int64_t t = 0; t < T; t++) {
+		const uint8_t *r = rows[t];
+		int64_t i = 0;
+
+		for (; i + AMAX_LANES <= D; i += AMAX_LANES)
+			for (int j = 0; j < AMAX_LANES; j++) {
+				uint16_t h;
+
+				memcpy(&h, r + 2 * (i + j), 2);
+				h &= 0x7fff;
+				m[j] = h > m[j] ? h : m[j];
+			}
+		for (; i < D; i++) {
+			uint16_t h;
+
+			memcpy(&h, r + 2 * i, 2);
+			h &= 0x7fff;
+			m[0] = h > m[0] ? h : m[0];
+		}
+	}
+	for (int j = 0; j < AMAX_LANES; j++)
+		top = m[j] > top ? m[j] : top;
+	return top;
+}
+
+/* kvt_e4m3_encode() of a y that is not a NaN. */
+INLINE uint8_t e4m3_encode_number(float y)
+{
+	uint32_t u = kvt_f32_bits(y);
+	int32_t a = (int32_t)(u & 0x7fffffff);
+	int32_t m = a < 0x43e00000 ? a : 0x43e00000;
+	int32_t normal =
+		(int32_t)(((uint32_t)m + (0x7ffffu - (120u << 23)) + (((uint32_t)m >> 20) & 1)) >> 20);
+	int32_t sub = (int32_t)(kvt_f32_bits(kvt_f32_from_bits((uint32_t)m) + 16384.0f) -
+				kvt_f32_bits(16384.0f));
+
+	return (uint8_t)((uint32_t)(m < 0x3c800000 ? sub : normal) | ((u >> 24) & 0x80));
+}
+
+/*
+ * A bfloat16 tile whose elements are all finite, with a scale that is
+ * neither 0 nor so small that 1 / scale overflows: no product x * inv is
+ * a NaN, so the encoding drops its NaN case (the same bytes).
+ */
+INLINE int fp8_gather_numbers_bf16(const uint8_t *const *rows, int64_t T, int64_t D,
+				   uint8_t *tile)
+{
+	uint16_t top = rows_abs_bits_bf16(rows, T, D);
+	float scale = kvt_fp8_scale(kvt_bf16_to_f32(top)), inv = 1.0f / scale;
+	uint8_t *q = tile + 4;
+
+	if (top >= 0x7f80 || scale == 0.0f || isinf(inv))
+		return 0;
+	memcpy(tile, &scale, 4);
+	for (int64_t t = 0; t < T; t++) {
+		const uint8_t *restrict r = rows[t];
+		uint8_t *restrict o = q + t * D;
+
+		for (int64_t d = 0; d < D; d++) {
+			uint16_t h;
+
+			memcpy(&h, r + 2 * d, 2);
+			o[d] = e4m3_encode_number(kvt_bf16_to_f32(h) * inv);
+		}
+	}
+	return 1;
+}
+
 /* fp8_encode() of a tile whose rows (padding: a row of zeros) are read in
  * place. */
 INLINE void fp8_gather_rows(const uint8_t *const *rows, int64_t T, int64_t D, uint8_t *tile,
 			    uint32_t dtype)
 {
-	float scale = kvt_fp8_scale(rows_abs_max(rows, T, D, dtype)), inv = 1.0f / scale;
+	float scale, inv;
 	uint8_t *q = tile + 4;
 
+	if (dtype == KVT_DTYPE_BFLOAT16 && fp8_gather_numbers_bf16(rows, T, D, tile))
+		return;
+	scale = kvt_fp8_scale(rows_abs_max(rows, T, D, dtype));
+	inv = 1.0f / scale;
 	memcpy(tile, &scale, 4);
 	if (scale == 0.0f) {
 		memset(q, 0, (size_t)(T * D));
