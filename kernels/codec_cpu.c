@@ -8,6 +8,8 @@
  * T tokens of that head into a float buffer [T][D] (padding tokens read
  * as zeros), takes its scale(s) and writes the tile; scatter decodes a
  * tile into the buffer and writes back the tokens that are not padding.
+ * fp8 skips the buffer where a head's elements are contiguous: it codes
+ * straight from and into the engine's rows (the fused paths below).
  * Where an element lives comes from layout.h, as for the uncoded copies.
  * The loops over the buffer are plain loops over contiguous arrays, with
  * conversions done by bit arithmetic and selects rather than branches, so
