@@ -146,7 +146,7 @@ static void bench_init(struct bench *b, enum layout_kind kind, uint32_t n_layers
 			      .stride_page = tokens * H * hb,
 			      .stride_token = H * hb, .stride_head = hb,
 			      .n_pages = (uint64_t)np, .flags = 0,
-			      .elem_bytes = 0};
+			      .elem_bytes = 0, .dtype = 0, .codec = KVT_CODEC_NONE};
 	layer_bytes = np * planes * tokens * H * hb;
 	CUDA_OK(cudaMalloc((void **)&b->engine, (size_t)layer_bytes * n_layers));
 	CUDA_OK(cudaMemset(b->engine, 0x3c, (size_t)layer_bytes * n_layers));
