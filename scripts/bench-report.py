@@ -4,7 +4,7 @@
 
 Usage: scripts/bench-report.py RESULTS_DIR
 
-Reads host.json, nvme.json and scale.json (each optional: a part that was
+Reads host.json, nvme.json, scale.json and codec.json (each optional: a part that was
 skipped or failed is said to be so), machine.txt and timing.txt, and writes
 into the same directory:
 
@@ -252,6 +252,25 @@ def nvme_section(n, P):
     return out
 
 
+def codec_section(c, P):
+    out = []
+    out.append(
+        "A bfloat16 paged cache of Llama-3-8B's shape, %d MiB a round, %d pairs; GB/s of logical "
+        "(bfloat16) bytes; ratios are medians of the pairs'.\n" % (c["mib"], c["pairs"]))
+    out.append("| codec | slot bytes | store GB/s | load GB/s | store+load GB/s | vs memcpy | vs codec none |")
+    out.append("|---|---|---|---|---|---|---|")
+    for key, label in (("memcpy", "memcpy"), ("none", "none"), ("fp8", "fp8-e4m3"), ("int4", "int4")):
+        o = c.get(key)
+        if not o:
+            continue
+        out.append("| %s | %d | %.2f | %.2f | %.2f | %s | %s |" % (
+            label, o["slot"], o["store_gbs"], o["load_gbs"], o["gbs"],
+            "%.3f" % o["vs_memcpy"] if "vs_memcpy" in o else "",
+            "%.3f" % o["vs_none"] if "vs_none" in o else ""))
+    out.append("")
+    return out
+
+
 def scale_section(s, P):
     out = []
     ix = s["index"]
@@ -387,6 +406,7 @@ def main():
     host, hwhy = load(d, "host")
     nvme, nwhy = load(d, "nvme")
     scale, swhy = load(d, "scale")
+    codec, cwhy = load(d, "codec")
     P = Plots(d)
 
     mode = m.get("mode", "?")
@@ -415,6 +435,7 @@ def main():
         ("Control plane: round trips against a bare AF_UNIX ping-pong", control_section, host, hwhy),
         ("NVMe tier: spill and restore against fio", nvme_section, nvme, nwhy),
         ("Scale: the index and recovery", scale_section, scale, swhy),
+        ("Codecs: fp8-e4m3 and int4 on the CPU copy path", codec_section, codec, cwhy),
     )
     for title, section, results, why in parts:
         out.append("### %s\n" % title)
