@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "codec.h"
 
@@ -30,4 +31,23 @@ static inline double codec_bf16_bound(uint32_t codec, float x, float amax, float
 		b = (hi - lo) / 15.0 * (0.5 + 16 * 0x1p-11) + ldexp(fabs(lo), -11) +
 		    ldexp(fabs(x), -20) + 0x1p-24;
 	return b + ldexp(fabs(x) + b, -8);
+}
+
+/*
+ * The bits of a bfloat16 test value: uniform in [-mag, mag) from the
+ * xorshift64 state *x, eight times larger on one channel in 37 (the
+ * outliers a codec's scales must carry).
+ */
+static inline uint16_t codec_test_bf16(uint64_t *x, float mag, unsigned channel)
+{
+	float v;
+	uint32_t u;
+
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	v = ((float)(*x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * mag *
+	    (channel % 37 == 0 ? 8.0f : 1.0f);
+	memcpy(&u, &v, 4);
+	return (uint16_t)(u >> 16);
 }

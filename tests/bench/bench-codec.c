@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "../codec-bound.h"
 #include "bench-util.h"
 #include "codec.h"
 #include "kvt-proto.h"
@@ -124,16 +125,7 @@ static void cache_fill(struct cache *c, uint64_t pages)
 						float mag = ldexpf(1.0f, (int)((l + p * 3 + h) % 8) - 4);
 
 						for (int i = 0; i < D; i++) {
-							float v;
-							uint32_t u;
-
-							x ^= x << 13;
-							x ^= x >> 7;
-							x ^= x << 17;
-							v = ((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) *
-							    mag * (i % 37 == 0 ? 8.0f : 1.0f);
-							memcpy(&u, &v, 4);
-							u >>= 16;
+							uint16_t u = codec_test_bf16(&x, mag, (unsigned)i);
 							memcpy(e + 2 * i, &u, 2);
 						}
 					}

@@ -1221,16 +1221,7 @@ static void codec_fill(struct bench *b)
 						float mag = ldexpf(1.0f, (int)((l + p * 3 + h + g) % 8) - 4);
 
 						for (unsigned i = 0; i < HEAD_BYTES / 2; i++) {
-							float v;
-							uint32_t u;
-
-							x ^= x << 13;
-							x ^= x >> 7;
-							x ^= x << 17;
-							v = ((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) *
-							    mag * (i % 37 == 0 ? 8.0f : 1.0f);
-							memcpy(&u, &v, 4);
-							u >>= 16;
+							uint16_t u = codec_test_bf16(&x, mag, i);
 							memcpy(e + 2 * i, &u, 2);
 						}
 					}
