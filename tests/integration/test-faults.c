@@ -31,6 +31,7 @@
  *
  * Prints a table: site, N, outcome.  KVT_FAULT_SITE=NAME runs one site only.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -135,12 +136,12 @@ static bool query_try(const struct daemon *d, struct totals *t)
 		memset(t, 0, sizeof(*t));
 		int r = kvt_client_connect(d->socket, "checker", &c);
 		if (r == 0) {
-			uint64_t t0 = now_ms();
 			r = kvt_stats(c, KVT_STATS_ALL, totals_cb, t);
 			kvt_client_free(c);
-			/* A failed answer says so at once (the client gives
-			 * up on a silent daemon after KVTIER_TIMEOUT_MS). */
-			CHECK(r == 0 || now_ms() - t0 < 4000, "a statistics query was never answered");
+			/* A failed answer says so: only a daemon that never
+			 * answers makes the client give up (-ETIMEDOUT after
+			 * KVTIER_TIMEOUT_MS). */
+			CHECK(r != -ETIMEDOUT, "a statistics query was never answered");
 		}
 		/* One that says it is whole must be. */
 		if (r == 0) {
