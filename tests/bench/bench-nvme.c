@@ -277,13 +277,17 @@ static void describe_fs(const char *path, char *out, size_t size)
  * watermarks of 0 %: every committed block is written back at once, so
  * that "spilled" has an end to time.  With the defaults (80 %/60 % of the
  * quota) write-back starts only above 80 % and stops at 60 %: a set the
- * size of the pool would never be entirely on disk.
+ * size of the pool would never be entirely on disk.  Eviction is plain
+ * LRU: the set stored or restored last takes the whole pool.  A policy
+ * that weighs how often a block was used (lrfu-admit, the default) keeps
+ * some blocks of the other set, whose restore would then not be from NVMe
+ * alone.
  */
 static void daemon_start(int engine)
 {
 	uint64_t extent = opt.set_bytes % (256 * MIB) ? 64 * MIB : 256 * MIB;
 	bench_daemon_config(&daemon_state,
-			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\n"
+			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\neviction = lru\n"
 			    "[nvme]\nengine = %s\nqueue_depth = %u\n"
 			    "writeback_high = 0%%\nwriteback_low = 0%%\n"
 			    "[spill.bench]\npath = %s\ncapacity = %lluM\n"
