@@ -51,3 +51,16 @@ static inline uint16_t codec_test_bf16(uint64_t *x, float mag, unsigned channel)
 	memcpy(&u, &v, 4);
 	return (uint16_t)(u >> 16);
 }
+
+/* The bfloat16 at p, as a float. */
+static inline float codec_test_bf16_at(const uint8_t *p)
+{
+	uint16_t h;
+	uint32_t u;
+	float f;
+
+	memcpy(&h, p, 2);
+	u = (uint32_t)h << 16;
+	memcpy(&f, &u, 4);
+	return f;
+}

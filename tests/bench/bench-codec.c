@@ -96,18 +96,6 @@ static void cache_init(struct cache *c, uint64_t pages)
 			      .stride_head = D * 2, .n_pages = pages};
 }
 
-static float bf16_value(const uint8_t *p)
-{
-	uint16_t h;
-	uint32_t u;
-	float f;
-
-	memcpy(&h, p, 2);
-	u = (uint32_t)h << 16;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 /* Values as a model's K and V might hold them: each (layer, plane, head)
  * its own magnitude (2^-4 .. 2^3), a few channels larger still. */
 static void cache_fill(struct cache *c, uint64_t pages)
@@ -188,14 +176,14 @@ static void verify_sample(const struct bench *b, int who, uint64_t round)
 	 ((tt) * HEADS + h) * D * 2 + (ii) * 2)
 		for (uint64_t tt = 0; tt < BT; tt++)
 			for (uint64_t ii = 0; ii < D; ii++) {
-				float e = bf16_value(AT(b->src, tt, ii));
+				float e = codec_test_bf16_at(AT(b->src, tt, ii));
 
 				amax = fmaxf(amax, fabsf(e));
 				lo = fminf(lo, e);
 				hi = fmaxf(hi, e);
 			}
-		v = bf16_value(AT(b->src, t, i));
-		got = bf16_value(AT(b->dst, t, i));
+		v = codec_test_bf16_at(AT(b->src, t, i));
+		got = codec_test_bf16_at(AT(b->dst, t, i));
 #undef AT
 		tol = (who == C_FP8 ? amax / 16 : (hi - lo) / 15) + ldexpf(fabsf(v), -8);
 		if (!(fabsf(got - v) <= tol))

@@ -1189,18 +1189,6 @@ static void evict_host(struct bench *b, uint64_t tenant, uint32_t codec)
 		    (unsigned long long)b->n, r < 0 ? kvt_client_error(b->c) : "some not resident?");
 }
 
-static float bf16_at(const uint8_t *p)
-{
-	uint16_t h;
-	uint32_t u;
-	float f;
-
-	memcpy(&h, p, 2);
-	u = (uint32_t)h << 16;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 /* Element (l, p, g, t, h, i) of the context's pages. */
 static uint8_t *context_at(void *const *layers, uint64_t n, unsigned l, unsigned p, uint64_t g,
 			   unsigned t, unsigned h, unsigned i)
@@ -1241,7 +1229,7 @@ static void codec_check_tile(struct bench *b, uint32_t codec, uint64_t g, unsign
 
 	for (unsigned t = 0; t < BLOCK_TOKENS; t++)
 		for (unsigned i = 0; i < D; i++)
-			amax = fmaxf(amax, fabsf(bf16_at(context_at(b->src_layers, b->n, l, p, g, t, h, i))));
+			amax = fmaxf(amax, fabsf(codec_test_bf16_at(context_at(b->src_layers, b->n, l, p, g, t, h, i))));
 	for (unsigned t = 0; t < BLOCK_TOKENS; t++)
 		for (unsigned i = 0; i < D; i++) {
 			/* int4's group: K, channel i over the tokens; V,
@@ -1249,14 +1237,14 @@ static void codec_check_tile(struct bench *b, uint32_t codec, uint64_t g, unsign
 			float lo = INFINITY, hi = -INFINITY;
 			unsigned n = p == 0 ? BLOCK_TOKENS : KVT_INT4_GROUP;
 			for (unsigned j = 0; j < n; j++) {
-				float y = bf16_at(p == 0 ? context_at(b->src_layers, b->n, l, p, g, j, h, i)
+				float y = codec_test_bf16_at(p == 0 ? context_at(b->src_layers, b->n, l, p, g, j, h, i)
 							 : context_at(b->src_layers, b->n, l, p, g, t, h,
 								      i / KVT_INT4_GROUP * KVT_INT4_GROUP + j));
 				lo = fminf(lo, y);
 				hi = fmaxf(hi, y);
 			}
-			float x = bf16_at(context_at(b->src_layers, b->n, l, p, g, t, h, i));
-			float got = bf16_at(context_at(b->dst_layers, b->n, l, p, g, t, h, i));
+			float x = codec_test_bf16_at(context_at(b->src_layers, b->n, l, p, g, t, h, i));
+			float got = codec_test_bf16_at(context_at(b->dst_layers, b->n, l, p, g, t, h, i));
 			if (!(fabs((double)got - x) <= codec_bf16_bound(codec, x, amax, lo, hi)))
 				die("%s: block %llu (layer %u, plane %u, token %u, head %u, %u) came back as %a, stored %a",
 				    kvt_codec_name(codec), (unsigned long long)g, l, p, t, h, i, got, x);
