@@ -377,7 +377,7 @@ static int keys_status_op(kvt_ns *ns, uint16_t op, uint32_t arg, const uint8_t *
 	if (!ns || (n && !keys))
 		return -EINVAL;
 	kvt_client *c = ns->c;
-	int r = 0, found = 0;
+	int r = 0, found = 0, again = 0;
 	int32_t *st = malloc(sizeof(int32_t) * (n ? n : 1));
 	if (!st)
 		return -ENOMEM;
@@ -391,9 +391,15 @@ static int keys_status_op(kvt_ns *ns, uint16_t op, uint32_t arg, const uint8_t *
 		if (r < 0)
 			break;
 		found += count_ok(st + off, k);
+		for (uint32_t i = 0; i < k; i++)
+			again |= st[off + i] == -EAGAIN;
 	}
 	pthread_mutex_unlock(&c->lock);
 	free(st);
+	/* A DELETE the daemon cannot do yet (its NVMe tier is recovering)
+	 * must not read as "not there". */
+	if (r == 0 && again && op == KVT_OP_DELETE)
+		r = -EAGAIN;
 	return r < 0 ? r : found;
 }
 

@@ -391,7 +391,15 @@ KVT_EXPORT int kvt_release(kvt_client *c, const uint64_t *handles, size_t n,
 
 /** Mark blocks used.  \return how many were resident, or a negative errno */
 KVT_EXPORT int kvt_touch(kvt_ns *ns, const uint8_t *keys, size_t n);
-/** Delete blocks.  \return how many existed, or a negative errno */
+/**
+ * Delete blocks.  The reply comes once their NVMe copies are erased, so
+ * that no restart brings a deleted block back; a block whose copy could
+ * not be erased (an I/O error: it may come back) is not counted.
+ * \return how many existed and are deleted, -EAGAIN when the daemon is
+ *         still recovering its NVMe tier (the keys it refused for that
+ *         reason are not deleted: delete them again once it has
+ *         finished), or another negative errno
+ */
 KVT_EXPORT int kvt_delete(kvt_ns *ns, const uint8_t *keys, size_t n);
 
 /*

@@ -58,6 +58,11 @@ static void block_ready_send(struct manager *m, struct ns *ns, const uint8_t *ke
 	kvt_buf_free(&b);
 }
 
+static void on_erasure_ended(void *userdata)
+{
+	requests_erasures_ended(userdata);
+}
+
 static void on_block_ready(void *userdata, struct ns *ns, const uint8_t *key)
 {
 	block_ready_send(userdata, ns, key, false);
@@ -137,6 +142,7 @@ int manager_new(struct config *c, struct manager **ret)
 		manager_free(m);
 		return r;
 	}
+	m->store.erasure_ended = on_erasure_ended;
 	m->store.block_ready = on_block_ready;
 	m->store.run_block_ready = on_run_block_ready;
 	m->store.run_ready = on_run_ready;

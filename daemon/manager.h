@@ -34,6 +34,7 @@ struct manager_counters {
 	uint64_t dispatch_max_ns;
 	uint64_t dispatches_slow; /* of MANAGER_SLOW_DISPATCH_NS or more */
 	uint64_t memory_waits;    /* requests that waited off the loop for an extent's memory */
+	uint64_t erasure_waits;   /* DELETEs and drops answered after NVMe erasures */
 };
 
 /* A dispatch this long is a stall a one-key lookup beside it would feel. */
@@ -76,6 +77,7 @@ struct manager {
 	bool accept_probe;             /* probe for descriptors before accepting */
 	LIST_HEAD(session_list, session) sessions; /* newest first */
 	uint32_t n_sessions;
+	uint32_t erasure_waiters; /* sessions waiting for NVMe erasures (requests.c) */
 	const struct session_ops *session_ops;
 	struct turns turns; /* sessions with work left, in turn */
 	uint32_t next_session_id;

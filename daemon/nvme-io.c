@@ -169,24 +169,31 @@ static void erase_done(struct io_req *req, int result, void *userdata)
 	/* Reusable only now: a new header must not race the zeros.  A
 	 * write-back may have been waiting for this room. */
 	spill_slot_free(op->region, op->slot);
+	store_nvme_erased(n->store, op->erase_ns, op->erase_token, result >= 0);
 	nvme_op_free(op);
 	nvme_kick(n);
 }
 
-void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot)
+void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot, struct ns *ns,
+		    uint64_t token)
 {
 	struct op *op = NULL;
 
-	if (n && !r->file->error && zero_header)
+	if (!r->file->error && zero_header)
 		op = calloc(1, sizeof(*op));
 	if (!op) {
+		/* Not erased: the copy may come back after a restart, and
+		 * the store keeps its key from being stored again. */
 		spill_slot_free(r, slot);
+		store_nvme_erased(n->store, ns, token, false);
 		return;
 	}
 	op->n = n;
 	nvme_op_track(n, op);
 	op->region = r;
 	op->slot = slot;
+	op->erase_ns = ns;
+	op->erase_token = token;
 	op->hdr = (struct io_req){.file = n->file_io[r->file->number],
 				  .offset = spill_slot_offset(r, slot), .buf = zero_header,
 				  .len = SPILL_SLOT_HEADER_BYTES, .write = true,

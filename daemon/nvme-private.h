@@ -45,7 +45,8 @@ struct nvme {
 	 * up once per read (a read is parsed in one dispatch, so it cannot be
 	 * freed meanwhile). */
 	const struct spill_binding *rec_binding;
-	struct ns *rec_ns;
+	struct ns *rec_ns; /* NULL: declined */
+	uint64_t rec_scope;
 	int rec_ns_found;
 };
 
@@ -67,6 +68,8 @@ struct op {
 	struct spill_region *region;
 	uint32_t slot;
 	uint64_t seq;
+	struct ns *erase_ns;   /* an erasure's, for store_nvme_erased() */
+	uint64_t erase_token;
 	uint8_t *hbuf;
 	struct io_req hdr, data, region_hdr;
 	unsigned pending;
@@ -95,8 +98,11 @@ void nvme_io_failed(struct nvme *n, struct spill_region *r, int error);
 /* Write back now, if above the high watermark. */
 void nvme_kick(struct nvme *n);
 /* Give up an NVMe slot durably: its header is zeroed before the slot can
- * be reused, so a restart does not recover what was dropped. */
-void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot);
+ * be reused, so a restart does not recover what was dropped; the store
+ * hears when that has ended (store_nvme_erased(), with ns and token), as
+ * the store's nvme_ops->slot_drop. */
+void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot, struct ns *ns,
+		    uint64_t token);
 /* Bring a block that is only on NVMe back into host memory, as the
  * store's nvme_ops->stage (store.h). */
 int nvme_stage(struct nvme *n, struct block *b);

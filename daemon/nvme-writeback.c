@@ -68,11 +68,8 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 		n->st.writes++;
 		n->st.write_bytes += op->data.len;
 	}
-	/* Whatever of a failed write landed may be a whole, valid slot (an
-	 * error can come after the bytes): erased like any dropped slot, or a
-	 * restart would bring back a block the index never had. */
-	if (store_nvme_written(n->store, op->b, op->region, op->slot, op->seq, !op->error) < 0)
-		nvme_slot_drop(n, op->region, op->slot);
+	/* A slot the block could not keep is erased by the store. */
+	store_nvme_written(n->store, op->b, op->region, op->slot, op->seq, !op->error);
 	nvme_op_free(op);
 	nvme_kick(n);
 }

@@ -29,9 +29,10 @@ static int tier_stage(void *nvme, struct block *b)
 	return nvme_stage(nvme, b);
 }
 
-static void tier_slot_drop(void *nvme, struct spill_region *r, uint32_t slot)
+static void tier_slot_drop(void *nvme, struct spill_region *r, uint32_t slot, struct ns *ns,
+			   uint64_t token)
 {
-	nvme_slot_drop(nvme, r, slot);
+	nvme_slot_drop(nvme, r, slot, ns, token);
 }
 
 static const struct store_nvme_ops tier_ops = {
@@ -49,14 +50,13 @@ static int recover_slot(struct spill_region *r, uint32_t slot, const struct spil
 
 	if (bd != n->rec_binding) {
 		n->rec_ns_found = store_recover_ns(n->store, bd->tenant, bd->identity,
-						   bd->identity_len, &n->rec_ns);
+						   bd->identity_len, &n->rec_ns, &n->rec_scope);
 		if (n->rec_ns_found < 0)
 			return n->rec_ns_found;
 		n->rec_binding = bd;
 	}
-	if (n->rec_ns_found == 0)
-		return 0;
-	return store_recover_block_in(n->store, n->rec_ns, h->key, r, slot, h->seq);
+	/* A declined namespace's copies are erased too (rec_ns NULL). */
+	return store_recover_block_in(n->store, n->rec_ns, n->rec_scope, h->key, r, slot, h->seq);
 }
 
 static void recover_pump(struct nvme *n);

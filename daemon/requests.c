@@ -78,9 +78,14 @@ typedef int (*decode_fn)(struct session *s, const struct kvt_header *h, struct k
  * from s->work), WAIT_MEMORY when it has done nothing yet and needs host
  * memory that is still being made (its message stays, and the session
  * reads and is served nothing until requests_memory_ready()), or a
- * negative errno for a violation that closes the connection.  ns: the
- * namespace of an OP_NAMESPACE request, else NULL. */
+ * negative errno for a violation that closes the connection; or
+ * WAIT_ERASURES.  ns: the namespace of an OP_NAMESPACE request, else
+ * NULL. */
 #define WAIT_MEMORY 2
+#define WAIT_ERASURES 3 /* done, but answered only once NVMe copies it gave
+			 * up are erased: its message stays, its state is in
+			 * s->work, and the session is served nothing until
+			 * requests_erasures_ended() */
 typedef int (*handle_fn)(struct session *s, const struct kvt_header *h, union request *req,
 			 struct ns *ns, const struct turn *turn);
 
@@ -96,7 +101,8 @@ typedef int (*handle_fn)(struct session *s, const struct kvt_header *h, union re
 struct work {
 	uint32_t done;           /* LOOKUP: keys with a state, from the end */
 	struct store_evict evict; /* ADMIN_EVICT */
-	uint8_t states[];        /* LOOKUP: one per key */
+	uint8_t states[];        /* LOOKUP: one per key; DELETE: its statuses
+				  * (int32_t each) while it waits */
 };
 
 /* The request goes on at the next turn; NULL when there is no memory for
@@ -407,7 +413,7 @@ static int do_slots(struct session *s, const struct kvt_header *h, union request
 	return 0;
 }
 
-/* TOUCH, DELETE, PREFETCH: a status per key. */
+/* TOUCH, PREFETCH: a status per key. */
 static int do_keys_status(struct session *s, const struct kvt_header *h, union request *rq,
 			  struct ns *ns, const struct turn *turn)
 {
@@ -418,11 +424,47 @@ static int do_keys_status(struct session *s, const struct kvt_header *h, union r
 		return -EBADMSG;
 	if (h->opcode == KVT_OP_TOUCH) {
 		store_touch(&m->store, ns, req->keys, req->n, m->status);
-	} else if (h->opcode == KVT_OP_DELETE) {
-		store_delete(&m->store, ns, req->keys, req->n, m->status);
 	} else {
 		store_prefetch(&m->store, ns, req->keys, req->n, m->status);
 		session_want_ready(s);
+	}
+	kvt_enc_status_rep(&m->reply, s->version, h->opcode, h->request_id, m->status, req->n);
+	reply(s);
+	return 0;
+}
+
+/* DELETE: a status per key, answered once the NVMe copies of its keys
+ * are erased (and of keys not stored, whose older copies may be on their
+ * way out), so that a crash after the reply brings none of them back
+ * (store-erasures.c).  A key whose erasure failed is -EIO. */
+static int do_delete(struct session *s, const struct kvt_header *h, union request *rq,
+		     struct ns *ns, const struct turn *turn)
+{
+	struct manager *m = s->m;
+	const struct kvt_keys_req *req = &rq->keys;
+	struct work *w = s->work;
+
+	if (req->arg != 0)
+		return -EBADMSG;
+	if (w)
+		memcpy(m->status, w->states, sizeof(int32_t) * req->n);
+	else
+		store_delete(&m->store, ns, req->keys, req->n, m->status);
+	for (uint32_t i = 0; i < req->n; i++) {
+		if (m->status[i] != 0 && m->status[i] != -ENOENT)
+			continue;
+		int e = store_erase_state(&m->store, ns, req->keys + (size_t)i * KVT_KEY_SIZE);
+		if (e > 0) {
+			/* Without memory to keep the statuses, the next look
+			 * deletes again: what was deleted then says -ENOENT. */
+			if (!w)
+				w = work_begin(s, sizeof(int32_t) * req->n);
+			if (w)
+				memcpy(w->states, m->status, sizeof(int32_t) * req->n);
+			return WAIT_ERASURES;
+		}
+		if (e < 0)
+			m->status[i] = e;
 	}
 	kvt_enc_status_rep(&m->reply, s->version, h->opcode, h->request_id, m->status, req->n);
 	reply(s);
@@ -484,6 +526,12 @@ static int do_evict(struct session *s, const struct kvt_header *h, union request
 		reply_error(s, h, -ENOENT, "no namespace %u in tenant %u", req->ns_id, req->tenant_id);
 		return 0;
 	}
+	if (!s->work && (req->flags & KVT_EVICT_DROP) && m->store.recovering) {
+		/* The scan may still find copies of it: like DELETE. */
+		reply_error(s, h, -EAGAIN, "the NVMe tier is still being recovered and may still find blocks of namespace %s/%u; drop it once recovery has finished (kvtierctl status shows its progress)",
+			    tn->name, ns->id);
+		return 0;
+	}
 	if (!s->work)
 		store_ns_evict_begin(e, req->flags & KVT_EVICT_DROP);
 	/* In parts, with other sessions' turns between them. */
@@ -498,6 +546,18 @@ static int do_evict(struct session *s, const struct kvt_header *h, union request
 		}
 		return 1;
 	}
+	if (e->drop && ns->erasing > 0) {
+		/* Answered once its NVMe copies are erased, as DELETE is. */
+		if (e == &first) {
+			struct work *w = work_begin(s, 0);
+			if (w)
+				w->evict = first; /* else: walked again, nothing to take */
+		}
+		return WAIT_ERASURES;
+	}
+	if (e->drop && ns->erase_failures > 0)
+		log_warning("Namespace %s/%u: %llu NVMe copies of its blocks could not be erased (I/O errors); they may come back after a restart",
+			    tn->name, ns->id, (unsigned long long)ns->erase_failures);
 	log_info("Client %u (uid %u) %s namespace %s/%u: %llu block(s)", s->id, (unsigned)s->uid,
 		 e->drop ? "dropped" : "evicted", tn->name, ns->id, (unsigned long long)e->n);
 	kvt_enc_count_rep(&m->reply, s->version, KVT_OP_ADMIN_EVICT, h->request_id, e->n);
@@ -580,7 +640,7 @@ static const struct op ops[] = {
 	OP(TOUCH, .flags = OP_NAMESPACE, .max_payload = KVT_MAX_PAYLOAD,
 	   .decode = dec_keys, .handle = do_keys_status),
 	OP(DELETE, .flags = OP_NAMESPACE, .max_payload = KVT_MAX_PAYLOAD,
-	   .decode = dec_keys, .handle = do_keys_status),
+	   .decode = dec_keys, .handle = do_delete),
 	OP(STATS, .max_payload = 4, .decode = dec_stats, .handle = do_stats),
 	OP(PING, .max_payload = 0, .decode = dec_empty, .handle = do_ping),
 	OP(ADMIN_EVICT, .flags = OP_ADMIN, .max_payload = 12, .what = "evicting a namespace",
@@ -680,16 +740,31 @@ static int dispatch(struct session *s, const struct kvt_header *h, struct kvt_cu
 
 /* ---- input -------------------------------------------------------- */
 
-void requests_memory_ready(struct manager *m)
+static void wake(struct manager *m, enum session_wait what)
 {
 	struct session *s;
 
 	LIST_FOREACH(s, &m->sessions, link) {
-		if (!s->memory_wait)
+		if (s->waiting != what)
 			continue;
-		s->memory_wait = false;
+		s->waiting = SESSION_RUNS;
 		turns_request(&m->turns, s);
 	}
+}
+
+void requests_memory_ready(struct manager *m)
+{
+	wake(m, SESSION_WAITS_MEMORY);
+}
+
+void requests_erasures_ended(struct manager *m)
+{
+	/* Each erasure ends here, thousands a second when a region is taken
+	 * back: the sessions are walked only when one waits. */
+	if (m->erasure_waiters == 0)
+		return;
+	m->erasure_waiters = 0;
+	wake(m, SESSION_WAITS_ERASURES);
 }
 
 bool requests_process(struct session *s, const struct turn *turn)
@@ -698,7 +773,7 @@ bool requests_process(struct session *s, const struct turn *turn)
 	struct kvt_cursor c;
 	int r;
 
-	while (!s->dead && !s->paused && !s->memory_wait &&
+	while (!s->dead && !s->paused && !s->waiting &&
 	       (r = kvt_conn_next(&s->conn, &h, &c)) != 0) {
 		if (r < 0) {
 			s->m->c.malformed++;
@@ -710,10 +785,16 @@ bool requests_process(struct session *s, const struct turn *turn)
 		r = dispatch(s, &h, &c, turn);
 		if (r == 1)
 			return true; /* under way: the message stays */
-		s->retried = r == WAIT_MEMORY;
+		s->retried = r == WAIT_MEMORY || r == WAIT_ERASURES;
 		if (r == WAIT_MEMORY) {
-			s->memory_wait = true; /* the message stays */
+			s->waiting = SESSION_WAITS_MEMORY; /* the message stays */
 			s->m->c.memory_waits++;
+			return false;
+		}
+		if (r == WAIT_ERASURES) {
+			s->waiting = SESSION_WAITS_ERASURES; /* as it */
+			s->m->erasure_waiters++;
+			s->m->c.erasure_waits++;
 			return false;
 		}
 		work_end(s); /* done, or refused on a later part */
@@ -729,5 +810,5 @@ bool requests_process(struct session *s, const struct turn *turn)
 			break;
 	}
 	/* Work is left when another whole message waits. */
-	return !s->dead && !s->paused && !s->memory_wait && kvt_conn_next(&s->conn, &h, &c) != 0;
+	return !s->dead && !s->paused && !s->waiting && kvt_conn_next(&s->conn, &h, &c) != 0;
 }

@@ -16,3 +16,6 @@ bool requests_process(struct session *s, const struct turn *turn);
 /* Host memory that requests waited for may be ready: their sessions are
  * served again. */
 void requests_memory_ready(struct manager *m);
+/* An erasure of NVMe copies ended: the sessions whose DELETE or drop
+ * waited for erasures look again. */
+void requests_erasures_ended(struct manager *m);

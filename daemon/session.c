@@ -87,6 +87,8 @@ void session_free(struct session *s)
 		return;
 	LIST_REMOVE(s, link);
 	turns_forget(&s->m->turns, s);
+	if (s->waiting == SESSION_WAITS_ERASURES)
+		s->m->erasure_waiters--;
 	free(s->work);
 	s->m->n_sessions--;
 	sd_event_source_disable_unref(s->io);
@@ -116,7 +118,7 @@ static void update_events(struct session *s)
 	uint32_t ev = 0;
 	if (s->dead)
 		return;
-	if (!s->paused && !s->queued && !s->memory_wait)
+	if (!s->paused && !s->queued && !s->waiting)
 		ev |= EPOLLIN;
 	if (kvt_conn_out_pending(&s->conn))
 		ev |= EPOLLOUT;
@@ -229,7 +231,7 @@ static int session_io(sd_event_source *src, int fd, uint32_t revents, void *user
 		update_events(s);
 	}
 	if (!(revents & (EPOLLIN | EPOLLHUP | EPOLLERR)) || s->paused || s->queued ||
-	    s->memory_wait || s->dead)
+	    s->waiting || s->dead)
 		return 0;
 
 	/* A queued session reads no more: what it has sent waits its turn,
@@ -240,7 +242,7 @@ static int session_io(sd_event_source *src, int fd, uint32_t revents, void *user
 	 * (the turns' queue only knows of those it has read).  The socket
 	 * stays readable, and its turn comes after theirs. */
 	uint64_t until = kvt_now_ns() + TURN_NSEC;
-	for (int i = 0; i < READS_PER_WAKEUP && !s->dead && !s->paused && !s->queued && !s->memory_wait;
+	for (int i = 0; i < READS_PER_WAKEUP && !s->dead && !s->paused && !s->queued && !s->waiting;
 	     i++) {
 		if (i > 0 && kvt_now_ns() >= until)
 			break;

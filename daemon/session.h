@@ -32,6 +32,13 @@ struct session_ops {
 struct tenant;
 struct extent;
 
+/* What a session's next request waits for. */
+enum session_wait {
+	SESSION_RUNS,
+	SESSION_WAITS_MEMORY,   /* host memory being made */
+	SESSION_WAITS_ERASURES, /* the erasure of NVMe copies it deleted */
+};
+
 struct session {
 	uint32_t id;
 	struct kvt_conn conn; /* the socket, its input and its queued replies */
@@ -54,8 +61,8 @@ struct session {
 	bool dead;
 	bool paused; /* not reading: too many reply bytes queued */
 	bool queued; /* waiting for its next turn (turns.h), not reading */
-	bool memory_wait; /* its next request waits for host memory being
-			   * made (requests.c), not reading */
+	uint8_t waiting; /* enum session_wait: its next request waits, and it
+			  * reads nothing meanwhile (requests.c) */
 	bool retried;     /* that request was counted when it first came */
 	void *work;  /* a request under way across turns: requests.c's, one
 		      * allocation, freed with the session */

@@ -127,15 +127,23 @@ static int recover_slot(struct spill_recover *rc, struct spill_region *r, uint32
 	if (h.seq > rc->max_seq)
 		rc->max_seq = h.seq;
 	uint64_t frees = rc->s->slot_frees;
-	k = rc->fn ? rc->fn(r, slot, &h, rc->userdata) : 1;
+	k = rc->fn ? rc->fn(r, slot, &h, rc->userdata) : SPILL_FOUND_KEEP;
 	/* What fn freed is an older copy it kept before. */
 	rc->st.slots_replaced += rc->s->slot_frees - frees;
 	if (k < 0)
 		return k;
-	if (k > 0) {
+	switch (k) {
+	case SPILL_FOUND_REPLACED:
+		rc->st.slots_replaced++;
+		/* fallthrough */
+	case SPILL_FOUND_KEEP:
 		rc->st.slots_recovered++;
 		rc->st.bytes += h.payload_len;
-	} else {
+		break;
+	case SPILL_FOUND_TAKEN:
+		rc->st.slots_rejected++; /* fn frees it once erased */
+		break;
+	default:
 		rc->st.slots_rejected++;
 		o->to_free[o->n_free++] = slot;
 	}

@@ -195,13 +195,23 @@ struct spill_recovery {
 
 /*
  * Called by spill_recover() for every intact slot of a bound region, in file
- * and region order (slots of one region may come in any order).  Return 1 to keep the slot (it stays allocated),
- * 0 to free it, or a negative errno to stop recovery with that error.
+ * and region order (slots of one region may come in any order).  Returns
+ * what it did with the slot (SPILL_FOUND_*), or a negative errno to stop
+ * recovery with that error.
  * Duplicates are passed on, not resolved here: the same key can be on disk
- * more than once in one namespace (a block spilled again after its older copy
- * was freed, whose header was never erased).  Keep the higher h->seq; fn
- * may spill_slot_free() a slot it kept earlier.
+ * more than once in one namespace (a crash before an older copy's erasure
+ * landed, or files written by an older kvtierd), also across regions.  Keep
+ * the higher h->seq; fn may spill_slot_free() a slot it kept earlier, or
+ * take it (SPILL_FOUND_REPLACED).
  */
+enum {
+	SPILL_FOUND_FREE = 0,     /* declined: recovery frees the slot */
+	SPILL_FOUND_KEEP = 1,     /* kept: it stays allocated */
+	SPILL_FOUND_TAKEN = 2,    /* declined, and taken: fn erases its header
+				   * and frees it once that has landed */
+	SPILL_FOUND_REPLACED = 3, /* kept, in place of an older copy fn kept
+				   * before and has taken as above */
+};
 typedef int (*spill_found_fn)(struct spill_region *r, uint32_t slot,
 			      const struct spill_slot_header *h, void *userdata);
 

@@ -285,6 +285,19 @@ static void emit_recovery(struct emitter *e)
 	kvt_rec_u64(&e->b, "ms", ns.recovery_ms);
 }
 
+/* Erasures of NVMe copies given up (store-erasures.c), and the requests
+ * that waited for them. */
+static void emit_erasures(struct emitter *e)
+{
+	const struct store *s = &e->m->store;
+
+	kvt_rec_begin(&e->b, "erasures", 4);
+	kvt_rec_u64(&e->b, "erasing", s->erasing);
+	kvt_rec_u64(&e->b, "erased", s->erased);
+	kvt_rec_u64(&e->b, "failures", s->erase_failures);
+	kvt_rec_u64(&e->b, "waits", e->m->c.erasure_waits);
+}
+
 #if KVT_HAVE_RADOS
 /* One record per [remote.NAME]. */
 static void emit_remote(struct emitter *e, unsigned i)
@@ -443,7 +456,7 @@ static void emit_tenant(struct emitter *e, const struct tenant *t)
 static void emit_ns(struct emitter *e, const struct ns *ns)
 {
 	const struct ns_counters *c = &ns->c;
-	kvt_rec_begin(&e->b, "namespace", 37);
+	kvt_rec_begin(&e->b, "namespace", 38);
 	kvt_rec_str(&e->b, "tenant", ns->tenant->name);
 	kvt_rec_u64(&e->b, "id", ns->id);
 	kvt_rec_str(&e->b, "model", ns->ident.model);
@@ -481,6 +494,7 @@ static void emit_ns(struct emitter *e, const struct ns *ns)
 	kvt_rec_u64(&e->b, "demoted_evictions", c->demoted_evictions);
 	kvt_rec_u64(&e->b, "lapsed", c->lapsed);
 	kvt_rec_u64(&e->b, "partial_drops", c->partial_drops);
+	kvt_rec_u64(&e->b, "deferred", c->deferred);
 }
 
 static void emit_client(struct emitter *e, const struct session *c)
@@ -520,6 +534,8 @@ int stats_build(const struct manager *m, const struct stats_query *q,
 		}
 		if (admin && m->nvme) {
 			emit_recovery(&e);
+			emit_flush(&e, false);
+			emit_erasures(&e);
 			emit_flush(&e, false);
 		}
 #if KVT_HAVE_RADOS

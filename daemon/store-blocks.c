@@ -12,88 +12,22 @@
 #include "store-private.h"
 #include "store.h"
 
-static uint64_t gone_fp(const struct ns *ns, uint64_t key_fp)
-{
-	uint64_t h = key_fp ^ ((uint64_t)(uintptr_t)ns * UINT64_C(0x9e3779b97f4a7c15));
-	return h ? h : 1; /* 0 is an empty place */
-}
-
-static bool gone_has(const struct store *s, uint64_t h)
-{
-	if (!s->gone)
-		return false;
-	for (uint32_t i = (uint32_t)h & (s->gone_cap - 1); s->gone[i];
-	     i = (i + 1) & (s->gone_cap - 1))
-		if (s->gone[i] == h)
-			return true;
-	return false;
-}
-
-static void gone_put(uint64_t *table, uint32_t cap, uint64_t h)
-{
-	uint32_t i = (uint32_t)h & (cap - 1);
-	while (table[i] && table[i] != h)
-		i = (i + 1) & (cap - 1);
-	table[i] = h;
-}
-
-int store_recovering(struct store *s, bool on)
-{
-	free(s->gone);
-	s->gone = NULL;
-	s->gone_n = 0;
-	s->gone_full = false;
-	s->recovering = on;
-	if (!on)
-		return 0;
-	s->gone_cap = 4096;
-	s->gone = calloc(s->gone_cap, sizeof(uint64_t));
-	if (!s->gone) {
-		s->recovering = false;
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-void store_gone_add(struct store *s, const struct block *b)
-{
-	uint64_t h = gone_fp(b->ns, b->evict.fp);
-
-	if (s->gone_full || gone_has(s, h))
-		return;
-	if ((s->gone_n + 1) * 4 > s->gone_cap * 3) {
-		/* Growing, up to the limit; past it recovery keeps no more
-		 * copies: misses, never an older block. */
-		uint32_t cap = s->gone_cap * 2;
-		uint64_t *t = cap <= STORE_GONE_MAX ? calloc(cap, sizeof(uint64_t)) : NULL;
-		if (!t) {
-			s->gone_full = true;
-			return;
-		}
-		for (uint32_t i = 0; i < s->gone_cap; i++)
-			if (s->gone[i])
-				gone_put(t, cap, s->gone[i]);
-		free(s->gone);
-		s->gone = t;
-		s->gone_cap = cap;
-	}
-	gone_put(s->gone, s->gone_cap, h);
-	s->gone_n++;
-}
-
-bool store_gone_has(const struct store *s, const struct ns *ns, const uint8_t *key)
-{
-	return s->gone_full || gone_has(s, gone_fp(ns, store_key_fingerprint(s, key)));
-}
-
 void store_block_unindex(struct block *b)
 {
+	struct store *s = b->ns->tenant->store;
+
+	if (b->indexed && s->recovering)
+		store_gone_add(s, b);
+	store_block_unindex_only(b);
+}
+
+void store_block_unindex_only(struct block *b)
+{
 	struct ns *ns = b->ns;
+	struct store *s = ns->tenant->store;
 
 	if (!b->indexed)
 		return;
-	if (ns->tenant->store->recovering)
-		store_gone_add(ns->tenant->store, b);
 	index_remove(&ns->index, b);
 	b->indexed = false;
 	evict_remove(&ns->cls->policy, &b->evict);
@@ -103,6 +37,38 @@ void store_block_unindex(struct block *b)
 		ns->blocks_resident--;
 	else
 		ns->blocks_spilled--;
+	/* Its NVMe copy is of a block no longer served: erased now, while
+	 * leases on its host copy run out; or, with I/O on the slot in
+	 * flight, once that ends (store_block_io_end()), its key counting as
+	 * being erased meanwhile.  A write-back in flight may still make the
+	 * slot a whole copy. */
+	if (block_disk(b) && b->io == BLOCK_IO_NONE) {
+		store_disk_copy_drop(s, b);
+	} else if ((block_disk(b) || b->io == BLOCK_IO_WRITE) && s->nvme_ops) {
+		uint64_t token = store_erase_begin(s, ns, store_scoped_fp(ns->scope, b->evict.fp));
+		b->erase_hold = token ? ERASE_HOLD_KEY : ERASE_HOLD_ALL;
+	}
+}
+
+void store_block_io_end(struct block *b)
+{
+	struct ns *ns = b->ns;
+	struct store *s = ns->tenant->store;
+
+	b->io = BLOCK_IO_NONE;
+	if (b->indexed)
+		return;
+	store_disk_copy_drop(s, b);
+	if (b->erase_hold != ERASE_HOLD_NONE) {
+		/* Its copy's own erasure, if it has one, is under way now: the
+		 * hold need not keep the key waiting any longer. */
+		uint64_t token = b->erase_hold == ERASE_HOLD_KEY
+					 ? store_scoped_fp(ns->scope, b->evict.fp)
+					 : 0;
+		b->erase_hold = ERASE_HOLD_NONE;
+		store_erase_release(s, ns, token);
+	}
+	store_block_maybe_free(b);
 }
 
 void store_host_slot_release(struct block *b)
@@ -124,10 +90,9 @@ void store_disk_copy_drop(struct store *s, struct block *b)
 		return;
 	evict_lru_remove(&b->ns->disk_lru, &d->lru);
 	b->ns->tenant->disk_bytes -= d->stride;
-	/* Before the tier is handed over (recovery, store-nvme.c) the slot is
-	 * its caller's to free: nothing is written to the file yet. */
 	if (s->nvme_ops)
-		s->nvme_ops->slot_drop(s->nvme, d->region, d->slot);
+		store_copy_erase(s, b->ns, store_scoped_fp(b->ns->scope, b->evict.fp), d->region,
+				 d->slot);
 	b->disk_copy = NULL;
 	slab_free(&s->disk_copies, d);
 }

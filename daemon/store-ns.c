@@ -187,6 +187,7 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 		return -ENOMEM;
 	memcpy(ns->identity, identity, len);
 	ns->identity_len = len;
+	ns->scope = store_scope(s, t->name, identity, len);
 	ns->tenant = t;
 	ns->ident = id;
 	ns->logical_slot_bytes = logical_slot_bytes(&id, &geo);

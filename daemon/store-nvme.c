@@ -70,13 +70,13 @@ void store_block_restored(struct store *s, struct block *b)
 {
 	struct ns *ns = b->ns;
 
-	b->io = BLOCK_IO_NONE;
 	b->clean = true;
 	b->staged = true;
 	if (!b->indexed) {
-		store_block_maybe_free(b);
+		store_block_io_end(b);
 		return;
 	}
+	b->io = BLOCK_IO_NONE;
 	ns->blocks_spilled--;
 	ns->blocks_resident++;
 	ns->c.restores++;
@@ -101,20 +101,28 @@ int store_nvme_written(struct store *s, struct block *b, struct spill_region *r,
 	int rr = ok ? 0 : -EIO;
 
 	b->ns->tenant->disk_writing -= spill_slot_stride(r);
-	/* A block deleted meanwhile gets its copy too, and gives it up with
-	 * itself below (store_block_maybe_free()): one way for both. */
+	/* A block deleted meanwhile gets its copy too, and gives it up below
+	 * (store_block_io_end()): one way for both. */
 	if (rr == 0)
 		rr = disk_copy_add(s, b, r, slot, seq);
+	if (rr < 0) {
+		/* Whatever of a failed write landed may be a whole, valid slot
+		 * (an error can come after the bytes): erased like any copy
+		 * given up, or a restart would bring back a block the index
+		 * never had. */
+		store_copy_erase(s, b->ns, store_scoped_fp(b->ns->scope, b->evict.fp), r, slot);
+	}
 	ok = rr == 0;
-	b->io = BLOCK_IO_NONE;
 	if (ok && b->extent && !b->clean) {
 		b->clean = true;
 		b->ns->tenant->dirty -= b->extent->slot_bytes;
 	}
-	if (!b->indexed)
-		store_block_maybe_free(b);
-	else
+	if (!b->indexed) {
+		store_block_io_end(b);
+	} else {
+		b->io = BLOCK_IO_NONE;
 		store_evict_maybe_insert(b);
+	}
 	return rr;
 }
 
@@ -183,8 +191,7 @@ void store_block_drop(struct store *s, struct block *b)
 	store_block_unindex(b);
 	if (staging)
 		store_host_slot_release(b); /* the staging slot, never visible */
-	b->io = BLOCK_IO_NONE;
-	store_block_maybe_free(b);
+	store_block_io_end(b);
 	/* Clients waiting for it to be staged hear that it is settled: their
 	 * next LOOKUP says miss, now rather than at their deadline. */
 	if (staging && s->block_ready)
@@ -274,20 +281,8 @@ int store_nvme_evict_tenant(struct store *s, struct ns *ns)
 	return -EDQUOT;
 }
 
-/* A copy kept by recovery leaves again without its slot being touched:
- * recovery frees the slot itself, and the copy on disk stays valid. */
-static void disk_copy_forget(struct store *s, struct block *b)
-{
-	struct block_disk *d = block_disk(b);
-
-	evict_lru_remove(&b->ns->disk_lru, &d->lru);
-	b->ns->tenant->disk_bytes -= d->stride;
-	b->disk_copy = NULL;
-	slab_free(&s->disk_copies, d);
-}
-
 int store_recover_ns(struct store *s, const char *tenant, const uint8_t *identity,
-		     uint32_t identity_len, struct ns **ret)
+		     uint32_t identity_len, struct ns **ret, uint64_t *ret_scope)
 {
 	struct tenant_choice ch;
 	struct tenant *t;
@@ -296,6 +291,8 @@ int store_recover_ns(struct store *s, const char *tenant, const uint8_t *identit
 	unsigned uid;
 	int rr;
 
+	*ret = NULL;
+	*ret_scope = store_scope(s, tenant, identity, identity_len);
 	/* The tenant as the configuration sees it now. */
 	memset(&ch, 0, sizeof(ch));
 	snprintf(ch.name, sizeof(ch.name), "%s", tenant);
@@ -319,25 +316,38 @@ int store_recover_ns(struct store *s, const char *tenant, const uint8_t *identit
 	return 1;
 }
 
-int store_recover_block_in(struct store *s, struct ns *ns, const uint8_t *key,
+int store_recover_block_in(struct store *s, struct ns *ns, uint64_t scope, const uint8_t *key,
 			   struct spill_region *r, uint32_t slot, uint64_t seq)
 {
-	if (s->recovering && store_gone_has(s, ns, key))
-		return 0; /* stored by a client since, and gone again */
+	uint64_t fp = store_scoped_fp(scope, store_key_fingerprint(s, key));
+	int kept = SPILL_FOUND_KEEP;
+
+	/* A namespace declined, or a key dropped since recovery began: were
+	 * the copy only freed, a later restart would find it again. */
+	if (!ns || (s->recovering && store_gone_has(s, scope, key)))
+		goto decline;
 	struct block *old = index_get(&ns->index, key);
 	if (old) {
-		/* The same key twice on disk: the newer copy wins.  A block a
-		 * client stored during recovery is newer than any on disk, and
-		 * one being read keeps the copy it is read from. */
+		/* The same key twice on disk: the newer copy wins, the other
+		 * is erased.  A block with no NVMe copy came from the remote
+		 * tier meanwhile, and keeps its bytes. */
 		struct block_disk *d = block_disk(old);
-		if (!d || d->seq >= seq || old->io != BLOCK_IO_NONE)
-			return 0;
-		spill_slot_free(d->region, d->slot);
-		d->region = r;
-		d->slot = slot;
-		d->stride = (uint32_t)spill_slot_stride(r);
-		d->seq = seq;
-		return 1;
+		if (!d || d->seq >= seq)
+			goto decline;
+		if (!old->extent && old->io == BLOCK_IO_NONE) {
+			store_copy_erase(s, ns, fp, d->region, d->slot);
+			d->region = r;
+			d->slot = slot;
+			d->stride = (uint32_t)spill_slot_stride(r);
+			d->seq = seq;
+			return SPILL_FOUND_REPLACED;
+		}
+		/* Staged, or being staged, from the older copy: those bytes
+		 * are not served again (leases taken run out on them), and a
+		 * block of the newer copy takes its place. */
+		store_block_unindex_only(old);
+		store_block_maybe_free(old);
+		kept = SPILL_FOUND_REPLACED;
 	}
 	struct block *b = store_block_new(s, ns, key);
 	if (!b)
@@ -348,13 +358,21 @@ int store_recover_block_in(struct store *s, struct ns *ns, const uint8_t *key,
 		return -ENOMEM;
 	}
 	if (index_put(&ns->index, b) < 0) {
-		/* The copy's slot is only freed: the block stays on disk. */
-		disk_copy_forget(s, b);
+		/* Recovery stops, and the daemon with it: the slot is only
+		 * freed, the copy stays on disk for the next start. */
+		struct block_disk *d = block_disk(b);
+		evict_lru_remove(&ns->disk_lru, &d->lru);
+		ns->tenant->disk_bytes -= d->stride;
+		b->disk_copy = NULL;
+		slab_free(&s->disk_copies, d);
 		store_block_maybe_free(b);
 		spill_slot_free(r, slot);
 		return -ENOMEM;
 	}
 	b->indexed = true;
 	ns->blocks_spilled++;
-	return 1;
+	return kept;
+decline:
+	store_copy_erase(s, ns, fp, r, slot);
+	return SPILL_FOUND_TAKEN;
 }

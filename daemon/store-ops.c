@@ -172,6 +172,15 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 			out->status = -EBUSY;
 			continue;
 		}
+		if (!b && (s->recovering || store_erase_pending(s, ns, key))) {
+			/* An older copy of the key may still be on NVMe (the
+			 * scan has not passed it, or its erasure has not
+			 * landed): were this block committed and the daemon
+			 * killed, that copy would be found and served. */
+			ns->c.deferred++;
+			out->status = -EAGAIN;
+			continue;
+		}
 		if (!b) {
 			struct extent *e;
 			uint32_t slot;
@@ -476,6 +485,12 @@ void store_delete(struct store *s, struct ns *ns, const uint8_t *keys,
 	index_keys_init(&kk, &ns->index, keys, n);
 	for (uint32_t i = 0; i < n; i++) {
 		struct block *b = index_keys_get(&kk, i);
+		if (s->recovering) {
+			/* The scan may still find a copy of it. */
+			ns->c.deferred++;
+			ret[i] = -EAGAIN;
+			continue;
+		}
 		if (!b) {
 			ret[i] = -ENOENT;
 			continue;

@@ -3,17 +3,19 @@
  * What the store's files share and no one else uses.  The files call one
  * another in one direction only:
  *
- *   store.c         -> store-tenants.c
+ *   store.c         -> store-tenants.c, store-erasures.c
  *   store-ops.c     -> store-nvme.c, store-place.c, store-handles.c, store-partial.c,
- *                      store-blocks.c
+ *                      store-blocks.c, store-erasures.c
  *   store-place.c   -> store-nvme.c, store-fragmentation.c, store-blocks.c
- *   store-nvme.c    -> store-tenants.c, store-ns.c, store-blocks.c
+ *   store-nvme.c    -> store-tenants.c, store-ns.c, store-blocks.c, store-erasures.c
  *   store-partial.c -> store-tenants.c, store-ns.c, store-blocks.c
  *   store-remote.c  -> store-tenants.c, store-ns.c, store-blocks.c
  *   store-tenants.c -> store-ns.c
+ *   store-blocks.c  -> store-erasures.c
+ *   store-ns.c      -> store-erasures.c
  *
- * store-blocks.c, store-fragmentation.c, store-handles.c, store-hints.c
- * and store-ns.c call no other file of the store.  Below the store, the
+ * store-erasures.c, store-fragmentation.c, store-handles.c and
+ * store-hints.c call no other file of the store.  Below the store, the
  * NVMe tier is reached through s->nvme_ops, the remote tier through
  * s->remote_ops; of the store, only store-nvme.c reads the spill space.
  */
@@ -64,17 +66,49 @@ void store_ns_free(struct store *s, struct ns *ns);
 /* store-nvme.c: whether b has an NVMe copy on a file that has not failed. */
 bool store_disk_usable(const struct block *b);
 
+/* store-erasures.c: what keeps an older NVMe copy of a key from coming
+ * back.  A namespace's scope, from its tenant's name and its identity;
+ * the fingerprint of a key in a scope (key_fp: store_key_fingerprint()). */
+uint64_t store_scope(const struct store *s, const char *tenant, const uint8_t *identity,
+		     uint32_t len);
+uint64_t store_scoped_fp(uint64_t scope, uint64_t key_fp);
+/* An erasure of a copy of the key fp names begins, or a hold on that key
+ * as if one did.  \return the token to end it with (0: not recorded, for
+ * want of memory) */
+uint64_t store_erase_begin(struct store *s, struct ns *ns, uint64_t fp);
+/* A hold of store_erase_begin() ends; nothing was erased. */
+void store_erase_release(struct store *s, struct ns *ns, uint64_t token);
+/* Whether no new block may be accepted under that key of ns now. */
+bool store_erase_pending(const struct store *s, const struct ns *ns, const uint8_t *key);
+/* Erase a slot holding a copy of the key fp names (of ns, NULL for a
+ * namespace recovery declined) through the tier, and free it after. */
+void store_copy_erase(struct store *s, struct ns *ns, uint64_t fp, struct spill_region *r,
+		      uint32_t slot);
+/* Shutdown: what it holds goes. */
+void store_erasures_done(struct store *s);
+/* While the tier recovers: a block leaves the index; whether that key of
+ * that scope left it since recovery began. */
+void store_gone_add(struct store *s, const struct block *b);
+bool store_gone_has(const struct store *s, uint64_t scope, const uint8_t *key);
+
 /* store-blocks.c */
+/* Out of the index as store_block_unindex(), but not remembered as gone
+ * during recovery: a newer copy of its key takes its place. */
+void store_block_unindex_only(struct block *b);
+/* The tier's I/O on b ended (its result dealt with): an unindexed block
+ * gives up its NVMe copy and its hold on the key, and is freed if it can
+ * be. */
+void store_block_io_end(struct block *b);
 /* A zeroed block of ns for key (its fingerprint set), in no index yet;
  * NULL when out of memory (or FAULT_BLOCK). */
 struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key);
-/* Out of the index and the host eviction list; the counts follow. */
+/* Out of the index and the host eviction list; the counts follow; its
+ * NVMe copy is erased (store_block_unindex_only()). */
 void store_block_unindex(struct block *b);
 /* Give the host slot back to its extent (a dirty one stops counting). */
 void store_host_slot_release(struct block *b);
 /* Give up b's NVMe copy, if it has one: off its namespace's NVMe list and
- * its tenant's NVMe bytes, its slot dropped through the tier (before the
- * tier is handed over, the caller frees the slot). */
+ * its tenant's NVMe bytes, its slot erased through the tier. */
 void store_disk_copy_drop(struct store *s, struct block *b);
 /* Freed once nothing can still read or write its slots: out of the index,
  * no handle, no I/O. */

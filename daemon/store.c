@@ -35,7 +35,7 @@ void store_done(struct store *s)
 	s->n_tenants = 0;
 	slab_done(&s->blocks);
 	slab_done(&s->disk_copies);
-	store_recovering(s, false);
+	store_erasures_done(s);
 }
 
 void store_set_nvme(struct store *s, const struct store_nvme_ops *ops, void *nvme)

@@ -46,6 +46,13 @@ enum block_remote {
 	BLOCK_REMOTE_STORED,  /* written back, or fetched from there */
 };
 
+/* How an unindexed block holds its key as being erased (store-erasures.c). */
+enum erase_hold {
+	ERASE_HOLD_NONE,
+	ERASE_HOLD_KEY, /* its key's entry */
+	ERASE_HOLD_ALL, /* not recorded (no memory): every key */
+};
+
 enum block_state {
 	BLOCK_RESERVED,
 	BLOCK_RESIDENT,
@@ -90,6 +97,10 @@ struct block {
 	bool clean : 1;           /* the host copy is also on NVMe */
 	bool staged : 1;          /* restored for a lookup, not leased since */
 	bool indexed : 1;         /* false once deleted or aborted */
+	unsigned erase_hold : 2;  /* ERASE_HOLD_*: left the index while I/O on
+				   * its NVMe slot was in flight, its key
+				   * counts as being erased until that I/O
+				   * ends (store-erasures.c) */
 	struct evict_entry evict; /* in its class's policy while resident and unpinned */
 };
 
@@ -124,6 +135,9 @@ struct ns_counters {
 	uint64_t hints, demotions, demoted_evictions, lapsed;
 	/* blocks dropped for shards never committed (store-partial.c) */
 	uint64_t partial_drops;
+	/* keys of RESERVE and DELETE answered -EAGAIN: an older copy may
+	 * still be on NVMe (recovery runs, or an erasure is under way) */
+	uint64_t deferred;
 };
 
 struct slot_class {
@@ -152,6 +166,12 @@ struct ns {
 	struct evict_lru disk_lru; /* blocks with an NVMe copy, for NVMe eviction */
 	struct ns_counters c;
 	uint32_t opens;
+	/* store-erasures.c: what its keys are mixed with (tenant name and
+	 * identity, so that a namespace opened again, or declined by
+	 * recovery, names the same keys); NVMe copies of its blocks being
+	 * erased; those whose erasure failed. */
+	uint64_t scope;
+	uint64_t erasing, erase_failures;
 };
 
 struct tenant {
@@ -218,8 +238,11 @@ struct store_nvme_ops {
 	 *         file failed; dropped) */
 	int (*stage)(void *nvme, struct block *b);
 	/* Give up a slot on the tier durably: a restart must not recover what
-	 * was dropped. */
-	void (*slot_drop)(void *nvme, struct spill_region *r, uint32_t slot);
+	 * was dropped.  The slot held a copy of a block of ns (NULL: of a
+	 * namespace recovery declined); token is store_erase_begin()'s, handed
+	 * back to store_nvme_erased() once the erasure has ended. */
+	void (*slot_drop)(void *nvme, struct spill_region *r, uint32_t slot, struct ns *ns,
+			  uint64_t token);
 };
 
 /*
@@ -270,11 +293,23 @@ struct store {
 	 * (store-partial.c). */
 	STAILQ_HEAD(, partial) partials;
 	uint64_t n_partials;
+	/* store-erasures.c.  The keys with NVMe copies being erased (or
+	 * whose erasure failed), by fingerprint of scope and key: no new
+	 * block is accepted under such a key and a DELETE of it is answered
+	 * once its copies are erased, so that no older copy can come back
+	 * after a crash.  erase_untracked: erasures under way that could not
+	 * be recorded (no memory), during which every key counts as being
+	 * erased. */
+	struct erase_entry *erasures;
+	uint32_t erasures_n, erasures_cap;
+	uint64_t erasing, erase_untracked, erased, erase_failures;
+	/* An erasure ended (clients may be waiting for it). */
+	void (*erasure_ended)(void *userdata);
 	/* While the NVMe tier recovers with clients connected
-	 * (store_recovering()): the keys that left the index, as
-	 * fingerprints of key and namespace, so that recovery does not bring
-	 * back an older copy of a block a client stored since.  gone_full:
-	 * the table reached STORE_GONE_MAX and recovery keeps nothing more. */
+	 * (store_recovering()): the keys that left the index, by the same
+	 * fingerprints, so that recovery does not bring back an older copy
+	 * of a block dropped meanwhile.  gone_full: the table reached
+	 * STORE_GONE_MAX and recovery keeps nothing more. */
 	bool recovering, gone_full;
 	uint64_t *gone;
 	uint32_t gone_n, gone_cap;
@@ -422,27 +457,32 @@ struct block *store_dirty_next(struct store_dirty *w);
 void store_dirty_skip_class(struct store_dirty *w);
 /* Fingerprints recovery remembers at most (32 MiB). */
 #define STORE_GONE_MAX (UINT32_C(1) << 22)
-/* store-blocks.c: the NVMe tier recovers (on) while clients may store, or
- * has finished (off).  \return 0, or -ENOMEM */
+/* store-erasures.c: the NVMe tier recovers (on) while clients are served,
+ * or has finished (off).  While it recovers, no new block is accepted and
+ * nothing is deleted (-EAGAIN): the scan may still find an older copy of
+ * any key.  \return 0, or -ENOMEM */
 int store_recovering(struct store *s, bool on);
-/* A block leaves the index while the tier recovers. */
-void store_gone_add(struct store *s, const struct block *b);
-/* Whether that key of ns left the index since recovery began. */
-bool store_gone_has(const struct store *s, const struct ns *ns, const uint8_t *key);
+/* The erasure of a slot given to nvme_ops->slot_drop ended; ok: its
+ * zeroed header landed. */
+void store_nvme_erased(struct store *s, struct ns *ns, uint64_t token, bool ok);
+/* Whether a copy of that key of ns may still be on NVMe though no block
+ * holds it: 1 while one is being erased, -EIO when an erasure failed (it
+ * may come back after a restart), else 0. */
+int store_erase_state(const struct store *s, const struct ns *ns, const uint8_t *key);
 /* A recovered NVMe block, in two steps, so that recovery looks a region's
  * namespace up once per read rather than once per slot.  First the
  * namespace, tenant and namespace made as needed: 1 with *ret, 0 for one
- * the configuration no longer has or refuses, or -ENOMEM; *ret stays valid
- * until control returns to the event loop.  Then each block in it, called
- * while the spill files are recovered, with the tier handed over already
- * when clients are served during recovery.  A key in the index (a client
- * stored it, or a copy found before) or gone from it since recovery began
- * keeps what it has: only a newer NVMe copy of a block only on NVMe with no
- * I/O in flight replaces the older one.  \return 1 kept, 0 declined, or
- * -ENOMEM */
+ * the configuration no longer has or refuses (*ret NULL), or -ENOMEM; *ret
+ * stays valid until control returns to the event loop, and *ret_scope
+ * names its keys either way.  Then each block in it, called while the
+ * spill files are recovered, with the tier handed over already.  Of the
+ * copies of one key the newest (highest sequence number) is kept, every
+ * other one erased; so is every copy of a namespace declined, and of a key
+ * that left the index since recovery began.
+ * \return a SPILL_FOUND_* code (spill.h), or -ENOMEM */
 int store_recover_ns(struct store *s, const char *tenant, const uint8_t *identity,
-		     uint32_t identity_len, struct ns **ret);
-int store_recover_block_in(struct store *s, struct ns *ns, const uint8_t *key,
+		     uint32_t identity_len, struct ns **ret, uint64_t *ret_scope);
+int store_recover_block_in(struct store *s, struct ns *ns, uint64_t scope, const uint8_t *key,
 			   struct spill_region *r, uint32_t slot, uint64_t seq);
 /* The NVMe tier is full for ns: give up its least recently used NVMe copy
  * (a block only on NVMe is dropped).  \return 0, or -ENOSPC if it has none. */
