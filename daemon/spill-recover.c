@@ -75,7 +75,8 @@ struct spill_recover {
 	uint64_t other_version;
 	uint64_t slots_before, dropped_before, bound_before, dropped_regions_before;
 
-	uint8_t *chunks[RECOVER_CHUNKS];
+	uint8_t *chunk_bufs[RECOVER_CHUNKS]; /* each buffer, once */
+	uint8_t *chunks[RECOVER_CHUNKS];     /* those free: a stack */
 	unsigned n_chunks_free;
 	uint8_t *small;     /* RECOVER_SLOT_READS x SPILL_SLOT_HEADER_BYTES */
 	uint32_t small_free[RECOVER_SLOT_READS];
@@ -474,9 +475,9 @@ int spill_recover_begin(struct spill *s, spill_found_fn fn, void *userdata,
 		if (!(rc->open[i].to_free = malloc(sizeof(uint32_t) * MAX_SLOTS_PER_REGION)))
 			goto nomem;
 	for (unsigned i = 0; i < RECOVER_CHUNKS; i++) {
-		if (!(rc->chunks[i] = spill_buf_alloc(RECOVER_CHUNK)))
+		if (!(rc->chunk_bufs[i] = spill_buf_alloc(RECOVER_CHUNK)))
 			goto nomem;
-		rc->n_chunks_free++;
+		rc->chunks[rc->n_chunks_free++] = rc->chunk_bufs[i];
 	}
 	*ret = rc;
 	return 0;
@@ -535,7 +536,8 @@ void spill_recover_free(struct spill_recover *rc)
 	for (unsigned i = 0; i < RECOVER_OPEN; i++)
 		free(rc->open[i].to_free);
 	for (unsigned i = 0; i < RECOVER_CHUNKS; i++)
-		free(rc->chunks[i]);
+		free(rc->chunk_bufs[i]); /* not the stack: reads stopped at
+					  * shutdown never gave theirs back */
 	free(rc);
 }
 
