@@ -26,7 +26,7 @@ static void print_size_line(const struct rec *d, const char *label, const char *
 	       fmt_pct(b, sizeof(b), ratio_of(rec_u64(d, field), rec_u64(d, "capacity"))));
 }
 
-static void print_nvme(const struct rec *d)
+static void print_nvme(const struct rec *d, const struct rec *rec, const struct rec *er)
 {
 	char cap[KVT_SIZE_LEN], used[KVT_SIZE_LEN];
 	uint64_t c = rec_u64(d, "nvme_capacity"), u = rec_u64(d, "nvme_used");
@@ -51,8 +51,16 @@ static void print_nvme(const struct rec *d)
 		       " regions taken back for a tenant within its quota\n",
 		       "  space:", rec_u64(d, "nvme_refused"), rec_u64(d, "nvme_reclaims"));
 	printf("%-13s%" PRIu64 " blocks recovered, %" PRIu64 " torn or corrupt dropped, %" PRIu64
-	       " ms\n", "  recovery:", rec_u64(d, "nvme_recovered"),
+	       " ms", "  recovery:", rec_u64(d, "nvme_recovered"),
 	       rec_u64(d, "nvme_recovery_dropped"), rec_u64(d, "nvme_recovery_ms"));
+	if (rec && rec_u64(rec, "running"))
+		printf("; running: %" PRIu64 " of %" PRIu64 " regions", rec_u64(rec, "regions"),
+		       rec_u64(rec, "regions_total"));
+	putchar('\n');
+	if (er)
+		printf("%-13s%" PRIu64 " under way, %" PRIu64 " done, %" PRIu64 " failed\n",
+		       "  erasures:", rec_u64(er, "erasing"), rec_u64(er, "erased"),
+		       rec_u64(er, "failures"));
 }
 
 static void print_pool(const struct rec *d)
@@ -101,7 +109,7 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 	print_pool(d);
 	print_numa_line(stdout, d);
 	if (rec_has(d, "nvme_engine"))
-		print_nvme(d);
+		print_nvme(d, snapshot_find(&x->snap, "recovery"), snapshot_find(&x->snap, "erasures"));
 	if (rec_has(d, "tenants"))
 		printf("%-13stenants %" PRIu64 ", namespaces %" PRIu64 ", blocks %" PRIu64
 		       ", handles %" PRIu64 "\n", "Contents:",
@@ -244,6 +252,15 @@ static void status_json(const struct snapshot *s)
 	json_recs(&j, s, "class", false);
 	json_key(&j, "remotes");
 	json_recs(&j, s, "remote", false);
+	/* With an NVMe tier, for admins. */
+	for (size_t i = 0; i < 2; i++) {
+		static const char *const one[] = {"recovery", "erasures"};
+		const struct rec *r = snapshot_find(s, one[i]);
+		if (r) {
+			json_key(&j, one[i]);
+			json_rec(&j, r, false);
+		}
+	}
 	if (snapshot_find(s, "client")) {
 		json_key(&j, "clients");
 		json_recs(&j, s, "client", false);
