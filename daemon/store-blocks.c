@@ -86,12 +86,26 @@ bool store_gone_has(const struct store *s, const struct ns *ns, const uint8_t *k
 	return s->gone_full || gone_has(s, gone_fp(ns, store_key_fingerprint(s, key)));
 }
 
+/* A partial block's record ends with the attempt: completed, or out of
+ * the index, where no shard of it can be committed any more. */
+static void partial_end(struct block *b)
+{
+	struct partial *p = b->partial;
+
+	TAILQ_REMOVE(&b->ns->tenant->store->partials, p, link);
+	b->shards_taken = p->shards_taken;
+	b->shards_committed = 0;
+	free(p);
+}
+
 void store_block_unindex(struct block *b)
 {
 	struct ns *ns = b->ns;
 
 	if (!b->indexed)
 		return;
+	if (b->state != BLOCK_RESIDENT && b->shards_committed)
+		partial_end(b);
 	if (ns->tenant->store->recovering)
 		store_gone_add(ns->tenant->store, b);
 	index_remove(&ns->index, b);
@@ -152,6 +166,8 @@ struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key
 
 void store_block_resident(struct block *b)
 {
+	if (b->shards_committed)
+		partial_end(b);
 	b->state = BLOCK_RESIDENT;
 	b->disk_copy = NULL; /* was its shards */
 	b->shards_committed = 0;
