@@ -34,6 +34,7 @@ static const char *const site_names[_FAULT_SITE_MAX] = {
 	[FAULT_BLOCK] = "block",
 	[FAULT_INDEX] = "index",
 	[FAULT_HANDLE] = "handle",
+	[FAULT_PARTIAL] = "partial",
 	[FAULT_STATS] = "stats",
 	[FAULT_SPILL_REGION] = "spill_region",
 	[FAULT_WRITEBACK] = "writeback",

@@ -43,6 +43,9 @@
  *               the table (calloc)                  slot freed); at start: as tenant
  * handle        a lease or reservation (calloc)     -ENOMEM for that key of RESERVE or       8
  *                                                   ACQUIRE
+ * partial       the record of a block of several    the block is dropped (counted in         -
+ *               shards, at its first commit         aborts): that COMMIT and its other
+ *               (malloc)                            shards' are -ECANCELED
  * stats         a statistics record (its buffer)    STATS answered with -ENOMEM              4
  * spill_region  binding a spill region (header,     the block stays dirty; write-back tries  2
  *               slot table)                         again after a back-off (10 ms, doubling
@@ -72,9 +75,12 @@
  * counted at the *_short sites.  A completion that gets -EIO is not counted
  * at write_enospc, the *_eagain or the short sites, one that gets -ENOSPC
  * not at write_eagain or write_short, one that gets -EAGAIN not at the
- * short sites.  uring_submit is reached only with the io_uring engine.  test-faults also arms every site
- * from its first call on (site=1+), and fails tenant, ns, block and index
- * at their first call during NVMe recovery at start.
+ * short sites.  uring_submit is reached only with the io_uring engine.
+ * partial only with blocks of several shards, which test-faults's workload
+ * does not store (no bound): test-partial-attempts fails it instead.
+ * test-faults also arms every site from its first call on (site=1+), and
+ * fails tenant, ns, block and index at their first call during NVMe
+ * recovery at start.
  */
 #pragma once
 
@@ -93,6 +99,7 @@ enum fault_site {
 	FAULT_BLOCK,
 	FAULT_INDEX,
 	FAULT_HANDLE,
+	FAULT_PARTIAL,
 	FAULT_STATS,
 	FAULT_SPILL_REGION,
 	FAULT_WRITEBACK,

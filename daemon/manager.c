@@ -657,6 +657,9 @@ int manager_reload(struct manager *m)
 			    (unsigned long long)(cur->capacity >> 20),
 			    (unsigned long long)(m->pool.allocated >> 20));
 	store_reload(&m->store);
+	/* A lowered [limits] partial_block_ms: the blocks already past it go
+	 * now, not at the next sweep. */
+	store_partial_expire(&m->store);
 	log_set_max_level(cur->log_level);
 	log_info("Reloaded %s; changed: %s", m->config_path ? m->config_path : "(built-in defaults)",
 		 changed[0] ? changed : "nothing");

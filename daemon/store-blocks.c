@@ -12,6 +12,18 @@
 #include "store-private.h"
 #include "store.h"
 
+/* A partial block's record ends with the attempt: completed, or out of
+ * the index, where no shard of it can be committed any more. */
+static void partial_end(struct block *b)
+{
+	struct partial *p = b->partial;
+
+	TAILQ_REMOVE(&b->ns->tenant->store->partials, p, link);
+	b->shards_taken = p->shards_taken;
+	b->shards_committed = 0;
+	free(p);
+}
+
 void store_block_unindex(struct block *b)
 {
 	struct store *s = b->ns->tenant->store;
@@ -28,6 +40,8 @@ void store_block_unindex_only(struct block *b)
 
 	if (!b->indexed)
 		return;
+	if (b->state != BLOCK_RESIDENT && b->shards_committed)
+		partial_end(b);
 	index_remove(&ns->index, b);
 	b->indexed = false;
 	evict_remove(&ns->cls->policy, &b->evict);
@@ -117,6 +131,8 @@ struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key
 
 void store_block_resident(struct block *b)
 {
+	if (b->shards_committed)
+		partial_end(b);
 	b->state = BLOCK_RESIDENT;
 	b->disk_copy = NULL; /* was its shards */
 	b->shards_committed = 0;

@@ -168,7 +168,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 			out->status = -EEXIST;
 			continue;
 		}
-		if (b && (b->shards_taken >> shard) & 1) {
+		if (b && (*block_shards_taken(b) >> shard) & 1) {
 			out->status = -EBUSY;
 			continue;
 		}
@@ -220,7 +220,7 @@ void store_reserve(struct store *s, struct ns *ns, uint32_t shard,
 			out->status = r;
 			continue;
 		}
-		b->shards_taken |= UINT64_C(1) << shard;
+		*block_shards_taken(b) |= UINT64_C(1) << shard;
 		out->handle = h->id;
 		out->extent_id = b->extent->id;
 		out->offset = shard_offset(b, shard);
@@ -293,21 +293,26 @@ static int reservation_end(struct handle *h, bool success)
 		 * may be served a block with a hole in it. */
 		ns->c.aborts++;
 		store_block_unindex(b);
+	} else if (b->shards_committed + 1u == ns->geo.shards) {
+		store_block_resident(b);
+		ns->blocks_reserved--;
+		ns->blocks_resident++;
+		ns->c.stores++;
+		ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
+		ns->tenant->dirty += b->extent->slot_bytes;
+		store_evict_maybe_insert(b);
+		struct store *s = ns->tenant->store;
+		if (s->remote_ops)
+			s->remote_ops->used(s->remote, b);
+	} else if (!b->shards_committed && store_partial_note(ns->tenant->store, b) < 0) {
+		/* Without its record the block would have no deadline, and
+		 * could wait for its other shards for ever: it goes now, as
+		 * if this shard had failed. */
+		ns->c.aborts++;
+		store_block_unindex(b);
+		r = -ECANCELED;
 	} else {
-		if (++b->shards_committed == 1 && ns->geo.shards > 1)
-			store_partial_note(ns->tenant->store, b);
-		if (b->shards_committed == ns->geo.shards) {
-			store_block_resident(b);
-			ns->blocks_reserved--;
-			ns->blocks_resident++;
-			ns->c.stores++;
-			ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
-			ns->tenant->dirty += b->extent->slot_bytes;
-			store_evict_maybe_insert(b);
-			struct store *s = ns->tenant->store;
-			if (s->remote_ops)
-				s->remote_ops->used(s->remote, b);
-		}
+		b->shards_committed++;
 	}
 	store_block_maybe_free(b);
 	return r;

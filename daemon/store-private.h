@@ -8,7 +8,7 @@
  *                      store-blocks.c, store-erasures.c
  *   store-place.c   -> store-nvme.c, store-fragmentation.c, store-blocks.c
  *   store-nvme.c    -> store-tenants.c, store-ns.c, store-blocks.c, store-erasures.c
- *   store-partial.c -> store-tenants.c, store-ns.c, store-blocks.c
+ *   store-partial.c -> store-blocks.c
  *   store-remote.c  -> store-tenants.c, store-ns.c, store-blocks.c
  *   store-tenants.c -> store-ns.c
  *   store-blocks.c  -> store-erasures.c
@@ -49,6 +49,29 @@ static inline uint64_t store_all_shards(const struct ns *ns)
 {
 	return ns->geo.shards >= 64 ? ~UINT64_C(0)
 				    : (UINT64_C(1) << ns->geo.shards) - 1;
+}
+
+/*
+ * A partial block: reserved, in a namespace of several shards, some of
+ * them committed and not all.  Its record is made at its first commit and
+ * ends when the block does, completed or out of the index, so that a
+ * record names one attempt at a key and nothing stale is left: the
+ * store's queue holds exactly the partial blocks, in the order of their
+ * first commits, which is also the order of their deadlines under any one
+ * limit.  The record holds the block's shard bits while it lasts: struct
+ * block has no room for its pointer beside them.
+ */
+struct partial {
+	struct block *block;
+	uint64_t shards_taken; /* the block's, as in struct block */
+	uint64_t first_ms;     /* its first commit (CLOCK_MONOTONIC) */
+	TAILQ_ENTRY(partial) link; /* on s->partials */
+};
+
+/* A reserved block's shards reserved or committed, one bit each. */
+static inline uint64_t *block_shards_taken(struct block *b)
+{
+	return b->shards_committed ? &b->partial->shards_taken : &b->shards_taken;
 }
 
 /* The NVMe copy on its namespace's disk_lru at n. */
@@ -102,8 +125,9 @@ void store_block_io_end(struct block *b);
 /* A zeroed block of ns for key (its fingerprint set), in no index yet;
  * NULL when out of memory (or FAULT_BLOCK). */
 struct block *store_block_new(struct store *s, struct ns *ns, const uint8_t *key);
-/* Out of the index and the host eviction list; the counts follow; its
- * NVMe copy is erased (store_block_unindex_only()). */
+/* Out of the index, the host eviction list and the queue of partial
+ * blocks; the counts follow; its NVMe copy is erased
+ * (store_block_unindex_only()). */
 void store_block_unindex(struct block *b);
 /* Give the host slot back to its extent (a dirty one stops counting). */
 void store_host_slot_release(struct block *b);
@@ -113,7 +137,8 @@ void store_disk_copy_drop(struct store *s, struct block *b);
 /* Freed once nothing can still read or write its slots: out of the index,
  * no handle, no I/O. */
 void store_block_maybe_free(struct block *b);
-/* Every shard committed (or fetched, or recovered): visible from now on. */
+/* Every shard committed (or fetched, or recovered): visible from now on,
+ * and a partial block no more. */
 void store_block_resident(struct block *b);
 void store_evict_maybe_insert(struct block *b);
 
@@ -131,6 +156,11 @@ int store_class_alloc(struct store *s, struct tenant *t, struct slot_class *c, i
  * or -EAGAIN when the next extent's memory is still being made. */
 int store_class_room(struct store *s, struct tenant *t, struct slot_class *c, int node,
 		     uint64_t slots);
+
+/* store-partial.c: b's first shard of several was just committed: its
+ * record made and queued (b->partial), before shards_committed counts it.
+ * \return 0, or -ENOMEM (b as it was) */
+int store_partial_note(struct store *s, struct block *b);
 
 /* store-fragmentation.c: class c of tenant t found no free slot and no
  * room for an extent; counts the allocation as starved when another class

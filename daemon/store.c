@@ -22,7 +22,7 @@ int store_init(struct store *s, struct pool *p, const struct config *c,
 	s->next_tenant_id = 1;
 	slab_init(&s->blocks, sizeof(struct block));
 	slab_init(&s->disk_copies, sizeof(struct block_disk));
-	STAILQ_INIT(&s->partials);
+	TAILQ_INIT(&s->partials);
 	return keyhash_init_random(&s->keyhash);
 }
 

@@ -81,9 +81,13 @@ struct block {
 	struct ns *ns;
 	struct extent *extent;    /* host copy; NULL when only on NVMe */
 	/* Reserved, it has shards and no NVMe copy; resident, the reverse
-	 * (block_disk() and store-ops.c read it by the state). */
+	 * (block_disk() and block_shards_taken() read it by the state).  A
+	 * reserved block with a shard committed (shards_committed > 0, in
+	 * a namespace of several shards) is a partial block: its record
+	 * holds its shard bits meanwhile (store-partial.c). */
 	union {
 		uint64_t shards_taken; /* reserved or committed, one bit each */
+		struct partial *partial;
 		struct block_disk *disk_copy;
 	};
 	uint32_t slot;
@@ -289,10 +293,9 @@ struct store {
 	store_handle_owner_fn handle_taken, handle_ended;
 	uint64_t frag_warnings; /* fragmentation warnings logged */
 	uint64_t timed_hints;   /* blocks whose retention has a duration (store-hints.c) */
-	/* Blocks some of whose shards are committed, by deadline
+	/* The partial blocks' records, by the time of their first commit
 	 * (store-partial.c). */
-	STAILQ_HEAD(, partial) partials;
-	uint64_t n_partials;
+	TAILQ_HEAD(, partial) partials;
 	/* store-erasures.c.  The keys with NVMe copies being erased (or
 	 * whose erasure failed), by fingerprint of scope and key: no new
 	 * block is accepted under such a key and a DELETE of it is answered
@@ -383,10 +386,10 @@ void store_hint(struct store *s, struct ns *ns, uint32_t arg, const uint8_t *key
  * once a second.  \return how many */
 uint64_t store_hints_lapse(struct store *s);
 
-/* store-partial.c: a block whose first shard (of several) was just
- * committed; and, once a second, the blocks whose other shards did not
- * come within [limits] partial_block_ms, dropped (their number). */
-void store_partial_note(struct store *s, struct block *b);
+/* store-partial.c: the partial blocks whose first commit is [limits]
+ * partial_block_ms ago or more, by the limit in force now, dropped (their
+ * number): once a second, and on reload.  And at shutdown, their records
+ * freed. */
 uint64_t store_partial_expire(struct store *s);
 void store_partial_done(struct store *s);
 

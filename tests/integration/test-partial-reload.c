@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * [limits] partial_block_ms changed by SIGHUP applies to the blocks whose
+ * shards are not all committed yet: each one's deadline is its first
+ * shard's commit plus the limit in force.  A raised limit gives a pending
+ * block longer; a lowered one drops the pending blocks past it, and those
+ * whose first shard comes after the reload, without waiting for the
+ * deadlines the old limit gave.  A dropped block's late shard commits as
+ * -ECANCELED, and the next attempt at its key is a block of its own bytes.
+ *
+ * No step is timed but one: the reload that raises the limit must come
+ * within LIMIT_MS of a commit (a commit, a retention, a file written and a
+ * signal).  A retention lapsing later than the old deadline (the daemon
+ * sweeps retentions and partial blocks once a second, retentions first)
+ * shows when that deadline has passed and been swept.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define LIMIT_MS 5000
+#define WITNESS_S (LIMIT_MS / 1000 + 1)
+
+static uint32_t tag_of(uint32_t attempt, uint32_t shard)
+{
+	return attempt << 8 | shard;
+}
+
+static void reserve_written(kvt_ns *ns, uint32_t shard, const uint8_t *key, uint32_t attempt,
+			    kvt_slot_ref *ret)
+{
+	CHECK(kvt_reserve(ns, shard, key, 1, ret) == 1, "reserve shard %u: %d", shard, ret->status);
+	block_pattern(ret->ptr, ret->bytes, tag_of(attempt, shard), key);
+}
+
+static int32_t commit_one(kvt_client *c, kvt_slot_ref *r)
+{
+	uint8_t ok = 1;
+	int32_t st;
+
+	CHECK(kvt_commit(c, &r->handle, &ok, 1, &st) == 0, "commit call");
+	return st;
+}
+
+static void store_whole(kvt_client *c, kvt_ns *ns, const uint8_t *key, uint32_t attempt)
+{
+	kvt_slot_ref r[2];
+	uint64_t h[2];
+	uint8_t ok[2] = {1, 1};
+	int32_t st[2];
+
+	for (uint32_t shard = 0; shard < 2; shard++) {
+		reserve_written(ns, shard, key, attempt, &r[shard]);
+		h[shard] = r[shard].handle;
+	}
+	CHECK(kvt_commit(c, h, ok, 2, st) == 0 && st[0] == 0 && st[1] == 0,
+	      "both shards of attempt %u: %d %d", attempt, st[0], st[1]);
+}
+
+static uint8_t state_of(kvt_ns *ns, const uint8_t *key)
+{
+	uint8_t st = 0xff;
+
+	CHECK(kvt_lookup(ns, key, 1, 0, &st) >= 0, "lookup");
+	return st;
+}
+
+static void check_block(kvt_client *c, kvt_ns *ns, const uint8_t *key, uint32_t attempt)
+{
+	CHECK(state_of(ns, key) == KVT_HOST, "attempt %u visible", attempt);
+	for (uint32_t shard = 0; shard < 2; shard++) {
+		kvt_slot_ref r;
+		CHECK(kvt_acquire(ns, shard, key, 1, &r) == 1, "acquire shard %u", shard);
+		uint8_t *want = malloc(r.bytes);
+		CHECK(want, "out of memory");
+		block_pattern(want, r.bytes, tag_of(attempt, shard), key);
+		CHECK(!memcmp(r.ptr, want, r.bytes), "shard %u holds attempt %u's bytes", shard,
+		      attempt);
+		free(want);
+		CHECK(kvt_release(c, &r.handle, 1, NULL) == 0, "release");
+	}
+}
+
+static void reload(struct daemon *d, uint32_t partial_block_ms)
+{
+	char config[64];
+
+	snprintf(config, sizeof(config), "[limits]\npartial_block_ms = %u\n", partial_block_ms);
+	daemon_rewrite_config(d, config);
+	kill(d->pid, SIGHUP);
+}
+
+int main(void)
+{
+	struct daemon d;
+	uint8_t keys[4 * 32];
+	char config[64];
+
+	snprintf(config, sizeof(config), "[limits]\npartial_block_ms = %u\n", LIMIT_MS);
+	daemon_start(&d, config);
+	kvt_client *c = client_connect(&d, "ranks");
+	kvt_ns *ns = engine_ns(c, "tiny", 2);
+	CHECK(engine_keys(38, 4 * 16, 0, 0, keys, 4) == 4, "keys");
+	const uint8_t *raised = keys, *before = keys + 32, *after = keys + 64, *witness = keys + 96;
+
+	store_whole(c, ns, witness, 9);
+
+	/* Raised: the block pending at the reload outlives the old limit. */
+	kvt_slot_ref r1[2];
+	reserve_written(ns, 0, raised, 1, &r1[0]);
+	reserve_written(ns, 1, raised, 1, &r1[1]);
+	CHECK(commit_one(c, &r1[0]) == 0, "shard 0 of the raised block");
+	CHECK(kvt_retain(ns, witness, 1, 90, WITNESS_S) == 1, "the witness's retention");
+	reload(&d, 3600000);
+	WAIT_FOR(daemon_log_contains(&d, "changed: [limits] partial_block_ms"), "the reload");
+	WAIT_FOR(stat_sum(c, "namespace", "lapsed") == 1, "a sweep past the old deadline");
+	CHECK(stat_sum(c, "namespace", "partial_drops") == 0,
+	      "the pending block dropped on its old deadline");
+	CHECK(state_of(ns, raised) == KVT_PENDING, "half a block is not visible");
+	int32_t st = commit_one(c, &r1[1]);
+	CHECK(st == 0, "shard 1 of the raised block: got %d", st);
+	check_block(c, ns, raised, 1);
+
+	/* Lowered: a block pending since before the reload (deadline an hour
+	 * away under the old limit) and one whose first shard comes after
+	 * it go now. */
+	kvt_slot_ref b1[2], a1[2];
+	reserve_written(ns, 0, before, 1, &b1[0]);
+	reserve_written(ns, 1, before, 1, &b1[1]);
+	CHECK(commit_one(c, &b1[0]) == 0, "shard 0 of the block pending before");
+	reload(&d, 100);
+	reserve_written(ns, 0, after, 1, &a1[0]);
+	reserve_written(ns, 1, after, 1, &a1[1]);
+	CHECK(commit_one(c, &a1[0]) == 0, "shard 0 of the block pending after");
+	WAIT_FOR(stat_sum(c, "namespace", "partial_drops") == 2,
+		 "both pending blocks to be dropped under the lowered limit");
+	CHECK(state_of(ns, before) == KVT_MISS && state_of(ns, after) == KVT_MISS,
+	      "dropped: misses");
+	st = commit_one(c, &b1[1]);
+	CHECK(st == -ECANCELED, "the late shard of the block pending before: got %d", st);
+	st = commit_one(c, &a1[1]);
+	CHECK(st == -ECANCELED, "the late shard of the block pending after: got %d", st);
+
+	/* The keys again: blocks of their new attempts' bytes only. */
+	store_whole(c, ns, before, 2);
+	store_whole(c, ns, after, 2);
+	check_block(c, ns, before, 2);
+	check_block(c, ns, after, 2);
+	check_block(c, ns, raised, 1);
+	CHECK(stat_sum(c, "namespace", "partial_drops") == 2, "nothing else dropped");
+	CHECK(stat_sum(c, "namespace", "reserved") == 0, "no block left reserved");
+
+	kvt_ns_close(ns);
+	kvt_client_free(c);
+	daemon_stop(&d);
+	daemon_cleanup(&d);
+	return 0;
+}
