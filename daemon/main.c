@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,15 +133,7 @@ static int serve(struct config *cfg, const struct options *o)
 			    cfg->remotes[0].name);
 #endif
 	}
-	/* From the moment a socket exists a supervisor may stop the daemon:
-	 * SIGTERM waits, blocked, for the loop's handler (manager_run()), so
-	 * that it is a clean shutdown rather than the default death. */
-	sigset_t ss;
-	sigemptyset(&ss);
-	sigaddset(&ss, SIGTERM);
-	sigaddset(&ss, SIGINT);
-	sigaddset(&ss, SIGHUP);
-	sigprocmask(SIG_BLOCK, &ss, NULL);
+	manager_block_signals();
 	r = manager_listen(m);
 	if (r < 0)
 		goto out;

@@ -734,11 +734,9 @@ static int run_loop(struct manager *m)
 	return r < 0 ? r : code;
 }
 
-int manager_run(struct manager *m)
+void manager_block_signals(void)
 {
-	uint64_t watchdog_usec = 0;
 	sigset_t ss;
-	int r;
 
 	sigemptyset(&ss);
 	sigaddset(&ss, SIGTERM);
@@ -746,6 +744,14 @@ int manager_run(struct manager *m)
 	sigaddset(&ss, SIGHUP);
 	sigprocmask(SIG_BLOCK, &ss, NULL);
 	signal(SIGPIPE, SIG_IGN);
+}
+
+int manager_run(struct manager *m)
+{
+	uint64_t watchdog_usec = 0;
+	int r;
+
+	manager_block_signals();
 	sd_event_add_signal(m->event, NULL, SIGTERM, on_signal, m);
 	sd_event_add_signal(m->event, NULL, SIGINT, on_signal, m);
 	sd_event_add_signal(m->event, NULL, SIGHUP, on_reload_signal, m);

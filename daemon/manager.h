@@ -96,6 +96,10 @@ struct manager {
 
 int manager_new(struct config *c, struct manager **ret);
 void manager_free(struct manager *m);
+/* SIGTERM, SIGINT and SIGHUP wait, blocked, for manager_run()'s
+ * handlers; SIGPIPE is ignored.  Before the first socket exists, so that a
+ * supervisor's SIGTERM is a clean shutdown from then on. */
+void manager_block_signals(void);
 int manager_listen(struct manager *m);
 int manager_run(struct manager *m);
 /* Re-read the configuration file and apply what can change live. */

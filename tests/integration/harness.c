@@ -287,6 +287,33 @@ kvt_ns *engine_ns(kvt_client *c, const char *model, uint32_t tp_size)
 	return ns;
 }
 
+kvt_ns *small_ns(kvt_client *c, const char *model)
+{
+	kvt_layer_group g = {.n_layers = 1, .attn = KVT_ATTN_MHA, .planes = 2, .kv_heads = 1,
+			     .head_bytes = 128, .dtype = 1};
+	kvt_ns_desc desc = {.model = model, .weights = (const uint8_t *)model,
+			    .weights_len = (uint32_t)strlen(model), .layer_end = 1, .tp_size = 1,
+			    .cp_size = 1, .block_tokens = 16, .n_groups = 1, .groups = &g};
+	kvt_ns *ns = NULL;
+	int r = kvt_ns_open(c, &desc, &ns);
+	CHECK(r == 0, "ns open: %s %s", strerror(-r), kvt_client_error(c));
+	return ns;
+}
+
+void load_staged(kvt_ns *ns, const uint8_t *keys, uint32_t n, void **dsts, int32_t *st)
+{
+	for (uint32_t i = 0; i < n; i++)
+		st[i] = -ENOENT;
+	for (uint32_t p = 0; p < n;) {
+		int w = kvt_wait_resident(ns, keys + (size_t)p * KVT_KEY_BYTES, n - p, 600000);
+		CHECK(w >= 0, "wait_resident: %s", strerror(-w));
+		uint32_t run = w > 0 ? (uint32_t)w : 1; /* a miss: loaded alone */
+		int r = kvt_load(ns, 0, keys + (size_t)p * KVT_KEY_BYTES, run, dsts + p, st + p);
+		CHECK(r >= 0, "load: %s", strerror(-r));
+		p += run;
+	}
+}
+
 void token_key(uint32_t tag, uint32_t n, uint8_t *ret_key)
 {
 	uint32_t tok[2] = {tag, n};

@@ -48,6 +48,13 @@ int wait_exit(pid_t pid);
 kvt_client *client_connect(const struct daemon *d, const char *name);
 /* Open the namespace kvt-engine uses for a model ("tiny", "llama3-8b"). */
 kvt_ns *engine_ns(kvt_client *c, const char *model, uint32_t tp_size);
+/* A namespace of one layer and 4 KiB blocks, named (model and weights)
+ * model. */
+kvt_ns *small_ns(kvt_client *c, const char *model);
+/* Load keys[n] (shard 0) into dsts, a status per key in st.  A load takes
+ * only what is in host memory: each leading run is waited for (staged from
+ * NVMe) first, and a miss is loaded alone. */
+void load_staged(kvt_ns *ns, const uint8_t *keys, uint32_t n, void **dsts, int32_t *st);
 /* The key an engine hashes for a block of the two tokens tag and n. */
 void token_key(uint32_t tag, uint32_t n, uint8_t *ret_key);
 /* Keys of kvt-engine's request for a prefix seed, prefix and suffix. */

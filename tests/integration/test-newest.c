@@ -57,20 +57,6 @@ static uint64_t rnd(uint64_t k)
 	return rng % k;
 }
 
-static kvt_ns *open_ns(kvt_client *cl, const char *model, uint32_t head_bytes)
-{
-	kvt_layer_group g = {.n_layers = 1, .attn = KVT_ATTN_MHA, .planes = 2, .kv_heads = 1,
-			     .head_bytes = head_bytes, .dtype = 1};
-	static const uint8_t weights[16] = "newest";
-	kvt_ns_desc desc = {.model = model, .weights = weights, .weights_len = sizeof(weights),
-			    .layer_end = 1, .tp_size = 1, .cp_size = 1, .block_tokens = 16,
-			    .n_groups = 1, .groups = &g};
-	kvt_ns *r = NULL;
-	int k = kvt_ns_open(cl, &desc, &r);
-	CHECK(k == 0, "ns open: %s %s", strerror(-k), kvt_client_error(cl));
-	return r;
-}
-
 static void write_config(char *buf, size_t size)
 {
 	snprintf(buf, size,
@@ -84,7 +70,7 @@ static void write_config(char *buf, size_t size)
 static void connect_model(void)
 {
 	c = client_connect(&d, "model");
-	ns = open_ns(c, "newest", 128);
+	ns = small_ns(c, "newest");
 }
 
 static void disconnect(void)
@@ -161,20 +147,9 @@ static void op_load(uint32_t k, uint32_t m)
 	int32_t st[KEYS];
 
 	CHECK(bufs && want, "out of memory");
-	for (uint32_t i = 0; i < m; i++) {
+	for (uint32_t i = 0; i < m; i++)
 		dsts[i] = bufs + (size_t)i * BYTES;
-		st[i] = -ENOENT;
-	}
-	/* A load takes only what is in host memory: each leading run is
-	 * waited for (staged from NVMe) first, a miss loaded alone. */
-	for (uint32_t p = 0; p < m;) {
-		int w = kvt_wait_resident(ns, keys[k + p], m - p, 600000);
-		CHECK(w >= 0, "wait_resident: %s", strerror(-w));
-		uint32_t run = w > 0 ? (uint32_t)w : 1;
-		int r = kvt_load(ns, 0, keys[k + p], run, dsts + p, st + p);
-		CHECK(r >= 0, "load: %s", strerror(-r));
-		p += run;
-	}
+	load_staged(ns, keys[k], m, dsts, st);
 	for (uint32_t i = 0; i < m; i++) {
 		n.loads++;
 		if (st[i] != 0)
@@ -259,7 +234,7 @@ static void ballast(void)
 	CHECK(buf, "out of memory");
 	for (uint32_t i = 0; i < BALLAST; i++) {
 		snprintf(model, sizeof(model), "ballast-%u", i);
-		kvt_ns *b = open_ns(c, model, 128);
+		kvt_ns *b = small_ns(c, model);
 		uint8_t key[KVT_KEY_BYTES];
 		int32_t st = 0;
 		const void *src = buf;

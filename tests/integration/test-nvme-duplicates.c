@@ -34,20 +34,6 @@
 
 static uint8_t key[KVT_KEY_BYTES];
 
-static kvt_ns *open_ns(kvt_client *c, const char *model)
-{
-	kvt_layer_group g = {.n_layers = 1, .attn = KVT_ATTN_MHA, .planes = 2, .kv_heads = 1,
-			     .head_bytes = 128, .dtype = 1};
-	static const uint8_t weights[16] = "duplicates";
-	kvt_ns_desc desc = {.model = model, .weights = weights, .weights_len = sizeof(weights),
-			    .layer_end = 1, .tp_size = 1, .cp_size = 1, .block_tokens = 16,
-			    .n_groups = 1, .groups = &g};
-	kvt_ns *ns = NULL;
-	int r = kvt_ns_open(c, &desc, &ns);
-	CHECK(r == 0, "ns open: %s %s", strerror(-r), kvt_client_error(c));
-	return ns;
-}
-
 static void store_tagged(kvt_ns *ns, const uint8_t *k, uint32_t tag)
 {
 	uint8_t *buf = malloc(BYTES);
@@ -89,8 +75,7 @@ static uint32_t load_key(kvt_ns *ns)
 	uint32_t got = 0;
 
 	CHECK(buf && want, "out of memory");
-	CHECK(kvt_wait_resident(ns, key, 1, 600000) >= 0, "wait");
-	CHECK(kvt_load(ns, 0, key, 1, &dst, &st) >= 0, "load");
+	load_staged(ns, key, 1, &dst, &st);
 	if (st == 0) {
 		for (uint32_t tag = OLDER; tag <= NEWER && !got; tag++) {
 			block_pattern(want, BYTES, tag, key);
@@ -130,7 +115,7 @@ static void make_file(struct daemon *d)
 	config_for(config, sizeof(config), "foreground");
 	daemon_start(d, config);
 	kvt_client *c = client_connect(d, "maker");
-	kvt_ns *ns = open_ns(c, "dup");
+	kvt_ns *ns = small_ns(c, "dup");
 	store_tagged(ns, key, OLDER);
 	wait_written(d, c, 1);
 	kvt_ns_close(ns);
@@ -149,7 +134,7 @@ static void make_file(struct daemon *d)
 	 * region 5. */
 	daemon_restart(d, config);
 	c = client_connect(d, "maker");
-	ns = open_ns(c, "dup");
+	ns = small_ns(c, "dup");
 	CHECK(kvt_delete(ns, key, 1) == 1, "delete");
 	fill(ns, 0xf111, 0, SLOTS);
 	wait_written(d, c, SLOTS);
@@ -157,7 +142,7 @@ static void make_file(struct daemon *d)
 		char model[32];
 		uint8_t k[KVT_KEY_BYTES];
 		snprintf(model, sizeof(model), "ballast-%u", i);
-		kvt_ns *b = open_ns(c, model);
+		kvt_ns *b = small_ns(c, model);
 		token_key(0xba11, i, k);
 		store_tagged(b, k, 7);
 		wait_written(d, c, SLOTS + i + 1);
@@ -177,6 +162,20 @@ static void make_file(struct daemon *d)
 	close(fd);
 }
 
+/* The daemon restarted (it is stopped), the key loaded once, the daemon
+ * stopped again.  \return what load_key() saw */
+static uint32_t first_load_after_restart(struct daemon *d, const char *config)
+{
+	daemon_restart(d, config);
+	kvt_client *c = client_connect(d, "reader");
+	kvt_ns *ns = small_ns(c, "dup");
+	uint32_t got = load_key(ns);
+	kvt_ns_close(ns);
+	kvt_client_free(c);
+	daemon_stop(d);
+	return got;
+}
+
 int main(void)
 {
 	struct daemon d;
@@ -190,7 +189,7 @@ int main(void)
 	config_for(config, sizeof(config), "background");
 	daemon_restart(&d, config);
 	kvt_client *c = client_connect(&d, "reader");
-	kvt_ns *ns = open_ns(c, "dup");
+	kvt_ns *ns = small_ns(c, "dup");
 	/* Looked up without a pause until recovery finds a copy (region 0
 	 * is read before the ballast, region 5 after), then loaded. */
 	uint32_t first = 0;
@@ -219,13 +218,7 @@ int main(void)
 
 	/* Erased: the next recovery finds the newer only. */
 	config_for(config, sizeof(config), "foreground");
-	daemon_restart(&d, config);
-	c = client_connect(&d, "reader");
-	ns = open_ns(c, "dup");
-	CHECK(load_key(ns) == NEWER, "after a restart, the newer copy");
-	kvt_ns_close(ns);
-	kvt_client_free(c);
-	daemon_kill(&d);
+	CHECK(first_load_after_restart(&d, config) == NEWER, "after a restart, the newer copy");
 
 	/* Foreground, from the same situation made again. */
 	char path[300];
@@ -233,14 +226,9 @@ int main(void)
 	unlink(path);
 	daemon_cleanup(&d);
 	make_file(&d);
+	CHECK(first_load_after_restart(&d, config) == NEWER,
+	      "foreground recovery serves the newer copy");
 	snprintf(path, sizeof(path), "%s/spill0", d.dir);
-	daemon_restart(&d, config);
-	c = client_connect(&d, "reader");
-	ns = open_ns(c, "dup");
-	CHECK(load_key(ns) == NEWER, "foreground recovery serves the newer copy");
-	kvt_ns_close(ns);
-	kvt_client_free(c);
-	daemon_stop(&d);
 	unlink(path);
 	daemon_cleanup(&d);
 	return 0;

@@ -36,20 +36,6 @@ static uint8_t keys[N][KVT_KEY_BYTES];
 static int32_t status[N];
 static bool fresh[N];
 
-static kvt_ns *ns_open(kvt_client *c)
-{
-	kvt_layer_group g = {.n_layers = 1, .attn = KVT_ATTN_MHA, .planes = 2, .kv_heads = 1,
-			     .head_bytes = 128, .dtype = 1};
-	static const uint8_t weights[16] = "recovering";
-	kvt_ns_desc desc = {.model = "recovering", .weights = weights,
-			    .weights_len = sizeof(weights), .layer_end = 1, .tp_size = 1,
-			    .cp_size = 1, .block_tokens = 16, .n_groups = 1, .groups = &g};
-	kvt_ns *ns = NULL;
-	int r = kvt_ns_open(c, &desc, &ns);
-	CHECK(r == 0, "ns open: %s %s", strerror(-r), kvt_client_error(c));
-	return ns;
-}
-
 static uint64_t stat_of(const struct daemon *d, const char *kind, const char *field)
 {
 	kvt_client *c = client_connect(d, "checker");
@@ -73,25 +59,14 @@ static void store(kvt_ns *ns, uint32_t from, uint32_t to, uint32_t tag, uint8_t 
 	}
 }
 
-/* Load [i, i + n) into bufs: st[] per key.  Blocks on NVMe are staged
- * first (a load takes only what is in host memory); a miss ends a run of
- * leading hits, so each run is waited for and loaded on its own. */
+/* Load [i, i + n) into bufs: st[] per key. */
 static void load_batch(kvt_ns *ns, uint32_t i, uint32_t n, uint8_t *bufs, int32_t *st)
 {
 	void *dsts[BATCH];
 
-	for (uint32_t k = 0; k < n; k++) {
+	for (uint32_t k = 0; k < n; k++)
 		dsts[k] = bufs + (size_t)k * BYTES;
-		st[k] = -ENOENT;
-	}
-	for (uint32_t p = 0; p < n;) {
-		int w = kvt_wait_resident(ns, keys[i + p], n - p, 600000);
-		CHECK(w >= 0, "wait_resident: %s", strerror(-w));
-		uint32_t run = w > 0 ? (uint32_t)w : 1; /* a miss: load it alone */
-		int r = kvt_load(ns, 0, keys[i + p], run, dsts + p, st + p);
-		CHECK(r >= 0, "load: %s", strerror(-r));
-		p += run;
-	}
+	load_staged(ns, keys[i], n, dsts, st);
 }
 
 /* Load every block: each is a miss or the bytes it should hold.
@@ -135,7 +110,7 @@ int main(void)
 		 "[limits]\nkeys_per_request = %u\n", BATCH);
 	daemon_start(&d, config);
 	kvt_client *c = client_connect(&d, "writer");
-	kvt_ns *ns = ns_open(c);
+	kvt_ns *ns = small_ns(c, "recovering");
 	store(ns, 0, N, 1, bufs);
 	for (uint32_t i = 0; i < N; i++)
 		CHECK(status[i] == 0, "block %u stored (%d)", i, status[i]);
@@ -156,7 +131,7 @@ int main(void)
 		 "[limits]\nkeys_per_request = %u\n", BATCH);
 	daemon_restart(&d, config);
 	c = client_connect(&d, "early");
-	ns = ns_open(c);
+	ns = small_ns(c, "recovering");
 	uint64_t running = stat_get(c, "recovery", "running");
 	store(ns, N - NEW, N, 2, bufs);
 	uint32_t refused = 0;
