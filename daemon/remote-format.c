@@ -20,13 +20,18 @@
 void remote_oid(const struct ns *ns, const uint8_t *key, char ret[REMOTE_OID_LEN + 1])
 {
 	static const char hex[] = "0123456789abcdef";
+	uint8_t digest[16];
 	char *p = ret;
 
-	/* The first half of the identity's SHA-256 names the namespace on
-	 * every node alike; the key is the client's chain hash. */
+	/* The namespace digest the object's header carries names the
+	 * namespace on every node alike: every field of the identity, so
+	 * namespaces that differ in any (the key scheme, the codec, the
+	 * model) never write the same object.  The key is the client's
+	 * chain hash. */
+	spill_ns_digest(ns->identity, ns->identity_len, digest);
 	for (int i = 0; i < 16; i++) {
-		*p++ = hex[ns->digest[i] >> 4];
-		*p++ = hex[ns->digest[i] & 15];
+		*p++ = hex[digest[i] >> 4];
+		*p++ = hex[digest[i] & 15];
 	}
 	*p++ = '.';
 	for (int i = 0; i < KVT_KEY_SIZE; i++) {

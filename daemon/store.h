@@ -157,7 +157,6 @@ struct slot_class {
 struct ns {
 	uint32_t id; /* within its tenant */
 	struct tenant *tenant;
-	uint8_t digest[32]; /* SHA-256 of the canonical identity */
 	struct kvt_identity ident;
 	uint8_t *identity; /* canonical bytes: what NVMe regions are bound to */
 	uint32_t identity_len;

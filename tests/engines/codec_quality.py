@@ -42,10 +42,15 @@ NO_PREFIX = "no-prefix"
 CODECS = ("none", "fp8-e4m3", "int4", BROKEN, NO_PREFIX)
 
 
+def window_bytes(lengths, samples: int, new: int) -> int:
+    """The held-out text windows() needs."""
+    return sum((p + new + 1) * samples for p in lengths)
+
+
 def windows(text: bytes, lengths, samples: int, new: int) -> dict:
     """samples windows of P + new + 1 bytes for each prefix length P, none
     overlapping another (a shared prefix would be restored, not stored)."""
-    need = sum((p + new + 1) * samples for p in lengths)
+    need = window_bytes(lengths, samples, new)
     if need > len(text):
         raise ValueError(f"held-out text of {len(text)} bytes is shorter than the {need} asked")
     stride = len(text) // (samples * len(lengths))
@@ -144,9 +149,12 @@ class Tally:
         self.logits_identical = True
         self.ref_decode_identical = True
         # The stored blocks against codec_ref's encoding of the same K/V:
-        # scale bytes that differ, codes that differ and by how many steps.
+        # scale bytes that differ, codes that differ and by how many steps,
+        # and of those, codes that are not the other reading's either
+        # (codec_ref.encode's inverse): not a near-tie.
         self.scale_bytes = self.scale_bytes_differing = 0
         self.codes = self.codes_differing = self.codes_max_step = 0
+        self.codes_not_ties = 0
         self.err2 = torch.zeros(layers, 2, dtype=torch.float64)
         self.ref2 = torch.zeros(layers, 2, dtype=torch.float64)
 
@@ -167,8 +175,11 @@ class Tally:
     def compare_encoders(self, blocks, kv, codec: str, block_tokens: int):
         L, _, H, _, D = kv.shape
         for i, theirs in enumerate(blocks):
-            mine = codec_ref.encode(kv[..., i * block_tokens:(i + 1) * block_tokens, :], codec)
+            block = kv[..., i * block_tokens:(i + 1) * block_tokens, :]
+            mine = codec_ref.encode(block, codec)
+            other = codec_ref.encode(block, codec, inverse=True)
             s0, c0 = codec_ref.fields(mine, codec, L, H, block_tokens, D)
+            _, c2 = codec_ref.fields(other, codec, L, H, block_tokens, D)
             s1, c1 = codec_ref.fields(theirs, codec, L, H, block_tokens, D)
             step = (c0 - c1).abs()
             self.scale_bytes += s0.numel()
@@ -176,6 +187,7 @@ class Tally:
             self.codes += c0.numel()
             self.codes_differing += (step > 0).sum().item()
             self.codes_max_step = max(self.codes_max_step, step.max().item())
+            self.codes_not_ties += ((c1 != c0) & (c1 != c2)).sum().item()
 
     def result(self) -> dict:
         rel = (self.err2 / self.ref2).sqrt()
@@ -196,7 +208,8 @@ class Tally:
             "ref_encode": {"scale_bytes": self.scale_bytes,
                            "scale_bytes_differing": self.scale_bytes_differing,
                            "codes": self.codes, "codes_differing": self.codes_differing,
-                           "codes_max_step": self.codes_max_step},
+                           "codes_max_step": self.codes_max_step,
+                           "codes_not_ties": self.codes_not_ties},
         }
 
 
@@ -284,7 +297,10 @@ def main():
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
                     help="the model's and so its KV cache's dtype (default: %(default)s)")
     ap.add_argument("--codecs", default=",".join(CODECS), help="(default: %(default)s)")
-    ap.add_argument("--model-cache", default=None, help="where the trained model is kept "
+    ap.add_argument("--model", default="long", choices=("long", "small"),
+                    help="long: trained_model.SETTINGS' model, trained on first use; small: "
+                    "SMALL's, kept with the tests (default: %(default)s)")
+    ap.add_argument("--model-cache", default=None, help="where the long model is kept "
                     "(default: $KVT_MODEL_CACHE, else ~/.cache/kvtier/models)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s)")
     ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
@@ -292,7 +308,10 @@ def main():
     torch.set_num_threads(args.threads)
     lengths = [int(x) for x in args.lengths.split(",")]
     err = lambda m: print(m, file=sys.stderr)  # noqa: E731
-    t = trained_model.trained(args.model_cache, log=err)
+    if args.model == "small":
+        t = trained_model.kept()
+    else:
+        t = trained_model.trained(args.model_cache, log=err)
     model = t.load(getattr(torch, args.dtype))
     with kvtd.Daemon("[pool]\ncapacity = 1G\nextent_size = 64M\n") as d:
         res = evaluate(model, t.held_out, d.socket, lengths, args.samples, args.new,

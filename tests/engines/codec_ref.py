@@ -51,12 +51,18 @@ def block_bytes(codec: str, layers: int, heads: int, t: int, d: int, elem_bytes:
 
 # -- fp8-e4m3 ---------------------------------------------------------------
 
-def _fp8_tiles(x: torch.Tensor):
-    """x [..., T, D] f32: (scales [...] f32, codes [..., T*D] uint8)."""
+def _fp8_tiles(x: torch.Tensor, inverse: bool = False):
+    """x [..., T, D] f32: (scales [...] f32, codes [..., T*D] uint8).
+    inverse: x times 1 / scale (x / scale where that overflows)."""
     amax = x.abs().amax(dim=(-2, -1))
     scale = amax / E4M3_MAX
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    y = (x / safe[..., None, None]).clamp(-E4M3_MAX, E4M3_MAX)
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))[..., None, None]
+    if inverse:
+        inv = 1 / safe
+        y = torch.where(torch.isinf(inv), x / safe, x * inv)
+    else:
+        y = x / safe
+    y = y.clamp(-E4M3_MAX, E4M3_MAX)
     y = torch.where(scale[..., None, None] > 0, y, torch.zeros_like(y))
     codes = y.to(torch.float8_e4m3fn).view(torch.uint8)
     return scale, codes.flatten(-2)
@@ -76,10 +82,16 @@ def _int4_pairs(lo: torch.Tensor, hi: torch.Tensor):
     return scale, mn
 
 
-def _int4_codes(x, mn, scale):
+def _int4_codes(x, mn, scale, inverse: bool = False):
+    """inverse: (x - min) times 1 / scale, rounded half up."""
     s = scale.to(torch.float32)
-    q = torch.where(s > 0, torch.round((x - mn.to(torch.float32)) / torch.where(s > 0, s, 1)), 0)
-    return q.clamp(0, 15).to(torch.uint8)
+    safe = torch.where(s > 0, s, 1)
+    if inverse:
+        y = ((x - mn.to(torch.float32)) * (1 / safe)).clamp(0, 15)
+        q = torch.floor(y + 0.5)
+    else:
+        q = torch.round((x - mn.to(torch.float32)) / safe)
+    return torch.where(s > 0, q, 0).clamp(0, 15).to(torch.uint8)
 
 
 def _nibbles(q: torch.Tensor) -> torch.Tensor:
@@ -110,8 +122,11 @@ def _tile_row(parts, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(row, (0, width - row.shape[-1]))
 
 
-def encode(kv: torch.Tensor, codec: str) -> bytes:
-    """One block [layers, 2, heads, T, D] in codec's format."""
+def encode(kv: torch.Tensor, codec: str, inverse: bool = False) -> bytes:
+    """One block [layers, 2, heads, T, D] in codec's format.  The format
+    fixes the scales; a code may come from x / scale rounded half to even
+    (here), or, with inverse, from x times 1 / scale, int4's rounded half
+    up: the other reading, which lands on the other side of a near-tie."""
     L, planes, H, T, D = kv.shape
     assert planes == 2
     if codec == "none":
@@ -119,7 +134,7 @@ def encode(kv: torch.Tensor, codec: str) -> bytes:
         return kv.permute(0, 1, 3, 2, 4).contiguous().view(torch.uint8).numpy().tobytes()
     x = kv.to(torch.float32)
     if codec == "fp8-e4m3":
-        scale, codes = _fp8_tiles(x)
+        scale, codes = _fp8_tiles(x, inverse)
         row = _tile_row([scale[..., None].view(torch.uint8), codes], tile_bytes(codec, True, T, D))
         return row.numpy().tobytes()
     if codec != "int4":
@@ -127,14 +142,14 @@ def encode(kv: torch.Tensor, codec: str) -> bytes:
     k, v = x[:, 0], x[:, 1]
     # K: per channel over the block's tokens.
     ks, km = _int4_pairs(k.amin(dim=-2), k.amax(dim=-2))  # [L, H, D]
-    kq = _int4_codes(k, km[..., None, :], ks[..., None, :])
+    kq = _int4_codes(k, km[..., None, :], ks[..., None, :], inverse)
     k_row = _tile_row([_pairs_bytes(ks, km), _nibbles(kq.flatten(-2))],
                       tile_bytes(codec, True, T, D))
     # V: per token, groups of G channels.
     G = int4_group(D)
     vg = v.reshape(L, H, T, D // G, G)
     vs, vm = _int4_pairs(vg.amin(dim=-1), vg.amax(dim=-1))  # [L, H, T, D/G]
-    vq = _int4_codes(vg, vm[..., None], vs[..., None])
+    vq = _int4_codes(vg, vm[..., None], vs[..., None], inverse)
     v_row = _tile_row([_pairs_bytes(vs.flatten(-2), vm.flatten(-2)), _nibbles(vq.flatten(-3))],
                       tile_bytes(codec, False, T, D))
     # [layer][plane][head]: a layer's K tiles, then its V tiles.

@@ -5,7 +5,16 @@ bit-identical to recomputing; fp8-e4m3 and int4 keep the continuation's
 perplexity within stated bounds of the exact restore; the bytes kvtierd
 stores decode with the reference codec to what the C path restored; and
 fp8 blocks decoded without their scales fail the fp8 bound, so the check
-can fail."""
+can fail.
+
+Every run checks the model kept with the tests (trained_model.SMALL, in
+models/llama-bytes-small) on 8 held-out windows a prefix length, and
+trains nothing.  KVT_LONG=1 checks the larger model of
+trained_model.SETTINGS instead, trained here on first use (three to five
+minutes on a quiet machine, more on a busy one: give meson a timeout
+multiplier) and kept under $KVT_MODEL_CACHE, on 32 windows a length."""
+
+import os
 
 import pytest
 import torch
@@ -14,24 +23,30 @@ import codec_quality
 import kvtd
 import trained_model
 
+LONG = bool(os.environ.get("KVT_LONG"))
 LENGTHS = (64, 256, 1024)
-SAMPLES = 8
+SAMPLES = 32 if LONG else 8
 NEW = 64
 
 # Perplexity of the continuation against the exact restore, within a
-# factor of these either way.  Measured (docs/benchmarks.md, "Codec
-# quality", 32 windows a length): fp8-e4m3 within 0.05 % and int4 within
-# 0.1 % of exact at every prefix length, where the prefix itself lowers
-# the perplexity by 11 % (against none at all) and fp8 decoded without its
-# scales raises it 18-37 times.  fp8's bound is 10 times what was
-# measured, and a twentieth of what the whole prefix is worth; int4's is
+# factor of these either way, for either model.  Measured
+# (docs/benchmarks.md, "Codec quality"): on the larger model (32 windows
+# a length), fp8-e4m3 within 0.05 % and int4 within 0.1 % of exact at
+# every prefix length, where the prefix itself lowers the perplexity by
+# 11 % (against none at all) and fp8 decoded without its scales raises
+# it 18-37 times; on the kept one (8 windows, as here), fp8 within 0.06 %
+# and int4 within 0.23 %, the prefix worth 6-21 %, the scales 650-1200
+# times.  The bounds are eight times and more the largest deviation
+# measured and a small fraction of what the prefix is worth; int4's is
 # looser, as its 16 levels against E4M3's 3-bit mantissa say it must be.
-# Both leave room for another machine's training (the same steps, other
-# float sums) and the fewer windows here.
+# Both leave room for another machine's windows (its own held-out
+# documents) and, for the larger model, its training (the same steps,
+# other float sums).
 FP8_BOUND = 1.005
 INT4_BOUND = 1.02
 # Top-1 agreement with recompute, at least: measured 99.6 % (fp8) and
-# 99.1 % (int4); with no prefix at all it is 76-81 %, scales dropped 3-7 %.
+# 99.1 % (int4) on the larger model, 99.4 % and 99.0 % at the least on the
+# kept one; with no prefix at all it is 73-87 %, scales dropped 1-7 %.
 FP8_AGREE = 0.98
 INT4_AGREE = 0.96
 # Relative error of K and of V: E4M3 keeps 3 bits of mantissa, so a
@@ -45,9 +60,13 @@ INT4_REL_ERR = 0.15
 def results():
     torch.set_num_threads(1)
     try:
-        t = trained_model.trained()
+        t = trained_model.trained() if LONG else trained_model.kept()
     except trained_model.CorpusMissing as e:
         pytest.skip(str(e))
+    need = codec_quality.window_bytes(LENGTHS, SAMPLES, NEW)
+    if len(t.held_out) < need:
+        pytest.skip(f"{len(t.held_out)} bytes of held-out text under {trained_model.CORPUS_ROOT}: "
+                    f"the windows need {need}")
     model = t.load(torch.bfloat16)
     with kvtd.Daemon("[pool]\ncapacity = 512M\nextent_size = 64M\n") as d:
         return codec_quality.evaluate(model, t.held_out, d.socket, LENGTHS, SAMPLES, NEW)
@@ -121,13 +140,14 @@ def test_stored_bytes_decode_to_what_was_restored(results, codec):
 @pytest.mark.parametrize("codec", ["fp8-e4m3", "int4"])
 def test_stored_bytes_are_the_reference_encoding(results, codec):
     """The C path's blocks against codec_ref's encoding of the same K/V:
-    the same scales, and codes within one step of each other, in a few of
-    them: the format fixes the scales, but an encoder may take x / scale
-    or x * (1 / scale), round int4's ties to even or up, and so land on
-    either side of a near-tie."""
+    the same scales, and codes within one step of each other where they
+    differ at all, each of those a near-tie: the code the other reading of
+    the format gives (x * (1 / scale) for x / scale, int4's ties rounded
+    up for to even), on whichever side of the tie its arithmetic lands.
+    Measured: 0.03-0.09 % of the codes (docs/benchmarks.md)."""
     for p in LENGTHS:
         r = results[p][codec]
         e = r["ref_encode"]
         assert e["scale_bytes"] > 0 and e["scale_bytes_differing"] == 0, f"prefix {p}: {e}"
         assert e["codes_max_step"] <= 1, f"prefix {p}: {e}"
-        assert e["codes_differing"] <= e["codes"] // 1000, f"prefix {p}: {e}"
+        assert e["codes_not_ties"] == 0, f"prefix {p}: {e}"

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -17,6 +18,18 @@
 #include "kvt-proto.h"
 
 #define RAW_MAX_FDS 16
+#define RAW_MAX_EXTENTS 64
+
+/* A client's view of its tenant's pool, for a raw client that stores and
+ * loads: the extents announced to it, mapped, and the RUN_READY notices
+ * it was sent (how a client learns that a remote run has settled). */
+struct raw_pool {
+	unsigned n;
+	uint32_t id[RAW_MAX_EXTENTS];
+	uint8_t *map[RAW_MAX_EXTENTS];
+	size_t size[RAW_MAX_EXTENTS];
+	unsigned runs_ready;
+};
 
 struct raw {
 	int fd;
@@ -28,6 +41,9 @@ struct raw {
 	bool keep_fds;
 	int fds[RAW_MAX_FDS];
 	unsigned n_fds;
+	/* Set after raw_connect() and before the HELLO: the notices are
+	 * taken in here as they come. */
+	struct raw_pool *pool;
 };
 
 static inline void raw_close_fds(struct raw *r)
@@ -46,6 +62,7 @@ static inline void raw_connect(struct raw *r, const struct daemon *d)
 	r->rid = 0;
 	r->n_fds = 0;
 	r->keep_fds = false;
+	r->pool = NULL;
 	CHECK(r->fd >= 0 && connect(r->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect");
 }
 
@@ -54,6 +71,50 @@ static inline void raw_disconnect(struct raw *r)
 	raw_close_fds(r);
 	close(r->fd);
 	r->fd = -1;
+}
+
+/* A notice into r->pool: an extent is mapped, its descriptor closed. */
+static inline void raw_pool_note(struct raw *r)
+{
+	struct raw_pool *p = r->pool;
+	struct kvt_cursor c = {r->payload, r->h.length};
+
+	if (r->h.opcode == KVT_OP_RUN_READY) {
+		p->runs_ready++;
+	} else if (r->h.opcode == KVT_OP_EXTENT_ADDED) {
+		struct kvt_extent_note note;
+		CHECK(kvt_dec_extent_note(&c, &note) == 0, "EXTENT_ADDED decodes");
+		CHECK(r->n_fds >= 1 && p->n < RAW_MAX_EXTENTS, "an extent's descriptor");
+		int fd = r->fds[--r->n_fds];
+		void *map = mmap(NULL, note.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		CHECK(map != MAP_FAILED, "map extent %u", note.extent_id);
+		close(fd);
+		p->id[p->n] = note.extent_id;
+		p->map[p->n] = map;
+		p->size[p->n++] = note.size;
+	}
+}
+
+/* The memory of a slot the daemon named: size bytes at offset of an
+ * extent announced to r. */
+static inline uint8_t *raw_pool_at(const struct raw *r, uint32_t extent_id, uint64_t offset,
+				   uint64_t size)
+{
+	const struct raw_pool *p = r->pool;
+	for (unsigned i = 0; i < p->n; i++)
+		if (p->id[i] == extent_id) {
+			CHECK(offset + size <= p->size[i], "slot inside extent %u", extent_id);
+			return p->map[i] + offset;
+		}
+	CHECK(false, "extent %u was never announced", extent_id);
+	return NULL;
+}
+
+static inline void raw_pool_unmap(struct raw_pool *p)
+{
+	for (unsigned i = 0; i < p->n; i++)
+		munmap(p->map[i], p->size[i]);
+	p->n = 0;
 }
 
 /* One message into r->h and r->payload.  0 at end of stream. */
@@ -86,6 +147,8 @@ static inline int raw_recv(struct raw *r)
 		CHECK(n > 0, "short message");
 		got += (size_t)n;
 	}
+	if (r->pool && (r->h.flags & KVT_FLAG_NOTIFY))
+		raw_pool_note(r);
 	if (!r->keep_fds)
 		raw_close_fds(r);
 	return 1;

@@ -20,8 +20,6 @@ static void make_ns(struct tenant *t, struct ns *ns, const char *tenant, uint8_t
 	memset(t, 0, sizeof(*t));
 	memset(ns, 0, sizeof(*ns));
 	snprintf(t->name, sizeof(t->name), "%s", tenant);
-	for (int i = 0; i < 32; i++)
-		ns->digest[i] = (uint8_t)(i * 7 + salt);
 	for (int i = 0; i < 64; i++)
 		identity[i] = (uint8_t)(i + salt);
 	ns->tenant = t;
@@ -52,8 +50,23 @@ int main(void)
 
 	remote_oid(&a, key, oid);
 	CHECK(strlen(oid) == REMOTE_OID_LEN && oid[32] == '.');
-	CHECK(!strncmp(oid, "00070e151c232a31", 16)); /* the digest's first bytes */
+	/* The namespace part is the digest of the identity that the header
+	 * carries. */
+	uint8_t digest[16];
+	char hex[33];
+	spill_ns_digest(ida, sizeof(ida), digest);
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+	CHECK(!strncmp(oid, hex, 32), "%.32s, want %s", oid, hex);
 	CHECK(!strcmp(oid + 33 + 56, "bcbdbebf")); /* the key's last bytes */
+	/* Another namespace's object of the same key has another name, so
+	 * neither overwrites the other; another tenant's is told apart by
+	 * its RADOS namespace. */
+	char oid2[REMOTE_OID_LEN + 1];
+	remote_oid(&other_ns, key, oid2);
+	CHECK(strncmp(oid, oid2, 32) && !strcmp(oid + 32, oid2 + 32), "%s, %s", oid, oid2);
+	remote_oid(&b, key, oid2);
+	CHECK(!strcmp(oid, oid2));
 
 	CHECK(remote_header_encode(&a, key, obj + SPILL_SLOT_HEADER_BYTES, PAYLOAD, obj) == 0);
 	CHECK(remote_object_check(&a, key, obj, len, PAYLOAD) == 0);
