@@ -208,8 +208,8 @@ typedef void (*store_handle_owner_fn)(struct process *owner, struct handle *h);
 struct store_nvme_ops {
 	/* A new pool extent: I/O may go to and from it. */
 	void (*extent_added)(void *nvme, struct extent *e);
-	/* A dirty block came (back) to an eviction list: write back if
-	 * above the high watermark. */
+	/* A dirty block came (back) to an eviction list, or a reload may
+	 * have lowered the watermarks: write back if above the high one. */
 	void (*kick)(void *nvme);
 	/* Bring a block that is only on the tier back into host memory.
 	 * \return 0 when staging runs (or ran already), or a negative errno
