@@ -1198,20 +1198,34 @@ static void writeback_config(uint64_t n, unsigned high)
 			    (unsigned long long)(spill_regions(n) * REGION_BYTES / MIB), STORE_BATCH);
 }
 
-/* Until n blocks are on disk, as wait_on_disk(), noting the window. */
-static void writeback_wait(kvt_client *c, uint64_t n, struct window *w)
+/*
+ * Until n blocks are on disk, as wait_on_disk(), noting the window.  When
+ * it went by between two polls (a small n on a busy machine, where this
+ * process did not run for a while), the window is the whole drain, from
+ * t0 and cpu0 (taken as write-back was let go) on.
+ */
+static void writeback_wait(kvt_client *c, uint64_t n, struct window *w, uint64_t t0,
+			   uint64_t cpu0)
 {
 	static const char *const names[] = {"nvme_blocks", "nvme_in_flight", "nvme_dirty_drops",
 					    "nvme_io_errors"};
-	uint64_t t0 = kvt_now_ns(), v[4];
+	uint64_t v[4];
 	for (;;) {
 		daemon_stats(c, names, v, 4);
-		window_note(w, v[0], kvt_now_ns(), daemon_cpu_ns());
+		uint64_t now = kvt_now_ns(), cpu = daemon_cpu_ns();
+		window_note(w, v[0], now, cpu);
 		if (v[2] || v[3])
 			die("%llu blocks dropped before they reached the disk, %llu I/O errors",
 			    (unsigned long long)v[2], (unsigned long long)v[3]);
-		if (v[0] >= n && v[1] == 0)
+		if (v[0] >= n && v[1] == 0) {
+			if (w->done_hi > w->done_lo)
+				return;
+			progress("  %llu blocks: their middle went by between two polls; measured over the whole drain",
+				 (unsigned long long)n);
+			*w = (struct window){.n = n, .t_lo = t0, .t_hi = now, .done_lo = 0,
+					     .done_hi = v[0], .cpu_lo = cpu0, .cpu_hi = cpu};
 			return;
+		}
 		if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
 			die("%llu of %llu blocks on disk after %llu s", (unsigned long long)v[0],
 			    (unsigned long long)n, WAIT_LIMIT_NS / 1000000000ull);
@@ -1241,10 +1255,10 @@ static void writeback_pair(struct writeback_point *pt, unsigned p, struct storer
 
 	/* Let go: the reload's watermarks take effect at once. */
 	writeback_config(pt->n, 0);
-	uint64_t t0 = kvt_now_ns();
+	uint64_t cpu0 = daemon_cpu_ns(), t0 = kvt_now_ns();
 	if (kill(daemon_state.pid, SIGHUP) < 0)
 		die("kill SIGHUP: %s", strerror(errno));
-	writeback_wait(c, pt->n, &wb);
+	writeback_wait(c, pt->n, &wb, t0, cpu0);
 	pt->wb_ms[p] = (double)(kvt_now_ns() - t0) / 1e6;
 	uint64_t writes = daemon_stat(c, "nvme_writes");
 	if (writes != pt->n)
