@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A block's bookkeeping as it moves between states: in and out of its
- * namespace's index, its host slot, its NVMe copy and the eviction lists,
- * and freed once nothing can still read or write its slots.
+ * namespace's index, its host slot, its NVMe copy, the eviction lists and
+ * write-back's queue, and freed once nothing can still read or write its
+ * slots.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ void store_block_unindex_only(struct block *b)
 	index_remove(&ns->index, b);
 	b->indexed = false;
 	evict_remove(&ns->cls->policy, &b->evict);
+	store_dirty_update(b, 0);
 	if (b->state != BLOCK_RESIDENT)
 		ns->blocks_reserved--;
 	else if (b->extent && b->io != BLOCK_IO_READ)
@@ -144,6 +146,9 @@ void store_block_maybe_free(struct block *b)
 		return;
 	struct store *s = b->ns->tenant->store;
 
+	/* Out of write-back's queue, as it is already out of the index: its
+	 * entry must not outlive it. */
+	store_dirty_update(b, 0);
 	store_host_slot_release(b);
 	store_disk_copy_drop(s, b);
 	s->timed_hints -= b->hint_until != 0;
@@ -153,14 +158,80 @@ void store_block_maybe_free(struct block *b)
 /* On the eviction list: resident in host memory, unpinned, no I/O. */
 void store_evict_maybe_insert(struct block *b)
 {
-	struct store *s = b->ns->tenant->store;
-
 	if (b->indexed && b->state == BLOCK_RESIDENT && b->extent && !b->handles &&
 	    b->io == BLOCK_IO_NONE && !evict_entry_linked(&b->evict)) {
 		evict_insert(&b->ns->cls->policy, &b->evict);
-		/* Write-back only finds dirty blocks on this list: one that
-		 * comes back to it (committed, released) may be waited for. */
-		if (!b->clean && s && s->nvme_ops)
-			s->nvme_ops->kick(s->nvme);
+		store_dirty_update(b, 0);
 	}
+}
+
+/* ---- write-back's queue ---------------------------------------------- */
+
+/*
+ * What write-back may take now: a dirty block in host memory on its
+ * class's eviction list (resident, unpinned), with no I/O and no NVMe copy,
+ * that the engine has not demoted (a demoted block's session is over: not
+ * worth the NVMe bandwidth).  Only with an NVMe tier, which is handed over
+ * before any block has a host copy (store_set_nvme()).
+ */
+static bool writeback_wanted(const struct block *b)
+{
+	return evict_entry_linked(&b->evict) && !b->clean && b->extent && b->io == BLOCK_IO_NONE &&
+	       b->evict.band != EVICT_BAND_LOW && !block_disk(b) && b->ns->tenant->store->nvme_ops;
+}
+
+/*
+ * The queue holds exactly the blocks writeback_wanted() takes, each in the
+ * list of its band, so that write-back finds the next one at the cold end
+ * of a list instead of walking the eviction lists past blocks it cannot
+ * take (clean, being written, demoted): a walk whose length grew with
+ * every block written back.  Each list is in the order blocks joined it,
+ * a hit moving a block to the young end, as on an LRU eviction list; other
+ * policies order their blocks differently, and write-back follows the
+ * order of use instead.  Its entries come from a slab of their own, in
+ * the union where a written block keeps its NVMe copy: a block costs
+ * nothing for it unless it waits for write-back.
+ */
+void store_dirty_update(struct block *b, unsigned how)
+{
+	struct store *s = b->ns->tenant->store;
+	struct evict_lru *lists = b->ns->cls->dirty;
+	struct block_dirty *q = block_dirty(b);
+	unsigned band = how & DIRTY_LAPSED ? EVICT_BAND_DEFAULT : b->evict.band;
+	bool joins = !q;
+
+	if (!writeback_wanted(b)) {
+		if (q) {
+			evict_lru_remove(&lists[b->dirty_band], &q->link);
+			b->dirty_queued = false;
+			b->dirty_entry = NULL; /* and no NVMe copy */
+			slab_free(&s->dirty_entries, q);
+		}
+		return;
+	}
+	if (q) {
+		/* Queued already: it moves on a hit, and with its band. */
+		if (!(how & DIRTY_USED) && band == b->dirty_band)
+			return;
+		evict_lru_remove(&lists[b->dirty_band], &q->link);
+	} else {
+		/* Out of memory, it waits outside the queue until it is used
+		 * or pinned again, and host eviction may drop it meanwhile,
+		 * as it would a block write-back did not reach. */
+		q = slab_alloc(&s->dirty_entries);
+		if (!q)
+			return;
+		q->block = b;
+		b->dirty_entry = q;
+		b->dirty_queued = true;
+	}
+	b->dirty_band = band;
+	if (how & DIRTY_OLDEST)
+		evict_lru_insert_oldest(&lists[band], &q->link);
+	else
+		evict_lru_insert(&lists[band], &q->link);
+	/* A block that joins (committed, released, hit out of its demotion)
+	 * may be waited for: write-back looks, if above its watermark. */
+	if (joins)
+		s->nvme_ops->kick(s->nvme);
 }

@@ -4,7 +4,8 @@
  * duration after which they lapse, and the ends of requests and sessions.
  * The rules are the eviction policy's (evict_retain, evict_end,
  * evict_lapse in evict.c, which the simulator runs too); this file finds
- * the blocks, keeps their durations and counts what the hints did.
+ * the blocks, keeps their durations, counts what the hints did, and moves
+ * the blocks' places in write-back's queue with their bands.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -68,6 +69,7 @@ static void hint_one(struct store *s, struct ns *ns, struct block *b, uint32_t a
 		if (b->evict.band == EVICT_BAND_LOW)
 			set_until(s, b, 0);
 	}
+	store_dirty_update(b, 0); /* to its band's queue, or out if demoted */
 	ns->c.demotions += was != EVICT_BAND_LOW && b->evict.band == EVICT_BAND_LOW;
 }
 
@@ -104,6 +106,7 @@ static bool lapsed(void *userdata, const struct evict_entry *x)
 		return false;
 	set_until(l->s, b, 0);
 	b->ns->c.lapsed++;
+	store_dirty_update(b, DIRTY_LAPSED);
 	return true;
 }
 

@@ -50,6 +50,8 @@ static struct slot_class *class_get(struct store *s, struct tenant *t, uint64_t 
 		return NULL;
 	}
 	c->slot_bytes = slot_bytes;
+	for (int b = 0; b < _EVICT_BANDS; b++)
+		evict_lru_init(&c->dirty[b]);
 	if (evict_init(&c->policy, s->config->eviction, &s->keyhash) < 0) {
 		free(c);
 		return NULL;

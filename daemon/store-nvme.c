@@ -3,8 +3,9 @@
  * The store's side of the NVMe tier (nvme.c): each block's NVMe copy
  * (struct block_disk) and whether its file still serves, the transitions
  * the tier's I/O brings about (writing, written, staging, restored,
- * spilled, dropped), write-back's walk over the dirty blocks, NVMe copies
- * given up for room, and blocks recovered from the spill files at start.
+ * spilled, dropped), write-back's walk over its queue of dirty blocks
+ * (kept in store-blocks.c), NVMe copies given up for room, and blocks
+ * recovered from the spill files at start.
  * The tier does the I/O and decides when; the block states and the lists
  * they are on are here, and the tier changes them only through these.
  * The only file of the store that reads the spill space (spill.h); the
@@ -90,9 +91,10 @@ void store_nvme_writing(struct store *s, struct block *b, struct spill_region *r
 {
 	/* It keeps its place on the eviction list (a write-back says nothing
 	 * of how recently it was used); eviction passes it by while the
-	 * write reads the slot. */
+	 * write reads the slot.  It leaves write-back's queue. */
 	b->io = BLOCK_IO_WRITE;
 	b->ns->tenant->disk_writing += spill_slot_stride(r);
+	store_dirty_update(b, 0);
 }
 
 int store_nvme_written(struct store *s, struct block *b, struct spill_region *r, uint32_t slot,
@@ -119,10 +121,13 @@ int store_nvme_written(struct store *s, struct block *b, struct spill_region *r,
 	}
 	if (!b->indexed) {
 		store_block_io_end(b);
-	} else {
-		b->io = BLOCK_IO_NONE;
-		store_evict_maybe_insert(b);
+		return rr;
 	}
+	b->io = BLOCK_IO_NONE;
+	/* Written, it is clean and stays out of write-back's queue; not
+	 * written, it is back in it, first in line as it was. */
+	store_dirty_update(b, ok ? 0 : DIRTY_OLDEST);
+	store_evict_maybe_insert(b);
 	return rr;
 }
 
@@ -136,39 +141,36 @@ void store_nvme_abandoned(struct store *s, struct block *b)
 	b->io = BLOCK_IO_NONE;
 }
 
-/* What write-back may take now: a dirty block in host memory, with no I/O
- * and no NVMe copy, that the engine has not demoted (a demoted block's
- * session is over: not worth the NVMe bandwidth). */
-static bool writeback_wanted(const struct block *b)
-{
-	return !b->clean && b->extent && b->io == BLOCK_IO_NONE && !block_disk(b) &&
-	       b->evict.band != EVICT_BAND_LOW;
-}
-
-static struct block *block_of(struct evict_entry *x)
-{
-	return (struct block *)((char *)x - offsetof(struct block, evict));
-}
+/* The bands in the order write-back takes them: as host eviction does,
+ * but for the demoted one, whose blocks it leaves alone. */
+static const uint8_t dirty_band_order[] = {EVICT_BAND_DEFAULT, EVICT_BAND_HIGH, EVICT_BAND_TOP};
 
 void store_dirty_begin(struct store_dirty *w, struct tenant *t)
 {
 	*w = (struct store_dirty){.t = t};
 }
 
+/* The entry after n in a walk of l from its cold end, or NULL. */
+static struct block_dirty *dirty_after(const struct evict_lru *l, const struct evict_node *n)
+{
+	return n->prev != &l->head ? container_of(n->prev, struct block_dirty, link) : NULL;
+}
+
 struct block *store_dirty_next(struct store_dirty *w)
 {
 	while (w->cls < w->t->n_classes) {
-		struct evict *e = &w->t->classes[w->cls]->policy;
-		struct evict_entry *x = w->begun ? w->next : evict_oldest(e);
+		const struct evict_lru *l = &w->t->classes[w->cls]->dirty[dirty_band_order[w->band]];
+		struct block_dirty *q = w->begun ? w->next : dirty_after(l, &l->head);
 		w->begun = true;
-		for (; x; x = w->next) {
-			/* The next one first: the block returned may leave the
-			 * list (dropped) before the walk goes on. */
-			w->next = evict_walk_next(e, x);
-			if (writeback_wanted(block_of(x)))
-				return block_of(x);
+		if (q) {
+			/* The next one first: the block returned leaves the
+			 * queue (written, or dropped) before the walk goes on. */
+			w->next = dirty_after(l, &q->link);
+			return q->block;
 		}
-		store_dirty_skip_class(w);
+		w->begun = false;
+		if (++w->band == ARRAY_SIZE(dirty_band_order))
+			store_dirty_skip_class(w);
 	}
 	return NULL;
 }
@@ -176,6 +178,7 @@ struct block *store_dirty_next(struct store_dirty *w)
 void store_dirty_skip_class(struct store_dirty *w)
 {
 	w->cls++;
+	w->band = 0;
 	w->begun = false;
 	w->next = NULL;
 }
@@ -209,6 +212,7 @@ static void disk_copy_drop(struct store *s, struct ns *ns, struct block *b)
 			b->clean = false;
 			ns->tenant->dirty += b->extent->slot_bytes;
 		}
+		store_dirty_update(b, 0);
 	} else {
 		ns->c.evictions++;
 		store_block_unindex(b);

@@ -67,13 +67,17 @@ void store_lookup_keys(struct store *s, struct ns *ns, const uint8_t *keys, uint
 			st = KVT_STATE_DISK;
 			ns->c.hits++;
 			ns->c.disk_hits++;
-			if (flags & KVT_LOOKUP_TOUCH)
+			if (flags & KVT_LOOKUP_TOUCH) {
 				evict_touch(&ns->cls->policy, &b->evict); /* off the list: its band */
+				store_dirty_update(b, DIRTY_USED);
+			}
 		} else if (b && b->state == BLOCK_RESIDENT) {
 			st = KVT_STATE_HOST;
 			ns->c.hits++;
-			if (flags & KVT_LOOKUP_TOUCH)
+			if (flags & KVT_LOOKUP_TOUCH) {
 				evict_touch(&ns->cls->policy, &b->evict);
+				store_dirty_update(b, DIRTY_USED);
+			}
 		} else if (b) {
 			st = KVT_STATE_PENDING;
 			ns->c.pending++;
@@ -263,6 +267,7 @@ void store_acquire(struct store *s, struct ns *ns, uint32_t shard,
 		}
 		/* Pinned: off the eviction list until the last lease goes. */
 		evict_remove(&ns->cls->policy, &b->evict);
+		store_dirty_update(b, 0);
 		if (b->uses < UINT8_MAX)
 			b->uses++;
 		if (s->remote_ops)
@@ -387,6 +392,7 @@ void store_touch(struct store *s, struct ns *ns, const uint8_t *keys,
 		struct block *b = index_keys_get(&kk, i);
 		if (b && b->state == BLOCK_RESIDENT) {
 			evict_touch(&ns->cls->policy, &b->evict); /* a no-op off the list */
+			store_dirty_update(b, DIRTY_USED);
 			ret[i] = 0;
 		} else {
 			ret[i] = -ENOENT;

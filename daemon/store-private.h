@@ -11,13 +11,14 @@
  *   store-partial.c -> store-blocks.c
  *   store-remote.c  -> store-tenants.c, store-ns.c, store-blocks.c
  *   store-tenants.c -> store-ns.c
+ *   store-hints.c   -> store-blocks.c
  *   store-blocks.c  -> store-erasures.c
  *   store-ns.c      -> store-erasures.c
  *
- * store-erasures.c, store-fragmentation.c, store-handles.c and
- * store-hints.c call no other file of the store.  Below the store, the
- * NVMe tier is reached through s->nvme_ops, the remote tier through
- * s->remote_ops; of the store, only store-nvme.c reads the spill space.
+ * store-erasures.c, store-fragmentation.c and store-handles.c call no
+ * other file of the store.  Below the store, the NVMe tier is reached
+ * through s->nvme_ops, the remote tier through s->remote_ops; of the
+ * store, only store-nvme.c reads the spill space.
  */
 #pragma once
 
@@ -141,6 +142,16 @@ void store_block_maybe_free(struct block *b);
  * and a partial block no more. */
 void store_block_resident(struct block *b);
 void store_evict_maybe_insert(struct block *b);
+
+/* store-blocks.c: write-back's queue (struct slot_class's dirty lists).
+ * After anything writeback_wanted() reads has changed for b: it joins the
+ * young end of its band's list, moves to another band's, or leaves.  how:
+ * DIRTY_* bits. */
+#define DIRTY_USED 1u   /* a hit: to the young end, as on an LRU list */
+#define DIRTY_OLDEST 2u /* joins at the old end: a write-back that failed */
+#define DIRTY_LAPSED 4u /* its retention ran out: the default band's list
+			 * (evict_lapse() moves it there as this returns) */
+void store_dirty_update(struct block *b, unsigned how);
 
 /* store-place.c: a host slot of class c for a block of tenant t; node is
  * the client's NUMA node (-1: any); how: PLACE_* bits.

@@ -101,6 +101,10 @@ void store_reload(struct store *s)
 				 q < t->disk_bytes ? " (below what it holds: it shrinks as it spills)" : "");
 		t->nvme_quota = q;
 	}
+	/* Watermarks and quotas may be lower now: write-back looks at once,
+	 * not at the next block stored. */
+	if (s->nvme_ops)
+		s->nvme_ops->kick(s->nvme);
 }
 
 uint64_t store_tenant_used(const struct tenant *t)

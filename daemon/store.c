@@ -22,6 +22,7 @@ int store_init(struct store *s, struct pool *p, const struct config *c,
 	s->next_tenant_id = 1;
 	slab_init(&s->blocks, sizeof(struct block));
 	slab_init(&s->disk_copies, sizeof(struct block_disk));
+	slab_init(&s->dirty_entries, sizeof(struct block_dirty));
 	TAILQ_INIT(&s->partials);
 	return keyhash_init_random(&s->keyhash);
 }
@@ -35,6 +36,7 @@ void store_done(struct store *s)
 	s->n_tenants = 0;
 	slab_done(&s->blocks);
 	slab_done(&s->disk_copies);
+	slab_done(&s->dirty_entries);
 	store_erasures_done(s);
 }
 

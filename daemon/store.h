@@ -72,6 +72,16 @@ struct block_disk {
 };
 
 /*
+ * A block's place in write-back's queue, apart from the block as its NVMe
+ * copy is: only a block write-back may take now has one (store-blocks.c),
+ * and it has no NVMe copy.
+ */
+struct block_dirty {
+	struct evict_node link; /* on its class's dirty[band], coldest last */
+	struct block *block;
+};
+
+/*
  * 104 bytes on LP64, from the store's slab (slab.h): with the index and
  * the free-slot bitmaps, the daemon's memory per block (docs/benchmarks.md,
  * Scale) stays under 128 bytes.
@@ -80,15 +90,18 @@ struct block {
 	uint8_t key[KVT_KEY_SIZE]; /* first: the index reads it */
 	struct ns *ns;
 	struct extent *extent;    /* host copy; NULL when only on NVMe */
-	/* Reserved, it has shards and no NVMe copy; resident, the reverse
-	 * (block_disk() and block_shards_taken() read it by the state).  A
-	 * reserved block with a shard committed (shards_committed > 0, in
-	 * a namespace of several shards) is a partial block: its record
-	 * holds its shard bits meanwhile (store-partial.c). */
+	/* Reserved, it has shards and no NVMe copy; resident, the reverse,
+	 * or while it waits for write-back (dirty_queued) its place in the
+	 * queue instead (block_disk(), block_dirty(), block_shards_taken()
+	 * and store-ops.c read it by the state).  A reserved block with a
+	 * shard committed (shards_committed > 0, in a namespace of several
+	 * shards) is a partial block: its record holds its shard bits
+	 * meanwhile (store-partial.c). */
 	union {
 		uint64_t shards_taken; /* reserved or committed, one bit each */
 		struct partial *partial;
 		struct block_disk *disk_copy;
+		struct block_dirty *dirty_entry;
 	};
 	uint32_t slot;
 	uint32_t handles;         /* leases + reservations on this block */
@@ -105,13 +118,21 @@ struct block {
 				   * its NVMe slot was in flight, its key
 				   * counts as being erased until that I/O
 				   * ends (store-erasures.c) */
+	bool dirty_queued : 1;    /* in write-back's queue: dirty_entry is set */
+	unsigned dirty_band : 2;  /* the band whose queue it is in */
 	struct evict_entry evict; /* in its class's policy while resident and unpinned */
 };
 
 /* Its NVMe copy, or NULL. */
 static inline struct block_disk *block_disk(const struct block *b)
 {
-	return b->state == BLOCK_RESIDENT ? b->disk_copy : NULL;
+	return b->state == BLOCK_RESIDENT && !b->dirty_queued ? b->disk_copy : NULL;
+}
+
+/* Its place in write-back's queue, or NULL. */
+static inline struct block_dirty *block_dirty(const struct block *b)
+{
+	return b->state == BLOCK_RESIDENT && b->dirty_queued ? b->dirty_entry : NULL;
 }
 
 enum handle_kind {
@@ -149,6 +170,10 @@ struct slot_class {
 	struct extent **extents;
 	uint32_t n_extents;
 	struct evict policy; /* [pool] eviction (lrfu-admit by default), over its resident blocks */
+	/* Write-back's queue (store-blocks.c): the blocks it may take now, a
+	 * list for each band but the demoted one, which it never takes;
+	 * coldest last. */
+	struct evict_lru dirty[_EVICT_BANDS];
 	uint64_t used_slots;
 	uint64_t slots, extent_bytes; /* of its extents, kept as they are added */
 	uint64_t starved; /* allocations starved (fragmentation.h) */
@@ -231,8 +256,8 @@ typedef void (*store_handle_owner_fn)(struct process *owner, struct handle *h);
 struct store_nvme_ops {
 	/* A new pool extent: I/O may go to and from it. */
 	void (*extent_added)(void *nvme, struct extent *e);
-	/* A dirty block came (back) to an eviction list: write back if
-	 * above the high watermark. */
+	/* A dirty block came (back) to an eviction list, or a reload may
+	 * have lowered the watermarks: write back if above the high one. */
 	void (*kick)(void *nvme);
 	/* Bring a block that is only on the tier back into host memory.
 	 * \return 0 when staging runs (or ran already), or a negative errno
@@ -287,7 +312,8 @@ struct store {
 	/* Places client-chosen keys in the indexes and ghost lists; drawn
 	 * at start, never shown to clients. */
 	struct keyhash keyhash;
-	struct slab blocks, disk_copies; /* of struct block, struct block_disk */
+	/* of struct block, struct block_disk, struct block_dirty */
+	struct slab blocks, disk_copies, dirty_entries;
 	/* Set by the manager: process.c keeps each process's handles. */
 	store_handle_owner_fn handle_taken, handle_ended;
 	uint64_t frag_warnings; /* fragmentation warnings logged */
@@ -443,14 +469,16 @@ void store_block_drop(struct store *s, struct block *b);
 /* Shutdown: the tier's I/O on b was cancelled, and b is held by none. */
 void store_nvme_abandoned(struct store *s, struct block *b);
 /* Write-back's walk over tenant t's blocks that it may take now (dirty,
- * in host memory, no I/O, no NVMe copy, not demoted), coldest first, one
- * slot class after another.  A block returned may be dropped before the
- * next call. */
+ * in host memory, no I/O, no NVMe copy, not demoted): its queue, coldest
+ * first, the default band before the raised ones, one slot class after
+ * another.  Each step costs the same however many blocks are dirty.  A
+ * block returned may be dropped before the next call. */
 struct store_dirty {
 	struct tenant *t;
 	uint32_t cls;              /* the class being walked */
-	bool begun;                /* next is set (this class) */
-	struct evict_entry *next;  /* where the walk goes on */
+	uint8_t band;              /* the position in the walk's order of bands */
+	bool begun;                /* next is set (this class and band) */
+	struct block_dirty *next;  /* where the walk goes on */
 };
 void store_dirty_begin(struct store_dirty *w, struct tenant *t);
 /* \return the next such block, or NULL when there is none */

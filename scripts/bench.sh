@@ -8,7 +8,8 @@
 #   NVMe tier     bench-nvme: spill and restore against fio
 #   scale         bench-scale: lookup latency and daemon memory per block as
 #                 the index grows, batched lookups against a plain table in
-#                 its own process; recovery time against blocks on disk
+#                 its own process; recovery time against blocks on disk;
+#                 write-back of N dirty blocks against the same writes bare
 #   codec         bench-codec: store+load of a bfloat16 paged cache stored
 #                 as fp8-e4m3 and int4 against codec none and memcpy
 #
@@ -20,8 +21,9 @@
 #
 #   --quick       fewer pairs and smaller sizes: a check that everything
 #                 works, not figures to publish (a few minutes)
-#   --long        more pairs, the index up to 10^7 blocks and 10^6 blocks on
-#                 disk, where memory and disk allow (also KVT_BENCH_LONG=1)
+#   --long        more pairs, the index up to 10^7 blocks, 10^6 blocks on
+#                 disk and 10^6 dirty blocks, where memory and disk allow
+#                 (also KVT_BENCH_LONG=1)
 #   --build DIR   meson build directory (default build-bench; set up when
 #                 missing)
 #   --out DIR     results directory (default DIR/bench-results/DATE-MODE
@@ -101,7 +103,7 @@ case $mode in
 quick)
 	host_args="--pairs 5 --rounds 1 --mib 16 --pings 2000 --batches 200"
 	nvme_args="--pairs 5 --mib 256 --engine io_uring"
-	scale_args="--pairs 5 --max 100000 --recovery-max 10000 --iters 1000 --batches 100"
+	scale_args="--pairs 5 --max 100000 --recovery-max 10000 --writeback-max 10000 --iters 1000 --batches 100"
 	codec_args="--pairs 3 --mib 32" ;;
 default)
 	host_args=""
@@ -111,7 +113,7 @@ default)
 long)
 	host_args="--pairs 15"
 	nvme_args="--pairs 15"
-	scale_args="--pairs 11 --max 10000000 --recovery-max 1000000"
+	scale_args="--pairs 11 --max 10000000 --recovery-max 1000000 --writeback-max 1000000"
 	codec_args="--pairs 15" ;;
 esac
 

@@ -43,6 +43,16 @@ static inline void evict_lru_insert(struct evict_lru *l, struct evict_node *n)
 	l->n++;
 }
 
+/* Insert as least recently used; the node must not be linked. */
+static inline void evict_lru_insert_oldest(struct evict_lru *l, struct evict_node *n)
+{
+	n->prev = l->head.prev;
+	n->next = &l->head;
+	l->head.prev->next = n;
+	l->head.prev = n;
+	l->n++;
+}
+
 /* Unlink; a no-op for an unlinked node. */
 static inline void evict_lru_remove(struct evict_lru *l, struct evict_node *n)
 {

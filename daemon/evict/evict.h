@@ -92,11 +92,13 @@ struct evict_entry *evict_victim(struct evict *e);
 /* Every entry, oldest first, without changing anything: the bands in the
  * order victims come from them, the default one in its policy's order
  * (S3-FIFO's and ARC's small queue from its old end, then the main one).
- * For a caller that looks for the coldest entries of some kind (dirty
- * blocks to write back, clean ones to spill) rather than for the policy's
- * one victim; from the victim, evict_walk_next gives the candidates after
- * it (approximate where the victim is not always the oldest, as in
- * S3-FIFO and SIEVE). */
+ * For a caller that looks for the coldest entries of some kind (clean
+ * blocks to spill) rather than for the policy's one victim; from the
+ * victim, evict_walk_next gives the candidates after it (approximate
+ * where the victim is not always the oldest, as in S3-FIFO and SIEVE).
+ * A walk costs one step per entry passed: one that looks for a kind of
+ * entry that may be rare keeps a list of its own instead (write-back's
+ * queue of dirty blocks, store-blocks.c). */
 struct evict_entry *evict_oldest(const struct evict *e);
 struct evict_entry *evict_walk_next(const struct evict *e, const struct evict_entry *x);
 /* Remove x because its block is dropped: a policy may remember its

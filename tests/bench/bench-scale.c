@@ -24,6 +24,14 @@
  *      eight 4 MiB reads in flight, through io_uring): the limit.  Also
  *      reported against the same reads at depth 1.  Blocks reach the file
  *      through the daemon's own write-back.
+ *   3. Write-back.  N dirty blocks, for N from 10^3 to --writeback-max,
+ *      stored with write-back held off and then let go all at once, a
+ *      fresh daemon and spill file --pairs times: while the middle 80 % of
+ *      them are written, blocks/s against the same writes issued bare with
+ *      O_DIRECT at write-back's depth (the limit), and the daemon's CPU
+ *      time per block against the smallest point's: the cost of a block
+ *      should not grow with the number of dirty ones.  Also the daemon's
+ *      RssAnon per dirty block.
  *
  * Sizes that do not fit this machine (memory for the pool, disk for the
  * spill file) are reported as skipped, with the reason.
@@ -31,11 +39,13 @@
  * A measurement, not a test: it fails only when something does not work,
  * never because of a figure.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <liburing.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -84,22 +94,25 @@
 static struct {
 	uint64_t max;          /* index: largest number of blocks */
 	uint64_t recovery_max; /* recovery: largest number of blocks on disk */
+	uint64_t writeback_max; /* write-back: largest number of dirty blocks */
 	unsigned pairs;
 	unsigned iters;   /* one-key lookups (and pings) per sample */
 	unsigned batches; /* 1024-key lookups per sample */
 	const char *dir;
-	const char *eviction; /* [pool] eviction of the index part, or the default */
-	bool index, recovery;
+	const char *eviction; /* [pool] eviction of the index and write-back parts, or the default */
+	bool index, recovery, writeback;
 	bool json;
 } opt = {
 	.max = 1000000,
 	.recovery_max = 100000,
+	.writeback_max = 100000,
 	.pairs = 7,
 	.iters = 4000,
 	.batches = 400,
 	.dir = "/var/tmp",
 	.index = true,
 	.recovery = true,
+	.writeback = true,
 };
 
 /* ---- failing and cleaning up ---------------------------------------- */
@@ -108,6 +121,7 @@ const char bench_name[] = "bench-scale";
 
 static struct bench_daemon daemon_state;
 static char spill_path[160];
+static char bare_path[160]; /* write-back's limit writes here */
 
 _Noreturn void die(const char *fmt, ...)
 {
@@ -124,8 +138,10 @@ static void on_signal(int sig)
 	/* Only async-signal-safe calls: the daemon goes, and the private
 	 * directory's known files with it. */
 	bench_daemon_kill(&daemon_state);
-	if (daemon_state.dir[0])
+	if (daemon_state.dir[0]) {
 		unlink(spill_path);
+		unlink(bare_path);
+	}
 	bench_daemon_unlink(&daemon_state);
 	_exit(128 + sig);
 }
@@ -197,29 +213,41 @@ static void place(bool together)
 /* ---- the daemon ------------------------------------------------------ */
 
 struct stats_query {
-	const char *name;
-	uint64_t value;
-	bool found;
+	const char *const *names;
+	uint64_t *values;
+	unsigned n, found;
 };
 
 static int stats_record(const kvt_record *r, void *userdata)
 {
 	struct stats_query *q = userdata;
-	if (!strcmp(kvt_record_kind(r), "daemon") && kvt_record_get_u64(r, q->name, &q->value) == 0)
-		q->found = true;
+	if (strcmp(kvt_record_kind(r), "daemon"))
+		return 0;
+	for (unsigned i = 0; i < q->n; i++)
+		if (kvt_record_get_u64(r, q->names[i], &q->values[i]) == 0)
+			q->found |= 1u << i;
 	return 0;
 }
 
-/* A field of the daemon's "daemon" stats record (kvtierctl status). */
-static uint64_t daemon_stat(kvt_client *c, const char *name)
+/* Fields of the daemon's "daemon" stats record (kvtierctl status), in one
+ * query. */
+static void daemon_stats(kvt_client *c, const char *const *names, uint64_t *ret_values,
+			 unsigned n)
 {
-	struct stats_query q = {.name = name};
+	struct stats_query q = {.names = names, .values = ret_values, .n = n};
 	int r = kvt_stats(c, KVT_STATS_DAEMON, stats_record, &q);
 	if (r < 0)
 		die("kvt_stats: %s (%s)", strerror(-r), kvt_client_error(c));
-	if (!q.found)
-		die("the daemon's stats have no field %s", name);
-	return q.value;
+	for (unsigned i = 0; i < n; i++)
+		if (!(q.found & (1u << i)))
+			die("the daemon's stats have no field %s", names[i]);
+}
+
+static uint64_t daemon_stat(kvt_client *c, const char *name)
+{
+	uint64_t v;
+	daemon_stats(c, &name, &v, 1);
+	return v;
 }
 
 /* 1 layer, K and V, one KV head of 128 bytes, 16 tokens: 4 KiB. */
@@ -542,7 +570,7 @@ static void index_run(void)
 			fit = pt->n;
 	}
 	if (!fit) {
-		progress("1/2 index: no size fits this machine's memory");
+		progress("1/3 index: no size fits this machine's memory");
 		return;
 	}
 	IX.pool_bytes = pool_for(fit);
@@ -559,7 +587,7 @@ static void index_run(void)
 	kvt_client *c = bench_daemon_connect(&daemon_state);
 	kvt_ns *ns = open_ns(c);
 	IX.base_rss_anon_kib = daemon_kib("RssAnon");
-	progress("1/2 index: kvtierd pid %d, pool %llu MiB of 4 KiB slots, RssAnon %llu KiB before any block",
+	progress("1/3 index: kvtierd pid %d, pool %llu MiB of 4 KiB slots, RssAnon %llu KiB before any block",
 		 (int)daemon_state.pid, (unsigned long long)(IX.pool_bytes / MIB),
 		 (unsigned long long)IX.base_rss_anon_kib);
 
@@ -680,10 +708,10 @@ struct rd {
 	uint32_t len;
 };
 
-/* The reads of rds, at most depth in flight through one io_uring, each into
- * its own buffer of buf_len. */
-static void ring_reads(int fd, const struct rd *rds, size_t n, unsigned depth, size_t buf_len,
-		       uint8_t *bufs)
+/* The reads (or writes) of rds, at most depth in flight through one
+ * io_uring, each into (from) its own buffer of buf_len; path names fd. */
+static void ring_io(int fd, const char *path, bool write, const struct rd *rds, size_t n,
+		    unsigned depth, size_t buf_len, uint8_t *bufs)
 {
 	struct io_uring ring;
 	size_t next = 0, done = 0;
@@ -697,8 +725,12 @@ static void ring_reads(int fd, const struct rd *rds, size_t n, unsigned depth, s
 		while (next < n && free_n > 0) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 			unsigned id = free_ids[--free_n];
-			io_uring_prep_read(sqe, fd, bufs + (size_t)id * buf_len, rds[next].len,
-					   rds[next].off);
+			if (write)
+				io_uring_prep_write(sqe, fd, bufs + (size_t)id * buf_len, rds[next].len,
+						    rds[next].off);
+			else
+				io_uring_prep_read(sqe, fd, bufs + (size_t)id * buf_len, rds[next].len,
+						   rds[next].off);
 			io_uring_sqe_set_data64(sqe, ((uint64_t)next << 16) | id);
 			next++;
 		}
@@ -708,7 +740,7 @@ static void ring_reads(int fd, const struct rd *rds, size_t n, unsigned depth, s
 		do {
 			uint64_t d = io_uring_cqe_get_data64(cqe);
 			if (cqe->res != (int)rds[d >> 16].len)
-				die("reading %s: %d", spill_path, cqe->res);
+				die("%s %s: %d", write ? "writing" : "reading", path, cqe->res);
 			free_ids[free_n++] = (unsigned)(d & 0xffff);
 			done++;
 			io_uring_cqe_seen(&ring, cqe);
@@ -743,8 +775,8 @@ static uint64_t raw_recovery_read_deep(uint64_t *ret_bytes)
 	 * read here (depth = regions at most, in rounds of the ahead). */
 	for (uint64_t r = 0; r < regions; r += RECOVER_HEADERS_AHEAD) {
 		uint64_t k = regions - r < RECOVER_HEADERS_AHEAD ? regions - r : RECOVER_HEADERS_AHEAD;
-		ring_reads(fd, rds + r, k, (unsigned)k, REGION_HEADER_BYTES,
-			   hdrs + r * REGION_HEADER_BYTES);
+		ring_io(fd, spill_path, false, rds + r, k, (unsigned)k, REGION_HEADER_BYTES,
+			hdrs + r * REGION_HEADER_BYTES);
 	}
 	bytes += regions * REGION_HEADER_BYTES;
 	size_t n = 0, cap = 0;
@@ -771,9 +803,9 @@ static uint64_t raw_recovery_read_deep(uint64_t *ret_bytes)
 	}
 	/* 4 MiB buffers serve the one-header reads too, when there are any. */
 	if (big)
-		ring_reads(fd, slots, n, RECOVER_SLOT_READS, SLOT_HEADER_BYTES, bufs);
+		ring_io(fd, spill_path, false, slots, n, RECOVER_SLOT_READS, SLOT_HEADER_BYTES, bufs);
 	else
-		ring_reads(fd, slots, n, RECOVER_CHUNKS, RECOVER_CHUNK, bufs);
+		ring_io(fd, spill_path, false, slots, n, RECOVER_CHUNKS, RECOVER_CHUNK, bufs);
 	uint64_t ns = kvt_now_ns() - t0;
 	free(slots);
 	free(rds);
@@ -811,12 +843,12 @@ static double logged_recovery_ms(uint64_t *ret_blocks)
  */
 static void wait_on_disk(kvt_client *c, uint64_t n)
 {
-	uint64_t t0 = kvt_now_ns();
+	static const char *const names[] = {"nvme_blocks", "nvme_in_flight", "nvme_dirty_drops",
+					    "nvme_io_errors"};
+	uint64_t t0 = kvt_now_ns(), v[4];
 	for (;;) {
-		uint64_t on_disk = daemon_stat(c, "nvme_blocks");
-		uint64_t in_flight = daemon_stat(c, "nvme_in_flight");
-		uint64_t drops = daemon_stat(c, "nvme_dirty_drops");
-		uint64_t errors = daemon_stat(c, "nvme_io_errors");
+		daemon_stats(c, names, v, 4);
+		uint64_t on_disk = v[0], in_flight = v[1], drops = v[2], errors = v[3];
 		if (drops || errors)
 			die("%llu blocks dropped before they reached the disk, %llu I/O errors",
 			    (unsigned long long)drops, (unsigned long long)errors);
@@ -877,7 +909,7 @@ static void recovery_run(void)
 			fit = pt->n;
 	}
 	if (!fit) {
-		progress("2/2 recovery: no size fits the disk under %s", opt.dir);
+		progress("2/3 recovery: no size fits the disk under %s", opt.dir);
 		return;
 	}
 	RC.spill_bytes = spill_regions(fit) * REGION_BYTES;
@@ -904,7 +936,7 @@ static void recovery_run(void)
 	bench_daemon_start(&daemon_state, WAIT_LIMIT_NS);
 	bench_daemon_log_find(&daemon_state, "NVMe tier: ", NULL, RC.nvme, sizeof(RC.nvme));
 	RC.base_rss_anon_kib = daemon_kib("RssAnon");
-	progress("2/2 recovery: kvtierd pid %d, spill file %llu MiB under %s; %s",
+	progress("2/3 recovery: kvtierd pid %d, spill file %llu MiB under %s; %s",
 		 (int)daemon_state.pid, (unsigned long long)(RC.spill_bytes / MIB), opt.dir, RC.nvme);
 
 	struct storer st;
@@ -962,6 +994,346 @@ static void recovery_run(void)
 	}
 	storer_free(&st);
 	bench_daemon_stop(&daemon_state);
+}
+
+/* ---- 3. write-back --------------------------------------------------- */
+
+/*
+ * Write-back of N dirty blocks at once: a daemon whose pool holds them and
+ * whose spill file has room for them, write-back held off (writeback_high
+ * = 100 %) while they are stored, then let go by a reload to watermarks of
+ * 0 %.  Measured while the middle 80 % of the blocks are written (a
+ * window), so that what a drain costs once (the reload, its first and
+ * last turns) is left out: blocks/s, against the same writes issued bare
+ * (bare_writeback(), the same window of its own), and the daemon's CPU
+ * time per block, against the smallest point's: what would grow with the
+ * number of dirty blocks if anything did.
+ */
+#define WB_QUEUE_DEPTH 64 /* [nvme] queue_depth */
+/* Write-back keeps queue_depth / 2 blocks in flight, two writes each. */
+#define WB_BLOCKS_IN_FLIGHT (WB_QUEUE_DEPTH / 2)
+
+struct writeback_point {
+	uint64_t n;
+	char skipped[160];
+	double blocks_s[MAX_PAIRS], bare_blocks_s[MAX_PAIRS]; /* in the window */
+	double ratio[MAX_PAIRS];     /* bare_blocks_s / blocks_s: time a block, to the limit's */
+	double wb_ms[MAX_PAIRS], bare_ms[MAX_PAIRS]; /* whole drains */
+	double cpu_us[MAX_PAIRS];    /* the daemon's CPU time per block, in the window */
+	double cpu_ratio[MAX_PAIRS]; /* to the median of the smallest point's */
+	double rss_per_block;        /* RssAnon with n blocks dirty, over a daemon with none */
+};
+
+/* The middle of a drain of n blocks: from when a tenth of them were done
+ * to when nine tenths were. */
+struct window {
+	uint64_t n;
+	uint64_t t_lo, t_hi;     /* CLOCK_MONOTONIC ns */
+	uint64_t done_lo, done_hi;
+	uint64_t cpu_lo, cpu_hi; /* the daemon's CPU time then, ns */
+};
+
+static void window_note(struct window *w, uint64_t done, uint64_t now, uint64_t cpu)
+{
+	if (!w->done_lo && done >= w->n / 10) {
+		w->t_lo = now;
+		w->done_lo = done;
+		w->cpu_lo = cpu;
+	}
+	if (!w->done_hi && done >= w->n - w->n / 10) {
+		w->t_hi = now;
+		w->done_hi = done;
+		w->cpu_hi = cpu;
+	}
+}
+
+static double window_blocks_s(const struct window *w)
+{
+	if (w->done_hi <= w->done_lo || w->t_hi <= w->t_lo)
+		die("the writes of %llu blocks went by between two looks: too few to measure",
+		    (unsigned long long)w->n);
+	return (double)(w->done_hi - w->done_lo) / ((double)(w->t_hi - w->t_lo) / 1e9);
+}
+
+static struct {
+	struct writeback_point p[MAX_POINTS];
+	unsigned n;
+	uint64_t spill_bytes; /* the largest point's spill file */
+	char nvme[512];
+} WB;
+
+/* The daemon's CPU time so far, all its threads (schedstat: ns on a CPU). */
+static uint64_t daemon_cpu_ns(void)
+{
+	char path[96];
+	uint64_t sum = 0;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)daemon_state.pid);
+	DIR *d = opendir(path);
+	if (!d)
+		die("cannot open %s: %s", path, strerror(errno));
+	for (struct dirent *de; (de = readdir(d));) {
+		unsigned long long ns;
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/schedstat", (int)daemon_state.pid,
+			 de->d_name);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue; /* a thread that just ended */
+		if (fscanf(f, "%llu", &ns) == 1)
+			sum += ns;
+		fclose(f);
+	}
+	closedir(d);
+	if (!sum)
+		die("cannot read the daemon's CPU time from /proc/%d/task/*/schedstat",
+		    (int)daemon_state.pid);
+	return sum;
+}
+
+/*
+ * What write-back writes for n blocks of one namespace into a fresh spill
+ * file, without the daemon: the 8 KiB header of each region as its first
+ * slot is taken, and for each block its 4 KiB slot header and its 4 KiB,
+ * two writes submitted together, slot after slot, WB_BLOCKS_IN_FLIGHT
+ * blocks in flight; O_DIRECT through io_uring from a registered buffer to
+ * a registered file, as the daemon's engine writes, into a file of the
+ * spill file's size allocated as the daemon allocates it.
+ * \return nanoseconds, all of it; w: its middle
+ */
+struct bare_write {
+	uint64_t off;  /* in the file */
+	size_t from;   /* in the buffer */
+	uint32_t len;
+};
+
+static uint64_t bare_writeback(uint64_t n, uint64_t file_bytes, struct window *win)
+{
+	struct io_uring ring;
+	struct iovec iov;
+	uint8_t *buf = NULL;
+	unsigned free_ids[WB_BLOCKS_IN_FLIGHT], free_n = WB_BLOCKS_IN_FLIGHT;
+	unsigned pending[WB_BLOCKS_IN_FLIGHT];
+	uint64_t next = 0, done = 0;
+	/* One slot's two writes per block in flight, then a region header. */
+	size_t hdr_at = WB_BLOCKS_IN_FLIGHT * SLOT_STRIDE;
+
+	if (posix_memalign((void **)&buf, 4096, hdr_at + REGION_HEADER_BYTES))
+		die("out of memory");
+	fill_random(buf, hdr_at + REGION_HEADER_BYTES, 7);
+	int fd = open(bare_path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		die("cannot open %s with O_DIRECT: %s", bare_path, strerror(errno));
+	/* Allocated and on disk before the clock starts, as the daemon's
+	 * file is long before its first write-back. */
+	if (fallocate(fd, 0, 0, (off_t)file_bytes) < 0 || fsync(fd) < 0)
+		die("fallocate %s: %s", bare_path, strerror(errno));
+	iov = (struct iovec){buf, hdr_at + REGION_HEADER_BYTES};
+	if (io_uring_queue_init(4 * WB_BLOCKS_IN_FLIGHT, &ring, 0) < 0 ||
+	    io_uring_register_buffers(&ring, &iov, 1) < 0 || io_uring_register_files(&ring, &fd, 1) < 0)
+		die("io_uring: cannot set up a ring with a registered buffer and file");
+	for (unsigned i = 0; i < WB_BLOCKS_IN_FLIGHT; i++)
+		free_ids[i] = i;
+
+	uint64_t t0 = kvt_now_ns();
+	while (done < n) {
+		while (next < n && free_n > 0) {
+			unsigned id = free_ids[--free_n];
+			uint64_t r = next / SLOTS_PER_REGION;
+			uint64_t at = r * REGION_BYTES + REGION_HEADER_BYTES +
+				      (next % SLOTS_PER_REGION) * SLOT_STRIDE;
+			struct bare_write w[3];
+			unsigned k = 0;
+			if (next % SLOTS_PER_REGION == 0)
+				w[k++] = (struct bare_write){r * REGION_BYTES, hdr_at, REGION_HEADER_BYTES};
+			w[k++] = (struct bare_write){at, id * SLOT_STRIDE, SLOT_HEADER_BYTES};
+			w[k++] = (struct bare_write){at + SLOT_HEADER_BYTES,
+						     id * SLOT_STRIDE + SLOT_HEADER_BYTES, BLOCK_BYTES};
+			for (unsigned j = 0; j < k; j++) {
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+				io_uring_prep_write_fixed(sqe, 0, buf + w[j].from, w[j].len, w[j].off, 0);
+				sqe->flags |= IOSQE_FIXED_FILE;
+				io_uring_sqe_set_data64(sqe, (uint64_t)w[j].len << 32 | id);
+			}
+			pending[id] = k;
+			next++;
+		}
+		struct io_uring_cqe *cqe;
+		if (io_uring_submit_and_wait(&ring, 1) < 0 || io_uring_wait_cqe(&ring, &cqe) < 0)
+			die("io_uring: %s", strerror(errno));
+		do {
+			uint64_t d = io_uring_cqe_get_data64(cqe);
+			unsigned id = (unsigned)(d & 0xffffffffu);
+			if (cqe->res != (int)(d >> 32))
+				die("writing %s: %d", bare_path, cqe->res);
+			if (--pending[id] == 0) {
+				free_ids[free_n++] = id;
+				window_note(win, ++done, kvt_now_ns(), 0);
+			}
+			io_uring_cqe_seen(&ring, cqe);
+		} while (io_uring_peek_cqe(&ring, &cqe) == 0);
+	}
+	uint64_t ns = kvt_now_ns() - t0;
+	io_uring_queue_exit(&ring);
+	close(fd);
+	unlink(bare_path);
+	free(buf);
+	return ns;
+}
+
+/* The write-back part's daemon: a pool for n blocks, a spill file for
+ * them, write-back above high percent. */
+static void writeback_config(uint64_t n, unsigned high)
+{
+	uint64_t pool = pool_for(n);
+	bench_daemon_config(&daemon_state,
+			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\n%s%s%s"
+			    "[nvme]\nqueue_depth = %d\nwriteback_high = %u%%\nwriteback_low = 0%%\n"
+			    "[spill.bench]\npath = %s\ncapacity = %lluM\n"
+			    "[limits]\nkeys_per_request = %d\n",
+			    (unsigned long long)(pool / MIB),
+			    (unsigned long long)((pool < GIB ? pool : GIB) / MIB),
+			    opt.eviction ? "eviction = " : "", opt.eviction ? opt.eviction : "",
+			    opt.eviction ? "\n" : "", WB_QUEUE_DEPTH, high, spill_path,
+			    (unsigned long long)(spill_regions(n) * REGION_BYTES / MIB), STORE_BATCH);
+}
+
+/*
+ * Until n blocks are on disk, as wait_on_disk(), noting the window.  When
+ * it went by between two polls (a small n on a busy machine, where this
+ * process did not run for a while), the window is the whole drain, from
+ * t0 and cpu0 (taken as write-back was let go) on.
+ */
+static void writeback_wait(kvt_client *c, uint64_t n, struct window *w, uint64_t t0,
+			   uint64_t cpu0)
+{
+	static const char *const names[] = {"nvme_blocks", "nvme_in_flight", "nvme_dirty_drops",
+					    "nvme_io_errors"};
+	uint64_t v[4];
+	for (;;) {
+		daemon_stats(c, names, v, 4);
+		uint64_t now = kvt_now_ns(), cpu = daemon_cpu_ns();
+		window_note(w, v[0], now, cpu);
+		if (v[2] || v[3])
+			die("%llu blocks dropped before they reached the disk, %llu I/O errors",
+			    (unsigned long long)v[2], (unsigned long long)v[3]);
+		if (v[0] >= n && v[1] == 0) {
+			if (w->done_hi > w->done_lo)
+				return;
+			progress("  %llu blocks: their middle went by between two polls; measured over the whole drain",
+				 (unsigned long long)n);
+			*w = (struct window){.n = n, .t_lo = t0, .t_hi = now, .done_lo = 0,
+					     .done_hi = v[0], .cpu_lo = cpu0, .cpu_hi = cpu};
+			return;
+		}
+		if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
+			die("%llu of %llu blocks on disk after %llu s", (unsigned long long)v[0],
+			    (unsigned long long)n, WAIT_LIMIT_NS / 1000000000ull);
+		sleep_ns(POLL_NS);
+	}
+}
+
+static void writeback_pair(struct writeback_point *pt, unsigned p, struct storer *st)
+{
+	struct window bare = {.n = pt->n}, wb = {.n = pt->n};
+
+	pt->bare_ms[p] =
+		(double)bare_writeback(pt->n, spill_regions(pt->n) * REGION_BYTES, &bare) / 1e6;
+
+	unlink(spill_path);
+	writeback_config(pt->n, 100);
+	bench_daemon_start(&daemon_state, WAIT_LIMIT_NS);
+	if (!WB.nvme[0])
+		bench_daemon_log_find(&daemon_state, "NVMe tier: ", NULL, WB.nvme, sizeof(WB.nvme));
+	kvt_client *c = bench_daemon_connect(&daemon_state);
+	kvt_ns *ns = open_ns(c);
+	uint64_t rss0 = daemon_kib("RssAnon");
+	store_range(st, c, ns, 0, pt->n);
+	if (daemon_stat(c, "nvme_writes") != 0)
+		die("write-back ran while it was held off (writeback_high = 100%%)");
+	pt->rss_per_block = ((double)daemon_kib("RssAnon") - (double)rss0) * KIB / (double)pt->n;
+
+	/* Let go: the reload's watermarks take effect at once. */
+	writeback_config(pt->n, 0);
+	uint64_t cpu0 = daemon_cpu_ns(), t0 = kvt_now_ns();
+	if (kill(daemon_state.pid, SIGHUP) < 0)
+		die("kill SIGHUP: %s", strerror(errno));
+	writeback_wait(c, pt->n, &wb, t0, cpu0);
+	pt->wb_ms[p] = (double)(kvt_now_ns() - t0) / 1e6;
+	uint64_t writes = daemon_stat(c, "nvme_writes");
+	if (writes != pt->n)
+		die("%llu write-backs for %llu blocks", (unsigned long long)writes,
+		    (unsigned long long)pt->n);
+	kvt_ns_close(ns);
+	kvt_client_free(c);
+	bench_daemon_stop(&daemon_state);
+	unlink(spill_path);
+
+	pt->blocks_s[p] = window_blocks_s(&wb);
+	pt->bare_blocks_s[p] = window_blocks_s(&bare);
+	pt->ratio[p] = pt->bare_blocks_s[p] / pt->blocks_s[p];
+	pt->cpu_us[p] = (double)(wb.cpu_hi - wb.cpu_lo) / 1e3 / (double)(wb.done_hi - wb.done_lo);
+	progress("  %llu blocks, pair %u/%u: bare writes %.0f blocks/s (%.1f ms in all), write-back %.0f blocks/s (%.1f ms in all), ratio %.3f; daemon CPU %.2f us a block; RssAnon %.0f B a dirty block",
+		 (unsigned long long)pt->n, p + 1, opt.pairs, pt->bare_blocks_s[p], pt->bare_ms[p],
+		 pt->blocks_s[p], pt->wb_ms[p], pt->ratio[p], pt->cpu_us[p], pt->rss_per_block);
+}
+
+static void writeback_run(void)
+{
+	uint64_t want[MAX_POINTS];
+	struct statvfs sv;
+	bool any = false;
+
+	if (statvfs(opt.dir, &sv) < 0)
+		die("statvfs %s: %s", opt.dir, strerror(errno));
+	uint64_t free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+	uint64_t avail = proc_kib("/proc/meminfo", "MemAvailable") * KIB;
+	WB.n = points(opt.writeback_max, want);
+	for (unsigned i = 0; i < WB.n; i++) {
+		struct writeback_point *pt = &WB.p[i];
+		pt->n = want[i];
+		/* One file at a time: the bare one goes before the daemon starts. */
+		uint64_t need = spill_regions(pt->n) * REGION_BYTES + GIB;
+		uint64_t mem = pool_for(pt->n) + pt->n * KIB + GIB;
+		if (need > free_bytes)
+			snprintf(pt->skipped, sizeof(pt->skipped),
+				 "needs a %.1f GiB spill file (8 KiB per block on disk), %.1f GiB free under %s",
+				 (double)(need - GIB) / GIB, (double)free_bytes / GIB, opt.dir);
+		else if (mem > avail)
+			snprintf(pt->skipped, sizeof(pt->skipped),
+				 "needs about %.1f GiB of memory (a %.1f GiB pool to write them from), %.1f GiB available",
+				 (double)mem / GIB, (double)pool_for(pt->n) / GIB, (double)avail / GIB);
+		else {
+			any = true;
+			WB.spill_bytes = spill_regions(pt->n) * REGION_BYTES;
+		}
+	}
+	if (!any) {
+		progress("3/3 write-back: no size fits this machine");
+		return;
+	}
+	describe_fs();
+	progress("3/3 write-back: N blocks stored with write-back held off, then let go; the same writes bare as the limit");
+
+	struct storer st;
+	storer_init(&st);
+	double ref = 0; /* the smallest point's CPU time per block */
+	for (unsigned i = 0; i < WB.n; i++) {
+		struct writeback_point *pt = &WB.p[i];
+		char name[32];
+		if (pt->skipped[0]) {
+			progress("  %s dirty blocks: skipped: %s", count_name(pt->n, name, sizeof(name)),
+				 pt->skipped);
+			continue;
+		}
+		for (unsigned p = 0; p < opt.pairs; p++)
+			writeback_pair(pt, p, &st);
+		if (!ref)
+			ref = median(pt->cpu_us, opt.pairs);
+		for (unsigned p = 0; p < opt.pairs; p++)
+			pt->cpu_ratio[p] = pt->cpu_us[p] / ref;
+	}
+	storer_free(&st);
 }
 
 /* ---- output ---------------------------------------------------------- */
@@ -1033,6 +1405,36 @@ static void print_table(FILE *out)
 				 median(pt->ratio1, n), median(pt->raw1_ms, n),
 				 median(pt->start_ms, n), pt->bytes_per_block);
 			fprintf(out, ROW, name, a, l, r, x);
+		}
+	}
+	if (WB.spill_bytes) {
+		char ref[32];
+		const struct writeback_point *first = NULL;
+		for (unsigned i = 0; i < WB.n && !first; i++)
+			if (!WB.p[i].skipped[0])
+				first = &WB.p[i];
+		fprintf(out, "\nwrite-back: N dirty blocks stored with write-back held off (writeback_high = 100%%), then let go by a reload to 0%%; queue_depth %d; spill files under %s (%s); %s\n\n",
+			WB_QUEUE_DEPTH, opt.dir, RC.fs_line, WB.nvme);
+		fprintf(out, "measured while the middle 80%% of the blocks were written; limit: the same writes (each region's header; each block's 4 KiB slot header and 4 KiB, submitted together) issued bare with O_DIRECT through io_uring from a registered buffer, %d blocks in flight; and the daemon's CPU time per block (all threads) against the smallest point's\n\n",
+			WB_BLOCKS_IN_FLIGHT);
+		snprintf(ref, sizeof(ref), "limit: CPU at %s", count_name(first->n, name, sizeof(name)));
+		fprintf(out, ROW, "dirty blocks", "write-back", "limit: bare writes", "ratio",
+			"whole drain (bare); RssAnon per dirty block");
+		fprintf(out, ROW, "", "daemon CPU per block", ref, "ratio", "");
+		for (unsigned i = 0; i < WB.n; i++) {
+			const struct writeback_point *pt = &WB.p[i];
+			if (!row_begin(out, pt->n, pt->skipped, name, sizeof(name)))
+				continue;
+			snprintf(a, sizeof(a), "%.0f blocks/s", median(pt->blocks_s, n));
+			snprintf(l, sizeof(l), "%.0f blocks/s", median(pt->bare_blocks_s, n));
+			ratio_range(pt->ratio, n, r, sizeof(r));
+			snprintf(x, sizeof(x), "%.1f ms (%.1f ms); %.0f B", median(pt->wb_ms, n),
+				 median(pt->bare_ms, n), pt->rss_per_block);
+			fprintf(out, ROW, name, a, l, r, x);
+			snprintf(a, sizeof(a), "%.2f us", median(pt->cpu_us, n));
+			snprintf(l, sizeof(l), "%.2f us", median(first->cpu_us, n));
+			ratio_range(pt->cpu_ratio, n, r, sizeof(r));
+			fprintf(out, ROW, "", a, l, r, "");
 		}
 	}
 }
@@ -1112,6 +1514,30 @@ static void print_json(void)
 		json_stat("listening_ms", pt->start_ms, true);
 		printf("}");
 	}
+	printf("]},\"writeback\":{\"spill_bytes\":%llu,\"queue_depth\":%d,\"blocks_in_flight\":%d,\"dir\":",
+	       (unsigned long long)WB.spill_bytes, WB_QUEUE_DEPTH, WB_BLOCKS_IN_FLIGHT);
+	json_string(opt.dir);
+	printf(",\"device\":");
+	json_string(RC.fs_line);
+	printf(",\"nvme\":");
+	json_string(WB.nvme);
+	printf(",\"eviction\":");
+	json_string(opt.eviction ? opt.eviction : "");
+	printf(",\"points\":[");
+	for (unsigned i = 0; i < WB.n; i++) {
+		const struct writeback_point *pt = &WB.p[i];
+		if (!json_point_begin(i, pt->n, pt->skipped))
+			continue;
+		printf("\"rss_anon_per_dirty_block\":%.1f,", pt->rss_per_block);
+		json_stat("blocks_s", pt->blocks_s, false);
+		json_stat("bare_blocks_s", pt->bare_blocks_s, false);
+		json_stat("ratio", pt->ratio, false);
+		json_stat("writeback_ms", pt->wb_ms, false);
+		json_stat("bare_ms", pt->bare_ms, false);
+		json_stat("cpu_us_per_block", pt->cpu_us, false);
+		json_stat("cpu_ratio", pt->cpu_ratio, true);
+		printf("}");
+	}
 	printf("]}}\n");
 }
 
@@ -1124,26 +1550,31 @@ static void help(void)
 	       "Measure what grows with the number of blocks, against a kvtierd it\n"
 	       "starts itself (KVTIERD, else $KVTIERD, else kvtierd from PATH): lookup\n"
 	       "latency (batched lookups against a plain table in this process) and the\n"
-	       "daemon's memory per block as the index grows, and the recovery time of\n"
-	       "a spill file holding N blocks.  4 KiB blocks, the smallest slot.\n"
+	       "daemon's memory per block as the index grows, the recovery time of a\n"
+	       "spill file holding N blocks, and the write-back of N dirty blocks\n"
+	       "(against the same writes issued bare).  4 KiB blocks, the smallest slot.\n"
 	       "Progress goes to stderr.\n"
 	       "\n"
 	       "Options:\n"
 	       "  -n, --max N           largest index, blocks (default %llu); points at\n"
 	       "                        10^3, 10^4, ... up to N\n"
 	       "  -R, --recovery-max N  most blocks on disk (default %llu)\n"
+	       "  -W, --writeback-max N most dirty blocks written back (default %llu)\n"
 	       "  -p, --pairs N         samples per point (1..%d, default %u)\n"
 	       "      --iters N         one-key lookups per sample (default %u)\n"
 	       "      --batches N       1024-key lookups per sample (default %u)\n"
 	       "  -d, --dir DIR         where the spill file goes (default %s)\n"
-	       "      --eviction POLICY the index part's [pool] eviction (default: the\n"
-	       "                        daemon's), to measure a policy's memory per block\n"
+	       "      --eviction POLICY the index and write-back parts' [pool] eviction\n"
+	       "                        (default: the daemon's), to measure a policy's\n"
+	       "                        memory per block, or its write-back\n"
 	       "      --no-index        skip the index part\n"
 	       "      --no-recovery     skip the recovery part\n"
+	       "      --no-writeback    skip the write-back part\n"
 	       "  -j, --json            print one JSON line on stdout (the table goes to\n"
 	       "                        stderr)\n"
 	       "  -h, --help            show this help\n",
-	       (unsigned long long)opt.max, (unsigned long long)opt.recovery_max, MAX_PAIRS,
+	       (unsigned long long)opt.max, (unsigned long long)opt.recovery_max,
+	       (unsigned long long)opt.writeback_max, MAX_PAIRS,
 	       opt.pairs, opt.iters, opt.batches, opt.dir);
 }
 
@@ -1152,6 +1583,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{"max", required_argument, NULL, 'n'},
 		{"recovery-max", required_argument, NULL, 'R'},
+		{"writeback-max", required_argument, NULL, 'W'},
 		{"pairs", required_argument, NULL, 'p'},
 		{"iters", required_argument, NULL, 'I'},
 		{"batches", required_argument, NULL, 'B'},
@@ -1159,16 +1591,18 @@ int main(int argc, char **argv)
 		{"eviction", required_argument, NULL, 'E'},
 		{"no-index", no_argument, NULL, 'X'},
 		{"no-recovery", no_argument, NULL, 'Y'},
+		{"no-writeback", no_argument, NULL, 'Z'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{},
 	};
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "n:R:p:d:jh", opts, NULL)) >= 0) {
+	while ((ch = getopt_long(argc, argv, "n:R:W:p:d:jh", opts, NULL)) >= 0) {
 		switch (ch) {
 		case 'n': opt.max = parse_u64(optarg, 1000, 1000000000, "--max"); break;
 		case 'R': opt.recovery_max = parse_u64(optarg, 1000, 1000000000, "--recovery-max"); break;
+		case 'W': opt.writeback_max = parse_u64(optarg, 1000, 1000000000, "--writeback-max"); break;
 		case 'p': opt.pairs = (unsigned)parse_u64(optarg, 1, MAX_PAIRS, "--pairs"); break;
 		case 'I': opt.iters = (unsigned)parse_u64(optarg, CHUNKS, 100000000, "--iters"); break;
 		case 'B': opt.batches = (unsigned)parse_u64(optarg, CHUNKS, 100000000, "--batches"); break;
@@ -1176,6 +1610,7 @@ int main(int argc, char **argv)
 		case 'E': opt.eviction = optarg; break;
 		case 'X': opt.index = false; break;
 		case 'Y': opt.recovery = false; break;
+		case 'Z': opt.writeback = false; break;
 		case 'j': opt.json = true; break;
 		case 'h': help(); return 0;
 		default: return bench_try_help();
@@ -1194,12 +1629,15 @@ int main(int argc, char **argv)
 	if (r < 0)
 		die("mkdtemp under %s: %s", opt.dir, strerror(-r));
 	bench_daemon_path(&daemon_state, "spill", spill_path, sizeof(spill_path));
+	bench_daemon_path(&daemon_state, "bare", bare_path, sizeof(bare_path));
 
 	uint64_t t0 = kvt_now_ns();
 	if (opt.index)
 		index_run();
 	if (opt.recovery)
 		recovery_run();
+	if (opt.writeback)
+		writeback_run();
 	progress("measured in %.1f s", (double)(kvt_now_ns() - t0) / 1e9);
 	bench_daemon_remove(&daemon_state);
 
