@@ -28,10 +28,10 @@ void config_dump(const struct config *c, FILE *f)
 			j % 8 == 7 || j + 1 == c->n_admin_gids ? "\n" : "");
 	fputc('\n', f);
 	fprintf(f, "[pool]\ncapacity = %s\nextent_size = %s\nhugepages = %s\nlock = %s\nnuma = %s\n"
-		"eviction = %s\n",
+		"eviction = %s\nkeep = %s\n",
 		kvt_size_format_exact(c->capacity, a, sizeof(a)), kvt_size_format_exact(c->extent_size, b, sizeof(b)),
 		hp[c->hugepages], lk[c->lock], c->numa == NUMA_OFF ? "off" : "auto",
-		evict_policy_to_string(c->eviction));
+		evict_policy_to_string(c->eviction), c->keep ? "yes" : "no");
 	fprintf(f, "fragmentation_alert = %u.%06u\n", c->fragmentation_alert_ppm / 1000000,
 		c->fragmentation_alert_ppm % 1000000);
 	if (c->sysfs_root)

@@ -109,6 +109,7 @@ void config_reload(struct config *cur, struct config *fresh, char *changed, size
 	RESTART(cur->hugepages == fresh->hugepages, "[pool] hugepages");
 	RESTART(cur->lock == fresh->lock, "[pool] lock");
 	RESTART(cur->numa == fresh->numa, "[pool] numa");
+	RESTART(cur->keep == fresh->keep, "[pool] keep");
 	RESTART(cur->eviction == fresh->eviction, "[pool] eviction");
 	RESTART(str_eq(cur->sysfs_root, fresh->sysfs_root), "[pool] topology_root");
 	RESTART(tenant_sockets_equal(cur, fresh), "[tenant.*] socket");

@@ -197,6 +197,18 @@ int conf_ratio(const char *v, void *field, const char **expect)
 	return 0;
 }
 
+int conf_bool(const char *v, void *field, const char **expect)
+{
+	*expect = "yes or no";
+	if (!strcmp(v, "yes"))
+		*(bool *)field = true;
+	else if (!strcmp(v, "no"))
+		*(bool *)field = false;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 int conf_unknown(const char *v, void *field, const char **expect)
 {
 	*expect = "allow or refuse";

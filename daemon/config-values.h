@@ -24,6 +24,7 @@ int conf_recovery(const char *v, void *field, const char **expect);  /* enum */
 int conf_percent(const char *v, void *field, const char **expect);   /* 0..100 */
 int conf_ratio(const char *v, void *field, const char **expect);     /* 0..1: ppm */
 int conf_unknown(const char *v, void *field, const char **expect);   /* bool */
+int conf_bool(const char *v, void *field, const char **expect);      /* yes or no */
 int conf_log_level(const char *v, void *field, const char **expect); /* LOG_* */
 /* "none fp8-e4m3" (blanks or commas between): a mask of 1 << KVT_CODEC_*. */
 int conf_codecs(const char *v, void *field, const char **expect);    /* uint32_t */

@@ -50,6 +50,7 @@ static const struct conf_item {
 	{"pool", "hugepages", conf_hugepages, offsetof(struct config, hugepages)},
 	{"pool", "lock", conf_lock, offsetof(struct config, lock)},
 	{"pool", "numa", conf_numa, offsetof(struct config, numa)},
+	{"pool", "keep", conf_bool, offsetof(struct config, keep)},
 	{"pool", "topology_root", conf_path, offsetof(struct config, sysfs_root)},
 	{"pool", "eviction", conf_eviction, offsetof(struct config, eviction)},
 	{"pool", "fragmentation_alert", conf_ratio, offsetof(struct config, fragmentation_alert_ppm)},
@@ -105,6 +106,7 @@ int config_defaults(struct config *c)
 	c->hugepages = HUGEPAGES_AUTO;
 	c->eviction = EVICT_LRFU_ADMIT; /* chosen on the traces of docs/workload.md */
 	c->lock = LOCK_AUTO;
+	c->keep = true;
 	c->fragmentation_alert_ppm = 300000; /* 0.3: where operators see large prefills fail */
 	c->default_quota = 0; /* a quarter of the capacity */
 	c->refuse_unknown = false;

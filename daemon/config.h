@@ -109,6 +109,7 @@ struct config {
 	enum hugepage_mode hugepages;
 	enum lock_mode lock;
 	enum numa_mode numa;
+	bool keep; /* the host tier outlives the daemon (keep.h, ledger.h) */
 	enum evict_policy eviction;
 	char *sysfs_root; /* topology source; NULL for the real /sys */
 	/* Warn when a tenant's fill falls below this while memory is stranded

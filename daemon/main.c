@@ -97,7 +97,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 }
 
 /* Start the manager and its tiers on cfg and run until told to stop. */
-static int serve(struct config *cfg, const struct options *o)
+static int serve(struct config *cfg, const struct options *o, char *const *argv)
 {
 	struct manager *m = NULL;
 	int r = fault_init();
@@ -113,7 +113,13 @@ static int serve(struct config *cfg, const struct options *o)
 	}
 	m->config_path = o->config_path;
 	m->socket_override = o->socket_path;
+	m->argv = argv;
+	ssize_t n = readlink("/proc/self/exe", m->exe, sizeof(m->exe) - 1);
+	m->exe[n > 0 ? n : 0] = 0;
 	pool_probe(&m->pool);
+	r = manager_keep(m);
+	if (r < 0)
+		goto out;
 	if (cfg->n_spills) {
 		r = nvme_start(&m->store, m->config, m->event, &m->nvme);
 		if (r < 0) {
@@ -174,7 +180,7 @@ int main(int argc, char **argv)
 		       o.config_path ? o.config_path : "(built-in defaults)");
 		config_dump(&cfg, stdout);
 	} else {
-		r = serve(&cfg, &o);
+		r = serve(&cfg, &o, argv);
 	}
 	config_free(&cfg);
 	return r < 0 ? 1 : 0;

@@ -58,6 +58,73 @@ static void block_ready_send(struct manager *m, struct ns *ns, const uint8_t *ke
 	kvt_buf_free(&b);
 }
 
+static struct process *on_owner_adopt(void *userdata, int32_t pid, uint64_t start_time)
+{
+	return process_adopt(userdata, pid, start_time);
+}
+
+static void on_keep(void *userdata, const char *name, int fd, bool fresh)
+{
+	struct manager *m = userdata;
+	keep_fd(&m->keep, name, fd, fresh);
+}
+
+static int on_take(void *userdata, const char *name)
+{
+	struct manager *m = userdata;
+	return keep_take(&m->keep, name);
+}
+
+static void on_let_go(void *userdata, const char *name)
+{
+	struct manager *m = userdata;
+	keep_let_go(&m->keep, name);
+}
+
+static const struct store_keep_ops keep_ops = {
+	.keep = on_keep,
+	.take = on_take,
+	.let_go = on_let_go,
+};
+
+int manager_keep(struct manager *m)
+{
+	int r = keep_collect(&m->keep);
+	if (r < 0)
+		return r;
+	int fd = keep_take(&m->keep, "ledger");
+	if (fd >= 0 && !m->config->keep) {
+		log_info("[pool] keep = no: the host tier an earlier kvtierd kept is let go");
+		close(fd);
+		keep_let_go(&m->keep, "ledger");
+	} else if (fd >= 0) {
+		const struct store_adopted *a = &m->adopted;
+		r = store_adopt(&m->store, fd, &keep_ops, m, &m->adopted);
+		if (r == -ENOMEM)
+			return log_error_errno(r, "Failed to adopt the host tier an earlier kvtierd kept: %m");
+		if (r < 0) {
+			log_warning_errno(r, "The host tier an earlier kvtierd kept cannot be adopted (%m); starting empty");
+			keep_let_go(&m->keep, "ledger");
+		} else {
+			log_info("Adopted the host tier an earlier kvtierd kept: %u extent(s) (%llu MiB) and %llu block(s) of %u namespace(s), %llu lease(s) and %llu reservation(s) open, in %llu ms; %llu record(s) failed their check, %u extent(s) did not match their ledger",
+				 a->extents, (unsigned long long)(a->bytes >> 20),
+				 (unsigned long long)a->blocks, a->namespaces,
+				 (unsigned long long)a->leases,
+				 (unsigned long long)a->reservations,
+				 (unsigned long long)(a->elapsed_ns / 1000000),
+				 (unsigned long long)a->records_bad, a->extents_bad);
+		}
+		process_adopt_end(m);
+	}
+	keep_close_untaken(&m->keep);
+	if (!m->store.ledger && m->config->keep) {
+		r = store_keep_begin(&m->store, &keep_ops, m);
+		if (r < 0)
+			log_warning_errno(r, "No ledger for the host tier (%m): a restart will not keep it");
+	}
+	return 0;
+}
+
 static void on_erasure_ended(void *userdata)
 {
 	requests_erasures_ended(userdata);
@@ -148,6 +215,9 @@ int manager_new(struct config *c, struct manager **ret)
 	m->store.run_ready = on_run_ready;
 	m->store.handle_taken = process_handle_link;
 	m->store.handle_ended = process_handle_unlink;
+	m->store.owner_id = process_owner_id;
+	m->store.owner_adopt = on_owner_adopt;
+	m->keep.activation_fd = -1;
 	sd_event_now(m->event, CLOCK_MONOTONIC, &m->started_usec);
 	*ret = m;
 	return 0;
@@ -179,6 +249,7 @@ void manager_free(struct manager *m)
 		free(l);
 	}
 	turns_done(&m->turns);
+	keep_done(&m->keep);
 	sd_event_source_disable_unref(m->reap_source);
 	sd_event_source_disable_unref(m->status_source);
 	sd_event_source_disable_unref(m->hints_source);
@@ -537,25 +608,73 @@ static int listener_bind(struct manager *m, const char *path, const char *tenant
 	return 0;
 }
 
+/* A socket handed over by a re-execution (keep.c) for path: watched
+ * again as it was.  \return 1 when there was one, 0, or a negative errno */
+static int listener_kept(struct manager *m, const char *name, const char *path,
+			 const char *tenant)
+{
+	struct keep *k = &m->keep;
+
+	for (uint32_t i = 0; i < k->n_sockets; i++) {
+		struct keep_fd *s = &k->sockets[i];
+		if (s->fd < 0 || strcmp(s->name, name))
+			continue;
+		struct sockaddr_un sa;
+		socklen_t len = sizeof(sa);
+		if (getsockname(s->fd, (struct sockaddr *)&sa, &len) < 0 ||
+		    sa.sun_family != AF_UNIX || strcmp(sa.sun_path, path)) {
+			/* The configuration names another path now. */
+			close(s->fd);
+			s->fd = -1;
+			return 0;
+		}
+		int fd = s->fd;
+		s->fd = -1;
+		int r = listener_watch(m, fd, !!strcmp(name, "socket"), path, tenant);
+		if (r < 0)
+			close(fd);
+		return r < 0 ? r : 1;
+	}
+	return 0;
+}
+
 int manager_listen(struct manager *m)
 {
-	int n, r;
+	int r;
 
-	n = sd_listen_fds(1);
-	if (n > 1)
-		return log_error_errno(-EINVAL, "Socket activation passed %d sockets; kvtierd takes one", n);
 	/* The tenants' sockets first: a client that reaches the main socket
 	 * (or a script that waits for it) finds every other one there. */
 	for (uint32_t i = 0; i < m->config->n_tenants; i++) {
 		const struct tenant_conf *t = &m->config->tenants[i];
+		char name[64];
 		if (!t->socket)
 			continue;
-		r = listener_bind(m, t->socket, t->name);
+		snprintf(name, sizeof(name), "socket.%s", t->name);
+		r = listener_kept(m, name, t->socket, t->name);
+		if (r == 0)
+			r = listener_bind(m, t->socket, t->name);
 		if (r < 0)
 			return r;
 	}
-	if (n == 1) {
-		int fd = SD_LISTEN_FDS_START;
+	r = listener_kept(m, "socket", m->config->socket_path, NULL);
+	m->socket_activated = r > 0; /* it came from systemd at first */
+	if (r == 0)
+		r = listener_kept(m, "socket.owned", m->config->socket_path, NULL);
+	/* Sockets kept for what the configuration no longer names. */
+	for (uint32_t i = 0; i < m->keep.n_sockets; i++) {
+		struct keep_fd *s = &m->keep.sockets[i];
+		if (s->fd >= 0) {
+			close(s->fd);
+			s->fd = -1;
+		}
+	}
+	if (r < 0)
+		return r;
+	if (r > 0) {
+		log_info("Listening on the socket kept across the re-execution");
+	} else if (m->keep.activation_fd >= 0) {
+		int fd = m->keep.activation_fd;
+		m->keep.activation_fd = -1;
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
 			return log_error_errno(-EINVAL, "The activation socket is not a listening AF_UNIX stream socket");
 		/* A passed socket may be blocking (systemd-socket-activate's
@@ -677,6 +796,55 @@ static int on_reload_signal(sd_event_source *src, const struct signalfd_siginfo 
 	return 0;
 }
 
+/* An upgrade in place (keep.h): the binary on disk re-executed in this
+ * process with the host tier and the sockets; clients reconnect.  The I/O
+ * under the store ends first, as at shutdown: its buffers are pool memory,
+ * and the spill files' locks go with their descriptors.  Should the exec
+ * itself fail after that, the daemon exits with a failure, for the service
+ * manager to start it again (it adopts the same way). */
+static void manager_upgrade(struct manager *m)
+{
+	struct keep_fd sockets[MANAGER_MAX_LISTENERS];
+	uint32_t n = 0;
+
+	if (!m->store.ledger) {
+		log_warning("SIGUSR2: the host tier is not kept ([pool] keep = no, or no ledger): no upgrade in place; restart the daemon instead");
+		return;
+	}
+	if (access(m->exe, X_OK) < 0) {
+		log_error_errno(-errno, "SIGUSR2: cannot execute '%s': %m; this daemon goes on", m->exe);
+		return;
+	}
+	log_info("SIGUSR2: upgrading in place: re-executing %s", m->exe);
+	sd_notify(false, "RELOADING=1\nSTATUS=Re-executing for an upgrade in place");
+#if KVT_HAVE_RADOS
+	remote_free(m->remote);
+	m->remote = NULL;
+#endif
+	nvme_free(m->nvme);
+	m->nvme = NULL;
+	for (uint32_t i = 0; i < m->n_listeners; i++) {
+		const struct listener *l = m->listeners[i];
+		sockets[n].fd = l->fd;
+		if (l->tenant[0])
+			snprintf(sockets[n].name, sizeof(sockets[n].name), "socket.%s", l->tenant);
+		else
+			snprintf(sockets[n].name, sizeof(sockets[n].name), "%s",
+				 l->owned ? "socket.owned" : "socket");
+		n++;
+	}
+	keep_reexec(&m->keep, m->exe, m->argv, sockets, n);
+	log_error("The upgrade in place failed after the NVMe tier stopped; exiting for the service manager to start kvtierd again");
+	sd_event_exit(m->event, -EIO);
+}
+
+static int on_upgrade_signal(sd_event_source *src, const struct signalfd_siginfo *si,
+			     void *userdata)
+{
+	manager_upgrade(userdata);
+	return 0;
+}
+
 static int on_signal(sd_event_source *src, const struct signalfd_siginfo *si, void *userdata)
 {
 	struct manager *m = userdata;
@@ -742,6 +910,7 @@ void manager_block_signals(void)
 	sigaddset(&ss, SIGTERM);
 	sigaddset(&ss, SIGINT);
 	sigaddset(&ss, SIGHUP);
+	sigaddset(&ss, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &ss, NULL);
 	signal(SIGPIPE, SIG_IGN);
 }
@@ -755,6 +924,7 @@ int manager_run(struct manager *m)
 	sd_event_add_signal(m->event, NULL, SIGTERM, on_signal, m);
 	sd_event_add_signal(m->event, NULL, SIGINT, on_signal, m);
 	sd_event_add_signal(m->event, NULL, SIGHUP, on_reload_signal, m);
+	sd_event_add_signal(m->event, NULL, SIGUSR2, on_upgrade_signal, m);
 	/* With WatchdogSec= the loop itself sends WATCHDOG=1, from whichever
 	 * iteration comes after a quarter of the interval: a dispatch that
 	 * blocks for more than about three quarters of it gets the daemon

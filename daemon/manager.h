@@ -9,6 +9,7 @@
 #include <systemd/sd-event.h>
 
 #include "config.h"
+#include "keep.h"
 #include "kvt-proto.h"
 #include "pool.h"
 #include "store.h"
@@ -58,6 +59,10 @@ struct manager {
 	struct pool pool;
 	struct store store;
 	struct nvme *nvme; /* the NVMe tier under the store, NULL without one */
+	struct keep keep;  /* what outlives the daemon (keep.h) */
+	struct store_adopted adopted; /* of what an earlier daemon kept */
+	char exe[256];     /* the binary's path, for an upgrade in place */
+	char *const *argv;
 	struct remote *remote; /* the remote tier, NULL without one */
 	const char *config_path; /* for SIGHUP, NULL on built-in defaults */
 	const char *socket_override; /* --socket, kept across reloads */
@@ -95,6 +100,10 @@ struct manager {
 };
 
 int manager_new(struct config *c, struct manager **ret);
+/* Before the NVMe tier and the first socket: what an earlier daemon kept
+ * (keep.h) adopted into the store, and a ledger for the next one ([pool]
+ * keep = yes).  \return 0, or a negative errno that stops the daemon */
+int manager_keep(struct manager *m);
 void manager_free(struct manager *m);
 /* SIGTERM, SIGINT and SIGHUP wait, blocked, for manager_run()'s
  * handlers; SIGPIPE is ignored.  Before the first socket exists, so that a

@@ -205,6 +205,13 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 			goto fail;
 		n->file_io[i] = r;
 	}
+	/* Extents adopted from an earlier daemon are there already. */
+	for (uint32_t i = 0; i < s->n_tenants; i++)
+		for (uint32_t j = 0; j < s->tenants[i]->n_classes; j++) {
+			const struct slot_class *cl = s->tenants[i]->classes[j];
+			for (uint32_t k = 0; k < cl->n_extents; k++)
+				io_buffer_add(n->io, cl->extents[k]->map, cl->extents[k]->size);
+		}
 	r = sd_event_add_defer(event, &n->kick, nvme_writeback_run, n);
 	if (r < 0)
 		goto fail;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
@@ -510,6 +511,50 @@ fail:
 	backing_free(&b);
 	free(e);
 	return r;
+}
+
+int pool_extent_adopt(struct pool *p, int fd, uint32_t id, uint64_t slot_bytes, uint64_t size,
+		      uint32_t flags, int for_node, struct extent **ret)
+{
+	struct stat st;
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	/* What a client was sent must still be what it promised: sealed,
+	 * of the size it was, and a whole number of slots. */
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != size || seals < 0 ||
+	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW) ||
+	    slot_bytes == 0 || size / slot_bytes == 0 || size / slot_bytes > UINT32_MAX)
+		return -EBADMSG;
+	if (p->allocated + size > p->capacity)
+		return -ENOSPC;
+	struct extent *e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (e->map == MAP_FAILED) {
+		int r = -errno;
+		free(e);
+		return r;
+	}
+	int r = slots_init(&e->slots, (uint32_t)(size / slot_bytes));
+	if (r < 0) {
+		munmap(e->map, size);
+		free(e);
+		return r;
+	}
+	e->fd = fd;
+	e->id = id;
+	e->size = size;
+	e->slot_bytes = slot_bytes;
+	/* Its pages are there; locked again where the limits allow. */
+	e->flags = flags & (KVT_EXTENT_HUGETLB | KVT_EXTENT_THP);
+	if (p->caps.lockable && mlock(e->map, size) == 0)
+		e->flags |= KVT_EXTENT_LOCKED;
+	e->node = actual_node(e->map);
+	e->for_node = for_node;
+	extent_account(p, e);
+	*ret = e;
+	return 0;
 }
 
 void pool_extent_free(struct pool *p, struct extent *e)

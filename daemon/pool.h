@@ -23,6 +23,7 @@
 #include "numa.h"
 #include "slots.h"
 
+struct ledger_extent;
 struct slot_class;
 struct tenant;
 
@@ -37,6 +38,7 @@ struct extent {
 	int node;      /* where its memory is (-1: unknown) */
 	int for_node;  /* the node it was made for: clients there use it first */
 	struct slot_class *cls;
+	struct ledger_extent *ledger; /* its slots' records, NULL: not kept */
 };
 
 /* What the pool got from the system, and why not more. */
@@ -107,6 +109,12 @@ uint64_t pool_extent_bytes(const struct pool *p, uint64_t slot_bytes);
  * pool_ahead_fd() says when to ask again. */
 int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node, bool wait,
 		    struct extent **ret);
+/* The extent in fd, kept by an earlier daemon with this description:
+ * checked (sealed, of that size), mapped and counted.  -EBADMSG for one
+ * that is not what it says, -ENOSPC past the capacity.  fd is the
+ * extent's on success, the caller's otherwise. */
+int pool_extent_adopt(struct pool *p, int fd, uint32_t id, uint64_t slot_bytes, uint64_t size,
+		      uint32_t flags, int for_node, struct extent **ret);
 /* A new [pool] capacity (a reload): an extent made ahead that no longer
  * fits is given back. */
 void pool_set_capacity(struct pool *p, uint64_t capacity);

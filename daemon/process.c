@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -107,6 +109,35 @@ static int on_process_exit(sd_event_source *src, int fd, uint32_t revents, void 
 	return 0;
 }
 
+/* Field 22 of /proc/PID/stat, or 0 when it cannot be read. */
+static uint64_t start_time_of(pid_t pid)
+{
+	char path[32], buf[1024];
+	unsigned long long v = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* The command name may hold spaces and parentheses: fields are
+	 * counted from the last ')', which ends it (field 2). */
+	char *p = strrchr(buf, ')');
+	for (int field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (p && sscanf(p + 1, "%llu", &v) != 1)
+		v = 0;
+	return v;
+}
+
+uint64_t process_owner_id(const struct process *p, int32_t *ret_pid)
+{
+	*ret_pid = p->pid;
+	return p->start_time;
+}
+
 int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 {
 	int r;
@@ -134,6 +165,7 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 	}
 	LIST_INIT(&p->handles);
 	p->pid = pid;
+	p->start_time = start_time_of(pid);
 	p->pidfd = pidfd;
 	p->m = m;
 	r = sd_event_add_io(m->event, &p->exit_source, pidfd, EPOLLIN, on_process_exit, p);
@@ -147,6 +179,50 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 	m->n_processes++;
 	*ret = p;
 	return 0;
+}
+
+struct process *process_adopt(struct manager *m, pid_t pid, uint64_t start_time)
+{
+	struct process *p;
+
+	LIST_FOREACH(p, &m->processes, link)
+		if (p->pid == pid && p->start_time == start_time)
+			return p;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	LIST_INIT(&p->handles);
+	p->pid = pid;
+	p->start_time = start_time;
+	p->pidfd = -1;
+	p->m = m;
+	/* The same process only if the pid's start time is the one kept: a
+	 * pid reused since is another process, and the owner is gone. */
+	int fd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	if (fd >= 0 && start_time && start_time_of(pid) == start_time &&
+	    sd_event_add_io(m->event, &p->exit_source, fd, EPOLLIN, on_process_exit, p) >= 0) {
+		p->pidfd = fd;
+	} else {
+		if (fd >= 0)
+			close(fd);
+		p->exited = true;
+	}
+	LIST_INSERT_HEAD(&m->processes, p, link);
+	m->n_processes++;
+	return p;
+}
+
+void process_adopt_end(struct manager *m)
+{
+	struct process *p, *next;
+
+	for (p = LIST_FIRST(&m->processes); p; p = next) {
+		next = LIST_NEXT(p, link);
+		if (p->exited)
+			maybe_orphaned(p);
+		else
+			process_maybe_free(p);
+	}
 }
 
 void process_session_closed(struct process *p)

@@ -21,6 +21,9 @@ struct manager;
 
 struct process {
 	pid_t pid;
+	uint64_t start_time; /* clock ticks after boot (/proc/PID/stat): with
+			      * the pid, which process it is across a restart
+			      * of the daemon */
 	int pidfd;
 	bool exited;
 	uint32_t n_sessions; /* its connections still open, whoever holds them */
@@ -35,6 +38,16 @@ struct process {
 
 /* The live process record for a peer; pidfd is consumed (-1: open one). */
 int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret);
+/* For handles an earlier daemon kept (the store's owner_adopt): the record
+ * of the process of that pid and start time, with no session: a live one,
+ * watched as every other, or one already gone, whose handles end after the
+ * quarantine once process_adopt_end() has run.  NULL: no memory. */
+struct process *process_adopt(struct manager *m, pid_t pid, uint64_t start_time);
+/* Adoption is over: processes gone with handles start their quarantine,
+ * those left without any go. */
+void process_adopt_end(struct manager *m);
+/* The store's owner_id: pid and start time. */
+uint64_t process_owner_id(const struct process *p, int32_t *ret_pid);
 /* Drop a session's reference; the record goes when nothing needs it. */
 void process_session_closed(struct process *p);
 /* The store's handle_taken and handle_ended (store.h): a handle the

@@ -63,6 +63,20 @@ int slots_alloc(struct slots *s, uint32_t *ret)
 	return 0;
 }
 
+int slots_take(struct slots *s, uint32_t slot)
+{
+	if (slot >= s->n)
+		return -EINVAL;
+	if (slots_is_used(s, slot))
+		return -EBUSY;
+	uint32_t w = slot / 64;
+	s->used[w] |= UINT64_C(1) << (slot % 64);
+	if (s->used[w] == ~UINT64_C(0))
+		s->full[w / 64] |= UINT64_C(1) << (w % 64);
+	s->n_free--;
+	return 0;
+}
+
 int slots_release(struct slots *s, uint32_t slot)
 {
 	if (!slots_is_used(s, slot))

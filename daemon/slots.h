@@ -24,6 +24,8 @@ int slots_init(struct slots *s, uint32_t n);
 void slots_free(struct slots *s);
 /* The lowest free slot; -ENOSPC when full. */
 int slots_alloc(struct slots *s, uint32_t *ret);
+/* That slot, if free: -EBUSY when it is not, -EINVAL out of range. */
+int slots_take(struct slots *s, uint32_t slot);
 /* -EINVAL for an out-of-range or already free slot. */
 int slots_release(struct slots *s, uint32_t slot);
 bool slots_is_used(const struct slots *s, uint32_t slot);

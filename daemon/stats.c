@@ -7,6 +7,7 @@
 #include "codec.h"
 #include "fault.h"
 #include "kvt-config.h"
+#include "ledger.h"
 #include "manager.h"
 #include "nvme.h"
 #include "process.h"
@@ -285,6 +286,38 @@ static void emit_recovery(struct emitter *e)
 	kvt_rec_u64(&e->b, "ms", ns.recovery_ms);
 }
 
+/* What the host tier keeps for the next daemon, and what this one adopted
+ * (keep.h, ledger.h, store-adopt.c). */
+static void emit_keep(struct emitter *e)
+{
+	const struct manager *m = e->m;
+	const struct store *s = &m->store;
+	const struct store_adopted *a = &m->adopted;
+	uint64_t fds = s->ledger != NULL;
+
+	for (uint32_t i = 0; i < s->n_tenants; i++) {
+		const struct tenant *t = s->tenants[i];
+		fds += t->handle_ledger != NULL;
+		for (uint32_t j = 0; j < t->n_classes; j++)
+			for (uint32_t k = 0; k < t->classes[j]->n_extents; k++)
+				fds += t->classes[j]->extents[k]->ledger != NULL;
+	}
+	kvt_rec_begin(&e->b, "keep", 13);
+	kvt_rec_u64(&e->b, "kept", s->ledger != NULL);
+	kvt_rec_u64(&e->b, "descriptors", fds);
+	kvt_rec_u64(&e->b, "records", s->ledger ? s->ledger->writes : 0);
+	kvt_rec_u64(&e->b, "stored", m->keep.stored);
+	kvt_rec_u64(&e->b, "store_failures", m->keep.store_failures);
+	kvt_rec_u64(&e->b, "adopted_extents", a->extents);
+	kvt_rec_u64(&e->b, "adopted_bytes", a->bytes);
+	kvt_rec_u64(&e->b, "adopted_blocks", a->blocks);
+	kvt_rec_u64(&e->b, "adopted_leases", a->leases);
+	kvt_rec_u64(&e->b, "adopted_reservations", a->reservations);
+	kvt_rec_u64(&e->b, "adopted_bad", a->records_bad + a->extents_bad + a->handles_bad);
+	kvt_rec_u64(&e->b, "adopted_lost_slots", a->slots_lost);
+	kvt_rec_u64(&e->b, "adopt_ms", a->elapsed_ns / 1000000);
+}
+
 /* Erasures of NVMe copies given up (store-erasures.c), and the requests
  * that waited for them. */
 static void emit_erasures(struct emitter *e)
@@ -530,6 +563,10 @@ int stats_build(const struct manager *m, const struct stats_query *q,
 		emit_flush(&e, false);
 		for (int i = 0; admin && i < m->pool.topo.n_nodes; i++) {
 			emit_node(&e, m->pool.topo.nodes[i]);
+			emit_flush(&e, false);
+		}
+		if (admin) {
+			emit_keep(&e);
 			emit_flush(&e, false);
 		}
 		if (admin && m->nvme) {

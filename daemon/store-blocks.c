@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fault.h"
+#include "ledger.h"
 #include "store-private.h"
 #include "store.h"
 
@@ -34,6 +35,19 @@ void store_block_unindex(struct block *b)
 	store_block_unindex_only(b);
 }
 
+void store_block_ledger(struct block *b)
+{
+	struct store *s = b->ns->tenant->store;
+
+	if (!s->ledger || !b->extent || !b->extent->ledger)
+		return;
+	if (b->indexed && b->state == BLOCK_RESIDENT && b->io != BLOCK_IO_READ &&
+	    b->io != BLOCK_IO_FETCH)
+		ledger_slot_set(s->ledger, b->extent->ledger, b->slot, b->ns->ledger_no, b->key);
+	else
+		ledger_slot_clear(s->ledger, b->extent->ledger, b->slot);
+}
+
 void store_block_unindex_only(struct block *b)
 {
 	struct ns *ns = b->ns;
@@ -45,6 +59,7 @@ void store_block_unindex_only(struct block *b)
 		partial_end(b);
 	index_remove(&ns->index, b);
 	b->indexed = false;
+	store_block_ledger(b); /* no longer a block a restart may bring back */
 	evict_remove(&ns->cls->policy, &b->evict);
 	store_dirty_update(b, 0);
 	if (b->state != BLOCK_RESIDENT)
@@ -93,6 +108,9 @@ void store_host_slot_release(struct block *b)
 		return;
 	if (b->state == BLOCK_RESIDENT && !b->clean && b->io != BLOCK_IO_READ)
 		b->ns->tenant->dirty -= b->extent->slot_bytes;
+	struct store *s = b->ns->tenant->store;
+	if (s->ledger && b->extent->ledger)
+		ledger_slot_clear(s->ledger, b->extent->ledger, b->slot);
 	if (slots_release(&b->extent->slots, b->slot) == 0)
 		b->extent->cls->used_slots--;
 	b->extent = NULL;

@@ -13,6 +13,7 @@
 #include "codec.h"
 #include "fault.h"
 #include "log.h"
+#include "ledger.h"
 #include "macro.h"
 #include "store-private.h"
 #include "store.h"
@@ -39,7 +40,7 @@ struct ns *store_ns_get(struct tenant *t, uint32_t ns_id)
 	return t->nss[ns_id - 1];
 }
 
-static struct slot_class *class_get(struct store *s, struct tenant *t, uint64_t slot_bytes)
+struct slot_class *store_class_get(struct store *s, struct tenant *t, uint64_t slot_bytes)
 {
 	for (uint32_t i = 0; i < t->n_classes; i++)
 		if (t->classes[i]->slot_bytes == slot_bytes)
@@ -181,7 +182,7 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	 * eviction entry, which only a touch reaches. */
 	ns->index.entry_bytes = offsetof(struct block, evict);
 	evict_lru_init(&ns->disk_lru);
-	ns->cls = class_get(s, t, geo.slot_bytes);
+	ns->cls = store_class_get(s, t, geo.slot_bytes);
 	if (!ns->cls)
 		return -ENOMEM;
 	ns->identity = malloc(len);
@@ -196,6 +197,10 @@ int store_ns_open(struct store *s, struct tenant *t, const uint8_t *identity,
 	ns->geo = geo;
 	ns->opens = 1;
 	ns->id = t->n_ns + 1;
+	ns->ledger_no = LEDGER_NO_NS;
+	if (s->ledger && ledger_ns_add(s->ledger, t->name, identity, len, &ns->ledger_no) < 0)
+		log_warning("Namespace %s/%u: no memory for its record in the ledger: its blocks are not kept across a restart",
+			    t->name, ns->id);
 	log_info("Namespace %s/%u: model '%s', layers %u-%u, tp %u, %u tokens per block, %llu KiB per block%s%s",
 		 t->name, ns->id, id.model, id.layer_first, id.layer_end, id.tp_size,
 		 id.block_tokens, (unsigned long long)(geo.slot_bytes >> 10),

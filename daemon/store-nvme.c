@@ -78,6 +78,7 @@ void store_block_restored(struct store *s, struct block *b)
 		return;
 	}
 	b->io = BLOCK_IO_NONE;
+	store_block_ledger(b);
 	ns->blocks_spilled--;
 	ns->blocks_resident++;
 	ns->c.restores++;
@@ -333,9 +334,23 @@ int store_recover_block_in(struct store *s, struct ns *ns, uint64_t scope, const
 	struct block *old = index_get(&ns->index, key);
 	if (old) {
 		/* The same key twice on disk: the newer copy wins, the other
-		 * is erased.  A block with no NVMe copy came from the remote
-		 * tier meanwhile, and keeps its bytes. */
+		 * is erased.  A block in host memory with no NVMe copy was
+		 * adopted from an earlier daemon (store-adopt.c): committed
+		 * while no other copy of its key could be on disk (§9), so
+		 * this copy is of its bytes, and it is clean.  One fetched
+		 * from the remote tier keeps its bytes, and the copy goes. */
 		struct block_disk *d = block_disk(old);
+		if (!d && old->state == BLOCK_RESIDENT && old->extent && old->io == BLOCK_IO_NONE &&
+		    old->remote == BLOCK_REMOTE_NONE && !old->clean) {
+			/* Out of write-back's queue first: its entry and the
+			 * NVMe copy share a place. */
+			old->clean = true;
+			ns->tenant->dirty -= old->extent->slot_bytes;
+			store_dirty_update(old, 0);
+			if (disk_copy_add(s, old, r, slot, seq) < 0)
+				return -ENOMEM;
+			return SPILL_FOUND_KEEP;
+		}
 		if (!d || d->seq >= seq)
 			goto decline;
 		if (!old->extent && old->io == BLOCK_IO_NONE) {

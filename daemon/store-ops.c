@@ -305,6 +305,7 @@ static int reservation_end(struct handle *h, bool success)
 		ns->c.stores++;
 		ns->c.store_bytes += ns->geo.shard_bytes * ns->geo.shards;
 		ns->tenant->dirty += b->extent->slot_bytes;
+		store_block_ledger(b);
 		store_evict_maybe_insert(b);
 		struct store *s = ns->tenant->store;
 		if (s->remote_ops)

@@ -5,8 +5,11 @@
  * block the class's eviction policy gives up).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "ledger.h"
+#include "log.h"
 #include "macro.h"
 #include "pool.h"
 #include "store-private.h"
@@ -49,6 +52,16 @@ static int class_grow(struct store *s, struct tenant *t, struct slot_class *c, i
 		return r == -EAGAIN ? r : -ENOSPC;
 	t->next_extent_id++;
 	e->cls = c;
+	if (s->ledger) {
+		struct ledger_extent_desc d = {.id = e->id, .slot_bytes = c->slot_bytes,
+					       .size = e->size, .n_slots = e->slots.n,
+					       .flags = e->flags, .node = e->node,
+					       .for_node = e->for_node};
+		snprintf(d.tenant, sizeof(d.tenant), "%s", t->name);
+		if (ledger_extent_new(s->ledger, e->fd, &d, &e->ledger) < 0)
+			log_warning("Tenant %s: no memory for extent %u's ledger: its blocks are not kept across a restart",
+				    t->name, e->id);
+	}
 	c->extents[c->n_extents++] = e;
 	c->slots += e->slots.n;
 	c->extent_bytes += e->size;

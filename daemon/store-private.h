@@ -28,6 +28,7 @@
 #include <stdlib.h>
 
 #include "keyhash.h"
+#include "ledger.h"
 #include "store.h"
 
 #define ARRAY_GROW(arr, n, type)                                          \
@@ -84,6 +85,9 @@ static inline struct block_disk *disk_copy_of(struct evict_node *n)
 /* store-tenants.c: free a tenant and everything it holds (shutdown). */
 void store_tenant_free(struct store *s, struct tenant *t);
 
+/* store-ns.c: tenant t's slot class of that slot size, made as needed;
+ * NULL for want of memory. */
+struct slot_class *store_class_get(struct store *s, struct tenant *t, uint64_t slot_bytes);
 /* store-ns.c: free a namespace and its blocks (shutdown). */
 void store_ns_free(struct store *s, struct ns *ns);
 
@@ -116,6 +120,10 @@ void store_gone_add(struct store *s, const struct block *b);
 bool store_gone_has(const struct store *s, uint64_t scope, const uint8_t *key);
 
 /* store-blocks.c */
+/* The ledger's record of b's host slot, brought up to date: b's key while
+ * b is indexed, resident and in host memory with its bytes final, none
+ * otherwise (a restart adopts what it says, store-adopt.c). */
+void store_block_ledger(struct block *b);
 /* Out of the index as store_block_unindex(), but not remembered as gone
  * during recovery: a newer copy of its key takes its place. */
 void store_block_unindex_only(struct block *b);
@@ -179,6 +187,15 @@ int store_partial_note(struct store *s, struct block *b);
  * tenant's fill is below [pool] fragmentation_alert. */
 void store_frag_no_room(struct store *s, struct tenant *t, struct slot_class *c);
 
+/* store-handles.c: tenant t's handle table as its ledger kept it
+ * (store-adopt.c): each live record restored under its id, holding the
+ * block block_of() gives (NULL: not restored), the others leaving the
+ * generation of their last id, so that no id a client still holds names
+ * another handle.  Counts in ret's leases, reservations, handles_bad. */
+int store_handles_restore(struct store *s, struct tenant *t,
+			  struct block *(*block_of)(void *userdata, struct tenant *t,
+						    const struct ledger_handle *h),
+			  void *userdata, struct store_adopted *ret);
 /* store-handles.c */
 /* \return 0, -ENOBUFS at [limits] handles, or -ENOMEM */
 int store_handle_new(struct store *s, struct tenant *t, uint8_t kind,

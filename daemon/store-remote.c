@@ -52,6 +52,7 @@ void store_remote_fetched(struct store *s, struct block *b, bool ok)
 		ns->blocks_resident++;
 		ns->c.restores++;
 		ns->tenant->dirty += b->extent->slot_bytes; /* not on NVMe yet */
+		store_block_ledger(b);
 		store_evict_maybe_insert(b);
 	} else {
 		store_block_unindex(b);

@@ -11,6 +11,7 @@
 
 #include "fault.h"
 #include "log.h"
+#include "ledger.h"
 #include "store-private.h"
 #include "store.h"
 
@@ -32,14 +33,17 @@ void store_tenant_free(struct store *s, struct tenant *t)
 		store_ns_free(s, t->nss[i]);
 	for (uint32_t i = 0; i < t->n_classes; i++) {
 		struct slot_class *c = t->classes[i];
-		for (uint32_t j = 0; j < c->n_extents; j++)
+		for (uint32_t j = 0; j < c->n_extents; j++) {
+			ledger_extent_free(c->extents[j]->ledger);
 			pool_extent_free(s->pool, c->extents[j]);
+		}
 		free(c->extents);
 		evict_done(&c->policy);
 		free(c);
 	}
 	free(t->classes);
 	free(t->nss);
+	ledger_handles_free(t->handle_ledger);
 	free(t->handles);
 	free(t->handle_gen);
 	free(t->handle_free);

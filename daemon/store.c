@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "keyhash.h"
+#include "ledger.h"
 #include "store-private.h"
 #include "store.h"
 
@@ -38,6 +39,8 @@ void store_done(struct store *s)
 	slab_done(&s->disk_copies);
 	slab_done(&s->dirty_entries);
 	store_erasures_done(s);
+	ledger_free(s->ledger);
+	s->ledger = NULL;
 }
 
 void store_set_nvme(struct store *s, const struct store_nvme_ops *ops, void *nvme)

@@ -28,6 +28,8 @@
 #include "slab.h"
 #include "tenancy.h"
 
+struct ledger;
+struct ledger_handles;
 struct process;
 struct spill_region;
 
@@ -200,6 +202,7 @@ struct ns {
 	 * erased; those whose erasure failed. */
 	uint64_t scope;
 	uint64_t erasing, erase_failures;
+	uint32_t ledger_no; /* its record in the ledger; LEDGER_NO_NS: none */
 };
 
 struct tenant {
@@ -231,6 +234,7 @@ struct tenant {
 	uint64_t refused;
 	uint64_t frag_warned_usec; /* last fragmentation warning (CLOCK_MONOTONIC) */
 	uint64_t frag_unwarned;    /* starved allocations since, not logged */
+	struct ledger_handles *handle_ledger; /* NULL until its first handle */
 };
 
 typedef void (*store_extent_added_fn)(void *userdata, struct tenant *t,
@@ -244,6 +248,14 @@ typedef void (*store_run_ready_fn)(void *userdata, struct ns *ns, const uint8_t 
 
 /* A handle was taken by, or ended for, the process that owns it. */
 typedef void (*store_handle_owner_fn)(struct process *owner, struct handle *h);
+/* Who owner is, for the ledger: its pid, and its start time (clock ticks
+ * since boot) that tells it from a later process of the same pid. */
+typedef uint64_t (*store_owner_id_fn)(const struct process *owner, int32_t *ret_pid);
+/* The process of that pid and start time for a handle an earlier daemon
+ * kept (live, or gone: its handles then end after the quarantine), or
+ * NULL for want of memory. */
+typedef struct process *(*store_owner_adopt_fn)(void *userdata, int32_t pid,
+						 uint64_t start_time);
 
 /*
  * The NVMe tier (nvme.c) as the store sees it.  It holds copies of blocks
@@ -316,6 +328,11 @@ struct store {
 	struct slab blocks, disk_copies, dirty_entries;
 	/* Set by the manager: process.c keeps each process's handles. */
 	store_handle_owner_fn handle_taken, handle_ended;
+	store_owner_id_fn owner_id;
+	store_owner_adopt_fn owner_adopt;
+	/* What the host tier holds, kept for the next daemon (ledger.h);
+	 * NULL: [pool] keep = no, or no memory for it. */
+	struct ledger *ledger;
 	uint64_t frag_warnings; /* fragmentation warnings logged */
 	uint64_t timed_hints;   /* blocks whose retention has a duration (store-hints.c) */
 	/* The partial blocks' records, by the time of their first commit
@@ -547,6 +564,35 @@ struct block *store_remote_find(struct store *s, uint32_t tenant_id, uint32_t ns
 /* Where the remote tier stands with b's key: the tier decides, the block
  * keeps it (a fetched block is STORED). */
 void store_remote_state(struct store *s, struct block *b, enum block_remote st);
+
+/* store-adopt.c: the host tier an earlier daemon kept (keep.c): the
+ * ledger in ledger_fd (the store's from then on, also on failure), the
+ * extents and handle ledgers that take(userdata, name) gives (-1: none),
+ * adopted before the NVMe tier starts and before the first client.  keep
+ * hands on the memfds made from then on.  What fails a check is left out
+ * (a miss, never a block the ledger cannot vouch for).  \return 0 and the
+ * figures, -EBADMSG when ledger_fd holds no ledger of this version, or
+ * another negative errno */
+struct store_keep_ops {
+	/* A memfd kept from now on: made now (fresh), or adopted. */
+	void (*keep)(void *userdata, const char *name, int fd, bool fresh);
+	/* The passed memfd of that name, or -1. */
+	int (*take)(void *userdata, const char *name);
+	/* A passed memfd not adopted after all: closed, and let go. */
+	void (*let_go)(void *userdata, const char *name);
+};
+struct store_adopted {
+	uint32_t namespaces, extents, extents_bad;
+	uint64_t bytes;          /* of the extents adopted */
+	uint64_t blocks, records_bad;
+	uint64_t leases, reservations, handles_bad, slots_lost;
+	uint64_t elapsed_ns;
+};
+int store_adopt(struct store *s, int ledger_fd, const struct store_keep_ops *ops, void *userdata,
+		struct store_adopted *ret);
+/* A ledger of its own, for a store that adopted nothing.  \return 0 or a
+ * negative errno (then nothing is kept) */
+int store_keep_begin(struct store *s, const struct store_keep_ops *ops, void *userdata);
 
 /* Totals for stats. */
 uint64_t store_tenant_used(const struct tenant *t);

@@ -373,7 +373,8 @@ uint64_t stat_get(kvt_client *c, const char *kind, const char *field)
 
 int pool_descriptors(kvt_client *c)
 {
-	return (int)stat_get(c, "daemon", "extents") + (stat_get(c, "daemon", "ahead_bytes") > 0);
+	return (int)stat_get(c, "daemon", "extents") + (stat_get(c, "daemon", "ahead_bytes") > 0) +
+	       (int)stat_get(c, "keep", "descriptors");
 }
 
 uint64_t stat_sum(kvt_client *c, const char *kind, const char *field)

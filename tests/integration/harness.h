@@ -64,8 +64,9 @@ uint32_t engine_keys(uint64_t prefix_seed, uint32_t prefix, uint64_t suffix_seed
 /* A numeric field of the first record of kind (and, if name_field is not
  * NULL, whose name_field equals name_value).  Fails the test if absent. */
 uint64_t stat_get(kvt_client *c, const char *kind, const char *field);
-/* The descriptors the daemon holds for pool memory: one an extent, and one
- * for the extent being made ahead, if any. */
+/* The descriptors the daemon holds for pool memory: one an extent, one
+ * for the extent being made ahead, if any, and the ledger's memfds (one
+ * the root, one an extent, one a tenant with handles). */
 int pool_descriptors(kvt_client *c);
 /* The field summed over every record of kind; 0 when there is none (a
  * daemon that has just restarted has no tenant until a client opens a

@@ -3,7 +3,9 @@
  * kvtierd speaks systemd's notification protocol, checked against a real
  * NOTIFY_SOCKET listener instead of systemd: READY=1 only once its socket
  * answers, a STATUS= line, WATCHDOG=1 again and again at the interval that
- * WATCHDOG_USEC asks for, and STOPPING=1 on SIGTERM.  Every datagram must
+ * WATCHDOG_USEC asks for, STOPPING=1 on SIGTERM, and the ledger's memfd
+ * handed to the file descriptor store (FDSTORE=1 with FDNAME=, one
+ * descriptor each, never a descriptor with anything else).  Every datagram must
  * come from the daemon's own pid, the only sender that systemd's default
  * NotifyAccess=main accepts.
  *
@@ -63,13 +65,15 @@ static int notify_listen(const char *path)
 	return fd;
 }
 
-/* One datagram within timeout_ms: 1 and its text and sender, or 0. */
-static int notify_recv(int fd, int timeout_ms, char *buf, size_t size, pid_t *ret_pid)
+/* One datagram within timeout_ms: 1 and its text, sender and how many
+ * descriptors came with it (closed here), or 0. */
+static int notify_recv(int fd, int timeout_ms, char *buf, size_t size, pid_t *ret_pid,
+		       int *ret_fds)
 {
 	struct pollfd p = {fd, POLLIN, 0};
 	union {
 		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(struct ucred))];
+		char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(8 * sizeof(int))];
 	} ctl;
 	struct iovec iov = {buf, size - 1};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctl,
@@ -84,11 +88,20 @@ static int notify_recv(int fd, int timeout_ms, char *buf, size_t size, pid_t *re
 	CHECK(!(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)), "a notification was truncated");
 	buf[n] = 0;
 	*ret_pid = 0;
+	*ret_fds = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
 			struct ucred uc;
 			memcpy(&uc, CMSG_DATA(c), sizeof(uc));
 			*ret_pid = uc.pid;
+		} else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			for (int i = 0; i < k; i++) {
+				int got;
+				memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				close(got);
+			}
+			*ret_fds += k;
 		}
 	return 1;
 }
@@ -125,16 +138,25 @@ static void spawn(void)
 /* Each datagram holds one or more newline-separated assignments. */
 struct seen {
 	bool ready, stopping;
-	unsigned watchdog;
+	bool ledger; /* the ledger's root went to the fd store */
+	unsigned watchdog, fdstore;
 	char status[256];
 	uint64_t first_ping_ms, last_ping_ms;
 };
 
-static void parse(const struct daemon *dm, pid_t daemon_pid, char *msg, pid_t sender,
+static void parse(const struct daemon *dm, pid_t daemon_pid, char *msg, pid_t sender, int fds,
 		  struct seen *s)
 {
 	CHECK(sender == daemon_pid, "a notification came from pid %d, not from the daemon (%d): '%s'",
 	      (int)sender, (int)daemon_pid, msg);
+	/* A descriptor for the store comes alone, named. */
+	bool store = strstr(msg, "FDSTORE=1\nFDNAME=") == msg;
+	CHECK(store ? fds == 1 : fds == 0, "%d descriptor(s) with '%s'", fds, msg);
+	if (store) {
+		s->fdstore++;
+		s->ledger |= !strcmp(msg + strlen("FDSTORE=1\nFDNAME="), "ledger");
+		return;
+	}
 	for (char *save = NULL, *line = strtok_r(msg, "\n", &save); line;
 	     line = strtok_r(NULL, "\n", &save)) {
 		if (!strcmp(line, "READY=1")) {
@@ -164,6 +186,7 @@ int main(void)
 	struct seen s = {0};
 	char msg[4096];
 	pid_t sender;
+	int fds;
 	FILE *f;
 
 	atexit(cleanup);
@@ -191,9 +214,10 @@ int main(void)
 			d.pid = 0;
 			CHECK(0, "kvtierd exited (log: %s)", d.log);
 		}
-		if (notify_recv(nfd, 100, msg, sizeof(msg), &sender))
-			parse(&d, d.pid, msg, sender, &s);
+		if (notify_recv(nfd, 100, msg, sizeof(msg), &sender, &fds))
+			parse(&d, d.pid, msg, sender, fds, &s);
 	}
+	CHECK(s.ledger, "the ledger's memfd was not given to the fd store (FDSTORE=1, FDNAME=ledger)");
 	CHECK(s.ready, "no READY=1 within %d ms", DEADLINE_MS);
 	CHECK(s.status[0], "no STATUS= line within %d ms", DEADLINE_MS);
 	CHECK(s.watchdog >= WATCHDOG_PINGS, "%u WATCHDOG=1 within %d ms with WATCHDOG_USEC=%d, want %d",
@@ -205,8 +229,8 @@ int main(void)
 	/* What the daemon sent before it exited stays queued here. */
 	pid_t daemon_pid = d.pid;
 	daemon_stop(&d);
-	while (!s.stopping && notify_recv(nfd, 0, msg, sizeof(msg), &sender))
-		parse(&d, daemon_pid, msg, sender, &s);
+	while (!s.stopping && notify_recv(nfd, 0, msg, sizeof(msg), &sender, &fds))
+		parse(&d, daemon_pid, msg, sender, fds, &s);
 	CHECK(s.stopping, "no STOPPING=1 after SIGTERM");
 
 	close(nfd);
