@@ -446,6 +446,16 @@ int ledger_slot_get(const struct ledger_extent *x, uint32_t slot, struct ledger_
 
 /* ---- handles ------------------------------------------------------- */
 
+void ledger_handles_name(const char *tenant, char *buf, size_t size)
+{
+	/* A descriptor's name may not hold ':' (sd_pid_notify_with_fds(3));
+	 * a uid tenant's does ("uid:1000"), a configured one's never holds '.'. */
+	snprintf(buf, size, "handles.%s", tenant);
+	for (char *p = buf; *p; p++)
+		if (*p == ':')
+			*p = '.';
+}
+
 int ledger_handles_new(struct ledger *l, const char *tenant, struct ledger_handles **ret)
 {
 	struct ledger_handles *h = calloc(1, sizeof(*h));
@@ -466,7 +476,7 @@ int ledger_handles_new(struct ledger *l, const char *tenant, struct ledger_handl
 	memcpy(p + 16, tenant, strnlen(tenant, TENANT_BYTES - 1));
 	kvt_put_le64(p + 48, sum(p, 48));
 	if (l->keep) {
-		snprintf(name, sizeof(name), "handles.%s", tenant);
+		ledger_handles_name(tenant, name, sizeof(name));
 		l->keep(l->userdata, name, h->m.fd, true);
 	}
 	*ret = h;

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define LEDGER_RECORD_BYTES 64u
@@ -136,6 +137,8 @@ void ledger_slot_clear(struct ledger *l, struct ledger_extent *x, uint32_t slot)
  * for one that fails its check. */
 int ledger_slot_get(const struct ledger_extent *x, uint32_t slot, struct ledger_slot *ret);
 
+/* The name tenant's handle memfd is kept under ("handles.T"). */
+void ledger_handles_name(const char *tenant, char *buf, size_t size);
 /* A tenant's handle memfd, new, or an earlier daemon's taken over. */
 int ledger_handles_new(struct ledger *l, const char *tenant, struct ledger_handles **ret);
 int ledger_handles_adopt(int fd, struct ledger_handles **ret);

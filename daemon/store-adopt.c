@@ -299,7 +299,7 @@ int store_adopt(struct store *s, int ledger_fd, const struct store_keep_ops *ops
 	for (uint32_t i = 0; i < s->n_tenants; i++) {
 		struct tenant *t = s->tenants[i];
 		char name[48];
-		snprintf(name, sizeof(name), "handles.%s", t->name);
+		ledger_handles_name(t->name, name, sizeof(name));
 		int fd = ops->take(userdata, name);
 		if (fd < 0)
 			continue;

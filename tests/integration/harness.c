@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -86,6 +87,19 @@ void daemon_rewrite_config(struct daemon *d, const char *extra)
 	write_config(d, extra);
 }
 
+int daemon_log_count(const struct daemon *d, const char *needle)
+{
+	FILE *f = fopen(d->log, "re");
+	char line[4096];
+	int n = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
 bool daemon_log_contains(const struct daemon *d, const char *needle)
 {
 	FILE *f = fopen(d->log, "re");
@@ -111,7 +125,7 @@ static int try_connect(const char *path)
 	return r;
 }
 
-static void spawn_daemon(struct daemon *d)
+static void spawn_daemon_with(struct daemon *d, const struct fdstore *store)
 {
 	pid_t parent = getpid();
 	d->pid = fork();
@@ -124,9 +138,37 @@ static void spawn_daemon(struct daemon *d)
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		dup2(fd, 2);
 		dup2(fd, 1);
+		/* The store's descriptors out of the way, then from 3 on, as
+		 * systemd passes them. */
+		int n = store ? store->n : 0;
+		for (int i = 0; i < n; i++)
+			if (fcntl(store->fds[i], F_DUPFD, 1000 + i) != 1000 + i)
+				_exit(127);
 		/* Only stdio: descriptors whoever ran the test left open are
 		 * not the daemon's, and tests count and limit its own. */
-		close_range(3, ~0U, 0);
+		close_range(3, 999, 0);
+		for (int i = 0; i < n; i++)
+			if (dup2(1000 + i, 3 + i) != 3 + i)
+				_exit(127);
+		close_range(3 + n, ~0U, 0);
+		unsetenv("LISTEN_FDS");
+		unsetenv("LISTEN_PID");
+		unsetenv("LISTEN_FDNAMES");
+		unsetenv("NOTIFY_SOCKET");
+		if (store) {
+			char num[16], pid[16], names[FDSTORE_MAX * 66] = "";
+			for (int i = 0; i < n; i++)
+				snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+					 i ? ":" : "", store->names[i]);
+			snprintf(num, sizeof(num), "%d", n);
+			snprintf(pid, sizeof(pid), "%d", (int)getpid());
+			if (n) {
+				setenv("LISTEN_FDS", num, 1);
+				setenv("LISTEN_PID", pid, 1);
+				setenv("LISTEN_FDNAMES", names, 1);
+			}
+			setenv("NOTIFY_SOCKET", store->path, 1);
+		}
 		execl(bin("KVTIERD", "kvtierd"), "kvtierd", "--config", d->config, "--verbose",
 		      (char *)NULL);
 		_exit(127);
@@ -142,6 +184,11 @@ static void spawn_daemon(struct daemon *d)
 			usleep(20000);
 	}
 	CHECK(up == 0, "kvtierd did not start listening");
+}
+
+static void spawn_daemon(struct daemon *d)
+{
+	spawn_daemon_with(d, NULL);
 }
 
 void daemon_start(struct daemon *d, const char *extra_config)
@@ -162,6 +209,143 @@ void daemon_restart(struct daemon *d, const char *extra_config)
 {
 	write_config(d, extra_config);
 	spawn_daemon(d);
+}
+
+static void *fdstore_main(void *arg);
+
+void fdstore_open(struct fdstore *s, const struct daemon *d)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int one = 1;
+
+	memset(s, 0, sizeof(*s));
+	snprintf(s->path, sizeof(s->path), "%s/notify", d->dir);
+	memcpy(sa.sun_path, s->path, strlen(s->path) + 1);
+	s->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	CHECK(s->sock >= 0 && bind(s->sock, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+	      "notification socket");
+	CHECK(setsockopt(s->sock, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) == 0, "SO_PASSCRED");
+	pthread_mutex_init(&s->lock, NULL);
+	CHECK(pthread_create(&s->thread, NULL, fdstore_main, s) == 0, "fd store thread");
+}
+
+static void fdstore_remove(struct fdstore *s, const char *name)
+{
+	for (int i = 0; i < s->n;)
+		if (!strcmp(s->names[i], name)) {
+			close(s->fds[i]);
+			s->n--;
+			s->fds[i] = s->fds[s->n];
+			memcpy(s->names[i], s->names[s->n], sizeof(s->names[i]));
+		} else {
+			i++;
+		}
+}
+
+static void fdstore_take_in(struct fdstore *s)
+{
+	char buf[4096];
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(16 * sizeof(int))];
+	} ctl;
+
+	for (;;) {
+		struct iovec iov = {buf, sizeof(buf) - 1};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctl,
+				    .msg_controllen = sizeof(ctl)};
+		ssize_t n = recvmsg(s->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EAGAIN)
+			return;
+		CHECK(n >= 0, "recvmsg: %s", strerror(errno));
+		buf[n] = 0;
+		int fds[16], k = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+				for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && k < 16;
+				     i++)
+					memcpy(&fds[k++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+		const char *name = strstr(buf, "FDNAME=");
+		char nm[64] = "stored";
+		if (name)
+			snprintf(nm, sizeof(nm), "%.*s", (int)strcspn(name + 7, "\n"), name + 7);
+		if (strstr(buf, "FDSTOREREMOVE=1")) {
+			fdstore_remove(s, nm);
+		} else if (strstr(buf, "FDSTORE=1")) {
+			for (int i = 0; i < k; i++) {
+				CHECK(s->n < FDSTORE_MAX, "the fd store is full");
+				s->fds[s->n] = fds[i];
+				snprintf(s->names[s->n], sizeof(s->names[0]), "%s", nm);
+				s->n++;
+			}
+			k = 0;
+		}
+		for (int i = 0; i < k; i++)
+			close(fds[i]);
+	}
+}
+
+void fdstore_drain(struct fdstore *s)
+{
+	pthread_mutex_lock(&s->lock);
+	fdstore_take_in(s);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void *fdstore_main(void *arg)
+{
+	struct fdstore *s = arg;
+
+	for (;;) {
+		struct pollfd p = {s->sock, POLLIN, 0};
+		poll(&p, 1, 50);
+		pthread_mutex_lock(&s->lock);
+		bool stop = s->stop;
+		if (!stop)
+			fdstore_take_in(s);
+		pthread_mutex_unlock(&s->lock);
+		if (stop)
+			return NULL;
+	}
+}
+
+void fdstore_close(struct fdstore *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->stop = true;
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->thread, NULL);
+	for (int i = 0; i < s->n; i++)
+		close(s->fds[i]);
+	s->n = 0;
+	if (s->sock >= 0)
+		close(s->sock);
+	unlink(s->path);
+}
+
+void daemon_start_stored(struct daemon *d, const char *extra_config, struct fdstore *s)
+{
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-test-XXXXXX");
+	CHECK(mkdtemp(d->dir), "mkdtemp");
+	chmod(d->dir, 0755);
+	snprintf(d->socket, sizeof(d->socket), "%s/kvtierd.sock", d->dir);
+	snprintf(d->config, sizeof(d->config), "%s/kvtierd.conf", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvtierd.log", d->dir);
+	write_config(d, extra_config);
+	fdstore_open(s, d);
+	spawn_daemon_with(d, s);
+}
+
+void daemon_restart_stored(struct daemon *d, const char *extra_config, struct fdstore *s)
+{
+	write_config(d, extra_config);
+	/* What the store holds now goes to the new daemon; the thread takes
+	 * in what it sends from then on. */
+	pthread_mutex_lock(&s->lock);
+	fdstore_take_in(s);
+	spawn_daemon_with(d, s);
+	pthread_mutex_unlock(&s->lock);
 }
 
 void daemon_stop(struct daemon *d)

@@ -5,6 +5,7 @@
  */
 #pragma once
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,10 +33,41 @@ void daemon_start(struct daemon *d, const char *extra_config);
 void daemon_restart(struct daemon *d, const char *extra_config);
 /* SIGTERM, and check it exits 0. */
 void daemon_stop(struct daemon *d);
+
+/*
+ * systemd's file descriptor store and notification socket, played by the
+ * test: a daemon started with it gets NOTIFY_SOCKET, and the descriptors
+ * it hands over (FDSTORE=1, FDNAME=; FDSTOREREMOVE=1 takes them back)
+ * are kept here, to be passed to the next daemon as systemd passes them
+ * (LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID).
+ */
+#define FDSTORE_MAX 256
+struct fdstore {
+	int sock;
+	char path[200];
+	int fds[FDSTORE_MAX];
+	char names[FDSTORE_MAX][64];
+	int n;
+	/* Drained all the while, as systemd does: a daemon blocks on a full
+	 * notification socket.  lock guards fds, names and n. */
+	pthread_t thread;
+	pthread_mutex_t lock;
+	bool stop;
+};
+/* Start kvtierd as daemon_start() does, with s as its systemd. */
+void daemon_start_stored(struct daemon *d, const char *extra_config, struct fdstore *s);
+/* Restart it with what s holds (after taking in what was sent). */
+void daemon_restart_stored(struct daemon *d, const char *extra_config, struct fdstore *s);
+/* Take in the notifications sent so far. */
+void fdstore_drain(struct fdstore *s);
+void fdstore_open(struct fdstore *s, const struct daemon *d);
+void fdstore_close(struct fdstore *s);
 void daemon_kill(struct daemon *d);
 /* Replace the configuration file (for SIGHUP); "@DIR@" = the daemon's dir. */
 void daemon_rewrite_config(struct daemon *d, const char *extra);
 bool daemon_log_contains(const struct daemon *d, const char *needle);
+/* Lines of the daemon's log that contain needle. */
+int daemon_log_count(const struct daemon *d, const char *needle);
 int daemon_fd_count(const struct daemon *d);
 void daemon_cleanup(struct daemon *d);
 
