@@ -25,7 +25,10 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 debs=${1:-$src/build/debs}
 image=${2:-}
 
-daemon=$(ls "$debs"/kvtierd_*.deb 2>/dev/null | head -n 1)
+daemon=
+for f in "$debs"/kvtierd_*.deb; do
+	[ -f "$f" ] && daemon=$f
+done
 if [ -z "$daemon" ]; then
 	echo "kvtier: no kvtierd_*.deb in $debs: run scripts/packages.sh first" >&2
 	exit 1

@@ -55,7 +55,7 @@ podman info >/dev/null 2>&1 || skip "podman cannot run here: $(podman info 2>&1 
 mkdir -p "$work"
 debs=$work/debs
 t0=$(date +%s)
-sysd= daemon= tag=
+sysd='' daemon='' tag=''
 cleanup() {
 	for c in $sysd $daemon; do
 		podman rm -f -t 0 "$c" >/dev/null 2>&1
@@ -67,7 +67,9 @@ trap cleanup EXIT
 
 step "1. packages (scripts/packages.sh $debs)"
 "$src/scripts/packages.sh" "$debs" >/dev/null || fail "scripts/packages.sh"
-ls -l "$debs"/*.deb | awk '{ print "   " $5, $9 }'
+for f in "$debs"/*.deb; do
+	echo "   $(stat -c %s "$f") $(basename "$f")"
+done
 
 step "2. the packages under systemd as PID 1"
 set -- "$debs"/kvtierd_*.deb "$debs"/kvtier-tools_*.deb "$debs"/libkvtier-client0_*.deb \
