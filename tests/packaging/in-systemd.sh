@@ -73,7 +73,11 @@ install)
 	done
 	[ "$(systemctl is-active kvtierd.socket)" = active ] || fail "kvtierd.socket is not active"
 	[ -S /run/kvtierd/kvtierd.sock ] || fail "no socket /run/kvtierd/kvtierd.sock"
-	ok "kvtierd.service and kvtierd.socket enabled, the socket listening: $(stat -c '%A %U:%G' /run/kvtierd/kvtierd.sock)"
+	[ "$(systemctl is-active kvtierd.service)" = active ] || fail "kvtierd.service did not start"
+	# After the service's start too: for root and the group kvtier only.
+	sock=$(stat -c '%a %U:%G' /run/kvtierd/kvtierd.sock)
+	[ "$sock" = "660 root:kvtier" ] || fail "the socket is $sock, not 660 root:kvtier"
+	ok "kvtierd.service and kvtierd.socket enabled and started, the socket $sock"
 	dpkg-query -W -f='${Conffiles}\n' kvtierd | grep -q '^ /etc/kvtierd/kvtierd.conf ' ||
 		fail "/etc/kvtierd/kvtierd.conf is not a conffile of kvtierd"
 	ok "/etc/kvtierd/kvtierd.conf is a conffile"
