@@ -27,6 +27,9 @@ src=${1:?usage: $0 SOURCE_DIR WORK_DIR KVT_ENGINE}
 work=${2:?usage: $0 SOURCE_DIR WORK_DIR KVT_ENGINE}
 engine=${3:?usage: $0 SOURCE_DIR WORK_DIR KVT_ENGINE}
 here=$(cd "$(dirname "$0")" && pwd)
+# meson's LD_LIBRARY_PATH names this build's library: not the one the
+# package build links against, or the one the containers load.
+unset LD_LIBRARY_PATH
 . "$src/scripts/containers.sh"
 
 skip() {
