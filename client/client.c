@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client-internal.h"
@@ -59,14 +60,20 @@ KVT_EXPORT const char *kvt_default_socket(void)
 
 	if (env && *env && strlen(env) < sizeof(path))
 		return env;
+	static const char system_socket[] = "/run/kvtierd/kvtierd.sock";
 	if (geteuid() == 0)
-		return "/run/kvtierd/kvtierd.sock";
+		return system_socket;
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
 	if (xdg && xdg[0] == '/' && strlen(xdg) < 80)
 		snprintf(path, sizeof(path), "%s/kvtierd/kvtierd.sock", xdg);
 	else
 		snprintf(path, sizeof(path), "/tmp/kvtierd-%u/kvtierd.sock",
 			 (unsigned)geteuid());
+	/* A user with no daemon of their own reaches the node's, where the
+	 * socket's group decides who may connect (kvtierd.socket). */
+	struct stat st;
+	if (stat(path, &st) < 0 && stat(system_socket, &st) == 0 && S_ISSOCK(st.st_mode))
+		return system_socket;
 	return path;
 }
 

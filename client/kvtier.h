@@ -99,7 +99,9 @@ typedef void (*kvt_log_fn)(int level, const char *message, void *userdata);
 /**
  * The socket a client uses when none is given: $KVTIER_SOCKET, else
  * /run/kvtierd/kvtierd.sock for root and $XDG_RUNTIME_DIR/kvtierd/kvtierd.sock
- * (or /tmp/kvtierd-UID/kvtierd.sock) for others, as kvtierd's own default.
+ * (or /tmp/kvtierd-UID/kvtierd.sock) for others, as kvtierd's own default;
+ * for others, /run/kvtierd/kvtierd.sock when that socket exists and theirs
+ * does not (the node's daemon under systemd, for the group kvtier).
  * \return a static string; never NULL.
  */
 KVT_EXPORT const char *kvt_default_socket(void);

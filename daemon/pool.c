@@ -122,7 +122,7 @@ void pool_probe(struct pool *p)
 		snprintf(caps->lock_reason, sizeof(caps->lock_reason), "locked");
 	} else {
 		snprintf(caps->lock_reason, sizeof(caps->lock_reason),
-			 "not locked: RLIMIT_MEMLOCK %llu KiB is below the pool capacity; raise LimitMEMLOCK=",
+			 "not locked: RLIMIT_MEMLOCK %llu KiB is below the pool capacity; raise LimitMEMLOCK= (a container's: --ulimit memlock=-1)",
 			 (unsigned long long)rl.rlim_cur / 1024);
 	}
 	if (numa_topology_load(&p->topo, p->config->sysfs_root) < 0) {

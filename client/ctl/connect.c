@@ -52,7 +52,7 @@ static void connect_failed(const struct ctx *x, int r)
 		break;
 	case EACCES:
 	case EPERM:
-		fprintf(stderr, "kvtierctl: the socket or its directory is not open to you; run as root or as a user kvtierd accepts\n");
+		fprintf(stderr, "kvtierctl: the socket or its directory is not open to you; run as root or as a user kvtierd accepts (for kvtierd.socket: a member of the group kvtier)\n");
 		break;
 	default:
 		/* The daemon's own reason reaches only the log handler. */
