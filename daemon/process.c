@@ -196,10 +196,14 @@ struct process *process_adopt(struct manager *m, pid_t pid, uint64_t start_time)
 	p->start_time = start_time;
 	p->pidfd = -1;
 	p->m = m;
-	/* The same process only if the pid's start time is the one kept: a
-	 * pid reused since is another process, and the owner is gone. */
+	/* The same process unless the pid's start time says otherwise (a pid
+	 * reused since): where it cannot be read (ProtectProc=invisible hides
+	 * other users' processes), any process of that pid is taken for the
+	 * owner, which can only keep its handles longer, never end them while
+	 * the owner may still be copying. */
 	int fd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-	if (fd >= 0 && start_time && start_time_of(pid) == start_time &&
+	uint64_t now = fd >= 0 ? start_time_of(pid) : 0;
+	if (fd >= 0 && (!start_time || !now || now == start_time) &&
 	    sd_event_add_io(m->event, &p->exit_source, fd, EPOLLIN, on_process_exit, p) >= 0) {
 		p->pidfd = fd;
 	} else {
