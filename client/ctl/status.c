@@ -110,6 +110,21 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 	print_numa_line(stdout, d);
 	if (rec_has(d, "nvme_engine"))
 		print_nvme(d, snapshot_find(&x->snap, "recovery"), snapshot_find(&x->snap, "erasures"));
+	const struct rec *k = snapshot_find(&x->snap, "keep");
+	if (k) {
+		char sz[KVT_SIZE_LEN];
+		printf("%-13s%s", "Kept:", rec_u64(k, "kept") ? "the host tier outlives a restart"
+							 : "nothing ([pool] keep = no)");
+		if (rec_u64(k, "adopted_extents"))
+			printf("; adopted at start: %" PRIu64 " block(s) in %" PRIu64
+			       " extent(s) (%s), %" PRIu64 " lease(s) and %" PRIu64
+			       " reservation(s) open, %" PRIu64 " record(s) refused, in %" PRIu64 " ms",
+			       rec_u64(k, "adopted_blocks"), rec_u64(k, "adopted_extents"),
+			       kvt_size_format(rec_u64(k, "adopted_bytes"), sz, sizeof(sz)),
+			       rec_u64(k, "adopted_leases"), rec_u64(k, "adopted_reservations"),
+			       rec_u64(k, "adopted_bad"), rec_u64(k, "adopt_ms"));
+		putchar('\n');
+	}
 	if (rec_has(d, "tenants"))
 		printf("%-13stenants %" PRIu64 ", namespaces %" PRIu64 ", blocks %" PRIu64
 		       ", handles %" PRIu64 "\n", "Contents:",
@@ -252,9 +267,9 @@ static void status_json(const struct snapshot *s)
 	json_recs(&j, s, "class", false);
 	json_key(&j, "remotes");
 	json_recs(&j, s, "remote", false);
-	/* With an NVMe tier, for admins. */
-	for (size_t i = 0; i < 2; i++) {
-		static const char *const one[] = {"recovery", "erasures"};
+	/* For admins (recovery and erasures with an NVMe tier). */
+	for (size_t i = 0; i < 3; i++) {
+		static const char *const one[] = {"recovery", "erasures", "keep"};
 		const struct rec *r = snapshot_find(s, one[i]);
 		if (r) {
 			json_key(&j, one[i]);

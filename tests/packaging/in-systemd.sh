@@ -9,6 +9,14 @@
 #   in-systemd.sh serve     systemctl start, kvtierctl status as root, as a
 #                           member of kvtier and as a user outside it;
 #                           start by the socket; reload; restart after SIGKILL
+#   in-systemd.sh keep      the host tier across restarts: 1 GiB stored by
+#                           kvt-engine (the real client, from the build
+#                           tree); kill -9 (systemd restarts the daemon,
+#                           which adopts its fd store), an upgrade in place
+#                           (SIGUSR2) and systemctl restart, with a client
+#                           loading throughout: every block back byte-exact
+#                           from host memory (there is no NVMe tier); then
+#                           systemctl stop and start: nothing kept
 #   in-systemd.sh purge     apt-get purge leaves nothing behind but the
 #                           system user and group (Debian keeps those)
 #
@@ -33,6 +41,26 @@ wait_for() {
 # The daemon's pid as kvtierctl status shows it to root.
 status_pid() {
 	kvtierctl status 2>&1 | sed -n 's/^Daemon: *kvtierd .*, pid \([0-9]*\)$/\1/p'
+}
+# kvt-engine on a 1 GiB prefix (512 blocks of 2 MiB); more arguments.
+engine() {
+	kvt-engine --socket /run/kvtierd/kvtierd.sock --model llama3-8b --prefix 8192 \
+		--prefix-seed 40 --suffix 0 "$@"
+}
+# A field of kvtierctl's keep record.
+kept() {
+	kvtierctl --json status 2>/dev/null | tr -d ' \n' |
+		sed -n "s/.*\"keep\":{[^}]*\"$1\":\([0-9]*\).*/\1/p"
+}
+restarted() { # old pid: a new main pid that answers
+	p=$(main_pid)
+	[ "$p" != 0 ] && [ "$p" != "$1" ] && [ -n "$(kept kept)" ]
+}
+adopted() { # n: the daemon answers, and adopted n blocks
+	[ "$(kept adopted_blocks)" = "$1" ]
+}
+answers() { # the daemon answers an admin's status
+	[ -n "$(kept kept)" ]
 }
 # Every file and directory of the root file system that packages may leave,
 # less what changes on its own (logs, apt's and dpkg's own state, journals).
@@ -149,6 +177,64 @@ serve)
 	ok "SIGKILL of pid $pid: systemd restarted it as pid $new, which serves"
 	;;
 
+keep)
+	# 1 GiB: 512 blocks of 2 MiB (Llama-3-8B's shape, 8192 tokens).  The
+	# steps before started the unit often: systemd's start limit is reset.
+	printf '[pool]\ncapacity = 2G\nextent_size = 256M\n' >/etc/kvtierd/kvtierd.conf
+	systemctl reset-failed kvtierd.service
+	systemctl restart kvtierd || fail "systemctl restart kvtierd"
+	wait_for answers
+	out=$(engine 2>&1) || fail "kvt-engine store: $out"
+	echo "$out" | grep -q '512 computed, 512 stored; every loaded byte verified' ||
+		fail "kvt-engine store: $out"
+	ok "kvt-engine stored 512 blocks of 2 MiB (1 GiB) in host memory"
+	# A client loading the prefix again and again, every byte checked,
+	# while the daemon goes away and comes back (misses meanwhile).
+	rm -f /root/kvt-test/loop.stop /root/kvt-test/loop.fail
+	(
+		while [ ! -e /root/kvt-test/loop.stop ]; do
+			engine --no-store >/root/kvt-test/loop.out 2>&1
+			if grep -q 'VERIFY FAILED\|differ' /root/kvt-test/loop.out; then
+				cp /root/kvt-test/loop.out /root/kvt-test/loop.fail
+			fi
+		done
+	) &
+	loop=$!
+
+	pid=$(main_pid)
+	kill -KILL "$pid" || fail "kill -KILL $pid"
+	wait_for restarted "$pid"
+	[ "$(kept adopted_blocks)" = 512 ] || { kvtierctl status; fail "kill -9: $(kept adopted_blocks) blocks adopted, not 512"; }
+	out=$(engine --no-store --expect-hits 512 2>&1) || fail "kill -9: the blocks back: $out"
+	ok "kill -9 of pid $pid, systemd's restart: pid $(main_pid) adopted 512 blocks in $(kept adopt_ms) ms from the fd store, all 512 hit byte-exact"
+
+	pid=$(main_pid)
+	systemctl kill -s USR2 kvtierd.service || fail "systemctl kill -s USR2"
+	wait_for adopted 512
+	[ "$(main_pid)" = "$pid" ] || fail "the upgrade in place changed the main pid ($pid, now $(main_pid))"
+	[ "$(systemctl is-active kvtierd.service)" = active ] || fail "kvtierd.service is not active after the upgrade"
+	out=$(engine --no-store --expect-hits 512 2>&1) || fail "upgrade: the blocks back: $out"
+	ok "upgrade in place (systemctl kill -s USR2): the same pid $pid adopted 512 blocks in $(kept adopt_ms) ms, all 512 hit"
+
+	v=$(systemctl --version | sed -n 's/^systemd \([0-9]*\).*/\1/p')
+	pid=$(main_pid)
+	systemctl restart kvtierd || fail "systemctl restart kvtierd"
+	wait_for restarted "$pid"
+	[ "$(kept adopted_blocks)" = 512 ] || fail "systemctl restart under systemd $v: $(kept adopted_blocks) blocks adopted, not 512"
+	out=$(engine --no-store --expect-hits 512 2>&1) || fail "restart: the blocks back: $out"
+	ok "systemctl restart under systemd $v: pid $(main_pid) adopted 512 blocks, all 512 hit"
+	touch /root/kvt-test/loop.stop
+	wait $loop
+	[ ! -e /root/kvt-test/loop.fail ] || fail "a client loading throughout got wrong bytes: $(cat /root/kvt-test/loop.fail)"
+	ok "a client loading throughout never got other bytes"
+
+	systemctl stop kvtierd.service
+	systemctl start kvtierd.service || fail "systemctl start kvtierd"
+	wait_for answers
+	[ "$(kept adopted_blocks)" = 0 ] || fail "systemd $v kept the store across systemctl stop ($(kept adopted_blocks) blocks)"
+	ok "systemctl stop, then start, under systemd $v: nothing kept (the store and its memory go with a stop)"
+	;;
+
 purge)
 	DEBIAN_FRONTEND=noninteractive apt-get purge -y kvtierd kvtier-tools libkvtier-client0 \
 		libkvtier-client-dev >/root/kvt-test/apt-purge.log 2>&1 || { cat /root/kvt-test/apt-purge.log; fail "apt-get purge"; }
@@ -169,7 +255,7 @@ purge)
 	ok "left by Debian's policy on system users: $(getent passwd kvtierd | cut -d: -f1,3,4,6), group $(getent group kvtier | cut -d: -f1,3)"
 	;;
 *)
-	echo "usage: $0 install|serve|purge" >&2
+	echo "usage: $0 install|serve|keep|purge" >&2
 	exit 2
 	;;
 esac

@@ -92,6 +92,7 @@ sysd=kvt-systemd-$$
 # shellcheck disable=SC2046
 kvt_podman run -d --name "$sysd" $(kvt_ulimits) --systemd=always --cap-add SYS_ADMIN \
 	--network none -v "$debs:/debs:ro" -v "$here/in-systemd.sh:/in-systemd.sh:ro" \
+	-v "$engine:/usr/local/bin/kvt-engine:ro" \
 	"$base" /sbin/init >/dev/null || fail "podman run of $base with systemd"
 podman exec "$sysd" sh /in-systemd.sh install || fail "install under systemd"
 # The mount sandbox, read where /proc/PID/ns of another user can be.
@@ -108,6 +109,10 @@ fi
 podman exec "$sysd" sh /in-systemd.sh serve || {
 	podman exec "$sysd" journalctl -u kvtierd --no-pager -n 30
 	fail "serving under systemd"
+}
+podman exec "$sysd" sh /in-systemd.sh keep || {
+	podman exec "$sysd" journalctl -u kvtierd --no-pager -n 30
+	fail "the host tier across restarts under systemd"
 }
 podman exec "$sysd" sh /in-systemd.sh purge || fail "purge under systemd"
 podman rm -f -t 0 "$sysd" >/dev/null
