@@ -4,7 +4,7 @@
 
 Usage: scripts/bench-report.py RESULTS_DIR
 
-Reads host.json, nvme.json, scale.json and codec.json (each optional: a part that was
+Reads host.json, nvme.json, scale.json, codec.json and restart.json (each optional: a part that was
 skipped or failed is said to be so), machine.txt and timing.txt, and writes
 into the same directory:
 
@@ -271,6 +271,29 @@ def codec_section(c, P):
     return out
 
 
+def restart_section(r, P):
+    out = []
+    out.append(
+        "Blocks of 2 MiB stored and written back, then an upgrade in place that keeps the host tier "
+        "against a restart with `keep = no` that finds them on NVMe only: the time to the first "
+        "lookup answered, the share of the blocks in host memory then, and the time until every "
+        "block is loaded back (every byte checked), beside memcpy of the same bytes.\n")
+    out.append("| size | memcpy | kept: first answer | in host memory | all loaded | vs memcpy "
+               "| NVMe: first answer | in host memory | all loaded | NVMe / kept | adoption |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for z in r["sizes"]:
+        k, n = z["kept"], z["nvme"]
+        out.append("| %d GiB | %.3f s | %.0f ms | %.1f %% | %.2f s | %.2f× | %.0f ms | %.1f %% | %.2f s | %.2f× | %.0f ms |" % (
+            z["gib"], z["memcpy_s"], k["serve_ms"], 100 * k["host_share"], k["loaded_s"],
+            k["loaded_s"] / z["memcpy_s"], n["serve_ms"], 100 * n["host_share"], n["loaded_s"],
+            n["loaded_s"] / k["loaded_s"], k["adopt_ms"]))
+    out.append("")
+    out.append("The ledger on the store path (4 KiB blocks, %d pairs): keep = yes %.0f k stores/s, "
+               "keep = no %.0f k stores/s, yes / no %s.\n" % (
+                   r["pairs"], r["stores_kept"] / 1e3, r["stores_plain"] / 1e3, rng(r, "store_ratio")))
+    return out
+
+
 def scale_section(s, P):
     out = []
     ix = s["index"]
@@ -456,6 +479,7 @@ def main():
     nvme, nwhy = load(d, "nvme")
     scale, swhy = load(d, "scale")
     codec, cwhy = load(d, "codec")
+    restart, rwhy = load(d, "restart")
     P = Plots(d)
 
     mode = m.get("mode", "?")
@@ -485,6 +509,7 @@ def main():
         ("NVMe tier: spill and restore against fio", nvme_section, nvme, nwhy),
         ("Scale: the index, recovery and write-back", scale_section, scale, swhy),
         ("Codecs: fp8-e4m3 and int4 on the CPU copy path", codec_section, codec, cwhy),
+        ("Restarts: the kept host tier against NVMe recovery", restart_section, restart, rwhy),
     )
     for title, section, results, why in parts:
         out.append("### %s\n" % title)

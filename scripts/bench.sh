@@ -12,6 +12,9 @@
 #                 write-back of N dirty blocks against the same writes bare
 #   codec         bench-codec: store+load of a bfloat16 paged cache stored
 #                 as fp8-e4m3 and int4 against codec none and memcpy
+#   restart       bench-restart: the host tier kept across an upgrade in
+#                 place against NVMe recovery, loaded back against memcpy;
+#                 the ledger's cost on the store path (keep = yes / no)
 #
 # then tables (markdown, ready to paste into docs/benchmarks.md) and
 # gnuplot plots of the results, all in one results directory.
@@ -30,7 +33,7 @@
 #                 under the build directory)
 #   --no-install  do not install missing packages (parts that need them
 #                 are skipped)
-#   --only PARTS  comma-separated subset of host,nvme,scale,codec
+#   --only PARTS  comma-separated subset of host,nvme,scale,codec,restart
 #
 # It runs as root to install packages (apt-get) and to lock the daemon's
 # pool; the Redis server it starts is its own, with a private
@@ -42,7 +45,7 @@ mode=default
 build="build-bench"
 out=
 install=1
-only=host,nvme,scale,codec
+only=host,nvme,scale,codec,restart
 [ "${KVT_BENCH_LONG:-0}" = 1 ] && mode=long
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -90,7 +93,8 @@ elif [ "${reconfigure:-0}" = 1 ]; then
 	meson setup --reconfigure "$build" >/dev/null
 fi
 ninja -C "$build" daemon/kvtierd client/kvtierctl tests/bench/bench-host \
-	tests/bench/bench-nvme tests/bench/bench-scale tests/bench/bench-codec >&2
+	tests/bench/bench-nvme tests/bench/bench-scale tests/bench/bench-codec \
+	tests/bench/bench-restart >&2
 case $build in
 /*) abs=$build ;;
 *) abs=$PWD/$build ;;
@@ -104,17 +108,20 @@ quick)
 	host_args="--pairs 5 --rounds 1 --mib 16 --pings 2000 --batches 200"
 	nvme_args="--pairs 5 --mib 256 --engine io_uring"
 	scale_args="--pairs 5 --max 100000 --recovery-max 10000 --writeback-max 10000 --iters 1000 --batches 100"
-	codec_args="--pairs 3 --mib 32" ;;
+	codec_args="--pairs 3 --mib 32"
+	restart_args="--max-gib 1 --pairs 3" ;;
 default)
 	host_args=""
 	nvme_args=""
 	scale_args=""
-	codec_args="" ;;
+	codec_args=""
+	restart_args="" ;;
 long)
 	host_args="--pairs 15"
 	nvme_args="--pairs 15"
 	scale_args="--pairs 11 --max 10000000 --recovery-max 1000000 --writeback-max 1000000"
-	codec_args="--pairs 15" ;;
+	codec_args="--pairs 15"
+	restart_args="--max-gib 4 --pairs 15" ;;
 esac
 
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -224,6 +231,8 @@ want nvme && run nvme "$bench/bench-nvme" $nvme_args
 want scale && run scale "$bench/bench-scale" $scale_args
 # shellcheck disable=SC2086
 want codec && run codec "$bench/bench-codec" $codec_args
+
+want restart && run restart "$bench/bench-restart" $restart_args
 echo "total $(($(date +%s) - t_start)) s" >>"$out/timing.txt"
 
 # ---- tables and plots ------------------------------------------------------

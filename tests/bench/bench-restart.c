@@ -331,9 +331,10 @@ static void print_json(void)
 		       s->kept.hit_share, s->kept.load_s, s->adopt_ms, s->nvme.serve_ms,
 		       s->nvme.hit_share, s->nvme.load_s);
 	}
-	printf("],\"store_ratio\":%.4f,\"stores_kept\":%.0f,\"stores_plain\":%.0f}\n",
-	       median(store_ratio, n_pairs), median(stores_kept, n_pairs),
-	       median(stores_plain, n_pairs));
+	printf("],\"pairs\":%u,\"store_ratio\":%.4f,\"store_ratio_min\":%.4f,\"store_ratio_max\":%.4f,"
+	       "\"stores_kept\":%.0f,\"stores_plain\":%.0f}\n",
+	       n_pairs, median(store_ratio, n_pairs), vmin(store_ratio, n_pairs),
+	       vmax(store_ratio, n_pairs), median(stores_kept, n_pairs), median(stores_plain, n_pairs));
 }
 
 static void help(void)
