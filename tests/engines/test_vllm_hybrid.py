@@ -107,12 +107,13 @@ class Engine:
             self.worker.register_kv_caches(self.caches)
         # Copies handed to the worker's mover thread, counted (run).
         self.submitted = 0
-        submit = self.worker._submit
+        mover = self.worker.side.mover
+        submit = mover.submit
 
         def counted(job):
             self.submitted += 1
             submit(job)
-        self.worker._submit = counted
+        mover.submit = counted
         hash_fn = get_hash_fn_by_name(self.cfg.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
         self.hasher = get_request_block_hasher(BLOCK, hash_fn)
@@ -199,13 +200,13 @@ class Engine:
         count towards limit."""
         busy = stuck = 0
         while not (until() if until else not self.sched.has_requests()):
-            before = (self.submitted, self.worker._jobs.unfinished_tasks)
+            before = (self.submitted, self.worker.side.mover.pending)
             if self.step():
                 busy, stuck = busy + 1, 0
             else:
                 # Nothing scheduled, nothing handed to the mover and nothing
                 # left to it, three times running: no progress is possible.
-                after = (self.submitted, self.worker._jobs.unfinished_tasks)
+                after = (self.submitted, self.worker.side.mover.pending)
                 stuck = stuck + 1 if before == after == (before[0], 0) else 0
             if busy > limit or stuck > 2:
                 raise AssertionError("the engine did not finish its requests")
@@ -279,11 +280,11 @@ def test_pages_under_a_copy_are_not_given_out(engines):
     a = start()
     free = a.pool.get_num_free_blocks()
     held = threading.Event()
-    a.worker._submit(held.wait)  # the mover is busy until held is set
+    a.worker.side.mover.submit(held.wait)  # the mover is busy until held is set
     try:
         r1 = a.add("r1", seed=7)
         a.run(until=lambda: finished(r1))
-        pinned = {b.block_id for blocks in a.conn._pins.values() for b in blocks}
+        pinned = {b.block_id for blocks in a.conn.side._pins.values() for b in blocks}
         assert len(pinned) == 2 * (PROMPT // BLOCK)  # both groups' pages of every stored block
         assert a.pool.get_num_free_blocks() == free - len(pinned)
         assert all(a.pool.blocks[p].ref_cnt > 0 for p in pinned)  # not in the free queue
@@ -344,7 +345,7 @@ def test_a_failed_load_is_not_offered_again(engines):
     time cannot keep a request waiting for ever."""
     _, start = engines
     a, ra, b, rb, out = stored_then_looked_up(start, seed=11)
-    client, ns = b.conn._conn.client, b.conn._conn.ns
+    client, ns = b.conn.side._conn.client, b.conn.side._conn.ns
     tenant = [r for r in client.stats() if r["kind"] == "tenant"][0]["id"]
     assert client.admin_evict(tenant, ns.info["ns_id"], drop=True) == PROMPT // BLOCK
     b.step(out)  # the load finds nothing

@@ -42,7 +42,8 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
 from vllm.v1.worker.utils import allocate_kv_cache  # noqa: E402
 
-from kvtier.vllm import KvtierConnector, KvtierConnectorMetadata, _Transfer  # noqa: E402
+from kvtier.vllm import KvtierConnector  # noqa: E402
+from kvtier.vllm.metadata import KvtierConnectorMetadata, Transfer  # noqa: E402
 
 model, sock, rank, init, block = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], \
     int(sys.argv[5])
@@ -77,7 +78,7 @@ with set_current_vllm_config(cfg):
     pages = [caches[n].view(torch.uint8) for n in names]  # [pages, heads, tokens, bytes]
 
     def transfers(items):
-        return [_Transfer(r, bytes.fromhex(k), (list(ids),)) for r, k, ids in items]
+        return [Transfer(r, bytes.fromhex(k), (list(ids),)) for r, k, ids in items]
 
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
