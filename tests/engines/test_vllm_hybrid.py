@@ -31,6 +31,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 from vllm.distributed.parallel_state import (  # noqa: E402
     init_distributed_environment,
     initialize_model_parallel,
+    model_parallel_is_initialized,
 )
 from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
@@ -220,6 +221,8 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def one_rank(tmp_path_factory, model):
     """vLLM's tensor-parallel group of one rank (gloo), as a worker has."""
+    if model_parallel_is_initialized():  # by another test module in this process
+        return
     cfg = EngineArgs(model=model, block_size=BLOCK).create_engine_config()
     with set_current_vllm_config(cfg):
         init_distributed_environment(

@@ -31,31 +31,36 @@ request costs the next turn its hits (docs/workload.md), hence the default.
 
 Per step: the scheduler asks kvtierd for the leading run of a new prompt's
 blocks (one LOOKUP, never a wait; always leaving one prompt token to
-compute) and tells the workers which of their pages to fill.  A run in
-host memory is copied into the pages before the forward pass.  A run that
-goes on past host memory (staging from NVMe or a remote tier) is an
-asynchronous load: the request waits in vLLM's WAITING_FOR_REMOTE_KVS
-while the worker's mover thread waits for the staging and copies, and the
-batch goes on without it.  After the forward, every full prompt block the
-step computed that kvtierd does not hold yet is stored: on the CPU by the
-mover while the next step computes.  The pages a copy under way reads or
+compute) and tells the workers which of their pages to fill.  Every load
+is asynchronous to vLLM: the request waits in WAITING_FOR_REMOTE_KVS
+while the worker's mover thread copies its blocks (waiting first for any
+staging from NVMe or a remote tier), and the batch goes on without it;
+the workers report the load done, with the blocks that failed, before
+vLLM schedules the request.  After the forward, every full prompt block
+the step computed that kvtierd does not hold yet is stored, by the mover
+while the next step computes.  The pages a copy under way reads or
 writes are pinned in vLLM's block pool from the step that hands it to
 the mover until every worker has reported it done, so that no page is
 given to another request under a copy: not when the request finishes,
 is preempted or is aborted, and not when a sliding window leaves it.
-A block that fails to load is reported to vLLM, which recomputes it
-(and the connector stores it then, not what the step computed on top of
-the unfilled pages): kvtier never makes the engine produce other output.  Without kvtierd
-(absent, killed, restarting) lookups miss and stores are skipped, and the
-connector reconnects by itself.
 
-On a GPU the copies run on the library's CUDA streams and the CPU waits
-for none of them in the step: a load is queued after the work on the
-compute stream, which waits for it on the GPU (before the forward, or
-layer by layer with the extra config ``"layerwise": true``, which asks vLLM
-for piecewise CUDA graphs); a store is queued after an event recorded at
-the end of the forward and copies while the next step computes, its pages
-pinned as on the CPU.
+A block that fails to load is reported before vLLM computes anything of
+its request, so vLLM never computes over pages a load left unfilled:
+with ``kv_load_failure_policy`` "recompute" it computes the request from
+that block on, with the tokens of a run without kvtier, and the
+connector stores those blocks; with "fail" (vLLM's default) the request
+ends with an error.  Under vLLM's asynchronous scheduling (the default on
+GPUs) as under synchronous, no block computed after a failed load is
+stored, so kvtierd holds nothing a later request could restore wrong
+(tests/engines/test_vllm_failures.py).  Without kvtierd (absent, killed,
+restarting) lookups miss and stores are skipped, and the connector
+reconnects by itself.
+
+On a GPU the copies run on the library's CUDA streams, from the mover's
+thread: a load after an event recorded on the compute stream when it is
+handed over (the pages may still be read by work queued before), a store
+after an event recorded at the end of the forward, copying while the
+next step computes, its pages pinned as on the CPU.
 
 Hybrid models (vLLM's hybrid KV cache allocator, several KV cache groups:
 sliding-window layers beside full attention): one namespace of a layer
@@ -63,8 +68,8 @@ group per KV cache group, in vLLM's group order, each group's layers read
 through its own pages.  A sliding-window group keeps pages only for the
 blocks its window still sees: a load leaves the others alone (the block
 holds them, for a request whose window ends there), and a block is stored
-only when every group holds its pages.  Their loads are all asynchronous,
-since vLLM can only recompute a hybrid request's failed load as a whole.
+only when every group holds its pages.  vLLM recomputes a hybrid
+request's failed load as a whole (failed_recving), not block by block.
 Mamba and other groups without per-token pages are refused at start.
 
 Layouts: each layer's cache is read from the view vLLM allocated, by its
@@ -76,10 +81,10 @@ does not know is refused at start with a message naming it.
 
 Tensor parallelism: every rank stores its shard (the ranks of a group
 that replicates KV heads, and the ranks of an MLA model, share one, which
-the group's first rank writes).  A load that fails on any rank fails the
-request's step on every rank: they agree over vLLM's tensor-parallel
-group before the forward, and none stores what the step computes for it,
-so that no block is ever made of shards from different computations.
+the group's first rank writes).  A load that fails on any rank reaches
+vLLM's scheduler through its aggregation of the ranks' outputs, which
+reports the load done only once every rank has, with the failed blocks
+of all: every rank then computes the request from the first of them.
 """
 
 import logging
@@ -93,7 +98,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from .. import vllm_stats
-from .config import config_of, flag, identity_of  # noqa: F401
+from .config import config_of, identity_of  # noqa: F401
 from .metadata import KvtierConnectorMetadata, KvtierWorkerMetadata, Transfer  # noqa: F401
 from .scheduler import KvtierScheduler
 from .worker import KvtierWorker
@@ -128,11 +133,6 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def shutdown(self):
         self.side.shutdown()
-
-    @classmethod
-    def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
-        # wait_for_layer_load runs between the graph's pieces, not in them.
-        return flag(extra_config or {}, "layerwise")
 
     @classmethod
     def build_kv_connector_stats(cls, data=None):

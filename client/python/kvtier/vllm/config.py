@@ -108,7 +108,6 @@ class Config:
     identity: ModelIdentity
     socket: str | None
     end: str  # what a finished request that says nothing tells kvtierd
-    layerwise: bool
     block: int  # tokens per block
     # A hybrid model's failed load can only be recomputed whole, which
     # vLLM does for asynchronous loads.
@@ -122,11 +121,13 @@ def config_of(vllm_config, kv_transfer_config, kv_cache_config=None) -> Config:
     if end not in ENDS:
         raise ValueError(f"kvtier.vllm: kv_connector_extra_config 'end' is {end!r}; "
                          f"it is one of {', '.join(ENDS)}")
-    layerwise = flag(extra, "layerwise")
+    if flag(extra, "layerwise"):
+        log.warning("kvtier: kv_connector_extra_config 'layerwise' has no effect: every load "
+                    "is over before its request is scheduled")
     identity = identity_of(vllm_config, extra, kv_cache_config)
     device = getattr(getattr(vllm_config, "device_config", None), "device_type", None)
     if device:
         identity.check_device(device, "kvtier.vllm")
-    return Config(identity=identity, socket=extra.get("socket"), end=end, layerwise=layerwise,
+    return Config(identity=identity, socket=extra.get("socket"), end=end,
                   block=identity.block_tokens, hybrid=len(identity.groups) > 1,
                   workers=vllm_config.parallel_config.tensor_parallel_size)

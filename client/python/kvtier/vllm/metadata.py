@@ -20,14 +20,18 @@ class Transfer:
     # holds none (a sliding window's freed pages)
     block_ids: tuple[list[int], ...]
     pin: int = 0  # the scheduler's pin of the pages (0: none)
+    # The request's failed loads the scheduler had heard of when it built
+    # the transfer: a store built before it heard of one holds what a
+    # step computed over pages that load never filled.
+    failures: int = 0
 
 
 @dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
-    loads: list[Transfer] = field(default_factory=list)  # this step's forward reads them
-    # Runs still staging in kvtierd: their requests wait (vLLM's
-    # WAITING_FOR_REMOTE_KVS) until get_finished says they are loaded.
-    async_loads: list[Transfer] = field(default_factory=list)
+    # Loads of requests that wait (vLLM's WAITING_FOR_REMOTE_KVS) until
+    # get_finished says they are loaded, failed blocks and all: vLLM
+    # computes nothing of a request before it knows what it must compute.
+    loads: list[Transfer] = field(default_factory=list)
     stores: list[Transfer] = field(default_factory=list)
 
 

@@ -3,13 +3,25 @@
 new prompt's blocks up in kvtierd, tells the workers each step which
 pages to load and which blocks to store, pins the pages a copy under way
 uses in vLLM's block pool until every worker is done with them, and
-passes a finished request's lifecycle hints on to kvtierd."""
+passes a finished request's lifecycle hints on to kvtierd.
+
+Every load is asynchronous to vLLM (get_num_new_matched_tokens answers
+(n, True)): the request waits in WAITING_FOR_REMOTE_KVS until the
+workers report the load done, its failed blocks with it, so that vLLM
+truncates the request to its loaded blocks before it computes anything
+of it.  A synchronous load is reported failed only after its step ran,
+and under asynchronous scheduling after the next step was scheduled and
+ran too, over the pages the load never filled: vLLM then keeps what that
+next step sampled, and, for a prompt loaded whole but its last token,
+schedules a token past the prompt (vLLM 0.32, scheduler.py:
+_update_requests_with_invalid_blocks leaves num_output_placeholders as
+they were).  Asynchronous loads give vLLM no such step."""
 
 import logging
 from collections import Counter
 from dataclasses import dataclass
 
-from .. import HOST, KEY_BYTES, Error, hash_chain
+from .. import KEY_BYTES, Error, hash_chain
 from ..reconnect import Reconnecting
 from .config import ENDS, SHARED_PRIORITY, Config
 from .metadata import KvtierConnectorMetadata, KvtierWorkerMetadata, Transfer
@@ -23,7 +35,7 @@ class _Request:
     block_ids: tuple[list[int], ...]  # per KV cache group
     local: int = 0  # tokens vLLM's own prefix cache had
     done: int = 0  # leading blocks loaded or stored already
-    staging: bool = False  # the run found goes on past host memory
+    failures: int = 0  # its failed loads the workers reported
 
 
 class KvtierScheduler:
@@ -38,8 +50,9 @@ class KvtierScheduler:
         self._conn = Reconnecting(config.identity, socket=config.socket,
                                   name="vllm-scheduler", log=log)
         self._requests: dict[str, _Request] = {}
-        # req -> (first block, end block, vLLM's pages for an asynchronous load)
-        self._pending_loads: dict[str, tuple[int, int, tuple[list[int], ...] | None]] = {}
+        # req -> (first block, end block, vLLM's pages) of a load to hand
+        # the workers
+        self._pending_loads: dict[str, tuple[int, int, tuple[list[int], ...]]] = {}
         self._load_failed: set[str] = set()  # requests vLLM computes after a failed load
         self._pool = None  # vLLM's block pool (bind_gpu_block_pool)
         self._null = 0  # its null block's id
@@ -63,13 +76,17 @@ class KvtierScheduler:
         salt = getattr(request, "cache_salt", None)
         keys = hash_chain(tokens[: n * self._block], self._block,
                           extra=salt.encode() if salt else None)
+        # A request vLLM looks up again (computing it whole after a failed
+        # load, or resumed after preemption) keeps its failed loads.
+        old = self._requests.get(request.request_id)
         self._requests[request.request_id] = _Request(keys=keys, block_ids=(),
-                                                      local=num_computed_tokens)
+                                                      local=num_computed_tokens,
+                                                      failures=old.failures if old else 0)
         ns = self._conn.namespace()
         if ns is None or request.request_id in self._load_failed:
             return 0, False
         try:
-            hits, states = ns.lookup(keys)
+            hits, _ = ns.lookup(keys)
         except Error as e:
             log.warning("kvtier: lookup failed: %s", e)
             return 0, False
@@ -77,11 +94,10 @@ class KvtierScheduler:
         self.stats["hit_tokens"] += hits * self._block
         r = self._requests[request.request_id]
         r.done = hits  # in kvtierd already
-        # A run that goes on past host memory is loaded asynchronously:
-        # the request waits for its staging, the batch does not.
-        r.staging = self._config.hybrid or any(s != HOST for s in states[:hits])
+        # The request waits for its load (staging from NVMe or a remote
+        # tier included), the batch does not.
         n = max(0, hits * self._block - num_computed_tokens)
-        return n, bool(n) and r.staging
+        return n, bool(n)
 
     def _pages(self, block_ids) -> tuple[list[int], ...]:
         """vLLM's block ids of each group, its null block as -1."""
@@ -92,9 +108,8 @@ class KvtierScheduler:
         if num_external_tokens <= 0 or r is None:
             return
         first = r.local // self._block
-        pages = self._pages(blocks.get_block_ids()) if r.staging else None
         self._pending_loads[request.request_id] = (
-            first, first + num_external_tokens // self._block, pages)
+            first, first + num_external_tokens // self._block, self._pages(blocks.get_block_ids()))
 
     def _track(self, req_id: str, block_ids, new: bool):
         r = self._requests.get(req_id)
@@ -110,7 +125,7 @@ class KvtierScheduler:
         """Blocks a..b of request rid, its pages pinned in vLLM's pool until
         every worker is done with them."""
         ids = tuple(g[a:b] for g in (pages or r.block_ids))
-        t = Transfer(rid, r.keys[a * KEY_BYTES: b * KEY_BYTES], ids)
+        t = Transfer(rid, r.keys[a * KEY_BYTES: b * KEY_BYTES], ids, failures=r.failures)
         if self._pool is not None:
             held = [self._pool.blocks[p] for g in ids for p in g if p >= 0]
             self._pool.touch(held)
@@ -144,33 +159,22 @@ class KvtierScheduler:
         for i, rid in enumerate(cached.req_ids):
             steps.append((rid, cached.new_block_ids[i], rid in cached.resumed_req_ids,
                           cached.num_computed_tokens[i]))
-        scheduled = {step[0] for step in steps}
-        for rid, (a, b, pages) in list(self._pending_loads.items()):
-            if pages is None or rid in scheduled:
-                continue
+        for rid, (a, b, pages) in self._pending_loads.items():
             # Waits in WAITING_FOR_REMOTE_KVS: scheduled once loaded.
             r = self._requests[rid]
             r.block_ids = pages
-            meta.async_loads.append(self._transfer(rid, r, a, b))
+            meta.loads.append(self._transfer(rid, r, a, b))
             r.done = max(r.done, b)
-            del self._pending_loads[rid]
+        self._pending_loads.clear()
         for rid, block_ids, new, computed in steps:
             r = self._track(rid, block_ids, new)
             if r is None or not r.block_ids:
                 continue
             n_keys = len(r.keys) // KEY_BYTES
-            load = self._pending_loads.pop(rid, None)
-            if load is not None:
-                a, b, _ = load
-                meta.loads.append(Transfer(rid, r.keys[a * KEY_BYTES: b * KEY_BYTES],
-                                           tuple(g[a:b] for g in r.block_ids)))
-                r.done = max(r.done, b)
-            else:
-                # vLLM computes from `computed` on.  After a failed load
-                # (a key that was staging turned out a miss) it has moved
-                # back to the first failed block: what it recomputes is
-                # not in kvtierd, and is stored once computed.
-                r.done = min(r.done, computed // self._block)
+            # vLLM computes from `computed` on.  After a failed load it has
+            # moved back to the first failed block: what it recomputes is
+            # not in kvtierd, and is stored once computed.
+            r.done = min(r.done, computed // self._block)
             # Blocks whose every token is computed by the end of this step
             # (computed counts vLLM's and kvtier's hits).
             full = min(n_keys, (computed + scheduler_output.num_scheduled_tokens.get(rid, 0))
@@ -198,13 +202,18 @@ class KvtierScheduler:
     def update_connector_output(self, connector_output):
         # A request whose load failed is computed by vLLM, which asks for
         # its blocks again: it is not offered them again (they would fail
-        # again the same way, for ever).
+        # again the same way, for ever).  The stores built from now on say
+        # that the scheduler knows of the failure.
         failed = set(getattr(connector_output, "failed_recving", None) or ())
         bad = getattr(connector_output, "invalid_block_ids", None)
         if bad:
             failed.update(rid for rid, r in self._requests.items()
                           if r.block_ids and not bad.isdisjoint(r.block_ids[0]))
         self._load_failed.update(failed)
+        for rid in failed:
+            r = self._requests.get(rid)
+            if r is not None:
+                r.failures += 1
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if not isinstance(meta, KvtierWorkerMetadata) or self._pool is None:
             return

@@ -3,9 +3,16 @@
 tensor-parallel rank): reads the attention backend's layout from the
 cache views vLLM registers, copies the blocks the scheduler names
 between kvtierd and those views (on the CPU, or through the library's
-CUDA path), and reports what failed to load and which copies are done."""
+CUDA path) on its mover thread, and reports what failed to load and
+which copies are done.
 
-import errno
+A request whose load failed stores nothing that a step computed before
+vLLM heard of the failure (the store's ``failures`` count is below the
+worker's for that request): such a step read pages the load never
+filled.  vLLM does not run one while loads are asynchronous; should it
+ever, the blocks are not stored, and are deleted from kvtierd in case
+another rank, which did not see the failure, stored its part of them."""
+
 import logging
 import threading
 from collections import Counter
@@ -27,8 +34,6 @@ log = logging.getLogger("kvtier.vllm")
 # remote tier (the request waits, not the batch); later ones are
 # recomputed.
 _STAGE_TIMEOUT_MS = 10000
-# A CUDA job's status for a block whose copy is still under way.
-_IN_FLIGHT = -errno.EINPROGRESS
 
 
 def _backend_name(vllm_config, layer_name: str) -> str:
@@ -52,17 +57,6 @@ def _cpu_isa(vllm_config, layer_name: str, view) -> str | None:
     return isa
 
 
-def _least_over_ranks(values: list[int]) -> list[int]:
-    """Each of values, the least any rank of vLLM's tensor-parallel group
-    has for it (every rank calls this with as many, in the same step)."""
-    import torch.distributed as dist
-    from vllm.distributed.parallel_state import get_tp_group
-
-    t = torch.tensor(values, dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=get_tp_group().cpu_group)
-    return t.tolist()
-
-
 class KvtierWorker:
     def __init__(self, config: Config, vllm_config, kv_cache_config):
         self._config = config
@@ -79,16 +73,16 @@ class KvtierWorker:
         self._shard = 0  # the shard it reads
         self._writer = True  # whether it writes that shard
         self._device = None  # CUDA device index of the caches, or None (host memory)
-        # (client, kvtier.CudaContext) of vLLM's thread and of the mover's
-        # (a context serves one thread at a time), made at their first copy.
+        # (client, kvtier.CudaContext) of the mover's thread, made at its
+        # first copy.
         self._cuda = None
-        self._mover_cuda = None
-        self._layer_index: dict[str, int] = {}
-        self._step_jobs: list = []  # this step's loads on a GPU (wait_for_layer_load)
-        self._load_jobs: list = []  # (job, statuses at submission) of loads not seen complete
         self._load_errors: set[int] = set()
         self._failed_recving: set[str] = set()  # hybrid: requests whose load failed
-        self._failed_reqs: set[str] = set()  # this step's requests with a failed load
+        # Each unfinished request's failed loads, as this worker saw them;
+        # its loads under way; and the requests vLLM finished while one was.
+        self._failures: Counter = Counter()
+        self._loading: Counter = Counter()
+        self._finished: set[str] = set()
         self.stats = {"loaded_blocks": 0, "load_failures": 0, "stored_blocks": 0,
                       "store_skipped": 0, "async_loads": 0}
         self._lock = threading.Lock()  # the mover's thread and vLLM's
@@ -99,11 +93,9 @@ class KvtierWorker:
 
     def shutdown(self):
         self.mover.close()  # the copies under way finish first
-        self._close_loads()
-        for held in (self._cuda, self._mover_cuda):
-            if held is not None:
-                held[1].close()
-        self._cuda = self._mover_cuda = None
+        if self._cuda is not None:
+            self._cuda[1].close()
+            self._cuda = None
         self._conn.close()
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]):
@@ -156,33 +148,20 @@ class KvtierWorker:
             raise NotImplementedError(f"kvtier.vllm: caches on {first.device.type} are not "
                                       "supported; run without the kvtier connector")
         ident.check_device(first.device.type, "kvtier.vllm")
-        # A load's layers are counted across the groups, in block order.
-        order = [n for group, _ in groups for n in group]
-        self._layer_index = {n: i for i, n in enumerate(order)}
         log.info("kvtier: %d layers in %d groups registered (%s, %s kernel pages per block), "
                  "rank %d", len(names), len(groups), _backend_name(self._vllm_config, names[0]),
                  "/".join(str(g.pages_per_block) for g in self._geometries), self._rank)
 
-    def _context(self, ns, mover: bool):
-        """The CUDA context of the mover's thread or of vLLM's, on ns's
-        client (a new one after kvtierd restarted)."""
+    def _context(self, ns):
+        """The mover's CUDA context on ns's client (a new one after kvtierd
+        restarted)."""
         from .. import CudaContext
 
-        slot = "_mover_cuda" if mover else "_cuda"
-        held = getattr(self, slot)
-        if held is None or held[0] is not ns.client:
-            if held is not None:
-                if not mover:
-                    self._close_loads()
-                held[1].close()
-            held = (ns.client, CudaContext(ns.client, self._device))
-            setattr(self, slot, held)
-        return held[1]
-
-    def _close_loads(self) -> None:
-        for job, _ in self._load_jobs:
-            job.close()  # waits for its copies, then releases its leases
-        self._load_jobs, self._step_jobs = [], []
+        if self._cuda is None or self._cuda[0] is not ns.client:
+            if self._cuda is not None:
+                self._cuda[1].close()
+            self._cuda = (ns.client, CudaContext(ns.client, self._device))
+        return self._cuda[1]
 
     def _indices(self, t: Transfer) -> list[list[int]]:
         """What each group's Layout names the transfer's pages by."""
@@ -192,53 +171,18 @@ class KvtierWorker:
     def _copy(self, load: bool, ns, t: Transfer, event=None) -> tuple[int, list[int]]:
         """Load or store a transfer's blocks between kvtierd and vLLM's
         pages, waited for: how many were copied, and the per-block
-        statuses.  On a GPU (from the mover only) through the mover's CUDA
-        context, after event (a torch.cuda.Event recorded on the compute
-        stream)."""
+        statuses.  On a GPU through the mover's CUDA context, after event
+        (a torch.cuda.Event recorded on the compute stream)."""
         idx = self._indices(t)
         if self._device is None:
             op = ns.load_paged if load else ns.store_paged
             return op(self._shard, None, t.keys, groups=self._layouts, group_indices=idx)
-        ctx = self._context(ns, mover=True)
+        ctx = self._context(ns)
         submit = ctx.load if load else ctx.store
         with submit(ns, self._shard, None, t.keys, event=event.cuda_event, after="event",
                     groups=self._layouts, group_indices=idx) as job:
             status = job.wait()
         return sum(1 for x in status if x == 0), status
-
-    def _load_on_stream(self, ns, t: Transfer) -> list[int]:
-        """A load on a GPU, queued after the work on the compute stream,
-        which waits for it on the GPU (before the forward, or layer by
-        layer in wait_for_layer_load); the CPU does not wait.  Returns the
-        statuses known at once (leases refused); copies under way read
-        _IN_FLIGHT."""
-        stream = torch.cuda.current_stream(self._device).cuda_stream
-        job = self._context(ns, mover=False).load(ns, self._shard, None, t.keys, stream=stream,
-                                                  groups=self._layouts,
-                                                  group_indices=self._indices(t))
-        if self._config.layerwise:
-            self._step_jobs.append(job)
-        else:
-            job.wait_stream(stream)
-        status = job.poll()[1]
-        self._load_jobs.append((job, status))
-        return status
-
-    def _reap_loads(self) -> None:
-        """Loads on a GPU seen complete give their leases back; a copy that
-        failed after its submission (the GPU's own error) is reported."""
-        left = []
-        for job, queued in self._load_jobs:
-            done, status = job.poll()
-            if not done:
-                left.append((job, queued))
-                continue
-            failed = sum(1 for q, x in zip(queued, status) if q == _IN_FLIGHT and x < 0)
-            if failed:
-                log.error("kvtier: %d block copies to the GPU failed after they were queued "
-                          "(the GPU's error); the step read what the pages held", failed)
-            job.close()
-        self._load_jobs = left
 
     def _open_shard(self, ns) -> None:
         self._shard, self._writer = shard_of(self._rank, ns.info["shards"],
@@ -249,7 +193,21 @@ class KvtierWorker:
         if t.pin:
             self._done_pins.append(t.pin)
 
-    def _load_async(self, ns, t: Transfer, event) -> None:
+    def _loaded(self, t: Transfer, good: int) -> None:
+        """t's load is over, its first good blocks loaded: reported at the
+        next get_finished (called with the lock held)."""
+        self._received.append((t.req_id, tuple(g[good:] for g in t.block_ids), good))
+        if good < len(t.keys) // KEY_BYTES:
+            self._failures[t.req_id] += 1
+        self._loading[t.req_id] -= 1
+        if not self._loading[t.req_id]:
+            del self._loading[t.req_id]
+            if t.req_id in self._finished:
+                self._finished.discard(t.req_id)
+                self._failures.pop(t.req_id, None)
+        self._done(t)
+
+    def _load(self, ns, t: Transfer, event) -> None:
         status = None
         try:
             # Staging from NVMe or the remote tier began at the lookup.
@@ -259,9 +217,19 @@ class KvtierWorker:
             log.warning("kvtier: load failed: %s", e)
         finally:
             n = len(t.keys) // KEY_BYTES
-            bad = n if status is None else next((i for i, x in enumerate(status) if x < 0), n)
+            good = n if status is None else next((i for i, x in enumerate(status) if x < 0), n)
             with self._lock:
-                self._received.append((t.req_id, tuple(g[bad:] for g in t.block_ids), bad))
+                self._loaded(t, good)
+
+    def _drop(self, ns, t: Transfer) -> None:
+        """Deletes t's blocks from kvtierd: a step computed them over pages
+        a failed load never filled."""
+        try:
+            ns.delete(t.keys)
+        except Error as e:
+            log.warning("kvtier: blocks computed after a failed load not deleted: %s", e)
+        finally:
+            with self._lock:
                 self._done(t)
 
     def _store(self, ns, t: Transfer, event) -> None:
@@ -282,66 +250,28 @@ class KvtierWorker:
         self.mover.drain()
 
     def start_load_kv(self, meta) -> None:
-        self._failed_reqs = set()  # for this step's wait_for_save
-        self._step_jobs = []
-        if not isinstance(meta, KvtierConnectorMetadata):
-            return
-        if not meta.loads and not meta.async_loads:
+        """Hands the step's loads to the mover; get_finished reports each
+        once it is over, with its failed blocks."""
+        if not isinstance(meta, KvtierConnectorMetadata) or not meta.loads:
             return
         ns = self._conn.namespace()
         if ns is not None:
             self._open_shard(ns)
         # On a GPU the pages may still be read by work queued before this
         # step (a freed block given to a new request): copies start after it.
-        event = self._compute_event() if meta.async_loads else None
-        for t in meta.async_loads:
+        event = self._compute_event()
+        for t in meta.loads:
             self.stats["async_loads"] += 1
+            with self._lock:
+                self._loading[t.req_id] += 1
             if ns is None or not self._layouts:
                 with self._lock:
-                    self._received.append((t.req_id, t.block_ids, 0))
-                    self._done(t)
+                    self._loaded(t, 0)
             else:
-                self.mover.submit(lambda t=t: self._load_async(ns, t, event))
-        if not meta.loads:
-            return
-        firsts = []  # each load's first failed block
-        for t in meta.loads:
-            status = None
-            if ns is not None and self._layouts:
-                try:
-                    if self._device is None:
-                        _, status = self._copy(True, ns, t)
-                    else:
-                        status = self._load_on_stream(ns, t)
-                except Error as e:
-                    log.warning("kvtier: load failed: %s", e)
-            # A failed block and every block after it are recomputed.
-            n = len(t.keys) // KEY_BYTES
-            firsts.append(n if status is None else next(
-                (i for i, s in enumerate(status) if s < 0 and s != _IN_FLIGHT), n))
-        # The ranks compute each request together: a load that failed on
-        # one rank fails on all, from the first block any rank missed.
-        if self._identity.tp_size > 1:
-            firsts = _least_over_ranks(firsts)
-        for bad, t in zip(firsts, meta.loads):
-            self.stats["loaded_blocks"] += bad
-            n = len(t.keys) // KEY_BYTES
-            if bad < n:
-                self.stats["load_failures"] += n - bad
-                self._load_errors.update(t.block_ids[0][bad:])
-                self._failed_reqs.add(t.req_id)
+                self.mover.submit(lambda t=t: self._load(ns, t, event))
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        """With layerwise on a GPU: the compute stream waits for this
-        layer of the step's loads, the later layers still copying."""
-        if not self._step_jobs:
-            return  # none, on the CPU, or waited for before the forward
-        layer = self._layer_index.get(layer_name)
-        if layer is None:
-            return
-        stream = torch.cuda.current_stream(self._device).cuda_stream
-        for job in self._step_jobs:
-            job.wait_layer(layer, stream)
+        return  # a load is over before its request is scheduled
 
     def _compute_event(self):
         """On a GPU, an event recorded on the compute stream now; else None."""
@@ -357,7 +287,6 @@ class KvtierWorker:
         worker is done with them); on a GPU on the library's store stream,
         after an event recorded here, at the end of the forward that
         computed them."""
-        self._step_jobs = []
         if not isinstance(meta, KvtierConnectorMetadata) or not meta.stores:
             return
         ns = self._conn.namespace()
@@ -365,15 +294,20 @@ class KvtierWorker:
             self._open_shard(ns)
         event = self._compute_event()
         for t in meta.stores:
-            # What this step computed after a failed load (on any rank)
-            # rests on pages that were never filled: vLLM computes it
-            # again, and it is stored then.
-            failed = t.req_id in self._failed_reqs
-            if failed or ns is None or not self._layouts or not self._writer:
+            with self._lock:
+                poisoned = t.failures < self._failures.get(t.req_id, 0)
+            if poisoned:
+                log.error("kvtier: request %s: a step scheduled before vLLM heard of its "
+                          "failed load computed %d blocks; not stored", t.req_id,
+                          len(t.keys) // KEY_BYTES)
+            if poisoned or ns is None or not self._layouts or not self._writer:
                 with self._lock:
-                    if self._writer or failed:
+                    if self._writer or poisoned:
                         self.stats["store_skipped"] += len(t.keys) // KEY_BYTES
-                    self._done(t)  # another rank of its replica group writes the shard
+                    if not poisoned or ns is None:
+                        self._done(t)  # another rank of its replica group writes the shard
+                if poisoned and ns is not None:
+                    self.mover.submit(lambda t=t: self._drop(ns, t))
                 continue
             self.mover.submit(lambda t=t: self._store(ns, t, event))
 
@@ -397,10 +331,15 @@ class KvtierWorker:
     def get_finished(self, finished_req_ids):
         """The asynchronous loads that are done (their failed blocks go to
         get_block_ids_with_load_errors, which vLLM asks next, in the same
-        step; a hybrid model's failed request to failed_recving)."""
-        self._reap_loads()
+        step; a hybrid model's failed request to failed_recving).  The
+        requests vLLM finished are forgotten."""
         with self._lock:
             received, self._received = self._received, []
+            for rid in finished_req_ids or ():
+                if rid in self._loading:
+                    self._finished.add(rid)  # forgotten once its load is over
+                else:
+                    self._failures.pop(rid, None)
         for rid, failed, loaded in received:
             self.stats["loaded_blocks"] += loaded
             if failed[0]:
