@@ -161,10 +161,10 @@ def fail_at_load(engine, checker, key: bytes, nth: int = 1):
     return seen
 
 
-def store(start, async_sched: bool, ids: list[int], model: vl.Model) -> None:
+def store(start, async_sched: bool, ids: list[int], model: vl.Model, **kw) -> None:
     """An engine computes ids and stores their blocks, with the
     reference's tokens."""
-    a = start(async_sched=async_sched)
+    a = start(async_sched=async_sched, **kw)
     r = a.add("a", ids)
     a.run()
     assert list(r.output_token_ids) == reference_tokens(model, ids)
@@ -183,19 +183,18 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("policy", ["recompute", "fail"])
-@pytest.mark.parametrize("case", list(CASES))
-def test_failed_load(engines, checker, case, policy, async_sched):
+def failed_load(engines, checker, case: str, policy: str, async_sched: bool, seed: int,
+                **kw) -> None:
+    """One case of CASES (the module docstring), kw: more of the engines'
+    arguments."""
     n, stored, bad = CASES[case]
-    seed = 100 + list(CASES).index(case) * 4 + (policy == "fail") * 2 + async_sched
     ids = kvtd.prompt_ids(n, seed)
     model = checker.model
-    store(engines, async_sched, ids[: stored * B + 1], model)
+    store(engines, async_sched, ids[: stored * B + 1], model, **kw)
     keys = checker.keys(ids)
     assert checker.held(ids, model) == list(range(stored))
 
-    b = engines(async_sched=async_sched, policy=policy)
+    b = engines(async_sched=async_sched, policy=policy, **kw)
     seen = fail_at_load(b, checker, keys[bad])
     rb = b.add("b", ids)
     b.run()
@@ -214,7 +213,7 @@ def test_failed_load(engines, checker, case, policy, async_sched):
         assert list(rb.output_token_ids) == []
         assert held == [i for i in range(stored) if i != bad]
 
-    c = engines(async_sched=async_sched)
+    c = engines(async_sched=async_sched, **kw)
     rc = c.add("c", ids)
     c.run()
     assert c.wrong == []
@@ -224,20 +223,23 @@ def test_failed_load(engines, checker, case, policy, async_sched):
 
 
 @pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
-def test_failed_load_after_preemption(engines, checker, async_sched):
-    """A request that loaded its prefix is preempted by another that grows,
-    and its load when it is resumed fails: it is computed from the failed
-    block with the reference's tokens, and what is stored is the
-    reference's."""
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_failed_load(engines, checker, case, policy, async_sched):
+    seed = 100 + list(CASES).index(case) * 4 + (policy == "fail") * 2 + async_sched
+    failed_load(engines, checker, case, policy, async_sched, seed)
+
+
+def failed_load_after_preemption(engines, checker, async_sched: bool, seed: int, **kw):
     n = 12 * B + 5
-    ids = kvtd.prompt_ids(n, 90 + async_sched)
+    ids = kvtd.prompt_ids(n, seed)
     model = checker.model
-    store(engines, async_sched, ids, model)
+    store(engines, async_sched, ids, model, **kw)
     keys = checker.keys(ids)
     # A pool that holds both requests at first, not once the other grows.
-    b = engines(async_sched=async_sched, pages=17)
+    b = engines(async_sched=async_sched, pages=17, **kw)
     seen = fail_at_load(b, checker, keys[4], nth=2)
-    other = kvtd.prompt_ids(3 * B - 1, 190 + async_sched)
+    other = kvtd.prompt_ids(3 * B - 1, seed + 100)
     r0 = b.add("grows", other, max_tokens=60)
     r1 = b.add("resumed", ids, max_tokens=24)
     b.run()
@@ -251,24 +253,37 @@ def test_failed_load_after_preemption(engines, checker, async_sched):
 
 
 @pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
-def test_round_trip_and_reference(engines, checker, async_sched):
-    """Without a failure every block round-trips byte for byte, and an
-    engine without kvtier gives the reference's tokens (the played model
-    is what the checks assume)."""
-    ids = kvtd.prompt_ids(12 * B + 5, 80 + async_sched)
+def test_failed_load_after_preemption(engines, checker, async_sched):
+    """A request that loaded its prefix is preempted by another that grows,
+    and its load when it is resumed fails: it is computed from the failed
+    block with the reference's tokens, and what is stored is the
+    reference's."""
+    failed_load_after_preemption(engines, checker, async_sched, 90 + async_sched)
+
+
+def round_trip(engines, checker, async_sched: bool, seed: int, **kw):
+    ids = kvtd.prompt_ids(12 * B + 5, seed)
     model = checker.model
-    plain = engines(sock=None, async_sched=async_sched)
+    plain = engines(sock=None, async_sched=async_sched, **kw)
     r = plain.add("plain", ids)
     plain.run()
     assert list(r.output_token_ids) == reference_tokens(model, ids)
-    store(engines, async_sched, ids, model)
+    store(engines, async_sched, ids, model, **kw)
     assert checker.held(ids, model) == list(range(12))
-    c = engines(async_sched=async_sched)
+    c = engines(async_sched=async_sched, **kw)
     rc = c.add("c", ids)
     c.run()
     assert c.wrong == [] and list(rc.output_token_ids) == reference_tokens(model, ids)
     c.worker.drain()
     assert c.worker.stats["loaded_blocks"] == 12
+
+
+@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
+def test_round_trip_and_reference(engines, checker, async_sched):
+    """Without a failure every block round-trips byte for byte, and an
+    engine without kvtier gives the reference's tokens (the played model
+    is what the checks assume)."""
+    round_trip(engines, checker, async_sched, 80 + async_sched)
 
 
 def test_store_from_before_the_failure_was_heard(engines, checker):

