@@ -17,7 +17,7 @@ the order of one of vLLM's model runners:
   does not run on the CPU: its own connector wrapper, vLLM 0.32's
   ActiveKVConnector (v1/worker/gpu/kv_connector.py), called as vLLM
   0.33's GPUModelRunner calls it (v1/worker/gpu/model_runner.py):
-  execute_model calls no_forward for a step with no tokens (1791-1796,
+  execute_model calls no_forward for a step with no tokens (1792-1797,
   1850-1853), else pre_forward before the forward (2056-2058 with full
   CUDA graphs, 2081 inside the forward context) and finish_forward after
   it (2099); sample_tokens then calls post_forward (2258-2261) and, with
