@@ -261,6 +261,43 @@ def test_failed_load_after_preemption(engines, checker, async_sched):
     failed_load_after_preemption(engines, checker, async_sched, 90 + async_sched)
 
 
+@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
+def test_preemption_while_stores_hold_pages(engines, checker, async_sched):
+    """Stores under way (the mover held) pin the pages of a running
+    request: releasing them would give vLLM no page back, so vLLM preempts
+    that request for one that grows rather than wait for the stores
+    (has_pending_block_frees); once they are done, both requests finish
+    with the reference's tokens and kvtierd holds the reference's blocks.
+    The connector asks vLLM not to drop a preempted request's output in
+    flight (requires_kv_delivery)."""
+    import threading
+
+    b = engines(async_sched=async_sched, pages=17)
+    assert b.sched.requires_kv_delivery is False
+    ids = kvtd.prompt_ids(12 * B + 5, 95 + async_sched)
+    other = kvtd.prompt_ids(3 * B - 1, 195 + async_sched)
+    held = threading.Event()
+    b.drain = False
+    b.worker.side.mover.submit(held.wait)
+    try:
+        r0 = b.add("grows", other, max_tokens=60)
+        r1 = b.add("pinned", ids, max_tokens=24)
+        for _ in range(80):
+            if r1.num_preemptions:
+                break
+            b.step()
+        assert r1.num_preemptions, "vLLM waited for stores that free no page"
+        assert b.conn.side._pins  # the stores still wait
+    finally:
+        held.set()
+    b.drain = True
+    b.run()
+    assert b.wrong == []
+    assert list(r1.output_token_ids) == reference_tokens(checker.model, ids, 24)
+    assert list(r0.output_token_ids) == reference_tokens(checker.model, other, 60)
+    assert checker.held(ids, checker.model) == list(range(12))
+
+
 def round_trip(engines, checker, async_sched: bool, seed: int, **kw):
     ids = kvtd.prompt_ids(12 * B + 5, seed)
     model = checker.model

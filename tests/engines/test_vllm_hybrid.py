@@ -360,3 +360,32 @@ def test_a_failed_load_is_not_offered_again(engines):
     assert b.worker.stats["load_failures"] == (PROMPT - 1) // BLOCK
     assert rb.status == RequestStatus.FINISHED_LENGTH_CAPPED, rb.status
     assert list(rb.output_token_ids) == list(ra.output_token_ids)
+
+
+def test_refused_at_start(model, one_rank):
+    """What kvtier does not store is refused when the connector is made or
+    its caches registered, each with a message naming it: a KV cache group
+    of Mamba state, a speculative decoding draft model's cache layers
+    (more layers than the model has), pipeline parallelism."""
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
+
+    e = Engine(model, "/nonexistent/kvtierd.sock")
+    try:
+        mamba = MambaSpec(block_size=BLOCK, shapes=((4, 8),), dtypes=(torch.bfloat16,))
+        cfg = KVCacheConfig(num_blocks=PAGES, kv_cache_tensors=[],
+                            kv_cache_groups=[KVCacheGroupSpec(e.names[:2], mamba)])
+        for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+            with pytest.raises(NotImplementedError, match="KV cache group of MambaSpec"):
+                KvtierConnector(e.cfg, role, cfg)
+        # One cache layer more than the model's: a draft model's.
+        w = KvtierConnector(e.cfg, KVConnectorRole.WORKER, e.kv_cfg)
+        more = dict(e.caches, **{"drafter.layers.0.attn": e.caches[e.names[0]]})
+        with pytest.raises(NotImplementedError, match="speculative decoding"):
+            w.register_kv_caches(more)
+        w.shutdown()
+        e.cfg.parallel_config.pipeline_parallel_size = 2
+        for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+            with pytest.raises(NotImplementedError, match="pipeline parallelism"):
+                KvtierConnector(e.cfg, role, e.kv_cfg)
+    finally:
+        e.close()

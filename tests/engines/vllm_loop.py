@@ -250,6 +250,9 @@ class Engine:
         self.queue: deque = deque()  # the batch queue: (scheduler output, model output)
         self.wrong: list[str] = []  # reads that found other bytes than the reference
         self.on_schedule = None  # called with each scheduler output before it runs
+        # The mover's copies waited for within each step (the same steps
+        # each run); off, they end when the mover gets to them.
+        self.drain = True
         self.steps = 0
 
     def identity(self):
@@ -368,7 +371,8 @@ class Engine:
         hooks = self.hooks
         if out.total_num_scheduled_tokens == 0:
             res = hooks.no_forward(out)
-            self.worker.drain()
+            if self.drain:
+                self.worker.drain()
             return res
         ids = list(out.num_scheduled_tokens)
         batch = SimpleNamespace(idx_mapping=torch.arange(len(ids)), req_ids=ids,
@@ -380,7 +384,8 @@ class Engine:
         kv = hooks.post_forward(out.finished_req_ids, defer_finalize=self.spec)
         if self.spec:
             hooks.finalize_step()
-        self.worker.drain()
+        if self.drain:
+            self.worker.drain()
         return self._output(sampled, kv)
 
     def execute(self, out) -> ModelRunnerOutput:
@@ -400,7 +405,8 @@ class Engine:
             if not out.has_sync_kv_loads:
                 w.start_load_kv(None)
             w.wait_for_save()
-            w.drain()  # the mover's copies done within the step: the same steps each run
+            if self.drain:
+                w.drain()
             results = w.get_transfer_results(out.finished_req_ids)
             kv = KVConnectorOutput(finished_recving=results.finished_recving,
                                    failed_recving=results.failed_recving,

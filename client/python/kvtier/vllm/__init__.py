@@ -122,6 +122,14 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._worker = KvtierWorker(config, vllm_config, kv_cache_config)
 
     @property
+    def requires_kv_delivery(self) -> bool:
+        # A best-effort cache: a preempted request's output in flight need
+        # not be dropped, since the pages a store under way reads stay
+        # pinned until it is done, and a store that does not happen is a
+        # miss later.
+        return False
+
+    @property
     def side(self):
         """This role's side: a KvtierScheduler or a KvtierWorker."""
         return self._scheduler or self._worker

@@ -53,6 +53,17 @@ def identity_of(vllm_config, extra: dict, kv_cache_config=None) -> ModelIdentity
     if pc.pipeline_parallel_size > 1:
         raise NotImplementedError("kvtier.vllm: pipeline parallelism is not supported yet; "
                                   "run without the kvtier connector")
+    dcp = getattr(pc, "decode_context_parallel_size", 1)
+    pcp = getattr(pc, "prefill_context_parallel_size", 1)
+    if dcp > 1 or pcp > 1:
+        # A block then covers block_size x dcp tokens spread over the ranks,
+        # each holding other tokens of it, where kvtier's ranks each store
+        # their heads of every token.
+        raise NotImplementedError(
+            f"kvtier.vllm: decode context parallelism (--decode-context-parallel-size "
+            f"{dcp}) and prefill context parallelism (--prefill-context-parallel-size "
+            f"{pcp}) spread a block's tokens over the ranks, which kvtier does not store; "
+            "run with both at 1 or without the kvtier connector")
     if getattr(mc, "enable_sleep_mode", False):
         # Sleep gives the cache's GPU memory back under the same addresses,
         # and nothing tells a connector: a copy under way or after it would

@@ -57,6 +57,7 @@ class KvtierScheduler:
         self._pool = None  # vLLM's block pool (bind_gpu_block_pool)
         self._null = 0  # its null block's id
         self._pins: dict[int, list] = {}  # pin -> the pool's blocks it holds
+        self._pinned: Counter = Counter()  # block id -> the pins that hold it
         self._pin_reports: Counter = Counter()  # pin -> workers that are done with it
         self._next_pin = 0
         self.stats = {"lookups": 0, "hit_tokens": 0, "retained_blocks": 0, "ended_blocks": 0}
@@ -132,6 +133,7 @@ class KvtierScheduler:
             self._next_pin += 1
             t.pin = self._next_pin
             self._pins[t.pin] = held
+            self._pinned.update(b.block_id for b in held)
         return t
 
     def _stored_runs(self, r: _Request, a: int, b: int) -> list[tuple[int, int]]:
@@ -221,10 +223,19 @@ class KvtierScheduler:
             self._pin_reports[pin] += n
             if self._pin_reports[pin] >= self._config.workers:
                 del self._pin_reports[pin]
-                self._pool.free_blocks(self._pins.pop(pin, ()))
+                held = self._pins.pop(pin, ())
+                self._pinned.subtract(b.block_id for b in held)
+                self._pool.free_blocks(held)
+        self._pinned += Counter()  # drops the blocks no pin holds
 
     def has_pending_block_frees(self) -> bool:
-        return bool(self._pins)
+        """Whether a copy under way holds pages that only it holds: pages
+        vLLM will have back when the copy is done.  Pages of a running
+        request under a store would not come free then: vLLM preempts
+        rather than wait for them."""
+        if self._pool is None:
+            return False
+        return any(self._pool.blocks[b].ref_cnt <= n for b, n in self._pinned.items())
 
     def has_pending_push_work(self) -> bool:
         # The engine steps on while copies hold pages, to hear that they
