@@ -271,6 +271,50 @@ def test_refused_at_start(daemon):
                             sp.HEADS + 1, sp.HEAD)
 
 
+def test_pools_kvtier_cannot_read_refused_by_name(daemon, caplog):
+    """Host pools whose pages are not per-head K and V alone are refused
+    when SGLang attaches them, each naming what it is: an MXFP8 KV cache's
+    pool (per-page scales beside kv_buffer, SGLang's own class), a unified
+    memory pool (pages of its own format), a speculative decoding draft
+    model's KV (packed beside the target's, or registered as a draft
+    pool).  A model named by something that is not a directory of weights
+    is said to have no weights fingerprint."""
+    import logging
+
+    from sglang.srt.mem_cache.pool_host.group import HostPoolGroup, PoolEntry
+    from sglang.srt.mem_cache.pool_host.mha_mxfp8 import MHATokenToKVPoolMXFP8Host
+    from sglang.srt.mem_cache.pool_host.unified import UnifiedPageEnvelopeHostPool
+
+    base = sp.host_pool("page_first")
+    # SGLang builds these on GPUs only (their write-back kernels): the state
+    # their constructors leave, over a CPU pool.
+    mx = object.__new__(MHATokenToKVPoolMXFP8Host)
+    mx.__dict__.update(base.__dict__)
+    mx.k_scale_host = torch.zeros(base.page_num, base.layer_num, 16, dtype=torch.uint8)
+    mx.v_scale_host = torch.zeros(base.page_num, base.layer_num, 16, dtype=torch.uint8)
+    with pytest.raises(NotImplementedError, match="MHATokenToKVPoolMXFP8Host keeps per-page "
+                                                  "scales"):
+        sp.backend(mx, daemon.socket)
+    unified = object.__new__(UnifiedPageEnvelopeHostPool)
+    unified.__dict__.update(page_size=sp.PAGE, layout="page_first", dtype=torch.uint8,
+                            layer_num=1, page_num=8,
+                            kv_buffer=torch.zeros(8 * sp.PAGE * 64, dtype=torch.uint8))
+    with pytest.raises(NotImplementedError, match="UnifiedPageEnvelopeHostPool.*unified memory"):
+        sp.backend(unified, daemon.socket)
+    packed = HostPoolGroup([PoolEntry("kv", base, None, lambda i: i, True,
+                                      packed_draft_device_pools=(object(),))])
+    with pytest.raises(NotImplementedError, match="kv hold a speculative decoding draft"):
+        sp.backend(packed, daemon.socket)
+    b = sp.backend(base, daemon.socket)
+    with pytest.raises(NotImplementedError, match="draft hold a speculative decoding draft"):
+        b.register_mem_host_pool_v2(sp.host_pool("page_first", seed=2), "draft")
+    b.close()
+    with caplog.at_level(logging.WARNING, logger="kvtier.sglang"):
+        sp.backend(base, daemon.socket, model="served-name").close()
+    assert "'served-name' is not a local directory" in caplog.text
+    assert "no weights fingerprint" in caplog.text
+
+
 # ---- one prefix, SGLang and transformers ------------------------------
 
 HF_PAGES = 4  # pages of the prefix

@@ -31,6 +31,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 from vllm.distributed.parallel_state import (  # noqa: E402
     init_distributed_environment,
     initialize_model_parallel,
+    model_parallel_is_initialized,
 )
 from vllm.engine.arg_utils import EngineArgs  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
@@ -107,12 +108,13 @@ class Engine:
             self.worker.register_kv_caches(self.caches)
         # Copies handed to the worker's mover thread, counted (run).
         self.submitted = 0
-        submit = self.worker._submit
+        mover = self.worker.side.mover
+        submit = mover.submit
 
         def counted(job):
             self.submitted += 1
             submit(job)
-        self.worker._submit = counted
+        mover.submit = counted
         hash_fn = get_hash_fn_by_name(self.cfg.cache_config.prefix_caching_hash_algo)
         init_none_hash(hash_fn)
         self.hasher = get_request_block_hasher(BLOCK, hash_fn)
@@ -199,13 +201,13 @@ class Engine:
         count towards limit."""
         busy = stuck = 0
         while not (until() if until else not self.sched.has_requests()):
-            before = (self.submitted, self.worker._jobs.unfinished_tasks)
+            before = (self.submitted, self.worker.side.mover.pending)
             if self.step():
                 busy, stuck = busy + 1, 0
             else:
                 # Nothing scheduled, nothing handed to the mover and nothing
                 # left to it, three times running: no progress is possible.
-                after = (self.submitted, self.worker._jobs.unfinished_tasks)
+                after = (self.submitted, self.worker.side.mover.pending)
                 stuck = stuck + 1 if before == after == (before[0], 0) else 0
             if busy > limit or stuck > 2:
                 raise AssertionError("the engine did not finish its requests")
@@ -219,6 +221,8 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def one_rank(tmp_path_factory, model):
     """vLLM's tensor-parallel group of one rank (gloo), as a worker has."""
+    if model_parallel_is_initialized():  # by another test module in this process
+        return
     cfg = EngineArgs(model=model, block_size=BLOCK).create_engine_config()
     with set_current_vllm_config(cfg):
         init_distributed_environment(
@@ -279,11 +283,11 @@ def test_pages_under_a_copy_are_not_given_out(engines):
     a = start()
     free = a.pool.get_num_free_blocks()
     held = threading.Event()
-    a.worker._submit(held.wait)  # the mover is busy until held is set
+    a.worker.side.mover.submit(held.wait)  # the mover is busy until held is set
     try:
         r1 = a.add("r1", seed=7)
         a.run(until=lambda: finished(r1))
-        pinned = {b.block_id for blocks in a.conn._pins.values() for b in blocks}
+        pinned = {b.block_id for blocks in a.conn.side._pins.values() for b in blocks}
         assert len(pinned) == 2 * (PROMPT // BLOCK)  # both groups' pages of every stored block
         assert a.pool.get_num_free_blocks() == free - len(pinned)
         assert all(a.pool.blocks[p].ref_cnt > 0 for p in pinned)  # not in the free queue
@@ -344,7 +348,7 @@ def test_a_failed_load_is_not_offered_again(engines):
     time cannot keep a request waiting for ever."""
     _, start = engines
     a, ra, b, rb, out = stored_then_looked_up(start, seed=11)
-    client, ns = b.conn._conn.client, b.conn._conn.ns
+    client, ns = b.conn.side._conn.client, b.conn.side._conn.ns
     tenant = [r for r in client.stats() if r["kind"] == "tenant"][0]["id"]
     assert client.admin_evict(tenant, ns.info["ns_id"], drop=True) == PROMPT // BLOCK
     b.step(out)  # the load finds nothing
@@ -356,3 +360,32 @@ def test_a_failed_load_is_not_offered_again(engines):
     assert b.worker.stats["load_failures"] == (PROMPT - 1) // BLOCK
     assert rb.status == RequestStatus.FINISHED_LENGTH_CAPPED, rb.status
     assert list(rb.output_token_ids) == list(ra.output_token_ids)
+
+
+def test_refused_at_start(model, one_rank):
+    """What kvtier does not store is refused when the connector is made or
+    its caches registered, each with a message naming it: a KV cache group
+    of Mamba state, a speculative decoding draft model's cache layers
+    (more layers than the model has), pipeline parallelism."""
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
+
+    e = Engine(model, "/nonexistent/kvtierd.sock")
+    try:
+        mamba = MambaSpec(block_size=BLOCK, shapes=((4, 8),), dtypes=(torch.bfloat16,))
+        cfg = KVCacheConfig(num_blocks=PAGES, kv_cache_tensors=[],
+                            kv_cache_groups=[KVCacheGroupSpec(e.names[:2], mamba)])
+        for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+            with pytest.raises(NotImplementedError, match="KV cache group of MambaSpec"):
+                KvtierConnector(e.cfg, role, cfg)
+        # One cache layer more than the model's: a draft model's.
+        w = KvtierConnector(e.cfg, KVConnectorRole.WORKER, e.kv_cfg)
+        more = dict(e.caches, **{"drafter.layers.0.attn": e.caches[e.names[0]]})
+        with pytest.raises(NotImplementedError, match="speculative decoding"):
+            w.register_kv_caches(more)
+        w.shutdown()
+        e.cfg.parallel_config.pipeline_parallel_size = 2
+        for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+            with pytest.raises(NotImplementedError, match="pipeline parallelism"):
+                KvtierConnector(e.cfg, role, e.kv_cfg)
+    finally:
+        e.close()

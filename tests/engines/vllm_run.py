@@ -46,8 +46,7 @@ def stats():
     except AttributeError:
         pass
     try:
-        w = get_kv_transfer_group().stats
-        out.update({k: v for k, v in w.items() if v})
+        out.update(get_kv_transfer_group().stats)
     except (AssertionError, AttributeError):
         pass
     return out

@@ -5,9 +5,11 @@ for the FlashAttention backend (allocate_kv_cache) and a KvtierConnector
 worker on them.  It answers JSON commands on stdin with a JSON line each:
 
   {"op": "fill", "blocks": [...], "seed": S}   random bytes into those pages
-  {"op": "step", "loads": [[req, keys_hex, ids]], "stores": [...]}
-      one step: start_load_kv, wait_for_save; answers the blocks vLLM
-      would recompute and the connector's counters
+  {"op": "step", "loads": [[req, keys_hex, ids]], "stores": [[req, keys_hex, ids,
+   failures]]}
+      one step: start_load_kv, wait_for_save, the mover's copies waited
+      for; answers what the rank tells vLLM's scheduler (the loads it
+      finished, the pages that failed to load) and its counters
   {"op": "digest", "blocks": [...]}             SHA-256 of each page, all layers
 
 argv: model dir, socket, rank, init file, block size."""
@@ -42,7 +44,8 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
 from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
 from vllm.v1.worker.utils import allocate_kv_cache  # noqa: E402
 
-from kvtier.vllm import KvtierConnector, KvtierConnectorMetadata, _Transfer  # noqa: E402
+from kvtier.vllm import KvtierConnector  # noqa: E402
+from kvtier.vllm.metadata import KvtierConnectorMetadata, Transfer  # noqa: E402
 
 model, sock, rank, init, block = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], \
     int(sys.argv[5])
@@ -77,7 +80,8 @@ with set_current_vllm_config(cfg):
     pages = [caches[n].view(torch.uint8) for n in names]  # [pages, heads, tokens, bytes]
 
     def transfers(items):
-        return [_Transfer(r, bytes.fromhex(k), (list(ids),)) for r, k, ids in items]
+        return [Transfer(r, bytes.fromhex(k), (list(ids),), failures=f[0] if f else 0)
+                for r, k, ids, *f in items]
 
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
@@ -93,10 +97,12 @@ with set_current_vllm_config(cfg):
                 loads=transfers(cmd.get("loads", [])), stores=transfers(cmd.get("stores", []))))
             conn.start_load_kv(None)
             conn.wait_for_save()
-            conn.drain()  # the stores the mover copies after the step
+            conn.drain()  # the loads and stores the mover copies
+            results = conn.get_transfer_results(set())
             conn.clear_connector_metadata()
             reported = conn.get_kv_connector_stats()  # what vLLM's statistics get
-            out = {"errors": sorted(conn.get_block_ids_with_load_errors()), "stats": conn.stats,
+            out = {"finished": sorted(results.finished_recving),
+                   "errors": sorted(conn.get_block_ids_with_load_errors()), "stats": conn.stats,
                    "reported": reported.data if reported is not None else None}
         elif cmd["op"] == "digest":
             out = {"digests": [hashlib.sha256(b"".join(bytes(p[b].contiguous().numpy())

@@ -23,7 +23,12 @@ Pages move between kvtierd's pool and SGLang's registered host pool
 directly (``batch_set_v1`` / ``batch_get_v1``, with ``interface_v1``: no
 buffer between them), through kvtier.layouts' rules for every host layout
 SGLang has for MHA and MLA (layer_first, page_first, page_first_direct,
-and page_head for MHA); anything else is refused at start, naming it.
+and page_head for MHA); anything else is refused at start, naming it, as
+are pools whose pages are more than K and V or not per-head K and V (an
+MXFP8 KV cache's scales, unified memory) and a speculative decoding draft
+model's KV.  A model named by something that is not a directory of
+weights (a served model name) has no weights fingerprint, which is said
+at attach.
 ``batch_exists`` is the leading run of pages kvtierd holds (in memory or
 on NVMe, which ``batch_get_v1`` waits for).  Each tensor-parallel rank
 stores and loads its own shard of a page; where the model has fewer KV
@@ -95,12 +100,38 @@ def _model_kv_heads(path: str) -> int:
     return heads if isinstance(heads, int) and heads > 0 else 0
 
 
+def _refuse_draft_pools(names) -> None:
+    raise NotImplementedError(
+        f"kvtier.sglang: the host pools {', '.join(map(str, names))} hold a speculative "
+        "decoding draft model's KV (EAGLE, MTP), which kvtier does not store; run without "
+        "speculative decoding or without the kvtier storage backend")
+
+
 def _refuse_side_pools(names) -> None:
+    if any(str(n).startswith("draft") for n in names):
+        _refuse_draft_pools(names)
     raise NotImplementedError(
         f"kvtier.sglang: the host pools {', '.join(map(str, names))} beside the KV pages (a "
         "hybrid model's Mamba, sliding-window or indexer pools, which SGLang moves with its "
         "v2 storage calls) are not supported; kvtier stores KV pages only. Run this model "
         "without the kvtier storage backend")
+
+
+def _refuse_pool_kind(pool) -> None:
+    """Host pools whose pages are more than kv_buffer, or not per-head
+    K and V: refused, naming them."""
+    kind = type(pool).__name__
+    if any(getattr(pool, a, None) is not None for a in ("k_scale_host", "v_scale_host")):
+        raise NotImplementedError(
+            f"kvtier.sglang: the host pool {kind} keeps per-page scales beside its KV "
+            "(an MXFP8 KV cache): kvtier would store the pages without them. Run with "
+            "another --kv-cache-dtype or without the kvtier storage backend")
+    if not hasattr(pool, "kv_buffer") or not (hasattr(pool, "head_num") or
+                                                hasattr(pool, "kv_cache_dim")):
+        raise NotImplementedError(
+            f"kvtier.sglang: the host pool {kind} holds pages of its own format (unified "
+            "memory, --enable-unified-memory), not per-head K and V that kvtier can read. "
+            "Run without unified memory or without the kvtier storage backend")
 
 
 class KvtierStorage(HiCacheStorage):
@@ -131,13 +162,17 @@ class KvtierStorage(HiCacheStorage):
     # ----------------------------------------------------------- registration
 
     def register_mem_pool_host(self, mem_pool_host):
-        side = [e.name for e in getattr(mem_pool_host, "entries", ())
-                if e is not mem_pool_host.anchor_entry]
+        entries = getattr(mem_pool_host, "entries", ())
+        side = [e.name for e in entries if e is not mem_pool_host.anchor_entry]
         if side:
             _refuse_side_pools(side)
-        super().register_mem_pool_host(mem_pool_host)
+        packed = [e.name for e in entries if getattr(e, "packed_draft_device_pools", ())]
+        if packed:  # a draft model's layers packed beside the target's
+            _refuse_draft_pools(packed)
         # A hybrid model's group of one pool is its KV pool.
         pool = getattr(getattr(mem_pool_host, "anchor_entry", None), "host_pool", mem_pool_host)
+        _refuse_pool_kind(pool)
+        super().register_mem_pool_host(mem_pool_host)
         cfg = self._config
         mla = bool(cfg.is_mla_model)
         if mla:
@@ -167,6 +202,12 @@ class KvtierStorage(HiCacheStorage):
             raise ValueError("kvtier.sglang: SGLang names no model; give model_name in "
                              "--hicache-storage-backend-extra-config")
         weights = self._extra.get("weights")
+        if not weights and not weights_fingerprint(path):
+            log.warning("kvtier: the model %r is not a local directory of weight files (a "
+                        "served model name?): its identity has no weights fingerprint, and "
+                        "other engines share its pages only if they name it so too; give "
+                        "model_name (the model's path) or weights in "
+                        "--hicache-storage-backend-extra-config", path)
         identity = ModelIdentity(
             model=model_id(path), layers=pool.layer_num,
             kv_heads=1 if mla else self._kv_heads(path, heads), head_size=head_size,

@@ -19,9 +19,8 @@ COUNTERS = {
     "loaded_blocks": "KV blocks loaded from kvtierd into vLLM's pages",
     "load_failures": "KV blocks that failed to load (vLLM recomputed them)",
     "stored_blocks": "KV blocks stored into kvtierd",
-    "store_skipped": "KV blocks not stored (kvtierd unreachable, a failed load's step, an error)",
-    "async_loads": "requests loaded asynchronously (their prefix was staging from NVMe or a "
-                   "remote tier)",
+    "store_skipped": "KV blocks not stored (kvtierd unreachable, an error)",
+    "async_loads": "loads of requests' prefixes (each asynchronous: the request waits for it)",
 }
 
 

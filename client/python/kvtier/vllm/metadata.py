@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the two sides tell each other each step: the scheduler's
+connector metadata (the workers' loads and stores) and the workers'
+metadata back (the copies they have done with)."""
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorMetadata,
+    KVConnectorWorkerMetadata,
+)
+
+
+@dataclass
+class Transfer:
+    req_id: str
+    keys: bytes  # KEY_BYTES per block
+    # vLLM's pages, one per key, in each KV cache group; -1 where a group
+    # holds none (a sliding window's freed pages)
+    block_ids: tuple[list[int], ...]
+    pin: int = 0  # the scheduler's pin of the pages (0: none)
+    # The request's failed loads the scheduler had heard of when it built
+    # the transfer: a store built before it heard of one holds what a
+    # step computed over pages that load never filled.
+    failures: int = 0
+
+
+@dataclass
+class KvtierConnectorMetadata(KVConnectorMetadata):
+    # Loads of requests that wait (vLLM's WAITING_FOR_REMOTE_KVS) until
+    # get_finished says they are loaded, failed blocks and all: vLLM
+    # computes nothing of a request before it knows what it must compute.
+    loads: list[Transfer] = field(default_factory=list)
+    stores: list[Transfer] = field(default_factory=list)
+
+
+@dataclass
+class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
+    """What workers tell the scheduler: the pins of the transfers they
+    have done with, each counted once per worker."""
+
+    done: Counter = field(default_factory=Counter)
+
+    def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
+        if isinstance(other, KvtierWorkerMetadata):
+            self.done.update(other.done)
+        return self
