@@ -37,7 +37,7 @@ static PyObject *mod_hash_chain(PyObject *mod, PyObject *args, PyObject *kw)
 	int r;
 	Py_BEGIN_ALLOW_THREADS
 	r = kvt_hash_chain(parent.buf, tm.ptr, nt, bt, extra.buf, (size_t)extra.len,
-			   (uint8_t *)PyBytes_AS_STRING(ret), nk);
+			   (uint8_t *)PyBytes_AsString(ret), nk);
 	Py_END_ALLOW_THREADS
 	if (r < 0) {
 		Py_CLEAR(ret);
@@ -89,12 +89,24 @@ static struct PyModuleDef module = {
 	.m_methods = module_methods,
 };
 
+/* A type from its spec, added to the module as name; 0 or -1. */
+static int add_type(PyObject *m, const char *name, PyType_Spec *spec, PyTypeObject **ret)
+{
+	PyObject *t = PyType_FromSpec(spec);
+	if (!t)
+		return -1;
+	/* The binding's pointer keeps a reference of its own, for good. */
+	*ret = (PyTypeObject *)Py_NewRef(t);
+	if (PyModule_AddObject(m, name, t) < 0) {
+		Py_DECREF(t);
+		return -1;
+	}
+	return 0;
+}
+
 PyMODINIT_FUNC PyInit__kvtier(void);
 PyMODINIT_FUNC PyInit__kvtier(void)
 {
-	if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&LayoutType) < 0 ||
-	    PyType_Ready(&NamespaceType) < 0)
-		return NULL;
 	PyObject *m = PyModule_Create(&module);
 	if (!m)
 		return NULL;
@@ -106,23 +118,16 @@ PyMODINIT_FUNC PyInit__kvtier(void)
 	if (!kvt_error || PyModule_AddObject(m, "Error", kvt_error) < 0)
 		goto fail;
 	Py_INCREF(kvt_error);
-	Py_INCREF(&ClientType);
-	Py_INCREF(&LayoutType);
-	Py_INCREF(&NamespaceType);
 #if KVT_HAVE_CUDA
-	if (PyType_Ready(&CudaContextType) < 0 || PyType_Ready(&CudaJobType) < 0)
-		goto fail;
-	Py_INCREF(&CudaContextType);
-	Py_INCREF(&CudaJobType);
-	if (PyModule_AddObject(m, "CudaContext", (PyObject *)&CudaContextType) < 0 ||
-	    PyModule_AddObject(m, "CudaJob", (PyObject *)&CudaJobType) < 0)
+	if (add_type(m, "CudaContext", &cuda_context_spec, &CudaContextType) < 0 ||
+	    add_type(m, "CudaJob", &cuda_job_spec, &CudaJobType) < 0)
 		goto fail;
 #endif
 	if (PyModule_AddIntConstant(m, "HAVE_CUDA", KVT_HAVE_CUDA) < 0)
 		goto fail;
-	if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0 ||
-	    PyModule_AddObject(m, "Layout", (PyObject *)&LayoutType) < 0 ||
-	    PyModule_AddObject(m, "Namespace", (PyObject *)&NamespaceType) < 0)
+	if (add_type(m, "Client", &client_spec, &ClientType) < 0 ||
+	    add_type(m, "Layout", &layout_spec, &LayoutType) < 0 ||
+	    add_type(m, "Namespace", &namespace_spec, &NamespaceType) < 0)
 		goto fail;
 	/* Codec names by code, as open_namespace takes them (proto/codec.h). */
 	PyObject *codecs = PyTuple_New(KVT_CODEC_COUNT);
@@ -134,7 +139,7 @@ PyMODINIT_FUNC PyInit__kvtier(void)
 			Py_DECREF(codecs);
 			goto fail;
 		}
-		PyTuple_SET_ITEM(codecs, c, name);
+		PyTuple_SetItem(codecs, c, name);
 	}
 	if (PyModule_AddObject(m, "CODECS", codecs) < 0) {
 		Py_DECREF(codecs);
