@@ -65,11 +65,15 @@ static int CudaContext_init(CudaContextObject *self, PyObject *args, PyObject *k
 	Py_BEGIN_ALLOW_THREADS
 	r = kvt_cuda_ctx_new_opts(client->c, device, &opts, &ctx);
 	Py_END_ALLOW_THREADS
+	/* ENODEV with the library's reason: no driver, a driver too old for
+	 * the runtime linked in, no device. */
+	if (r == -ENODEV)
+		client_error_for(client, r, "CudaContext");
+	else if (r < 0)
+		raise_errno(r, "CudaContext", NULL);
 	client_leave(client);
-	if (r < 0) {
-		raise_errno(r, "CudaContext", r == -ENODEV ? "no CUDA device or driver" : NULL);
+	if (r < 0)
 		return -1;
-	}
 	self->ctx = ctx;
 	Py_INCREF((PyObject *)client);
 	self->client = client;
@@ -278,7 +282,9 @@ static PyType_Slot CudaContext_slots[] = {
 		 "wherever they can); max_ctas: CTAs one copy kernel may occupy (0: 8, at\n"
 		 "most 65535); pin_background: return at once and pin the pool in the\n"
 		 "background (wait_pinned).  Options are checked before any CUDA call.\n"
-		 "Without a device or driver: kvtier.Error(ENODEV).  One thread at a time."},
+		 "Without a device or a driver that serves its CUDA runtime:\n"
+		 "kvtier.Error(ENODEV) saying which (kvtier.cuda_unavailable()).  One\n"
+		 "thread at a time."},
 	{Py_tp_new, (void *)PyType_GenericNew},
 	{Py_tp_init, (void *)CudaContext_init},
 	{Py_tp_dealloc, (void *)CudaContext_dealloc},

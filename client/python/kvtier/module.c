@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The module kvtier._kvtier: kvtier.Error, hash_chain, versions, the types. */
+/* The module kvtier._kvtier: kvtier.Error, hash_chain, versions, the CUDA
+ * path's availability, the types. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,31 @@ static PyObject *mod_default_socket(PyObject *mod, PyObject *unused)
 	return PyUnicode_FromString(kvt_default_socket());
 }
 
+static PyObject *mod_cuda_unavailable(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"device", NULL};
+	int device = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|i:cuda_unavailable", kwlist, &device))
+		return NULL;
+	if (device < 0) {
+		PyErr_SetString(PyExc_ValueError, "kvtier: device must be >= 0");
+		return NULL;
+	}
+#if KVT_HAVE_CUDA
+	char why[512];
+	int r;
+	Py_BEGIN_ALLOW_THREADS
+	r = kvt_cuda_device_check(device, why, sizeof(why));
+	Py_END_ALLOW_THREADS
+	if (r == 0)
+		Py_RETURN_NONE;
+	return PyUnicode_FromString(why);
+#else
+	return PyUnicode_FromString("this kvtier was built without CUDA (no nvcc where it was "
+				    "built): build it where nvcc is installed");
+#endif
+}
+
 static PyMethodDef module_methods[] = {
 	{"hash_chain", (PyCFunction)(void (*)(void))mod_hash_chain, METH_VARARGS | METH_KEYWORDS,
 	 "hash_chain(tokens, block_tokens, parent=None, extra=None)\n--\n\n"
@@ -77,6 +103,13 @@ static PyMethodDef module_methods[] = {
 	{"version", mod_version, METH_NOARGS, "version()\n--\n\nThe library version."},
 	{"protocol_version", mod_protocol_version, METH_NOARGS,
 	 "protocol_version()\n--\n\nThe newest wire protocol version the library speaks."},
+	{"cuda_unavailable", (PyCFunction)(void (*)(void))mod_cuda_unavailable,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "cuda_unavailable(device=0)\n--\n\n"
+	 "None when the CUDA path (CudaContext) can run on CUDA device `device` in\n"
+	 "this process; else why not, in words: built without CUDA, no NVIDIA\n"
+	 "driver, a driver older than the CUDA runtime linked in (and the driver\n"
+	 "it needs), no such device.  Asks the driver, not the daemon."},
 	{"default_socket", mod_default_socket, METH_NOARGS,
 	 "default_socket()\n--\n\nThe socket a Client uses when none is given."},
 	{NULL}};
