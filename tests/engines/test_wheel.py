@@ -52,6 +52,10 @@ with kvtier.Client(socket=sock, name="wheel") as c:
         except kvtier.Error as e:
             out["context"] = [e.errno == errno.ENODEV, e.strerror]
     ns.close()
+# The shared libraries the process loaded: none of CUDA's (the runtime is
+# linked in; the driver is loaded only where there is one).
+out["libs"] = sorted({l.split()[-1].rsplit("/", 1)[-1] for l in open("/proc/self/maps")
+                      if ".so" in l.split()[-1]})
 print(json.dumps(out))
 """
 
@@ -113,6 +117,10 @@ def test_what_the_extension_needs():
     assert {n for n in needed if not n.startswith("libcrypto-")} == {
         "libc.so.6", "ld-linux-x86-64.so.2"}, needed
     assert re.search(r"\((RPATH|RUNPATH)\).*\[\$ORIGIN/\.\./kvtier\.libs\]", dyn), dyn
+    # Everything else linked in (the library, the CUDA runtime) is local.
+    syms = subprocess.run(["nm", "-D", "--defined-only", kvtier._kvtier.__file__],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert syms[2::3] == ["PyInit__kvtier"], syms
 
 
 @pytest.mark.skipif(not kvtier.HAVE_CUDA, reason="the wheel was built without nvcc")
@@ -137,9 +145,10 @@ def test_cuda_code():
 
 @pytest.mark.parametrize("version,python", PYTHONS, ids=[v for v, _ in PYTHONS])
 def test_clean_venv(tmp_path, daemon, version, python):
-    """The wheel alone in a fresh venv of this CPython: no PYTHONPATH, no
-    LD_LIBRARY_PATH, no CUDA on the machine; blocks stored and loaded
-    through kvtierd byte for byte."""
+    """The wheel alone in a fresh venv of this CPython, no PYTHONPATH, no
+    LD_LIBRARY_PATH: blocks stored and loaded through kvtierd byte for
+    byte, and no CUDA library loaded from the host (the CUDA runtime is in
+    the extension), even where one is on the loader's path."""
     venv = tmp_path / "venv"
     uv = shutil.which("uv", path=os.path.dirname(sys.executable))
     if uv:
@@ -161,6 +170,7 @@ def test_clean_venv(tmp_path, daemon, version, python):
     assert out["version"] == kvtier.version()
     assert out["have_cuda"] == kvtier.HAVE_CUDA
     assert (out["stored"], out["loaded"], out["same"]) == (4, 4, True)
+    assert not [n for n in out["libs"] if n.startswith("libcudart")], out["libs"]
     # The machine is the same: so is the CUDA path's reason, and
     # CudaContext raises ENODEV with it.
     assert out["why"] == kvtier.cuda_unavailable()
