@@ -13,7 +13,7 @@
 # OUT/kvtier-VERSION-cp311-abi3-manylinux_*.whl is the wheel (earlier ones
 # there are removed), OUT/listing.txt what it holds, NAME_FILE (if given)
 # the wheel's path.  meson's build folder (OUT/meson) is kept: a second run
-# rebuilds what changed.  The CUDA kernels and the CUDA path are in the
+# rebuilds what changed (a release starts from an empty OUT).  The CUDA kernels and the CUDA path are in the
 # wheel whenever nvcc is found (on PATH, else in $CUDA_PATH/bin,
 # $CUDA_HOME/bin or /usr/local/cuda/bin); the listing says when they are
 # not.
