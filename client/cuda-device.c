@@ -4,6 +4,7 @@
  * CUDA layer of cuda-*.c, shared by all of them.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -61,9 +62,26 @@ int cuda_fail_errno(kvt_cuda_ctx *ctx, int r, const char *what)
 	return r;
 }
 
-int cuda_dev_check(kvt_client *c, int device)
+/* The driver a CUDA runtime of major version `major` needs, at least (the
+ * release notes' minimum for the first of its minor versions; the later
+ * ones run on it too). */
+static const char *driver_needed(int major)
 {
-	int n_dev = 0, driver = 0;
+	switch (major) {
+	case 12: return "525";
+	case 13: return "580";
+	default: return NULL;
+	}
+}
+
+/* Whether device `device` can be used: 0, or the log level its reason
+ * (in why) deserves: debug for a machine without a GPU or driver, which
+ * is no fault, warning for one that has them but cannot serve. */
+static int dev_why(int device, char *why, size_t len)
+{
+	int n_dev = 0, driver = 0, rt = CUDART_VERSION;
+	const char *need = driver_needed(rt / 1000);
+	char needs[32] = "";
 	cudaError_t e = cudaGetDeviceCount(&n_dev);
 
 	if (e == cudaSuccess && device < n_dev)
@@ -73,21 +91,58 @@ int cuda_dev_check(kvt_client *c, int device)
 		(void)cudaGetLastError();
 		driver = 0;
 	}
-	if (e == cudaSuccess)
-		client_log(c, KVT_LOG_DEBUG,
-			   "CUDA: no device %d (%d present)", device, n_dev);
-	else if (driver == 0)
-		client_log(c, KVT_LOG_DEBUG, "CUDA: no driver: %s",
-			   cudaGetErrorString(e));
-	else if (driver < CUDART_VERSION)
-		client_log(c, KVT_LOG_WARNING,
-			   "CUDA: the driver (%d) is older than the runtime "
-			   "libkvtier-client was built with (%d): update the "
-			   "driver",
-			   driver, CUDART_VERSION);
-	else
-		client_log(c, e == cudaErrorNoDevice ? KVT_LOG_DEBUG
-						     : KVT_LOG_WARNING,
-			   "CUDA: no usable device: %s", cudaGetErrorString(e));
+	if (need)
+		snprintf(needs, sizeof(needs), " (driver %s or newer)", need);
+	if (e == cudaSuccess || e == cudaErrorNoDevice) {
+		if (n_dev == 0)
+			snprintf(why, len, "no CUDA device: the NVIDIA driver (CUDA %d.%d) sees no GPU",
+				 driver / 1000, driver % 1000 / 10);
+		else
+			snprintf(why, len, "no CUDA device %d: %d present", device, n_dev);
+		return KVT_LOG_DEBUG;
+	}
+	if (driver == 0) {
+		snprintf(why, len,
+			 "no NVIDIA driver (libcuda.so.1 cannot be loaded): the CUDA path "
+			 "needs one for its CUDA %d.%d runtime%s",
+			 rt / 1000, rt % 1000 / 10, needs);
+		return KVT_LOG_DEBUG;
+	}
+	if (driver < rt) {
+		snprintf(why, len,
+			 "the NVIDIA driver serves CUDA %d.%d, older than the CUDA %d.%d "
+			 "runtime libkvtier-client was built with: update the driver%s, or "
+			 "build libkvtier-client with a CUDA toolkit no newer than %d.%d",
+			 driver / 1000, driver % 1000 / 10, rt / 1000, rt % 1000 / 10, needs,
+			 driver / 1000, driver % 1000 / 10);
+		return KVT_LOG_WARNING;
+	}
+	snprintf(why, len, "no usable CUDA device: %s", cudaGetErrorString(e));
+	return KVT_LOG_WARNING;
+}
+
+KVT_EXPORT int kvt_cuda_device_check(int device, char *why, size_t why_len)
+{
+	char buf[KVT_MAX_REASON];
+
+	if (device < 0)
+		return -EINVAL;
+	if (dev_why(device, buf, sizeof(buf)) == 0)
+		return 0;
+	if (why && why_len)
+		snprintf(why, why_len, "%s", buf);
+	return -ENODEV;
+}
+
+int cuda_dev_check(kvt_client *c, int device)
+{
+	char why[KVT_MAX_REASON];
+	int level = dev_why(device, why, sizeof(why));
+
+	if (level == 0)
+		return 0;
+	client_log(c, level, "CUDA: %s", why);
+	/* kvt_client_error() says why, as for the library's other refusals. */
+	snprintf(c->error, sizeof(c->error), "%s", why);
 	return -ENODEV;
 }

@@ -134,8 +134,9 @@ void cuda_dev_leave(const kvt_cuda_ctx *ctx, int prev);
 int cuda_fail(kvt_cuda_ctx *ctx, cudaError_t e, const char *what);
 /* Logs a failed launch of ours (a negative errno from kernels/). */
 int cuda_fail_errno(kvt_cuda_ctx *ctx, int r, const char *what);
-/* Whether a CUDA device `device` can be used, with the reason logged
- * when not: no device, no driver, a driver older than the runtime. */
+/* Whether a CUDA device `device` can be used, with the reason logged and
+ * left for kvt_client_error() when not: no device, no driver, a driver
+ * older than the runtime. */
 int cuda_dev_check(kvt_client *c, int device);
 
 /* ---- cuda-freelist.c ---- */

@@ -3,7 +3,9 @@
  * libkvtier-client: the CUDA data path.
  *
  * Present in libkvtier-client when it was built with CUDA (kvt-config.h's
- * KVT_HAVE_CUDA; the library then depends on libcudart).  Moves blocks
+ * KVT_HAVE_CUDA).  The CUDA runtime is linked into the library, its
+ * symbols local: it needs the NVIDIA driver alone, one that serves the
+ * runtime's CUDA version (kvt_cuda_device_check says why not).  Moves blocks
  * between an engine's paged KV cache in GPU memory
  * and kvtier's pool without the CPU touching the bytes:
  *
@@ -77,6 +79,17 @@ typedef struct kvt_cuda_opts {
 } kvt_cuda_opts;
 
 /**
+ * Whether the CUDA path can run on CUDA device `device` in this process:
+ * the check kvt_cuda_ctx_new makes first, without a client.  When it
+ * cannot, why (unless NULL) receives the reason in words, within why_len
+ * bytes: no NVIDIA driver, a driver older than the CUDA runtime linked
+ * into the library (with the driver that runtime needs), no device.
+ *
+ * \return 0, -ENODEV (why says which), -EINVAL (device < 0)
+ */
+KVT_EXPORT int kvt_cuda_device_check(int device, char *why, size_t why_len);
+
+/**
  * Set up the CUDA path of client c on CUDA device `device`: create a load
  * and a store stream (non-blocking; loads at the highest priority), start
  * the context's registration thread and wait until it has registered every
@@ -94,8 +107,8 @@ typedef struct kvt_cuda_opts {
  * else the blocks of that range fail with -EFAULT.
  *
  * \return 0, -ENODEV (no such device, no driver, or a driver older than
- *         the CUDA runtime the library was built with: the log says
- *         which), -EINVAL, -ENOMEM
+ *         the CUDA runtime the library was built with: the log and
+ *         kvt_client_error() say which), -EINVAL, -ENOMEM
  */
 KVT_EXPORT int kvt_cuda_ctx_new(kvt_client *c, int device, kvt_cuda_ctx **ret);
 

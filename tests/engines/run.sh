@@ -1,6 +1,10 @@
 #!/bin/sh
 # One engine test file under pytest in the engine venv; exit 77 (skipped)
-# without it.  Env: KVT_VENV, PYTHONPATH (the built package), KVTIERD.
+# without it.  The package under test is the build's wheel (meson's target
+# kvtier-wheel, scripts/wheel.sh: brought up to date here, its path in
+# KVT_WHEEL_FILE), installed into the venv when it is not there yet; the
+# tests import it from the venv and nowhere else (checked).
+# Env: KVT_VENV, KVT_BUILD_ROOT, KVT_WHEEL_FILE, KVTIERD.
 set -u
 # Skipped, to meson (tests/skip.h).
 KVT_TEST_SKIP=77
@@ -10,6 +14,33 @@ if [ ! -x "$py" ]; then
 	echo "skipped: no engine venv at ${KVT_VENV:-?} (./scripts/venv.sh BUILD/venv makes it)"
 	exit $KVT_TEST_SKIP
 fi
+# The engine tests run one at a time (is_parallel: false): no other ninja
+# is at work in the build.
+log=$(mktemp /tmp/kvt-wheel.XXXXXX)
+if ! ninja -C "${KVT_BUILD_ROOT:?}" "${KVT_WHEEL_FILE#"$KVT_BUILD_ROOT"/}" >"$log" 2>&1; then
+	cat "$log"
+	rm -f "$log"
+	echo "the wheel could not be built (scripts/wheel.sh)"
+	exit 1
+fi
+grep '^wheel.sh: ' "$log"
+rm -f "$log"
+wheel=$(cat "${KVT_WHEEL_FILE:?}") || exit 1
+stamp=$KVT_VENV/.kvtier-wheel
+if ! sha256sum "$wheel" | cmp -s - "$stamp"; then
+	"$py" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel" ||
+		exit 1
+	sha256sum "$wheel" >"$stamp"
+fi
+unset PYTHONPATH
+# The package the tests import: the wheel's, in the venv.
+(cd / && "$py" -c '
+import os, sys, kvtier
+venv = os.path.realpath(sys.argv[1])
+for f in (kvtier.__file__, kvtier._kvtier.__file__):
+    if not os.path.realpath(f).startswith(venv + os.sep):
+        sys.exit(f"kvtier is imported from {f}, not from the venv {venv}")
+' "$KVT_VENV") || exit 1
 # vLLM leaves sockets and a compile cache in TMPDIR: a private one.
 TMPDIR=$(mktemp -d /tmp/kvt-engine-test.XXXXXX)
 # Open to other uids: a test connects as uid 65534 to a daemon in there.

@@ -8,7 +8,9 @@ __init__ failed, or was not called), where an argument that passes the
 checks meets the closed context (EBADF) instead.  A round trip through a
 GPU runs where torch sees one."""
 
+import ctypes
 import errno
+import re
 
 import pytest
 import torch
@@ -50,16 +52,50 @@ def unset_context(c):
     return ctx
 
 
+def driver_loads() -> bool:
+    """Whether the NVIDIA driver's library is there to load."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+# The driver each CUDA runtime needs at least (client/cuda-device.c).
+DRIVER_NEEDED = {"12": "525", "13": "580"}
+
+
+@pytest.mark.skipif(GPU, reason="needs a machine without a GPU")
+def test_why_without_a_gpu():
+    """cuda_unavailable() says what is missing: on a machine without the
+    driver, that, and the driver the runtime linked in needs; with a
+    driver but no GPU, that there is no device."""
+    why = kvtier.cuda_unavailable()
+    assert why == kvtier.cuda_unavailable(0) == kvtier.cuda_unavailable(device=7)
+    if driver_loads():
+        assert why.startswith("no CUDA device"), why
+        return
+    m = re.fullmatch(r"no NVIDIA driver \(libcuda\.so\.1 cannot be loaded\): the CUDA path "
+                     r"needs one for its CUDA (\d+)\.\d+ runtime(?: \(driver (\d+) or newer\))?",
+                     why)
+    assert m, why
+    assert m[2] == DRIVER_NEEDED.get(m[1]), why
+    with pytest.raises(ValueError, match="device must be >= 0"):
+        kvtier.cuda_unavailable(-1)
+
+
 @pytest.mark.skipif(GPU, reason="needs a machine without a GPU")
 def test_context_without_a_gpu(daemon):
-    """ENODEV with the reason, whatever valid options it was given."""
+    """ENODEV with the reason cuda_unavailable() gives, whatever valid
+    options it was given."""
+    why = kvtier.cuda_unavailable(0)
     with kvtier.Client(socket=daemon.socket) as c:
         for kw in [{}, {"copy_path": "kernel", "max_ctas": 65535, "pin_background": True},
                    {"copy_path": "engine", "max_ctas": 0}, {"copy_path": "auto"}]:
             with pytest.raises(kvtier.Error) as e:
                 kvtier.CudaContext(c, 0, **kw)
             assert e.value.errno == errno.ENODEV
-            assert e.value.strerror == "no CUDA device or driver"
+            assert e.value.strerror == why
             assert e.value.call == "CudaContext"
 
 

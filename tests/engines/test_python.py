@@ -255,7 +255,10 @@ def test_stats_records(daemon):
 
 
 def test_pip_install_from_checkout(tmp_path):
-    """`pip install .` builds the package alone (meson-python, no daemon)."""
+    """`pip install .` builds the package alone (meson-python, no daemon).
+    Without its CUDA path, to spare CI the kernels' second build: the
+    wheel the other engine tests import is built with the same defaults
+    (scripts/wheel.sh), and test_wheel.py checks its CUDA code."""
     import os
     import shutil
     import subprocess
@@ -268,13 +271,15 @@ def test_pip_install_from_checkout(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     r = subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
-                        top], capture_output=True, text=True)
+                        "-C", "setup-args=-Dcuda=disabled", top], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     out = subprocess.run([str(venv / "bin" / "python"), "-c",
-                          "import kvtier; print(kvtier.version(), kvtier.hash_chain(range(32), 16).hex())"],
+                          "import kvtier; print(kvtier.version(), kvtier.hash_chain(range(32), 16).hex(), "
+                          "kvtier.HAVE_CUDA, kvtier._kvtier.__file__.rsplit('/', 1)[1])"],
                          capture_output=True, text=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [kvtier.version(), kvtier.hash_chain(range(32), 16).hex()]
+    assert out.stdout.split() == [kvtier.version(), kvtier.hash_chain(range(32), 16).hex(), "0",
+                                  "_kvtier.abi3.so"]
 
 
 def test_admin_evict_from_host_keeps_nvme_copies():

@@ -34,6 +34,11 @@
 #             unpacked into a private root with `dpkg -x` and built
 #             against (KVT_USE_DEBS=1 uses them even where meson would
 #             find the machine's own);
+#   wheel     with KVT_WHEEL=FILE (a wheel of scripts/wheel.sh, carried
+#             here), that wheel unpacked for KVT_PYTHON: it imports, has
+#             the CUDA path, and cuda_unavailable() finds nothing missing
+#             on this GPU; the hf and vllm steps then import it instead
+#             of the tree's build;
 #   hf        where a Python with torch, transformers and pytest is found
 #             (KVT_PYTHON), tests/engines/test_hf.py's CUDA cases through
 #             the library's CUDA path;
@@ -44,7 +49,7 @@
 #             CUDA path and compared byte for byte with the backend's
 #             own K/V split.
 #
-# Usage: tests/gpu/run.sh OUTDIR
+# Usage: [KVT_WHEEL=kvtier-*.whl] tests/gpu/run.sh OUTDIR
 # OUTDIR gets summary.txt first (a line per step as it ends, so a run cut
 # short still reports), a log per step, figures.txt and table.txt.
 # Exit status: 0 passed, 1 a step failed or ran out of time, 77 no GPU
@@ -73,7 +78,9 @@ gpu=0
 
 NVCC=${NVCC:-nvcc}
 CC=${CC:-cc}
-# The architectures meson builds for: sm_80, sm_90, and PTX for newer ones.
+# The direct build's architectures: the lent machines' (sm_80, sm_90; PTX
+# for newer ones), fewer than meson's (meson.build: what the wheel ships),
+# to keep this step short.
 gencode="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]"
 
 summary=$out/summary.txt
@@ -290,13 +297,32 @@ py_tests() {
 		done
 		export PYTHONPATH=$build/py${PYTHONPATH:+:$PYTHONPATH}
 	fi
+	# The wheel's package when one was given (the wheel step), else the tree's.
+	local pkg=$build/meson/client/python
+	[ -n "${KVT_WHEEL:-}" ] && pkg=$build/wheel
 	if ! "$py" -c "import torch, pytest${mods:+, $mods}" >/dev/null 2>&1 ||
-		[ ! -d "$build/meson/client/python" ]; then
-		echo "no torch, pytest${mods:+ and $mods} for $py, or no Python package built"
+		[ ! -d "$pkg" ]; then
+		echo "no torch, pytest${mods:+ and $mods} for $py, or no Python package at $pkg"
 		return 77
 	fi
-	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$build/meson/client/python${PYTHONPATH:+:$PYTHONPATH}" \
+	KVTIERD="$build/meson/daemon/kvtierd" PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}" \
 		"$py" -m pytest -q -p no:cacheprovider -rs "$@" "$root/tests/engines/$file"
+}
+# The wheel, unpacked as pip would install it, on this GPU.
+wheel() {
+	local py=${KVT_PYTHON:-python3}
+	set -e
+	rm -rf "$build/wheel"
+	"$py" -m zipfile -e "$KVT_WHEEL" "$build/wheel"
+	(cd / && PYTHONPATH="$build/wheel" "$py" -c '
+import sys, kvtier
+print("kvtier", kvtier.version(), "from", kvtier._kvtier.__file__, "on Python", sys.version.split()[0])
+assert kvtier._kvtier.__file__.startswith(sys.argv[1]), "not the wheel package"
+assert kvtier.HAVE_CUDA, "the wheel has no CUDA path"
+why = kvtier.cuda_unavailable(0)
+assert why is None, why
+print("the CUDA path can run on device 0")
+' "$build/wheel")
 }
 # transformers through the library's CUDA path.
 hf() {
@@ -308,6 +334,12 @@ hf() {
 vllm() {
 	py_tests "" test_vllm_gpu.py
 }
+if [ "$gpu" -eq 1 ] && [ -n "${KVT_WHEEL:-}" ]; then
+	export KVT_WHEEL
+	export -f wheel
+	step wheel 60 wheel
+	tail -n 2 "$out/wheel.log" >>"$summary"
+fi
 if [ "$gpu" -eq 1 ] && [ -d "$build/meson" ]; then
 	export -f py_tests hf vllm
 	step hf 120 hf

@@ -13,9 +13,12 @@ never cross the socket.  Where the library was built with CUDA
 on CUDA streams: by the kernel or the copy engines (``copy_path``), after
 the compute stream, an event of the engine's or at once (``after``), with a
 layout per layer group where a namespace's groups differ in geometry
-(``groups``); its arguments are checked before any CUDA call.  A
-namespace's ``codec`` (one of :data:`CODECS`) stores its blocks quantised:
-the paged copies on the CPU quantise and dequantise them.
+(``groups``); its arguments are checked before any CUDA call, and
+:func:`cuda_unavailable` says, before any is made, why it cannot run
+here (built without CUDA, no NVIDIA driver, a driver too old for the CUDA
+runtime linked in, no device).  A namespace's ``codec`` (one of
+:data:`CODECS`) stores its blocks quantised: the paged copies on the CPU
+quantise and dequantise them.
 
 Engine adapters: :mod:`kvtier.hf` (transformers) and :mod:`kvtier.vllm`
 (a vLLM V1 KV connector).  Errors raise :class:`Error`, an OSError that
@@ -45,6 +48,7 @@ from ._kvtier import (  # noqa: F401
     Error,
     Layout,
     Namespace,
+    cuda_unavailable,
     default_socket,
     hash_chain,
     protocol_version,
@@ -77,5 +81,5 @@ __all__ = [
     "weights_fingerprint", "ModelIdentity", "MISS", "HOST", "DISK", "PENDING",
     "INDEX_PAGE", "INDEX_SLOT", "KEY_BYTES", "LAYOUT_K_COLUMNS", "LAYOUT_PLANE_BASES", "STATS_ALL", "STATS_DAEMON",
     "STATS_TENANTS", "STATS_NAMESPACES", "STATS_CLIENTS", "HAVE_CUDA", "PRIORITY_DEFAULT",
-    "PRIORITY_MAX", "CODECS", "codec_name",
+    "PRIORITY_MAX", "CODECS", "codec_name", "cuda_unavailable",
 ] + (["CudaContext", "CudaJob"] if HAVE_CUDA else [])

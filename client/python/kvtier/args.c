@@ -68,9 +68,10 @@ int mem_get(PyObject *o, int writable, struct mem *m)
 	}
 	if (PyObject_HasAttrString(o, "data_ptr"))
 		return mem_from_tensor(o, m);
+	char tn[64];
 	PyErr_Format(PyExc_TypeError,
-		     "kvtier: expected a buffer (bytes, bytearray, numpy array) or a tensor, not %.100s",
-		     Py_TYPE(o)->tp_name);
+		     "kvtier: expected a buffer (bytes, bytearray, numpy array) or a tensor, not %s",
+		     binding_type_name(o, tn, sizeof(tn)));
 	return -1;
 }
 
@@ -133,19 +134,18 @@ int ints_get(PyObject *o, size_t elem, int is_signed, struct mem *m, void **ret_
 		*ret_n = m->len / elem;
 		return 0;
 	}
-	PyObject *seq = PySequence_Fast(o, "kvtier: expected a buffer or a sequence of ints");
+	PyObject *seq = binding_tuple(o, "kvtier: expected a buffer or a sequence of ints");
 	if (!seq)
 		return -1;
-	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	Py_ssize_t n = PyTuple_Size(seq);
 	void *a = malloc(n ? (size_t)n * elem : 1);
 	if (!a) {
 		Py_DECREF(seq);
 		PyErr_NoMemory();
 		return -1;
 	}
-	PyObject **items = PySequence_Fast_ITEMS(seq);
 	for (Py_ssize_t i = 0; i < n; i++) {
-		long long v = PyLong_AsLongLong(items[i]);
+		long long v = PyLong_AsLongLong(PyTuple_GetItem(seq, i));
 		if (v == -1 && PyErr_Occurred())
 			goto fail;
 		if (elem == 4) {
@@ -179,7 +179,7 @@ PyObject *status_list(const int32_t *st, size_t n)
 			Py_CLEAR(l);
 			break;
 		}
-		PyList_SET_ITEM(l, (Py_ssize_t)i, v);
+		PyList_SetItem(l, (Py_ssize_t)i, v);
 	}
 	return l;
 }
@@ -188,10 +188,10 @@ PyObject *status_list(const int32_t *st, size_t n)
 /* Buffers of a sequence, each at least `need` bytes. */
 int mems_get(PyObject *o, int writable, size_t need, struct mem **ret, size_t *ret_n)
 {
-	PyObject *seq = PySequence_Fast(o, "kvtier: expected a sequence of buffers");
+	PyObject *seq = binding_tuple(o, "kvtier: expected a sequence of buffers");
 	if (!seq)
 		return -1;
-	size_t n = (size_t)PySequence_Fast_GET_SIZE(seq);
+	size_t n = (size_t)PyTuple_Size(seq);
 	struct mem *m = calloc(n ? n : 1, sizeof(*m));
 	if (!m) {
 		Py_DECREF(seq);
@@ -200,7 +200,7 @@ int mems_get(PyObject *o, int writable, size_t need, struct mem **ret, size_t *r
 	}
 	size_t i;
 	for (i = 0; i < n; i++) {
-		if (mem_get(PySequence_Fast_GET_ITEM(seq, i), writable, &m[i]) < 0)
+		if (mem_get(PyTuple_GetItem(seq, (Py_ssize_t)i), writable, &m[i]) < 0)
 			goto fail;
 		if (m[i].len < need) {
 			PyErr_Format(PyExc_ValueError,

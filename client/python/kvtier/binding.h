@@ -13,9 +13,19 @@
  * the calls in progress on them, so that close() from one thread while
  * another thread is inside the library only marks the object: the last
  * call out frees it.  Objects may be closed in any order.
+ *
+ * The binding keeps to CPython's limited API of 3.11, the first with the
+ * buffer protocol in it, so that one build (abi3) imports on every CPython
+ * from 3.11 on: the types are heap types made from specs at import, and
+ * nothing reaches into an object's layout.  A build with meson >= 1.3
+ * says so itself (limited_api: client/python/kvtier/meson.build), which
+ * also names the module *.abi3.so; the default here covers older ones.
  */
 #pragma once
 
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030B0000
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -37,6 +47,17 @@ PyObject *raise_errno(int r, const char *call, const char *detail);
 
 /* __enter__ of every type: returns self. */
 PyObject *binding_enter_self(PyObject *self, PyObject *unused);
+
+/* The end of every type's tp_dealloc: frees self and lets go of its
+ * (heap) type. */
+void binding_free(PyObject *self);
+
+/* The name of o's type, for a message: in buf, or "?". */
+const char *binding_type_name(PyObject *o, char *buf, size_t len);
+
+/* o's items as a tuple (a new reference), as PySequence_Fast gives a list
+ * or tuple: NULL with TypeError(message) when o is not iterable. */
+PyObject *binding_tuple(PyObject *o, const char *message);
 
 /* ---- args.c ---- */
 
@@ -72,7 +93,9 @@ typedef struct {
 	PyObject *log; /* callable(level, message) or NULL */
 } ClientObject;
 
-extern PyTypeObject ClientType;
+/* The types: made by module.c from their specs. */
+extern PyType_Spec client_spec;
+extern PyTypeObject *ClientType;
 /* In binding.c: enter a call on the client (0, or -1 with an exception
  * set) / leave it. */
 int client_enter(ClientObject *self);
@@ -89,7 +112,8 @@ typedef struct {
 	PyObject *keep; /* what owns the memory, kept alive with the layout */
 } LayoutObject;
 
-extern PyTypeObject LayoutType;
+extern PyType_Spec layout_spec;
+extern PyTypeObject *LayoutType;
 
 /* ---- namespace.c ---- */
 
@@ -103,7 +127,8 @@ typedef struct {
 	uint32_t dtype; /* of every layer group: a codec reads its elements */
 } NamespaceObject;
 
-extern PyTypeObject NamespaceType;
+extern PyType_Spec namespace_spec;
+extern PyTypeObject *NamespaceType;
 PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw);
 int ns_enter(NamespaceObject *self);
 void ns_leave(NamespaceObject *self);
@@ -171,5 +196,6 @@ void cuda_submit_args_release(struct cuda_submit_args *a);
 
 /* ---- cuda.c ---- */
 
-extern PyTypeObject CudaContextType, CudaJobType;
+extern PyType_Spec cuda_context_spec, cuda_job_spec;
+extern PyTypeObject *CudaContextType, *CudaJobType;
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* kvtier.Client: one connection to kvtierd. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,7 +68,7 @@ static void Client_dealloc(ClientObject *self)
 	/* No call can be in progress: each holds a reference. */
 	kvt_client_free(self->c);
 	Py_CLEAR(self->log);
-	Py_TYPE(self)->tp_free((PyObject *)self);
+	binding_free((PyObject *)self);
 }
 
 static PyObject *Client_close(ClientObject *self, PyObject *unused)
@@ -219,13 +220,13 @@ static PyObject *Client_handles_op(ClientObject *self, PyObject *handles_o, PyOb
 		goto out;
 	}
 	if (success_o && success_o != Py_None) {
-		PyObject *seq = PySequence_Fast(success_o, "kvtier: success is a sequence of bools");
+		PyObject *seq = binding_tuple(success_o, "kvtier: success is a sequence of bools");
 		if (!seq)
 			goto out;
-		ns = (size_t)PySequence_Fast_GET_SIZE(seq);
+		ns = (size_t)PyTuple_Size(seq);
 		success = malloc(ns ? ns : 1);
 		for (size_t i = 0; success && i < ns; i++)
-			success[i] = (uint8_t)(PyObject_IsTrue(PySequence_Fast_GET_ITEM(seq, i)) == 1);
+			success[i] = (uint8_t)(PyObject_IsTrue(PyTuple_GetItem(seq, (Py_ssize_t)i)) == 1);
 		Py_DECREF(seq);
 		if (!success) {
 			PyErr_NoMemory();
@@ -376,21 +377,25 @@ static PyGetSetDef Client_getset[] = {
 	 "The NUMA node of this client's pool slots, or -1.", NULL},
 	{NULL}};
 
-PyTypeObject ClientType = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvtier.Client",
-	.tp_basicsize = sizeof(ClientObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Client(socket=None, name='python', pci_bus_id=None, observer=False, log=None)\n"
-		  "--\n\n"
-		  "A connection to kvtierd that maps the tenant's pool.  socket defaults to\n"
-		  "$KVTIER_SOCKET or kvtierd's default; pci_bus_id names this process's GPU\n"
-		  "so its slots come from that NUMA node; observer connects without a pool\n"
-		  "(monitoring); log receives (level, message) from the library.  The\n"
-		  "library reconnects by itself when the daemon restarts; meanwhile lookups\n"
-		  "miss and stores raise ENOTCONN.  A context manager.",
-	.tp_new = PyType_GenericNew,
-	.tp_init = (initproc)Client_init,
-	.tp_dealloc = (destructor)Client_dealloc,
-	.tp_methods = Client_methods,
-	.tp_getset = Client_getset,
+static PyType_Slot Client_slots[] = {
+	{Py_tp_doc, (void *)"Client(socket=None, name='python', pci_bus_id=None, observer=False, log=None)\n"
+		    "--\n\n"
+		    "A connection to kvtierd that maps the tenant's pool.  socket defaults to\n"
+		    "$KVTIER_SOCKET or kvtierd's default; pci_bus_id names this process's GPU\n"
+		    "so its slots come from that NUMA node; observer connects without a pool\n"
+		    "(monitoring); log receives (level, message) from the library.  The\n"
+		    "library reconnects by itself when the daemon restarts; meanwhile lookups\n"
+		    "miss and stores raise ENOTCONN.  A context manager."},
+	{Py_tp_new, (void *)PyType_GenericNew},
+	{Py_tp_init, (void *)Client_init},
+	{Py_tp_dealloc, (void *)Client_dealloc},
+	{Py_tp_methods, (void *)Client_methods},
+	{Py_tp_getset, (void *)Client_getset},
+	{0, NULL}};
+
+PyType_Spec client_spec = {
+	.name = "kvtier.Client",
+	.basicsize = sizeof(ClientObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+	.slots = Client_slots,
 };

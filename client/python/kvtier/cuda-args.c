@@ -38,7 +38,7 @@ static const struct name afters[] = {
 static int name_get(PyObject *o, const struct name *t, size_t n, const char *what,
 		    uint32_t *ret)
 {
-	const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8(o) : NULL;
+	const char *s = PyUnicode_Check(o) ? PyUnicode_AsUTF8AndSize(o, NULL) : NULL;
 	if (!s && PyErr_Occurred())
 		return -1;
 	for (size_t i = 0; s && i < n; i++)
@@ -101,10 +101,11 @@ static int after_get(struct cuda_submit_args *a, const struct cuda_submit_in *in
 	a->o.stream = (void *)(uintptr_t)in->stream;
 	if (in->event && in->event != Py_None) {
 		if (!PyLong_Check(in->event)) {
+			char tn[64];
 			PyErr_Format(PyExc_TypeError,
 				     "kvtier: event is a cudaEvent_t as an int "
-				     "(torch.cuda.Event().cuda_event), not %.80s",
-				     Py_TYPE(in->event)->tp_name);
+				     "(torch.cuda.Event().cuda_event), not %s",
+				     binding_type_name(in->event, tn, sizeof(tn)));
 			return -1;
 		}
 		a->o.event = PyLong_AsVoidPtr(in->event);

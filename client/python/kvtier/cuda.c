@@ -50,7 +50,7 @@ static int CudaContext_init(CudaContextObject *self, PyObject *args, PyObject *k
 	long long max_ctas = 0;
 	kvt_cuda_opts opts;
 	/* Every option is checked before the driver is asked for anything. */
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|i$OLp:CudaContext", kwlist, &ClientType,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|i$OLp:CudaContext", kwlist, ClientType,
 					 &client, &device, &copy_path, &max_ctas, &pin_background) ||
 	    cuda_opts_get(copy_path, max_ctas, pin_background, &opts) < 0)
 		return -1;
@@ -65,13 +65,17 @@ static int CudaContext_init(CudaContextObject *self, PyObject *args, PyObject *k
 	Py_BEGIN_ALLOW_THREADS
 	r = kvt_cuda_ctx_new_opts(client->c, device, &opts, &ctx);
 	Py_END_ALLOW_THREADS
+	/* ENODEV with the library's reason: no driver, a driver too old for
+	 * the runtime linked in, no device. */
+	if (r == -ENODEV)
+		client_error_for(client, r, "CudaContext");
+	else if (r < 0)
+		raise_errno(r, "CudaContext", NULL);
 	client_leave(client);
-	if (r < 0) {
-		raise_errno(r, "CudaContext", r == -ENODEV ? "no CUDA device or driver" : NULL);
+	if (r < 0)
 		return -1;
-	}
 	self->ctx = ctx;
-	Py_INCREF(client);
+	Py_INCREF((PyObject *)client);
 	self->client = client;
 	return 0;
 }
@@ -97,7 +101,7 @@ static void CudaContext_dealloc(CudaContextObject *self)
 {
 	kvt_cuda_ctx_free(self->ctx); /* every job holds a reference */
 	Py_CLEAR(self->client);
-	Py_TYPE(self)->tp_free((PyObject *)self);
+	binding_free((PyObject *)self);
 }
 
 static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyObject *kw,
@@ -112,19 +116,19 @@ static PyObject *CudaContext_submit(CudaContextObject *self, PyObject *args, PyO
 				    .wait_pinned = 1};
 	struct cuda_submit_args a;
 	/* Checked before the context is: mistakes show without a GPU. */
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!IOO|OK$OOOOp", kwlist, &NamespaceType, &ns,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!IOO|OK$OOOOp", kwlist, NamespaceType, &ns,
 					 &in.shard, &in.layout, &in.keys, &in.indices, &in.stream,
 					 &in.event, &in.after, &in.groups, &in.group_indices,
 					 &in.wait_pinned) ||
 	    cuda_submit_args_get(ns, &in, &a) < 0)
 		return NULL;
 	PyObject *ret = NULL;
-	CudaJobObject *jo = PyObject_New(CudaJobObject, &CudaJobType);
+	CudaJobObject *jo = PyObject_New(CudaJobObject, CudaJobType);
 	if (!jo)
 		goto out;
 	jo->job = NULL;
-	jo->ctx = (CudaContextObject *)Py_NewRef(self);
-	jo->ns = (NamespaceObject *)Py_NewRef(ns);
+	jo->ctx = (CudaContextObject *)Py_NewRef((PyObject *)self);
+	jo->ns = (NamespaceObject *)Py_NewRef((PyObject *)ns);
 	jo->layouts = Py_NewRef(a.p.keep);
 	if (cuda_enter(self) < 0) {
 		Py_DECREF(jo);
@@ -268,23 +272,30 @@ static PyMethodDef CudaContext_methods[] = {
 #undef SUBMIT_SIG
 #undef SUBMIT_OPTS
 
-PyTypeObject CudaContextType = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvtier.CudaContext",
-	.tp_basicsize = sizeof(CudaContextObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "CudaContext(client, device=0, *, copy_path='auto', max_ctas=0,\n"
-		  "            pin_background=False)\n--\n\n"
-		  "The library's CUDA path for one client and device: load and store\n"
-		  "streams, the pool registered with the driver.  copy_path: 'auto' (the\n"
-		  "cost model picks per copy), 'kernel' or 'engine' (the copy engines\n"
-		  "wherever they can); max_ctas: CTAs one copy kernel may occupy (0: 8, at\n"
-		  "most 65535); pin_background: return at once and pin the pool in the\n"
-		  "background (wait_pinned).  Options are checked before any CUDA call.\n"
-		  "Without a device or driver: kvtier.Error(ENODEV).  One thread at a time.",
-	.tp_new = PyType_GenericNew,
-	.tp_init = (initproc)CudaContext_init,
-	.tp_dealloc = (destructor)CudaContext_dealloc,
-	.tp_methods = CudaContext_methods,
+static PyType_Slot CudaContext_slots[] = {
+	{Py_tp_doc,
+	 (void *)"CudaContext(client, device=0, *, copy_path='auto', max_ctas=0,\n"
+		 "            pin_background=False)\n--\n\n"
+		 "The library's CUDA path for one client and device: load and store\n"
+		 "streams, the pool registered with the driver.  copy_path: 'auto' (the\n"
+		 "cost model picks per copy), 'kernel' or 'engine' (the copy engines\n"
+		 "wherever they can); max_ctas: CTAs one copy kernel may occupy (0: 8, at\n"
+		 "most 65535); pin_background: return at once and pin the pool in the\n"
+		 "background (wait_pinned).  Options are checked before any CUDA call.\n"
+		 "Without a device or a driver that serves its CUDA runtime:\n"
+		 "kvtier.Error(ENODEV) saying which (kvtier.cuda_unavailable()).  One\n"
+		 "thread at a time."},
+	{Py_tp_new, (void *)PyType_GenericNew},
+	{Py_tp_init, (void *)CudaContext_init},
+	{Py_tp_dealloc, (void *)CudaContext_dealloc},
+	{Py_tp_methods, (void *)CudaContext_methods},
+	{0, NULL}};
+
+PyType_Spec cuda_context_spec = {
+	.name = "kvtier.CudaContext",
+	.basicsize = sizeof(CudaContextObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+	.slots = CudaContext_slots,
 };
 
 static int job_check(CudaJobObject *self)
@@ -326,8 +337,7 @@ static PyObject *CudaJob_wait(CudaJobObject *self, PyObject *unused)
 	PyObject *t = CudaJob_finish(self, 1);
 	if (!t)
 		return NULL;
-	PyObject *sl = PyTuple_GET_ITEM(t, 1);
-	Py_INCREF(sl);
+	PyObject *sl = Py_NewRef(PyTuple_GetItem(t, 1));
 	Py_DECREF(t);
 	return sl;
 }
@@ -382,7 +392,7 @@ static void CudaJob_dealloc(CudaJobObject *self)
 	Py_CLEAR(self->ctx);
 	Py_CLEAR(self->ns);
 	Py_CLEAR(self->layouts);
-	PyObject_Free(self);
+	binding_free((PyObject *)self);
 }
 
 static PyMethodDef CudaJob_methods[] = {
@@ -401,15 +411,18 @@ static PyMethodDef CudaJob_methods[] = {
 	{"__exit__", (PyCFunction)CudaJob_close, METH_VARARGS, NULL},
 	{NULL}};
 
-static PySequenceMethods CudaJob_seq = {.sq_length = (lenfunc)CudaJob_len};
+static PyType_Slot CudaJob_slots[] = {
+	{Py_tp_doc, (void *)"Copies queued by CudaContext.load or .store."},
+	{Py_tp_dealloc, (void *)CudaJob_dealloc},
+	{Py_tp_methods, (void *)CudaJob_methods},
+	{Py_sq_length, (void *)CudaJob_len},
+	{0, NULL}};
 
-PyTypeObject CudaJobType = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvtier.CudaJob",
-	.tp_basicsize = sizeof(CudaJobObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Copies queued by CudaContext.load or .store.",
-	.tp_dealloc = (destructor)CudaJob_dealloc,
-	.tp_methods = CudaJob_methods,
-	.tp_as_sequence = &CudaJob_seq,
+/* Made by CudaContext.load and .store only. */
+PyType_Spec cuda_job_spec = {
+	.name = "kvtier.CudaJob",
+	.basicsize = sizeof(CudaJobObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.slots = CudaJob_slots,
 };
 #endif

@@ -22,12 +22,12 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	/* One base per layer, or per layer and plane. */
 	size_t n_bases = (flags & KVT_LAYOUT_PLANE_BASES) ? (size_t)nl * planes : nl;
-	PyObject *seq = PySequence_Fast(bases_o, "kvtier: layer_base is a sequence of addresses");
+	PyObject *seq = binding_tuple(bases_o, "kvtier: layer_base is a sequence of addresses");
 	if (!seq)
 		return -1;
-	if ((size_t)PySequence_Fast_GET_SIZE(seq) != n_bases) {
+	if ((size_t)PyTuple_Size(seq) != n_bases) {
 		PyErr_Format(PyExc_ValueError, "kvtier: %zu base addresses expected, %zd given",
-			     n_bases, PySequence_Fast_GET_SIZE(seq));
+			     n_bases, PyTuple_Size(seq));
 		Py_DECREF(seq);
 		return -1;
 	}
@@ -38,7 +38,7 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	for (size_t i = 0; i < n_bases; i++) {
-		bases[i] = PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(seq, i));
+		bases[i] = PyLong_AsVoidPtr(PyTuple_GetItem(seq, (Py_ssize_t)i));
 		if (PyErr_Occurred()) {
 			free(bases);
 			Py_DECREF(seq);
@@ -62,8 +62,9 @@ static int Layout_init(LayoutObject *self, PyObject *args, PyObject *kw)
 			       .n_pages = n_pages,
 			       .flags = flags,
 			       .elem_bytes = elem};
-	Py_INCREF(keep);
-	Py_XSETREF(self->keep, keep);
+	PyObject *was = self->keep;
+	self->keep = Py_NewRef(keep);
+	Py_XDECREF(was);
 	return 0;
 }
 
@@ -71,7 +72,7 @@ static void Layout_dealloc(LayoutObject *self)
 {
 	free(self->bases);
 	Py_CLEAR(self->keep);
-	Py_TYPE(self)->tp_free((PyObject *)self);
+	binding_free((PyObject *)self);
 }
 
 static PyObject *Layout_block_bytes(LayoutObject *self, PyObject *arg)
@@ -152,21 +153,25 @@ static PyMemberDef Layout_members[] = {
 	 "What owns the memory the layout points into (kept alive with it)."},
 	{NULL}};
 
-PyTypeObject LayoutType = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvtier.Layout",
-	.tp_basicsize = sizeof(LayoutObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "Layout(n_layers, planes, heads, head_bytes, page_tokens, layer_base,\n"
-		  "       stride_plane, stride_page, stride_token, stride_head,\n"
-		  "       index_kind=INDEX_PAGE, keep=None, n_pages=0, flags=0)\n--\n\n"
-		  "Where an engine keeps one rank's KV cache: element (layer l, plane p,\n"
-		  "page g, token t, head h) starts at layer_base[l] + p*stride_plane +\n"
-		  "g*stride_page + t*stride_token + h*stride_head (bytes) and is head_bytes\n"
-		  "long.  With INDEX_SLOT, indices are token slots (-1: padding).  keep\n"
-		  "holds the tensors the addresses point into.",
-	.tp_new = PyType_GenericNew,
-	.tp_init = (initproc)Layout_init,
-	.tp_dealloc = (destructor)Layout_dealloc,
-	.tp_methods = Layout_methods,
-	.tp_members = Layout_members,
+static PyType_Slot Layout_slots[] = {
+	{Py_tp_doc, (void *)"Layout(n_layers, planes, heads, head_bytes, page_tokens, layer_base,\n"
+			    "       stride_plane, stride_page, stride_token, stride_head,\n"
+			    "       index_kind=INDEX_PAGE, keep=None, n_pages=0, flags=0)\n--\n\n"
+			    "Where an engine keeps one rank's KV cache: element (layer l, plane p,\n"
+			    "page g, token t, head h) starts at layer_base[l] + p*stride_plane +\n"
+			    "g*stride_page + t*stride_token + h*stride_head (bytes) and is head_bytes\n"
+			    "long.  With INDEX_SLOT, indices are token slots (-1: padding).  keep\n"
+			    "holds the tensors the addresses point into."},
+	{Py_tp_new, (void *)PyType_GenericNew},
+	{Py_tp_init, (void *)Layout_init},
+	{Py_tp_dealloc, (void *)Layout_dealloc},
+	{Py_tp_methods, (void *)Layout_methods},
+	{Py_tp_members, (void *)Layout_members},
+	{0, NULL}};
+
+PyType_Spec layout_spec = {
+	.name = "kvtier.Layout",
+	.basicsize = sizeof(LayoutObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+	.slots = Layout_slots,
 };

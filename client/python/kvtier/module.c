@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The module kvtier._kvtier: kvtier.Error, hash_chain, versions, the types. */
+/* The module kvtier._kvtier: kvtier.Error, hash_chain, versions, the CUDA
+ * path's availability, the types. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ static PyObject *mod_hash_chain(PyObject *mod, PyObject *args, PyObject *kw)
 	int r;
 	Py_BEGIN_ALLOW_THREADS
 	r = kvt_hash_chain(parent.buf, tm.ptr, nt, bt, extra.buf, (size_t)extra.len,
-			   (uint8_t *)PyBytes_AS_STRING(ret), nk);
+			   (uint8_t *)PyBytes_AsString(ret), nk);
 	Py_END_ALLOW_THREADS
 	if (r < 0) {
 		Py_CLEAR(ret);
@@ -68,6 +69,31 @@ static PyObject *mod_default_socket(PyObject *mod, PyObject *unused)
 	return PyUnicode_FromString(kvt_default_socket());
 }
 
+static PyObject *mod_cuda_unavailable(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"device", NULL};
+	int device = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|i:cuda_unavailable", kwlist, &device))
+		return NULL;
+	if (device < 0) {
+		PyErr_SetString(PyExc_ValueError, "kvtier: device must be >= 0");
+		return NULL;
+	}
+#if KVT_HAVE_CUDA
+	char why[512];
+	int r;
+	Py_BEGIN_ALLOW_THREADS
+	r = kvt_cuda_device_check(device, why, sizeof(why));
+	Py_END_ALLOW_THREADS
+	if (r == 0)
+		Py_RETURN_NONE;
+	return PyUnicode_FromString(why);
+#else
+	return PyUnicode_FromString("this kvtier was built without CUDA (no nvcc where it was "
+				    "built): build it where nvcc is installed");
+#endif
+}
+
 static PyMethodDef module_methods[] = {
 	{"hash_chain", (PyCFunction)(void (*)(void))mod_hash_chain, METH_VARARGS | METH_KEYWORDS,
 	 "hash_chain(tokens, block_tokens, parent=None, extra=None)\n--\n\n"
@@ -77,6 +103,13 @@ static PyMethodDef module_methods[] = {
 	{"version", mod_version, METH_NOARGS, "version()\n--\n\nThe library version."},
 	{"protocol_version", mod_protocol_version, METH_NOARGS,
 	 "protocol_version()\n--\n\nThe newest wire protocol version the library speaks."},
+	{"cuda_unavailable", (PyCFunction)(void (*)(void))mod_cuda_unavailable,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "cuda_unavailable(device=0)\n--\n\n"
+	 "None when the CUDA path (CudaContext) can run on CUDA device `device` in\n"
+	 "this process; else why not, in words: built without CUDA, no NVIDIA\n"
+	 "driver, a driver older than the CUDA runtime linked in (and the driver\n"
+	 "it needs), no such device.  Asks the driver, not the daemon."},
 	{"default_socket", mod_default_socket, METH_NOARGS,
 	 "default_socket()\n--\n\nThe socket a Client uses when none is given."},
 	{NULL}};
@@ -89,12 +122,24 @@ static struct PyModuleDef module = {
 	.m_methods = module_methods,
 };
 
+/* A type from its spec, added to the module as name; 0 or -1. */
+static int add_type(PyObject *m, const char *name, PyType_Spec *spec, PyTypeObject **ret)
+{
+	PyObject *t = PyType_FromSpec(spec);
+	if (!t)
+		return -1;
+	/* The binding's pointer keeps a reference of its own, for good. */
+	*ret = (PyTypeObject *)Py_NewRef(t);
+	if (PyModule_AddObject(m, name, t) < 0) {
+		Py_DECREF(t);
+		return -1;
+	}
+	return 0;
+}
+
 PyMODINIT_FUNC PyInit__kvtier(void);
 PyMODINIT_FUNC PyInit__kvtier(void)
 {
-	if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&LayoutType) < 0 ||
-	    PyType_Ready(&NamespaceType) < 0)
-		return NULL;
 	PyObject *m = PyModule_Create(&module);
 	if (!m)
 		return NULL;
@@ -106,23 +151,16 @@ PyMODINIT_FUNC PyInit__kvtier(void)
 	if (!kvt_error || PyModule_AddObject(m, "Error", kvt_error) < 0)
 		goto fail;
 	Py_INCREF(kvt_error);
-	Py_INCREF(&ClientType);
-	Py_INCREF(&LayoutType);
-	Py_INCREF(&NamespaceType);
 #if KVT_HAVE_CUDA
-	if (PyType_Ready(&CudaContextType) < 0 || PyType_Ready(&CudaJobType) < 0)
-		goto fail;
-	Py_INCREF(&CudaContextType);
-	Py_INCREF(&CudaJobType);
-	if (PyModule_AddObject(m, "CudaContext", (PyObject *)&CudaContextType) < 0 ||
-	    PyModule_AddObject(m, "CudaJob", (PyObject *)&CudaJobType) < 0)
+	if (add_type(m, "CudaContext", &cuda_context_spec, &CudaContextType) < 0 ||
+	    add_type(m, "CudaJob", &cuda_job_spec, &CudaJobType) < 0)
 		goto fail;
 #endif
 	if (PyModule_AddIntConstant(m, "HAVE_CUDA", KVT_HAVE_CUDA) < 0)
 		goto fail;
-	if (PyModule_AddObject(m, "Client", (PyObject *)&ClientType) < 0 ||
-	    PyModule_AddObject(m, "Layout", (PyObject *)&LayoutType) < 0 ||
-	    PyModule_AddObject(m, "Namespace", (PyObject *)&NamespaceType) < 0)
+	if (add_type(m, "Client", &client_spec, &ClientType) < 0 ||
+	    add_type(m, "Layout", &layout_spec, &LayoutType) < 0 ||
+	    add_type(m, "Namespace", &namespace_spec, &NamespaceType) < 0)
 		goto fail;
 	/* Codec names by code, as open_namespace takes them (proto/codec.h). */
 	PyObject *codecs = PyTuple_New(KVT_CODEC_COUNT);
@@ -134,7 +172,7 @@ PyMODINIT_FUNC PyInit__kvtier(void)
 			Py_DECREF(codecs);
 			goto fail;
 		}
-		PyTuple_SET_ITEM(codecs, c, name);
+		PyTuple_SetItem(codecs, c, name);
 	}
 	if (PyModule_AddObject(m, "CODECS", codecs) < 0) {
 		Py_DECREF(codecs);

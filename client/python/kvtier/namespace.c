@@ -52,11 +52,11 @@ static int groups_get(PyObject *groups, unsigned int layers, unsigned int window
 				"kvtier: window and groups are exclusive: give each group its window");
 		return -1;
 	}
-	PyObject *seq = PySequence_Fast(groups, "kvtier: groups must be a sequence of "
-						"(layers, window) pairs");
+	PyObject *seq = binding_tuple(groups, "kvtier: groups must be a sequence of "
+					      "(layers, window) pairs");
 	if (!seq)
 		return -1;
-	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	Py_ssize_t n = PyTuple_Size(seq);
 	uint64_t total = 0;
 	int r = -1;
 	if (n < 1 || n > KVT_PY_MAX_GROUPS) {
@@ -66,7 +66,7 @@ static int groups_get(PyObject *groups, unsigned int layers, unsigned int window
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
 		unsigned int gl, gw;
-		PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+		PyObject *item = PyTuple_GetItem(seq, i);
 		if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "II", &gl, &gw)) {
 			PyErr_Format(PyExc_TypeError, "kvtier: groups[%zd] must be a (layers, window) "
 				     "pair of ints", i);
@@ -105,7 +105,7 @@ static int codec_get(PyObject *o, uint32_t *ret)
 			return 0;
 		}
 	} else if (PyUnicode_Check(o)) {
-		const char *name = PyUnicode_AsUTF8(o);
+		const char *name = PyUnicode_AsUTF8AndSize(o, NULL);
 		if (!name)
 			return -1;
 		for (uint32_t c = 0; c < KVT_CODEC_COUNT; c++)
@@ -114,8 +114,9 @@ static int codec_get(PyObject *o, uint32_t *ret)
 				return 0;
 			}
 	} else {
-		PyErr_Format(PyExc_TypeError, "kvtier: codec must be a name or an int, not %.100s",
-			     Py_TYPE(o)->tp_name);
+		char tn[64];
+		PyErr_Format(PyExc_TypeError, "kvtier: codec must be a name or an int, not %s",
+			     binding_type_name(o, tn, sizeof(tn)));
 		return -1;
 	}
 	char names[128] = "";
@@ -200,12 +201,12 @@ PyObject *Client_open_namespace(ClientObject *self, PyObject *args, PyObject *kw
 			 .salt = salt.buf,
 			 .salt_len = (uint32_t)salt.len,
 			 .codec = codec};
-	NamespaceObject *nso = PyObject_New(NamespaceObject, &NamespaceType);
+	NamespaceObject *nso = PyObject_New(NamespaceObject, NamespaceType);
 	if (!nso)
 		goto out;
 	nso->ns = NULL;
 	nso->busy = nso->closing = 0;
-	Py_INCREF(self);
+	Py_INCREF((PyObject *)self);
 	nso->client = self;
 	if (client_enter(self) < 0) {
 		Py_DECREF(nso);
@@ -238,7 +239,7 @@ static void Namespace_dealloc(NamespaceObject *self)
 {
 	kvt_ns_close(self->ns);
 	Py_CLEAR(self->client);
-	PyObject_Free(self);
+	binding_free((PyObject *)self);
 }
 
 static PyObject *Namespace_close(NamespaceObject *self, PyObject *unused)
@@ -291,7 +292,7 @@ static PyObject *Namespace_lookup(NamespaceObject *self, PyObject *args, PyObjec
 	if (!states || ns_enter(self) < 0)
 		goto out;
 	int r;
-	uint8_t *sp = (uint8_t *)PyBytes_AS_STRING(states);
+	uint8_t *sp = (uint8_t *)PyBytes_AsString(states);
 	Py_BEGIN_ALLOW_THREADS
 	r = kvt_lookup(self->ns, km.ptr, n, touch ? KVT_LOOKUP_TOUCH : 0, sp);
 	Py_END_ALLOW_THREADS
@@ -445,7 +446,7 @@ static PyObject *Namespace_slots_op(NamespaceObject *self, PyObject *args, int r
 				Py_CLEAR(ret);
 				break;
 			}
-			PyList_SET_ITEM(ret, (Py_ssize_t)i, d);
+			PyList_SetItem(ret, (Py_ssize_t)i, d);
 		}
 	}
 	ns_leave(self);
@@ -658,14 +659,19 @@ static PyMemberDef Namespace_members[] = {
 	 "The Client this namespace was opened on."},
 	{NULL}};
 
-PyTypeObject NamespaceType = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kvtier.Namespace",
-	.tp_basicsize = sizeof(NamespaceObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "A namespace of one model and KV geometry, from Client.open_namespace().\n"
-		  "Keys are bytes of 32 per block (hash_chain).  A context manager.",
-	.tp_dealloc = (destructor)Namespace_dealloc,
-	.tp_methods = Namespace_methods,
-	.tp_getset = Namespace_getset,
-	.tp_members = Namespace_members,
+static PyType_Slot Namespace_slots[] = {
+	{Py_tp_doc, (void *)"A namespace of one model and KV geometry, from Client.open_namespace().\n"
+			    "Keys are bytes of 32 per block (hash_chain).  A context manager."},
+	{Py_tp_dealloc, (void *)Namespace_dealloc},
+	{Py_tp_methods, (void *)Namespace_methods},
+	{Py_tp_getset, (void *)Namespace_getset},
+	{Py_tp_members, (void *)Namespace_members},
+	{0, NULL}};
+
+/* Made by Client.open_namespace only. */
+PyType_Spec namespace_spec = {
+	.name = "kvtier.Namespace",
+	.basicsize = sizeof(NamespaceObject),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+	.slots = Namespace_slots,
 };

@@ -16,12 +16,13 @@
 /* The layouts: layout, or groups (then layout is None). */
 static int layouts_get(struct paged_args *a, PyObject *layout, PyObject *groups)
 {
+	char tn[64];
 	if (groups == Py_None) {
-		if (!PyObject_TypeCheck(layout, &LayoutType)) {
+		if (!PyObject_TypeCheck(layout, LayoutType)) {
 			PyErr_Format(PyExc_TypeError,
 				     "kvtier: layout must be a kvtier.Layout (or None with groups=), "
-				     "not %.80s",
-				     Py_TYPE(layout)->tp_name);
+				     "not %s",
+				     binding_type_name(layout, tn, sizeof(tn)));
 			return -1;
 		}
 		a->n_layouts = 1;
@@ -39,18 +40,18 @@ static int layouts_get(struct paged_args *a, PyObject *layout, PyObject *groups)
 		PyErr_SetString(PyExc_TypeError, "kvtier: groups must be a sequence of kvtier.Layout");
 		return -1;
 	}
-	Py_ssize_t n = PyTuple_GET_SIZE(a->keep);
+	Py_ssize_t n = PyTuple_Size(a->keep);
 	if (n < 1 || n > KVT_PY_MAX_GROUPS) {
 		PyErr_Format(PyExc_ValueError, "kvtier: groups takes 1 to %d layouts, got %zd",
 			     KVT_PY_MAX_GROUPS, n);
 		return -1;
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *g = PyTuple_GET_ITEM(a->keep, i);
-		if (!PyObject_TypeCheck(g, &LayoutType)) {
+		PyObject *g = PyTuple_GetItem(a->keep, i);
+		if (!PyObject_TypeCheck(g, LayoutType)) {
 			PyErr_Format(PyExc_TypeError,
-				     "kvtier: groups[%zd] must be a kvtier.Layout, not %.80s", i,
-				     Py_TYPE(g)->tp_name);
+				     "kvtier: groups[%zd] must be a kvtier.Layout, not %s", i,
+				     binding_type_name(g, tn, sizeof(tn)));
 			return -1;
 		}
 		a->layouts[i] = &((LayoutObject *)g)->l;
@@ -134,12 +135,12 @@ static int indices_get(struct paged_args *a, const kvt_ns_info *info, PyObject *
 					   : "kvtier: group_indices needs groups=");
 		return -1;
 	}
-	PyObject *seq = PySequence_Fast(group_indices,
-					"kvtier: group_indices must be a sequence, one per group");
+	PyObject *seq = binding_tuple(group_indices,
+				      "kvtier: group_indices must be a sequence, one per group");
 	if (!seq)
 		return -1;
 	int r = -1;
-	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+	Py_ssize_t n = PyTuple_Size(seq);
 	if (n != (Py_ssize_t)a->n_layouts) {
 		PyErr_Format(PyExc_ValueError, "kvtier: %u groups need %u group_indices, got %zd",
 			     a->n_layouts, a->n_layouts, n);
@@ -147,7 +148,7 @@ static int indices_get(struct paged_args *a, const kvt_ns_info *info, PyObject *
 	}
 	for (uint32_t k = 0; k < a->n_layouts; k++) {
 		char what[48];
-		if (ints_get(PySequence_Fast_GET_ITEM(seq, k), 8, 1, &a->idx[k], &a->owned[k],
+		if (ints_get(PyTuple_GetItem(seq, k), 8, 1, &a->idx[k], &a->owned[k],
 			     &got) < 0)
 			goto out;
 		snprintf(what, sizeof(what), "indices in group_indices[%u]", k);
