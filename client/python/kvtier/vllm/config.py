@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..identity import ModelIdentity, dtype_name, model_id, weights_fingerprint
+from . import events
 
 log = logging.getLogger("kvtier.vllm")
 
@@ -124,6 +125,10 @@ class Config:
     # vLLM does for asynchronous loads.
     hybrid: bool
     workers: int  # tensor-parallel ranks, each a worker
+    # Whether the connector publishes KV events (kvtier.vllm.events), and
+    # the block size of vLLM's request block hashes.
+    events: bool = False
+    hash_block: int = 0
 
 
 def config_of(vllm_config, kv_transfer_config, kv_cache_config=None) -> Config:
@@ -141,4 +146,7 @@ def config_of(vllm_config, kv_transfer_config, kv_cache_config=None) -> Config:
         identity.check_device(device, "kvtier.vllm")
     return Config(identity=identity, socket=extra.get("socket"), end=end,
                   block=identity.block_tokens, hybrid=len(identity.groups) > 1,
-                  workers=vllm_config.parallel_config.tensor_parallel_size)
+                  workers=vllm_config.parallel_config.tensor_parallel_size,
+                  events=events.enabled(vllm_config),
+                  hash_block=getattr(kv_cache_config, "hash_block_size", None)
+                  or identity.block_tokens)

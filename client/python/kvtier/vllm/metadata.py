@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the two sides tell each other each step: the scheduler's
 connector metadata (the workers' loads and stores) and the workers'
-metadata back (the copies they have done with)."""
+metadata back (the copies they have done with, and, where vLLM publishes
+KV events, which blocks of them they did not store or found gone)."""
 
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ class Transfer:
     # vLLM's pages, one per key, in each KV cache group; -1 where a group
     # holds none (a sliding window's freed pages)
     block_ids: tuple[list[int], ...]
-    pin: int = 0  # the scheduler's pin of the pages (0: none)
+    # The scheduler's id of the transfer, under which it pins the pages
+    # and names its blocks in KV events (0: none).
+    pin: int = 0
     # The request's failed loads the scheduler had heard of when it built
     # the transfer: a store built before it heard of one holds what a
     # step computed over pages that load never filled.
@@ -38,11 +41,18 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
 @dataclass
 class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
     """What workers tell the scheduler: the pins of the transfers they
-    have done with, each counted once per worker."""
+    have done with, each counted once per worker; with KV events, per pin
+    the blocks (indices in the transfer) a store did not commit, and those
+    a load found missing or the worker deleted."""
 
     done: Counter = field(default_factory=Counter)
+    unstored: dict[int, set[int]] = field(default_factory=dict)
+    gone: dict[int, set[int]] = field(default_factory=dict)
 
     def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
         if isinstance(other, KvtierWorkerMetadata):
             self.done.update(other.done)
+            for mine, theirs in ((self.unstored, other.unstored), (self.gone, other.gone)):
+                for pin, blocks in theirs.items():
+                    mine.setdefault(pin, set()).update(blocks)
         return self

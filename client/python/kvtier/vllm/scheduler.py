@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .. import KEY_BYTES, Error, hash_chain
 from ..reconnect import Reconnecting
+from . import events
 from .config import ENDS, SHARED_PRIORITY, Config
 from .metadata import KvtierConnectorMetadata, KvtierWorkerMetadata, Transfer
 
@@ -36,6 +37,7 @@ class _Request:
     local: int = 0  # tokens vLLM's own prefix cache had
     done: int = 0  # leading blocks loaded or stored already
     failures: int = 0  # its failed loads the workers reported
+    request: object = None  # vLLM's Request (its block hashes, for KV events)
 
 
 class KvtierScheduler:
@@ -60,6 +62,13 @@ class KvtierScheduler:
         self._pinned: Counter = Counter()  # block id -> the pins that hold it
         self._pin_reports: Counter = Counter()  # pin -> workers that are done with it
         self._next_pin = 0
+        # With KV events: pin -> (a load?, its blocks as vLLM names them),
+        # what the workers reported of them so far, and the events for
+        # take_events.
+        self._named: dict[int, tuple[bool, events.Blocks]] = {}
+        self._unstored: dict[int, set[int]] = {}
+        self._gone: dict[int, set[int]] = {}
+        self._events: list = []
         self.stats = {"lookups": 0, "hit_tokens": 0, "retained_blocks": 0, "ended_blocks": 0}
 
     def shutdown(self):
@@ -82,7 +91,8 @@ class KvtierScheduler:
         old = self._requests.get(request.request_id)
         self._requests[request.request_id] = _Request(keys=keys, block_ids=(),
                                                       local=num_computed_tokens,
-                                                      failures=old.failures if old else 0)
+                                                      failures=old.failures if old else 0,
+                                                      request=request)
         ns = self._conn.namespace()
         if ns is None or request.request_id in self._load_failed:
             return 0, False
@@ -122,16 +132,26 @@ class KvtierScheduler:
                 old + add for old, add in zip(r.block_ids, pages))
         return r
 
-    def _transfer(self, rid: str, r: _Request, a: int, b: int, pages=None) -> Transfer:
+    def _transfer(self, rid: str, r: _Request, a: int, b: int, pages=None,
+                  load: bool = False) -> Transfer:
         """Blocks a..b of request rid, its pages pinned in vLLM's pool until
-        every worker is done with them."""
+        every worker is done with them (and, with KV events, named as
+        vLLM's events name them)."""
         ids = tuple(g[a:b] for g in (pages or r.block_ids))
         t = Transfer(rid, r.keys[a * KEY_BYTES: b * KEY_BYTES], ids, failures=r.failures)
+        named = None
+        if self._config.events and r.request is not None:
+            named = events.blocks_of(r.request, a, b, self._block, self._config.hash_block,
+                                     len(ids))
+        if self._pool is None and named is None:
+            return t
+        self._next_pin += 1
+        t.pin = self._next_pin
+        if named is not None:
+            self._named[t.pin] = (load, named)
         if self._pool is not None:
             held = [self._pool.blocks[p] for g in ids for p in g if p >= 0]
             self._pool.touch(held)
-            self._next_pin += 1
-            t.pin = self._next_pin
             self._pins[t.pin] = held
             self._pinned.update(b.block_id for b in held)
         return t
@@ -165,7 +185,7 @@ class KvtierScheduler:
             # Waits in WAITING_FOR_REMOTE_KVS: scheduled once loaded.
             r = self._requests[rid]
             r.block_ids = pages
-            meta.loads.append(self._transfer(rid, r, a, b))
+            meta.loads.append(self._transfer(rid, r, a, b, load=True))
             r.done = max(r.done, b)
         self._pending_loads.clear()
         for rid, block_ids, new, computed in steps:
@@ -217,16 +237,40 @@ class KvtierScheduler:
             if r is not None:
                 r.failures += 1
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
-        if not isinstance(meta, KvtierWorkerMetadata) or self._pool is None:
+        if not isinstance(meta, KvtierWorkerMetadata):
             return
+        for mine, theirs in ((self._unstored, meta.unstored), (self._gone, meta.gone)):
+            for pin, blocks in theirs.items():
+                mine.setdefault(pin, set()).update(blocks)
         for pin, n in meta.done.items():
             self._pin_reports[pin] += n
             if self._pin_reports[pin] >= self._config.workers:
                 del self._pin_reports[pin]
+                self._announce(pin)
                 held = self._pins.pop(pin, ())
-                self._pinned.subtract(b.block_id for b in held)
-                self._pool.free_blocks(held)
+                if held:
+                    self._pinned.subtract(b.block_id for b in held)
+                    self._pool.free_blocks(held)
         self._pinned += Counter()  # drops the blocks no pin holds
+
+    def _announce(self, pin: int) -> None:
+        """Every worker is done with transfer pin: KV events for the blocks
+        every worker stored (a store), and for those any found gone or
+        deleted."""
+        unstored, gone = self._unstored.pop(pin, set()), self._gone.pop(pin, set())
+        named = self._named.pop(pin, None)
+        if named is None:
+            return
+        load, blocks = named
+        if not load:
+            self._events += events.stored(
+                blocks, set(range(len(blocks.hashes))) - unstored - gone)
+        self._events += events.removed(blocks, gone)
+
+    def take_events(self):
+        """The KV events since vLLM last asked (kvtier.vllm.events)."""
+        out, self._events = self._events, []
+        return out
 
     def has_pending_block_frees(self) -> bool:
         """Whether a copy under way holds pages that only it holds: pages
@@ -239,8 +283,8 @@ class KvtierScheduler:
 
     def has_pending_push_work(self) -> bool:
         # The engine steps on while copies hold pages, to hear that they
-        # are done and give the pages back.
-        return bool(self._pins)
+        # are done and give the pages back (and publish their KV events).
+        return bool(self._pins or self._named)
 
     def _hint(self, request, keys: bytes):
         """The request's lifecycle hints (kvtier.vllm's docstring) for its

@@ -13,6 +13,7 @@ filled.  vLLM does not run one while loads are asynchronous; should it
 ever, the blocks are not stored, and are deleted from kvtierd in case
 another rank, which did not see the failure, stored its part of them."""
 
+import errno
 import logging
 import threading
 from collections import Counter
@@ -88,6 +89,9 @@ class KvtierWorker:
         self._lock = threading.Lock()  # the mover's thread and vLLM's
         self.mover = Mover()
         self._done_pins: list[int] = []  # transfers done with, since the last step
+        # With KV events, of those: pin -> blocks not stored, blocks gone
+        self._unstored: dict[int, set[int]] = {}
+        self._gone: dict[int, set[int]] = {}
         self._received: list[tuple[str, tuple[list[int], ...], int]] = []  # async loads done
         self._reported: dict[str, int] = {}  # counters as last handed to vLLM's statistics
 
@@ -188,14 +192,21 @@ class KvtierWorker:
         self._shard, self._writer = shard_of(self._rank, ns.info["shards"],
                                              self._identity.tp_size)
 
-    def _done(self, t: Transfer) -> None:
-        """This worker is done with t's pages (called with the lock held)."""
+    def _done(self, t: Transfer, unstored=(), gone=()) -> None:
+        """This worker is done with t's pages, unstored: the blocks (indices
+        in t) it did not store, gone: those it found missing or deleted
+        (called with the lock held)."""
         if t.pin:
             self._done_pins.append(t.pin)
+            if self._config.events:
+                for record, blocks in ((self._unstored, unstored), (self._gone, gone)):
+                    if blocks:
+                        record.setdefault(t.pin, set()).update(blocks)
 
-    def _loaded(self, t: Transfer, good: int) -> None:
-        """t's load is over, its first good blocks loaded: reported at the
-        next get_finished (called with the lock held)."""
+    def _loaded(self, t: Transfer, good: int, gone=()) -> None:
+        """t's load is over, its first good blocks loaded, the blocks gone
+        found missing: reported at the next get_finished (called with the
+        lock held)."""
         self._received.append((t.req_id, tuple(g[good:] for g in t.block_ids), good))
         if good < len(t.keys) // KEY_BYTES:
             self._failures[t.req_id] += 1
@@ -205,7 +216,7 @@ class KvtierWorker:
             if t.req_id in self._finished:
                 self._finished.discard(t.req_id)
                 self._failures.pop(t.req_id, None)
-        self._done(t)
+        self._done(t, gone=gone)
 
     def _load(self, ns, t: Transfer, event) -> None:
         status = None
@@ -218,32 +229,39 @@ class KvtierWorker:
         finally:
             n = len(t.keys) // KEY_BYTES
             good = n if status is None else next((i for i, x in enumerate(status) if x < 0), n)
+            gone = [i for i, x in enumerate(status or ()) if x == -errno.ENOENT]
             with self._lock:
-                self._loaded(t, good)
+                self._loaded(t, good, gone)
 
     def _drop(self, ns, t: Transfer) -> None:
         """Deletes t's blocks from kvtierd: a step computed them over pages
         a failed load never filled."""
+        n = len(t.keys) // KEY_BYTES
+        deleted = False
         try:
             ns.delete(t.keys)
+            deleted = True
         except Error as e:
             log.warning("kvtier: blocks computed after a failed load not deleted: %s", e)
         finally:
             with self._lock:
-                self._done(t)
+                self._done(t, unstored=range(n), gone=range(n) if deleted else ())
 
     def _store(self, ns, t: Transfer, event) -> None:
-        stored, skipped = 0, 0
+        n = len(t.keys) // KEY_BYTES
+        stored, skipped, unstored = 0, 0, range(n)
         try:
-            stored, _ = self._copy(False, ns, t, event)
+            stored, status = self._copy(False, ns, t, event)
+            # -EEXIST: kvtierd holds the block already
+            unstored = [i for i, x in enumerate(status) if x not in (0, -errno.EEXIST)]
         except Error as e:
-            skipped = len(t.keys) // KEY_BYTES
+            skipped = n
             log.warning("kvtier: store skipped: %s", e)
         finally:
             with self._lock:
                 self.stats["stored_blocks"] += stored
                 self.stats["store_skipped"] += skipped
-                self._done(t)
+                self._done(t, unstored=unstored)
 
     def drain(self) -> None:
         """Wait until the copies handed to the mover are done."""
@@ -301,11 +319,14 @@ class KvtierWorker:
                           "failed load computed %d blocks; not stored", t.req_id,
                           len(t.keys) // KEY_BYTES)
             if poisoned or ns is None or not self._layouts or not self._writer:
+                n = len(t.keys) // KEY_BYTES
                 with self._lock:
                     if self._writer or poisoned:
-                        self.stats["store_skipped"] += len(t.keys) // KEY_BYTES
+                        self.stats["store_skipped"] += n
                     if not poisoned or ns is None:
-                        self._done(t)  # another rank of its replica group writes the shard
+                        # (not a writer: another rank of its replica group
+                        # writes the shard)
+                        self._done(t, unstored=range(n) if self._writer or poisoned else ())
                 if poisoned and ns is not None:
                     self.mover.submit(lambda t=t: self._drop(ns, t))
                 continue
@@ -319,10 +340,13 @@ class KvtierWorker:
         return vllm_stats.since(counts, self._reported)
 
     def build_connector_worker_meta(self):
-        """The pins of the transfers this worker is done with."""
+        """The pins of the transfers this worker is done with (with KV
+        events, what they did not store or found gone)."""
         with self._lock:
             done, self._done_pins = self._done_pins, []
-        return KvtierWorkerMetadata(Counter(done)) if done else None
+            unstored, self._unstored = self._unstored, {}
+            gone, self._gone = self._gone, {}
+        return KvtierWorkerMetadata(Counter(done), unstored, gone) if done else None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
