@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 ./scripts/deps.sh || exit 1
 
 passed=0 failed=0 skipped=0
-run_suite() { # build-dir, meson options...
+run_suite() { # build-dir, meson options...  (env TEST_ARGS: meson test's own)
 	dir=$1
 	shift
 	if [ ! -d "$dir" ]; then
@@ -31,7 +31,8 @@ run_suite() { # build-dir, meson options...
 		echo "kvtier: the engine test venv could not be made (scripts/venv.sh)" >&2
 		failed=$((failed + 1))
 	fi
-	meson test -C "$dir" --print-errorlogs --num-processes 2 | tee "$dir/test-summary.txt"
+	# shellcheck disable=SC2086 # TEST_ARGS: words
+	meson test -C "$dir" --print-errorlogs --num-processes 2 ${TEST_ARGS:-} | tee "$dir/test-summary.txt"
 	ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
 	fail=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
 	to=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
@@ -43,10 +44,12 @@ run_suite() { # build-dir, meson options...
 }
 
 run_suite build
-# Sanitizers: leaks, out-of-bounds and undefined behaviour in the same tests.
-# Their kernels never meet a GPU: built for one architecture.
+# Sanitizers: leaks, out-of-bounds and undefined behaviour in the same tests,
+# less the benchmarks' smoke runs (their code paths are the tests') and the
+# GPU suite (its kernels never meet a GPU here: built for one architecture,
+# their host emulation checked in the plain build).
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dpython=disabled -Dgpu_archs=80
+	TEST_ARGS="--no-suite bench --no-suite gpu" run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug -Dpython=disabled -Dgpu_archs=80
 
 # The fuzz targets under libFuzzer for a short fixed time each (findings
 # stop it with the crashing input saved in build-fuzz/).
