@@ -15,6 +15,7 @@
 #include "log.h"
 #include "macro.h"
 #include "manager.h"
+#include "metrics-http.h"
 #include "nvme.h"
 #include "remote.h"
 #include "process.h"
@@ -227,6 +228,8 @@ void manager_free(struct manager *m)
 {
 	if (!m)
 		return;
+	metrics_http_free(m->metrics);
+	m->metrics = NULL;
 	while (!LIST_EMPTY(&m->sessions))
 		session_free(LIST_FIRST(&m->sessions));
 	/* First: they wait for I/O into and out of blocks and the pool. */
@@ -694,6 +697,8 @@ int manager_listen(struct manager *m)
 		if (r < 0)
 			return r;
 	}
+	if (m->config->metrics_listen)
+		return metrics_http_start(m, &m->metrics);
 	return 0;
 }
 
