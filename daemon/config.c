@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "kvt-config.h"
 #include "config-values.h"
 #include "log.h"
 #include "size.h"
@@ -404,6 +405,10 @@ static int config_validate(const struct config *c, const char *path)
 	}
 	if (c->partial_block_ms < 100 || c->partial_block_ms > 3600000) {
 		log_error("%s: [limits] partial_block_ms must be 100..3600000", path);
+		r = -EINVAL;
+	}
+	if (c->metrics_listen && !KVT_HAVE_MICROHTTPD) {
+		log_error("%s: [metrics] listen: this kvtierd was built without libmicrohttpd (meson -Dmetrics=enabled), so it has no scrape endpoint; use kvtierctl metrics", path);
 		r = -EINVAL;
 	}
 	if (validate_tenants(c, path) < 0)
