@@ -12,9 +12,10 @@ a Ceph cluster (tests/remote/), and its series exist only with one.  Any
 other name missing from the scrape fails the test, as does a panel with no
 kvtier series or a query the extraction cannot read.  The check is run
 first on a copy of the dashboard with a made-up series added, which must
-fail.
+fail.  With DOC, every typed series of the scrape must be named there
+(docs/metrics.md).
 
-Usage: test-dashboard.py DASHBOARD PROM_C   (KVTIERD and KVT_ENGINE set)
+Usage: test-dashboard.py DASHBOARD PROM_C [DOC]   (KVTIERD and KVT_ENGINE set)
 """
 import json
 import os
@@ -149,6 +150,10 @@ def main():
         return 1
 
     problems = check(dashboard, served, remote_table)
+    if len(sys.argv) > 3:
+        doc = open(sys.argv[3], encoding="utf-8").read()
+        typed = re.findall(r"^# TYPE (kvtier_\w+) (?:gauge|counter)$", text, re.M)
+        problems += [f"{sys.argv[3]} does not name {n}" for n in typed if f"`{n}" not in doc]
     names = {n for _, e in exprs(dashboard) for n in NAME.findall(e)}
     by_table = sorted(n for n in names if n not in served and n in remote_table)
     print(f"{len(exprs(dashboard))} queries, {len(names)} series: {len(names) - len(by_table)} "
