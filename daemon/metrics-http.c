@@ -237,10 +237,10 @@ int metrics_http_start(struct manager *m, struct metrics_http **ret)
 	 * the loop, does the work its epoll descriptor reports.  MHD owns
 	 * the socket from here and closes it at MHD_stop_daemon. */
 	h->d = MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, h,
+				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
 				MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
 				MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_HTTP_CONNECTIONS,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_HTTP_TIMEOUT_S,
-				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
 				MHD_OPTION_END);
 	if (!h->d) {
 		close(fd);
