@@ -26,7 +26,9 @@ static void metrics_help(FILE *f)
 	      "      mv /var/lib/node_exporter/textfile/kvtier.prom.$$ \\\n"
 	      "         /var/lib/node_exporter/textfile/kvtier.prom\n"
 	      "  (from a timer or cron, as root for the whole daemon).  When kvtierd is\n"
-	      "  down the old file stays; alert on node_textfile_mtime_seconds.\n",
+	      "  down the old file stays; alert on node_textfile_mtime_seconds.\n"
+	      "  kvtierd serves the same series over HTTP itself when kvtierd.conf sets\n"
+	      "  [metrics] listen (kvtierd.conf(5)).\n",
 	      f);
 }
 
