@@ -218,11 +218,11 @@ static char *names_of(const char *text)
 	}
 	qsort(v, n, sizeof(*v), cmp_str);
 	*o = 0;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		if (i == 0 || strcmp(v[i], v[i - 1]))
 			o += sprintf(o, "%s\n", v[i]);
+	for (size_t i = 0; i < n; i++)
 		free(v[i]);
-	}
 	free(v);
 	return out;
 }
