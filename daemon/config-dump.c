@@ -77,6 +77,10 @@ void config_dump(const struct config *c, FILE *f)
 			c->spills[i].path ? c->spills[i].path : "",
 			kvt_size_format_exact(c->spills[i].capacity, q, sizeof(q)));
 	config_remote_dump(c, f);
+	if (c->metrics_listen)
+		fprintf(f, "[metrics]\nlisten = %s\n\n", c->metrics_listen);
+	else
+		fputs("[metrics]\n# listen: off (no scrape endpoint)\n\n", f);
 	fprintf(f, "[limits]\nconnections = %u\nconnections_per_uid = %u\n"
 		"namespaces_per_tenant = %u\nkeys_per_request = %u\n"
 		"handles_per_tenant = %u\noutput_bytes = %s\npartial_block_ms = %u\n",

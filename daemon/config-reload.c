@@ -118,6 +118,7 @@ void config_reload(struct config *cur, struct config *fresh, char *changed, size
 	RESTART(cur->nvme_recovery == fresh->nvme_recovery, "[nvme] recovery");
 	RESTART(spills_equal(cur, fresh), "[spill.*]");
 	RESTART(remotes_equal(cur, fresh), "[remote.*]");
+	RESTART(str_eq(cur->metrics_listen, fresh->metrics_listen), "[metrics] listen");
 	LIVE(writeback_high, "[nvme] writeback_high");
 	LIVE(writeback_low, "[nvme] writeback_low");
 #undef LIVE

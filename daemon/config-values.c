@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The values of kvtierd.conf: one parser per kind of value (config-values.h). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <grp.h>
 #include <limits.h>
@@ -44,6 +45,64 @@ int conf_string(const char *v, void *field, const char **expect)
 	free(*(char **)field);
 	*(char **)field = s;
 	return 0;
+}
+
+int conf_listen_parse(const char *v, struct sockaddr_storage *ret, unsigned *ret_len)
+{
+	char host[INET6_ADDRSTRLEN + 1];
+	const char *colon, *h = v;
+	size_t n;
+	char *end;
+
+	memset(ret, 0, sizeof(*ret));
+	if (*v == '[') {
+		const char *close = strchr(v, ']');
+		if (!close || close[1] != ':')
+			return -EINVAL;
+		h = v + 1;
+		n = (size_t)(close - h);
+		colon = close + 1;
+	} else {
+		colon = strrchr(v, ':');
+		if (!colon)
+			return -EINVAL;
+		n = (size_t)(colon - v);
+	}
+	if (n == 0 || n >= sizeof(host) || colon[1] < '0' || colon[1] > '9')
+		return -EINVAL;
+	memcpy(host, h, n);
+	host[n] = 0;
+	errno = 0;
+	unsigned long port = strtoul(colon + 1, &end, 10);
+	if (errno || *end || port > 65535)
+		return -EINVAL;
+	if (*v != '[') {
+		struct sockaddr_in *a = (struct sockaddr_in *)ret;
+		if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+			return -EINVAL;
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t)port);
+		*ret_len = sizeof(*a);
+	} else {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)ret;
+		if (inet_pton(AF_INET6, host, &a->sin6_addr) != 1)
+			return -EINVAL;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t)port);
+		*ret_len = sizeof(*a);
+	}
+	return 0;
+}
+
+int conf_listen(const char *v, void *field, const char **expect)
+{
+	struct sockaddr_storage sa;
+	unsigned len;
+
+	*expect = "ADDRESS:PORT with a numeric address (127.0.0.1:9464, [::1]:9464)";
+	if (conf_listen_parse(v, &sa, &len) < 0)
+		return -EINVAL;
+	return conf_string(v, field, expect);
 }
 
 int conf_path(const char *v, void *field, const char **expect)

@@ -25,6 +25,13 @@ int conf_percent(const char *v, void *field, const char **expect);   /* 0..100 *
 int conf_ratio(const char *v, void *field, const char **expect);     /* 0..1: ppm */
 int conf_unknown(const char *v, void *field, const char **expect);   /* bool */
 int conf_bool(const char *v, void *field, const char **expect);      /* yes or no */
+/* "127.0.0.1:9464", "[::1]:9464", "0.0.0.0:9464": a numeric address and a
+ * port (0: any free one), as a string the caller parses again with
+ * conf_listen_parse. */
+int conf_listen(const char *v, void *field, const char **expect);    /* char *, owned */
+struct sockaddr_storage;
+/* \return 0 and the socket address, or -EINVAL */
+int conf_listen_parse(const char *v, struct sockaddr_storage *ret, unsigned *ret_len);
 int conf_log_level(const char *v, void *field, const char **expect); /* LOG_* */
 /* "none fp8-e4m3" (blanks or commas between): a mask of 1 << KVT_CODEC_*. */
 int conf_codecs(const char *v, void *field, const char **expect);    /* uint32_t */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "kvt-config.h"
 #include "config-values.h"
 #include "log.h"
 #include "size.h"
@@ -62,6 +63,7 @@ static const struct conf_item {
 	{"nvme", "writeback_high", conf_percent, offsetof(struct config, writeback_high)},
 	{"nvme", "writeback_low", conf_percent, offsetof(struct config, writeback_low)},
 	{"nvme", "recovery", conf_recovery, offsetof(struct config, nvme_recovery)},
+	{"metrics", "listen", conf_listen, offsetof(struct config, metrics_listen)},
 	{"limits", "connections", conf_u32, offsetof(struct config, max_connections)},
 	{"limits", "connections_per_uid", conf_u32, offsetof(struct config, max_connections_per_uid)},
 	{"limits", "namespaces_per_tenant", conf_u32, offsetof(struct config, max_namespaces)},
@@ -311,7 +313,7 @@ static int on_item(void *user, const char *section, const char *key,
 		return 1;
 	}
 	if (!known_section)
-		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, tenant.NAME, nvme, spill.NAME, remote.NAME, limits)",
+		log_error("%s:%d: unknown section [%s] (known: daemon, pool, tenants, tenant.NAME, nvme, spill.NAME, remote.NAME, metrics, limits)",
 			  ctx->path, line, section);
 	else
 		log_error("%s:%d: unknown key '%s' in [%s]; see kvtierd.conf(5)",
@@ -405,6 +407,10 @@ static int config_validate(const struct config *c, const char *path)
 		log_error("%s: [limits] partial_block_ms must be 100..3600000", path);
 		r = -EINVAL;
 	}
+	if (c->metrics_listen && !KVT_HAVE_MICROHTTPD) {
+		log_error("%s: [metrics] listen: this kvtierd was built without libmicrohttpd (meson -Dmetrics=enabled), so it has no scrape endpoint; use kvtierctl metrics", path);
+		r = -EINVAL;
+	}
 	if (validate_tenants(c, path) < 0)
 		r = -EINVAL;
 	if (validate_spills(c, path) < 0)
@@ -472,6 +478,8 @@ void config_free(struct config *c)
 	free(c->socket_path);
 	free(c->runtime_dir);
 	free(c->sysfs_root);
+	free(c->metrics_listen);
+	c->metrics_listen = NULL;
 	for (uint32_t i = 0; i < c->n_tenants; i++)
 		free(c->tenants[i].socket);
 	free(c->tenants);

@@ -137,6 +137,9 @@ struct config {
 	struct remote_conf *remotes;
 	uint32_t n_remotes;
 
+	/* [metrics] */
+	char *metrics_listen; /* the scrape endpoint's address; NULL: none */
+
 	/* [limits] */
 	uint32_t max_connections;
 	uint32_t max_connections_per_uid;

@@ -12,9 +12,11 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "kvt-config.h"
 #include "log.h"
 #include "macro.h"
 #include "manager.h"
+#include "metrics-http.h"
 #include "nvme.h"
 #include "remote.h"
 #include "process.h"
@@ -227,6 +229,10 @@ void manager_free(struct manager *m)
 {
 	if (!m)
 		return;
+#if KVT_HAVE_MICROHTTPD
+	metrics_http_free(m->metrics);
+	m->metrics = NULL;
+#endif
 	while (!LIST_EMPTY(&m->sessions))
 		session_free(LIST_FIRST(&m->sessions));
 	/* First: they wait for I/O into and out of blocks and the pool. */
@@ -694,6 +700,10 @@ int manager_listen(struct manager *m)
 		if (r < 0)
 			return r;
 	}
+#if KVT_HAVE_MICROHTTPD
+	if (m->config->metrics_listen)
+		return metrics_http_start(m, &m->metrics);
+#endif
 	return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "store.h"
 #include "turns.h"
 
+struct metrics_http;
 struct nvme;
 struct remote;
 struct session;
@@ -64,6 +65,7 @@ struct manager {
 	char exe[256];     /* the binary's path, for an upgrade in place */
 	char *const *argv;
 	struct remote *remote; /* the remote tier, NULL without one */
+	struct metrics_http *metrics; /* [metrics] listen, NULL without one */
 	const char *config_path; /* for SIGHUP, NULL on built-in defaults */
 	const char *socket_override; /* --socket, kept across reloads */
 	struct listener *listeners[MANAGER_MAX_LISTENERS];

@@ -582,6 +582,7 @@ static int do_stats(struct session *s, const struct kvt_header *h, union request
 		.what = rq->stats_what,
 		.admin = session_is_admin(s),
 		.asker = s,
+		.version = s->version,
 		.request_id = h->request_id,
 	};
 	struct stats_replies rep;

@@ -28,7 +28,7 @@ struct emitter {
 
 static void emit_begin(struct emitter *e)
 {
-	kvt_msg_begin(&e->b, e->q->asker->version, KVT_OP_STATS, KVT_FLAG_REPLY,
+	kvt_msg_begin(&e->b, e->q->version, KVT_OP_STATS, KVT_FLAG_REPLY,
 		      e->q->request_id);
 }
 
@@ -53,7 +53,7 @@ static void emit_fail(struct emitter *e)
 	int error = e->b.error ? e->b.error : -ENOMEM;
 
 	e->out->failed = true;
-	kvt_enc_error(&e->b, e->q->asker->version, KVT_OP_STATS, e->q->request_id, error,
+	kvt_enc_error(&e->b, e->q->version, KVT_OP_STATS, e->q->request_id, error,
 		      "out of memory building the statistics");
 	if (kvt_msg_finish(&e->b, 0) < 0 || emit_push(e) < 0)
 		e->r = -ENOMEM;
@@ -162,7 +162,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 	if (!admin) {
 		kvt_rec_begin(&e->b, "daemon", 3);
 		kvt_rec_str(&e->b, "version", KVT_VERSION);
-		kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
+		kvt_rec_u64(&e->b, "protocol", e->q->version);
 		kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
 		return;
 	}
@@ -172,7 +172,7 @@ static void emit_daemon(struct emitter *e, bool admin)
 		nvme_get_stats(m->nvme, &ns);
 	kvt_rec_begin(&e->b, "daemon", nvme ? 42 + 22 : 42);
 	kvt_rec_str(&e->b, "version", KVT_VERSION);
-	kvt_rec_u64(&e->b, "protocol", e->q->asker->version);
+	kvt_rec_u64(&e->b, "protocol", e->q->version);
 	kvt_rec_u64(&e->b, "pid", (uint64_t)getpid());
 	kvt_rec_u64(&e->b, "uptime_s", (now - m->started_usec) / 1000000);
 	kvt_rec_str(&e->b, "socket", m->config->socket_path);

@@ -20,7 +20,10 @@ struct stats_query {
 	/* An admin sees every tenant; anyone else only its own, and nothing
 	 * that reveals another's activity. */
 	bool admin;
-	const struct session *asker; /* its tenant, its protocol version */
+	/* Its tenant; NULL for the scrape endpoint (metrics-http.c), an
+	 * admin. */
+	const struct session *asker;
+	uint16_t version; /* of the replies: the asker's protocol */
 	uint64_t request_id;
 };
 

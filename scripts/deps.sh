@@ -5,7 +5,7 @@
 # packaging tools and podman (~30 s) for the Debian packages and the
 # container image (tests/packaging).
 set -eu
-pkgs="meson ninja-build gcc pkg-config liburing-dev libnuma-dev libsystemd-dev libinih-dev libssl-dev libsmartcols-dev libxxhash-dev python3 python3-dev python3-venv systemd groff-base fio clang libclang-rt-14-dev ceph-mon ceph-mgr ceph-osd ceph-common librados-dev dpkg-dev debhelper lintian podman mmdebstrap uidmap runc"
+pkgs="meson ninja-build gcc pkg-config liburing-dev libnuma-dev libsystemd-dev libinih-dev libssl-dev libsmartcols-dev libxxhash-dev libmicrohttpd-dev python3 python3-dev python3-venv systemd groff-base fio clang libclang-rt-14-dev ceph-mon ceph-mgr ceph-osd ceph-common librados-dev dpkg-dev debhelper lintian podman mmdebstrap uidmap runc"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -21,7 +21,7 @@ else
 	meson configure "$dir" -Drados=disabled >/dev/null
 fi
 ninja -C "$dir" proto/libkvt-proto.a daemon/libkvtierd.a >/dev/null
-libs="$(pkg-config --libs libsystemd inih liburing libxxhash) -lnuma"
+libs="$(pkg-config --libs libsystemd inih liburing libxxhash libmicrohttpd) -lnuma"
 inc="-Iproto -Ikernels -Idaemon -Idaemon/evict -I$dir"
 clang $san -fsanitize=fuzzer -g $inc tests/fuzz/fuzz-wire.c "$dir/proto/libkvt-proto.a" \
 	-o "$dir/fuzz-wire-libfuzzer"

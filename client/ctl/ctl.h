@@ -126,7 +126,3 @@ int print_nodes(FILE *f, const struct snapshot *s);    /* views.c */
 void print_numa_line(FILE *f, const struct rec *d);    /* views.c */
 /* all: every counter the daemon keeps, else the main ones */
 int print_namespaces(FILE *f, const struct snapshot *s, bool all); /* namespaces.c */
-
-/* Prometheus text exposition of a snapshot (metrics.c).
- * \return 0 or a negative errno */
-int metrics_write(FILE *f, const struct snapshot *s);

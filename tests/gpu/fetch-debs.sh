@@ -20,7 +20,8 @@ dir=${1:-$here/debs}
 # pkgconf for a machine without pkg-config.
 pkgs="liburing-dev liburing2 libnuma-dev libnuma1 libsystemd-dev libsystemd0
 libinih-dev libinih1 libxxhash-dev libxxhash0 libssl-dev libssl3
-libsmartcols-dev libsmartcols1 pkgconf pkgconf-bin libpkgconf3"
+libsmartcols-dev libsmartcols1 libmicrohttpd-dev libmicrohttpd12 libgnutls30
+pkgconf pkgconf-bin libpkgconf3"
 
 mkdir -p "$dir"
 cd "$dir"

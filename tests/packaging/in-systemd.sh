@@ -8,7 +8,9 @@
 #                           the enabled units, the listening socket
 #   in-systemd.sh serve     systemctl start, kvtierctl status as root, as a
 #                           member of kvtier and as a user outside it;
-#                           start by the socket; reload; restart after SIGKILL
+#                           start by the socket; reload; restart after SIGKILL;
+#                           the scrape endpoint through its drop-in: the
+#                           series of kvtierctl metrics, name for name
 #   in-systemd.sh keep      the host tier across restarts: 1 GiB stored by
 #                           kvt-engine (the real client, from the build
 #                           tree); kill -9 (systemd restarts the daemon,
@@ -175,6 +177,35 @@ serve)
 		fail "the journal does not show the kill"
 	[ "$(status_pid)" = "$new" ] || fail "kvtierctl status after the restart"
 	ok "SIGKILL of pid $pid: systemd restarted it as pid $new, which serves"
+
+	# The scrape endpoint under systemd: the shipped drop-in opens TCP to
+	# localhost, and GET /metrics (bash's /dev/tcp: no HTTP client in
+	# the image) names what kvtierctl metrics names.  Both undone after.
+	mkdir -p /etc/systemd/system/kvtierd.service.d
+	cp /usr/share/kvtier/kvtierd-metrics.conf /etc/systemd/system/kvtierd.service.d/metrics.conf ||
+		fail "no /usr/share/kvtier/kvtierd-metrics.conf"
+	cp /etc/kvtierd/kvtierd.conf /root/kvt-test/kvtierd.conf.saved
+	printf '\n[metrics]\nlisten = 127.0.0.1:9464\n' >>/etc/kvtierd/kvtierd.conf
+	systemctl daemon-reload
+	systemctl restart kvtierd || { journalctl -u kvtierd -n 20 --no-pager; fail "restart with [metrics] listen"; }
+	scrape() {
+		bash -c 'exec 3<>/dev/tcp/127.0.0.1/9464 &&
+			printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3 && cat <&3' 2>/dev/null
+	}
+	wait_for sh -c "journalctl -u kvtierd -o cat --no-pager | grep -q 'Serving metrics on http://127.0.0.1:9464/metrics'"
+	names() {
+		tr -d '\r' | grep '^kvtier_' | sed 's/[{ ].*//' | sort -u
+	}
+	http=$(scrape)
+	echo "$http" | head -n 1 | grep -q '^HTTP/1.[01] 200' || fail "GET /metrics under systemd: $(echo "$http" | head -n 1)"
+	a=$(echo "$http" | names)
+	b=$(kvtierctl metrics | names)
+	[ -n "$a" ] && [ "$a" = "$b" ] || fail "the endpoint's series differ from kvtierctl metrics': $(echo "$a" | wc -l) and $(echo "$b" | wc -l)"
+	ok "GET /metrics under systemd (the kvtierd-metrics.conf drop-in): $(echo "$a" | wc -l) series, kvtierctl metrics' own"
+	rm -r /etc/systemd/system/kvtierd.service.d
+	cp /root/kvt-test/kvtierd.conf.saved /etc/kvtierd/kvtierd.conf
+	systemctl daemon-reload
+	systemctl restart kvtierd || fail "restart without the endpoint"
 	;;
 
 keep)

@@ -10,11 +10,14 @@
 #     installs them with apt, and in-systemd.sh checks the units under a real
 #     systemd: start, kvtierctl status as root and as a member of kvtier,
 #     socket activation, reload, restart after SIGKILL, the sandbox in
-#     force, and apt-get purge leaving nothing behind;
+#     force, the scrape endpoint through its drop-in, and apt-get purge
+#     leaving nothing behind;
 #  3. scripts/image.sh builds the kvtierd image, and a daemon container
 #     serves clients in other containers through a shared socket directory:
 #     kvt-engine stores a prefix's blocks from one container, kvt-engine in
-#     another loads them and checks every byte, kvtierctl in a third answers.
+#     another loads them and checks every byte, kvtierctl in a third answers,
+#     and a fourth in the daemon's network namespace (as a pod's containers
+#     share one) scrapes its metrics endpoint.
 #
 # Usage: test-packages.sh SOURCE_DIR WORK_DIR KVT_ENGINE
 #   WORK_DIR keeps the packages and the root file systems' tarballs between
@@ -130,6 +133,8 @@ cat >"$sockdir.conf" <<EOF
 [pool]
 capacity = 64M
 extent_size = 16M
+[metrics]
+listen = 127.0.0.1:9464
 EOF
 # shellcheck disable=SC2046
 kvt_podman run -d --name "$daemon" $(kvt_ulimits) --network none \
@@ -171,6 +176,21 @@ out=$(client kvtierctl --socket /run/kvtierd/kvtierd.sock status 2>&1) || fail "
 echo "$out" | grep -q '^Daemon: *kvtierd .*, pid 1$' || fail "kvtierctl status: $out"
 echo "$out" | grep -q '^Contents: *tenants 1, namespaces 1, blocks 16,' || fail "kvtierctl status: $out"
 echo "ok: kvtierctl status from another container: $(echo "$out" | grep '^Contents:')"
+# The scrape endpoint from another container in the daemon's network
+# namespace, as a pod's containers share one: the series kvtierctl metrics
+# names, and the 16 blocks stored (bash's /dev/tcp: no HTTP client in the
+# image).
+# shellcheck disable=SC2046
+out=$(kvt_podman run --rm $(kvt_ulimits) --network "container:$daemon" --user root \
+	--entrypoint bash "$tag" -c 'exec 3<>/dev/tcp/127.0.0.1/9464 &&
+		printf "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n" >&3 && cat <&3' | tr -d '\r') ||
+	fail "GET /metrics from another container"
+echo "$out" | head -n 1 | grep -q '^HTTP/1.[01] 200' || fail "GET /metrics: $(echo "$out" | head -n 1)"
+echo "$out" | grep -q '^kvtier_namespace_stores_total{.*} 16$' || fail "GET /metrics: no 16 blocks stored in $(echo "$out" | grep stores_total)"
+a=$(echo "$out" | grep '^kvtier_' | sed 's/[{ ].*//' | sort -u)
+b=$(client kvtierctl --socket /run/kvtierd/kvtierd.sock metrics | grep '^kvtier_' | sed 's/[{ ].*//' | sort -u)
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "the endpoint's series differ from kvtierctl metrics': $(echo "$a" | wc -l) and $(echo "$b" | wc -l)"
+echo "ok: GET /metrics from a container in the daemon's network namespace: $(echo "$a" | wc -l) series, kvtierctl metrics' own, 16 blocks stored"
 podman stop -t 10 "$daemon" >/dev/null
 podman logs "$daemon" 2>&1 | tail -n 1 | sed 's/^/   last log line: /'
 step "done in $(($(date +%s) - t0)) s"

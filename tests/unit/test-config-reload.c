@@ -70,11 +70,31 @@ static void test_restart_only(void)
 	config_free(&c);
 }
 
+/* The scrape endpoint's socket is bound at start: a new address waits for
+ * a restart, the old one served meanwhile. */
+static void test_metrics_listen(void)
+{
+	struct config c;
+	char changed[512], restart[512];
+
+	reload("[metrics]\nlisten = 127.0.0.1:9464\n", "[metrics]\nlisten = [::1]:9465\n", &c, changed,
+	       restart);
+	CHECK(changed[0] == 0, "changed: %s", changed);
+	CHECK(!strcmp(restart, "[metrics] listen"), "restart: %s", restart);
+	CHECK(c.metrics_listen && !strcmp(c.metrics_listen, "127.0.0.1:9464"), "%s", c.metrics_listen);
+	config_free(&c);
+	reload("[pool]\ncapacity = 1G\n", "[metrics]\nlisten = 0.0.0.0:0\n", &c, changed, restart);
+	CHECK(!strcmp(restart, "[metrics] listen"), "restart: %s", restart);
+	CHECK(c.metrics_listen == NULL);
+	config_free(&c);
+}
+
 int main(void)
 {
 	config_test_begin();
 	test_nothing();
 	test_live_and_restart();
 	test_restart_only();
+	test_metrics_listen();
 	return config_test_end("test-config-reload");
 }
