@@ -12,6 +12,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "log.h"
 #include "macro.h"
 #include "manager.h"
@@ -471,8 +472,20 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 
 		int pidfd = -1;
 		socklen_t pl = sizeof(pidfd);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pl) < 0)
+		if (fault_hit(FAULT_PEERPIDFD) ||
+		    getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pl) < 0)
 			pidfd = -1;
+		if (cred.pid == 0 && pidfd < 0) {
+			/* In a pid namespace this daemon cannot see, and no
+			 * pidfd to watch it by: nothing would tell its
+			 * connections from another's or say when it exits. */
+			if (!m->pidns_refusal_logged)
+				log_warning("Refusing clients in another pid namespace: this kernel has no SO_PEERPIDFD (Linux 6.5+) to watch them by; run kvtierd in their pid namespace or an ancestor of it (hostPID: true)");
+			m->pidns_refusal_logged = true;
+			refuse(m, fd, -ESRCH,
+			       "kvtierd cannot see this process: it is in another pid namespace and the kernel has no SO_PEERPIDFD (Linux 6.5+); run kvtierd with hostPID: true or in the clients' pid namespace");
+			continue;
+		}
 		struct process *p;
 		int r = process_get(m, cred.pid, pidfd, &p);
 		if (r < 0) {
