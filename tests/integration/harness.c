@@ -484,9 +484,9 @@ static pid_t engine_spawn_ap(const struct daemon *d, bool own_pidns, int *ret_st
 			      : fork();
 	CHECK(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
-		/* Pid 1 of its namespace outlives a failed test otherwise,
-		 * and with it the runner's pipe. */
-		if (own_pidns && prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		/* It dies with the test: one left behind by a failed check
+		 * holds the runner's pipe open until its timeout. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 			_exit(127);
 		dup2(in[0], 0);
 		dup2(out[1], 1);
