@@ -480,10 +480,10 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 			 * pidfd to watch it by: nothing would tell its
 			 * connections from another's or say when it exits. */
 			if (!m->pidns_refusal_logged)
-				log_warning("Refusing clients in another pid namespace: this kernel has no SO_PEERPIDFD (Linux 6.5+) to watch them by; run kvtierd in their pid namespace or an ancestor of it (hostPID: true)");
+				log_warning("Refusing clients in another pid namespace: this kernel has no SO_PEERPIDFD to watch them by; run kvtierd on Linux 6.5 or later, or in their pid namespace or an ancestor of it (in Kubernetes: hostPID: true)");
 			m->pidns_refusal_logged = true;
 			refuse(m, fd, -ESRCH,
-			       "kvtierd cannot see this process: it is in another pid namespace and the kernel has no SO_PEERPIDFD (Linux 6.5+); run kvtierd with hostPID: true or in the clients' pid namespace");
+			       "kvtierd cannot watch this process: it is in another pid namespace and this kernel has no SO_PEERPIDFD; run kvtierd on Linux 6.5 or later, or in the clients' pid namespace (in Kubernetes: hostPID: true)");
 			continue;
 		}
 		struct process *p;
