@@ -19,8 +19,8 @@
  *     client is refused with the reason, not taken for a process it is not;
  *  4. where pidfds cannot be compared (6.5 to 6.8, played by a fault), each
  *     connection is a process of its own, and clean-up still holds;
- *  5. across a restart (kill -9, with the store as systemd keeps it) and an
- *     upgrade in place (SIGUSR2), the kept handles of a client in another
+ *  5. across a restart (kill -9, and SIGTERM, with the store as systemd
+ *     keeps it) and an upgrade in place (SIGUSR2), the kept handles of a client in another
  *     pid namespace stay its own while it lives, found again by the pidfd
  *     kept in the store, and end after the quarantine once it is killed;
  *     the store keeps no pidfd of a process gone.
@@ -214,6 +214,12 @@ static void restart_killed(struct daemon *d, struct fdstore *s)
 	daemon_restart_stored(d, NULL, s);
 }
 
+static void restart_stopped(struct daemon *d, struct fdstore *s)
+{
+	daemon_stop(d);
+	daemon_restart_stored(d, NULL, s);
+}
+
 static void restart_in_place(struct daemon *d, struct fdstore *s)
 {
 	int before = daemon_log_count(d, "Adopted the host tier");
@@ -303,7 +309,8 @@ int main(void)
 	daemon_start_stored_pidns(&d, NULL, &s);
 	c = client_connect(&d, "checker");
 	keep_round(&d, &s, c, 2, restart_killed);
-	keep_round(&d, &s, c, 3, restart_in_place);
+	keep_round(&d, &s, c, 3, restart_stopped);
+	keep_round(&d, &s, c, 4, restart_in_place);
 	kvt_client_free(c);
 	daemon_stop(&d);
 	fdstore_close(&s);
