@@ -201,6 +201,16 @@ static void test_tenant_twice(void)
 		      strcmp(c.tenants[0].socket, "/run/t/a.sock") == 0);
 		config_free(&c);
 	}
+	/* A socket = beside the main socket loads, with a warning that names
+	 * socket_dir. */
+	r = load_text(&c, "[daemon]\nsocket = /run/t/main.sock\n[tenant.a]\nsocket = /run/t/a.sock\n",
+		      &err);
+	CHECK(r == 0, "%s", err);
+	CHECK(err && strstr(err, "warning") && strstr(err, "beside the daemon's main socket") &&
+	      strstr(err, "socket_dir"), "%s", err ? err : "");
+	free(err);
+	if (r == 0)
+		config_free(&c);
 	/* socket_dir = DIR: DIR/kvtierd.sock, however DIR ends. */
 	r = load_text(&c, "[tenant.a]\nsocket_dir = /run/t/a//\n", &err);
 	CHECK(r == 0, "%s", err);
