@@ -9,7 +9,9 @@
  *
  *  1. this process's two connections are one client process, other
  *     processes are others (the pidfd's inode on pidfs): the handles a
- *     client record shows are its process's;
+ *     client record shows are its process's; two engines that are each
+ *     pid 1 of a pid namespace of its own are two processes, and killing
+ *     one ends its handles only;
  *  2. a writer SIGKILLed holding 16 reservations, and a scheduler in a pid
  *     namespace of its own SIGKILLed holding 16 leases, lose them after the
  *     quarantine, while this process, alive and connected, keeps its own
@@ -116,6 +118,40 @@ static void rounds(struct daemon *d, kvt_client *c, kvt_ns *ns, uint64_t used_be
 	      "load after the leases ended: %s", out);
 	CHECK(kvt_delete(ns, keys, 16) >= 0, "delete");
 	WAIT_FOR(stat_sum(c, "tenant", "used") == used_before, "the stored blocks to be deleted");
+}
+
+/* 1, on: two engines, each pid 1 of a pid namespace of its own, hold 16
+ * reservations each: two client processes, each with its own handles, and
+ * killing one ends its handles only. */
+static void same_pid_twice(struct daemon *d, kvt_client *c)
+{
+	char line[256];
+	int in[2];
+	FILE *out[2];
+	pid_t pid[2];
+
+	for (int i = 0; i < 2; i++) {
+		pid[i] = engine_spawn_pidns(d, &in[i], &out[i], "--model", "tiny", "--prefix", "256",
+					    "--prefix-seed", i ? "8" : "9", "--suffix", "0", "--hold",
+					    "--name", i ? "pid1-b" : "pid1-a", NULL);
+		CHECK(fgets(line, sizeof(line), out[i]) && !strncmp(line, "HELD 16", 7),
+		      "engine %d reserved 16 blocks: %s", i, line);
+	}
+	CHECK(stat_get(c, "tenant", "handles") == 33, "16 + 16 + the checker's lease");
+	/* Taken for one process, each record would show 32. */
+	CHECK(stat_sum(c, "client", "handles") == 33, "two processes of pid 1 told apart (%llu)",
+	      (unsigned long long)stat_sum(c, "client", "handles"));
+	kill(pid[0], SIGKILL);
+	CHECK(wait_exit(pid[0]) == 128 + SIGKILL, "engine 0 killed");
+	close(in[0]);
+	fclose(out[0]);
+	WAIT_FOR(stat_get(c, "tenant", "handles") == 17, "the killed engine's handles to end");
+	CHECK(stat_sum(c, "client", "handles") == 17, "the other's stay its own");
+	kill(pid[1], SIGKILL);
+	CHECK(wait_exit(pid[1]) == 128 + SIGKILL, "engine 1 killed");
+	close(in[1]);
+	fclose(out[1]);
+	WAIT_FOR(stat_get(c, "tenant", "handles") == 1, "the other's handles to end");
 }
 
 /* The bytes of the checker's block of that tag. */
@@ -252,12 +288,15 @@ int main(void)
 	      "this process's connections are %s", pidfs ? "one process" : "a process each");
 	kvt_client_free(c2);
 	WAIT_FOR(stat_count(c, "client") == 1, "the second connection to close");
+	if (pidfs)
+		same_pid_twice(&d, c);
 
 	/* 2: twice, the first round making what the daemon keeps for good. */
 	uint64_t used_before = stat_get(c, "tenant", "used");
-	rounds(&d, c, ns, used_before, 0);
+	uint64_t quarantined = stat_get(c, "daemon", "quarantined");
+	rounds(&d, c, ns, used_before, quarantined);
 	int fds_before = daemon_fd_count(&d);
-	rounds(&d, c, ns, used_before, 32);
+	rounds(&d, c, ns, used_before, quarantined + 32);
 	WAIT_FOR(daemon_fd_count(&d) == fds_before,
 		 "the daemon's descriptors to come back to where they were");
 	release_own(c, ns, ref, 1);
