@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* --check-config: the effective configuration in the file's own syntax. */
 #include <stdio.h>
+#include <string.h>
 #include <syslog.h>
 
 #include "codec.h"
@@ -64,7 +65,10 @@ void config_dump(const struct config *c, FILE *f)
 					fprintf(f, " %s", kvt_codec_name(k));
 			fputc('\n', f);
 		}
-		if (t->socket)
+		if (t->socket && t->socket_dir)
+			fprintf(f, "socket_dir = %.*s\n", (int)(strrchr(t->socket, '/') - t->socket),
+				t->socket);
+		else if (t->socket)
 			fprintf(f, "socket = %s\n", t->socket);
 		fputc('\n', f);
 	}

@@ -194,10 +194,32 @@ static int tenant_item(struct parse_ctx *ctx, const char *name, const char *key,
 		r = conf_size(value, &t->nvme_quota, &expect);
 	else if (!strcmp(key, "codecs"))
 		r = conf_codecs(value, &t->codecs, &expect);
-	else if (!strcmp(key, "socket"))
+	else if (!strcmp(key, "socket") || !strcmp(key, "socket_dir")) {
+		bool dir = !strcmp(key, "socket_dir");
+		if (t->socket && t->socket_dir != dir) {
+			log_error("%s:%d: [tenant.%s] has both socket and socket_dir; give one",
+				  ctx->path, line, name);
+			ctx->error = -EINVAL;
+			return 1;
+		}
 		r = conf_path(value, &t->socket, &expect);
-	else {
-		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, nvme_quota, codecs, socket)",
+		if (r >= 0 && dir) {
+			/* DIR/kvtierd.sock, within sun_path. */
+			char *s = NULL;
+			int n = (int)strlen(value);
+			while (n > 1 && value[n - 1] == '/')
+				n--;
+			expect = "an absolute path of at most 94 bytes";
+			if (n > 94 || n == 1)
+				r = -EINVAL;
+			else if (asprintf(&s, "%.*s/%s", n, value, CONFIG_TENANT_SOCKET_NAME) < 0)
+				r = -ENOMEM;
+			free(t->socket);
+			t->socket = r < 0 ? NULL : s;
+		}
+		t->socket_dir = dir;
+	} else {
+		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, nvme_quota, codecs, socket, socket_dir)",
 			  ctx->path, line, key, name);
 		ctx->error = -EINVAL;
 		return 1;
@@ -322,6 +344,54 @@ static int on_item(void *user, const char *section, const char *key,
 	return 1;
 }
 
+/* The length of a socket path's directory, without the slashes that end
+ * it (runtime_dir = /run/t/ makes /run/t//kvtierd.sock). */
+static size_t dir_len(const char *p)
+{
+	size_t n = (size_t)(strrchr(p, '/') - p);
+
+	while (n > 1 && p[n - 1] == '/')
+		n--;
+	return n;
+}
+
+/* Whether two socket paths are in the same directory. */
+static bool same_dir(const char *a, const char *b)
+{
+	size_t n = dir_len(a);
+
+	return n == dir_len(b) && !strncmp(a, b, n);
+}
+
+/* A tenant's socket directory is mounted into its pods: whoever is there
+ * may connect to every socket in it, and root through the main socket is
+ * an administrator.  So a socket_dir holds its tenant's socket alone; a
+ * socket = beside another is only warned about (it was always allowed, and
+ * is safe where the file itself is what containers get). */
+static int validate_socket_dir(const struct config *c, const struct tenant_conf *a,
+			       const char *path)
+{
+	const char *other = NULL;
+
+	if (c->socket_path && same_dir(a->socket, c->socket_path))
+		other = "the daemon's main socket";
+	for (uint32_t j = 0; !other && j < c->n_tenants; j++) {
+		const struct tenant_conf *b = &c->tenants[j];
+		if (b != a && b->socket && same_dir(a->socket, b->socket))
+			other = "another tenant's socket";
+	}
+	if (!other)
+		return 0;
+	if (a->socket_dir) {
+		log_error("%s: [tenant.%s] socket_dir also holds %s: give each tenant a directory of its own, which its pods mount",
+			  path, a->name, other);
+		return -EINVAL;
+	}
+	log_warning("%s: [tenant.%s] socket %s is beside %s: a container that mounts its directory may connect to both; give the tenant socket_dir = a directory of its own",
+		    path, a->name, a->socket, other);
+	return 0;
+}
+
 /* Tenants: someone can belong to each, and no uid or socket is in two. */
 static int validate_tenants(const struct config *c, const char *path)
 {
@@ -353,6 +423,8 @@ static int validate_tenants(const struct config *c, const char *path)
 			log_error("%s: [tenant.%s] socket is the daemon's main socket", path, a->name);
 			r = -EINVAL;
 		}
+		if (a->socket && validate_socket_dir(c, a, path) < 0)
+			r = -EINVAL;
 	}
 	return r;
 }

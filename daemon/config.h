@@ -91,7 +91,14 @@ struct tenant_conf {
 	uint64_t nvme_quota;           /* 0: [tenants] default_nvme_quota */
 	uint32_t codecs;               /* 1 << KVT_CODEC_* it may open; 0: any */
 	char *socket;                  /* its own listening socket, or NULL */
+	bool socket_dir;               /* socket is DIR/kvtierd.sock of socket_dir = DIR,
+					* a directory of its own that pods mount */
 };
+
+/* The name of a tenant's socket in its socket_dir: the main socket's, so that
+ * a pod that mounts the directory where the main socket would be needs no
+ * path of its own. */
+#define CONFIG_TENANT_SOCKET_NAME "kvtierd.sock"
 
 struct config {
 	/* [daemon] */

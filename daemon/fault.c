@@ -47,6 +47,8 @@ static const char *const site_names[_FAULT_SITE_MAX] = {
 	[FAULT_WRITE_EAGAIN] = "write_eagain",
 	[FAULT_READ_EAGAIN] = "read_eagain",
 	[FAULT_URING_SUBMIT] = "uring_submit",
+	[FAULT_PEERPIDFD] = "peerpidfd",
+	[FAULT_PIDFS] = "pidfs",
 };
 
 bool fault_check(enum fault_site site)

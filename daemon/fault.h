@@ -65,6 +65,12 @@
  *                                                   (io.h): then as write_enospc
  * read_eagain   a read completion: -EAGAIN          as write_eagain; a read that fails       8
  *                                                   drops the block being staged (a miss)
+ * peerpidfd     SO_PEERPIDFD at accept: ENOPROTOOPT, a client in another pid namespace is  -
+ *               as on kernels before 6.5            refused with the reason (process.h); one
+ *                                                   the daemon sees is watched by pid
+ * pidfs         a client's pidfd is taken for one   each connection of a client in another  -
+ *               not on pidfs (kernels 6.5 to 6.8,   pid namespace is a process of its own
+ *               whose pidfds cannot be compared)    (process.h)
  * uring_submit  an io_uring_enter() of the io_uring tried again after a back-off; the 9th   4
  *               engine, to submit or to wait at     failure in a row fails the requests
  *               shutdown: -ENXIO                    never submitted with -ENXIO (then as
@@ -77,7 +83,9 @@
  * not at write_eagain or write_short, one that gets -EAGAIN not at the
  * short sites.  uring_submit is reached only with the io_uring engine.
  * partial only with blocks of several shards, which test-faults's workload
- * does not store (no bound): test-partial-attempts fails it instead.
+ * does not store (no bound): test-partial-attempts fails it instead;
+ * peerpidfd and pidfs only for clients in another pid namespace
+ * (test-pidns).
  * test-faults also arms every site from its first call on (site=1+), and
  * fails tenant, ns, block and index at their first call during NVMe
  * recovery at start.
@@ -112,6 +120,8 @@ enum fault_site {
 	FAULT_WRITE_EAGAIN,
 	FAULT_READ_EAGAIN,
 	FAULT_URING_SUBMIT,
+	FAULT_PEERPIDFD,
+	FAULT_PIDFS,
 	_FAULT_SITE_MAX,
 };
 

@@ -71,13 +71,18 @@ static int uring_update(struct uring *u, unsigned op, unsigned slot, const void 
 	return uring_register(u, op, &up, sizeof(up));
 }
 
+/* What an operator does about it. */
+#define URING_FIX                                                                          \
+	"allow io_uring_setup, io_uring_enter and io_uring_register (in a pod: the seccomp " \
+	"profile deploy/kubernetes/seccomp-kvtierd.json)"
+
 static const char *setup_refused_reason(int r, char *buf, size_t n)
 {
 	FILE *f;
 	int disabled = -1;
 
 	if (r == -ENOSYS) {
-		snprintf(buf, n, "io_uring_setup() is not available (kernel without io_uring, or a seccomp filter)");
+		snprintf(buf, n, "io_uring_setup() is not available: a kernel without io_uring, or a seccomp filter; " URING_FIX);
 		return buf;
 	}
 	if (r != -EPERM && r != -EACCES) {
@@ -95,7 +100,7 @@ static const char *setup_refused_reason(int r, char *buf, size_t n)
 	else if (disabled == 1)
 		snprintf(buf, n, "io_uring limited to kernel.io_uring_group by kernel.io_uring_disabled=1");
 	else
-		snprintf(buf, n, "io_uring_setup() refused (%s): a seccomp filter or a security module",
+		snprintf(buf, n, "io_uring_setup() refused (%s): a seccomp filter (container runtimes' default profiles refuse io_uring) or a security module; " URING_FIX,
 			 strerror(-r));
 	return buf;
 }

@@ -41,7 +41,7 @@ struct io_engine {
 	const struct io_backend_ops *ops; /* chosen once, in io_engine_new() */
 	struct io_backend *backend;
 	unsigned queue_depth;
-	char reason[192];
+	char reason[384];
 
 	int fds[IO_MAX_FILES];
 	unsigned n_files;
@@ -347,7 +347,7 @@ int io_engine_new(sd_event *event, enum io_engine_kind kind, unsigned queue_dept
 	struct io_engine *io;
 	/* threads_why: a worker that did not start says no more than the
 	 * errno logged below. */
-	char why[160] = "", threads_why[160] = "";
+	char why[320] = "", threads_why[160] = "";
 	int r;
 
 	if (!event || !ret || queue_depth > IO_QUEUE_DEPTH_MAX ||

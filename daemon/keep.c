@@ -23,7 +23,7 @@ static bool prefixed(const char *s, const char *prefix)
 static bool kept_name(const char *n)
 {
 	return !strcmp(n, "ledger") || prefixed(n, "pool.") || prefixed(n, "slots.") ||
-	       prefixed(n, "handles.");
+	       prefixed(n, "handles.") || prefixed(n, "pidfd.");
 }
 
 /* One passed descriptor, sorted by its name. */
@@ -138,6 +138,13 @@ void keep_let_go(struct keep *k, const char *name)
 {
 	char msg[96];
 
+	/* Off the list a re-execution hands on: the descriptor is closed,
+	 * and its number may soon be another's. */
+	for (uint32_t i = 0; i < k->n_kept; i++)
+		if (!strcmp(k->kept[i].name, name)) {
+			k->kept[i] = k->kept[--k->n_kept];
+			break;
+		}
 	if (!k->fdstore)
 		return;
 	snprintf(msg, sizeof(msg), "FDSTOREREMOVE=1\nFDNAME=%s", name);

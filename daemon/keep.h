@@ -6,7 +6,9 @@
  * - Under systemd, every such memfd goes to the service's file descriptor
  *   store as it is made (FDSTORE=1, FDNAME=pool.N, slots.N, handles.T,
  *   ledger): after a crash or a Restart=, systemd hands them back to the
- *   next daemon with LISTEN_FDS and LISTEN_FDNAMES.
+ *   next daemon with LISTEN_FDS and LISTEN_FDNAMES.  So does the pidfd of
+ *   each client process in a pid namespace the daemon cannot see
+ *   (pidfd.INODE, process.h): the one way to find it again.
  * - An upgrade in place (SIGUSR2) re-executes the binary on disk in the
  *   same process, handing it the same memfds and the listening sockets,
  *   left where they are and named in KVTIERD_FDS, so that clients
@@ -55,11 +57,11 @@ int keep_collect(struct keep *k);
 int keep_take(struct keep *k, const char *name);
 /* Close what was passed and not taken, and let it go (keep_let_go()). */
 void keep_close_untaken(struct keep *k);
-/* A memfd to keep: on the list a re-execution hands on, and when made now
+/* A descriptor to keep: on the list a re-execution hands on, and when made now
  * (fresh), to systemd's store. */
 void keep_fd(struct keep *k, const char *name, int fd, bool fresh);
-/* What was kept under name is not any more: out of systemd's store, so
- * that its memory goes. */
+/* What was kept under name is not any more: off the list a re-execution
+ * hands on, and out of systemd's store, so that its memory goes. */
 void keep_let_go(struct keep *k, const char *name);
 void keep_done(struct keep *k);
 

@@ -12,6 +12,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "kvt-config.h"
 #include "log.h"
 #include "macro.h"
@@ -477,8 +478,20 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 
 		int pidfd = -1;
 		socklen_t pl = sizeof(pidfd);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pl) < 0)
+		if (fault_hit(FAULT_PEERPIDFD) ||
+		    getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &pl) < 0)
 			pidfd = -1;
+		if (cred.pid == 0 && pidfd < 0) {
+			/* In a pid namespace this daemon cannot see, and no
+			 * pidfd to watch it by: nothing would tell its
+			 * connections from another's or say when it exits. */
+			if (!m->pidns_refusal_logged)
+				log_warning("Refusing clients in another pid namespace: this kernel has no SO_PEERPIDFD to watch them by; run kvtierd on Linux 6.5 or later, or in their pid namespace or an ancestor of it (in Kubernetes: hostPID: true)");
+			m->pidns_refusal_logged = true;
+			refuse(m, fd, -ESRCH,
+			       "kvtierd cannot watch this process: it is in another pid namespace and this kernel has no SO_PEERPIDFD; run kvtierd on Linux 6.5 or later, or in the clients' pid namespace (in Kubernetes: hostPID: true)");
+			continue;
+		}
 		struct process *p;
 		int r = process_get(m, cred.pid, pidfd, &p);
 		if (r < 0) {

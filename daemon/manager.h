@@ -81,6 +81,7 @@ struct manager {
 	uint64_t accept_logged_usec;   /* when the last pause was logged */
 	uint64_t accept_unlogged;      /* failures since, not logged */
 	bool accept_pause_logged;      /* log the resume too */
+	bool pidns_refusal_logged;     /* clients in another pid namespace, no SO_PEERPIDFD */
 	bool accept_probe;             /* probe for descriptors before accepting */
 	LIST_HEAD(session_list, session) sessions; /* newest first */
 	uint32_t n_sessions;

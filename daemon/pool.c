@@ -207,27 +207,41 @@ static int backing_reserve(const struct pool *p, struct backing *b)
 	return r;
 }
 
+/* Why mbind() failed, and what to do about it. */
+static void place_reason(int error, char *buf, size_t n)
+{
+	if (error == EPERM || error == ENOSYS)
+		snprintf(buf, n, "mbind() refused (%s): a seccomp filter (container runtimes' default profiles allow it only with CAP_SYS_NICE); give kvtierd CAP_SYS_NICE or, in a pod, the seccomp profile deploy/kubernetes/seccomp-kvtierd.json",
+			 strerror(error));
+	else
+		snprintf(buf, n, "mbind() failed: %s", strerror(error));
+}
+
 /* Ask for the extent's pages on a node before they exist: population then
- * allocates them there, or nearby when the node is short. */
-static bool place_on_node(const struct pool *p, uint32_t *warned, uint8_t *map, uint64_t size,
-			  int node)
+ * allocates them there, or nearby when the node is short.  0, or the errno
+ * of mbind(). */
+static int place_on_node(const struct pool *p, uint32_t *warned, uint8_t *map, uint64_t size,
+			 int node)
 {
 	unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {0};
+	char why[256];
 
 	if (node < 0 || p->config->numa == NUMA_OFF)
-		return true;
+		return 0;
 	if (node >= 1024)
-		return false;
+		return EINVAL;
 	mask[node / (8 * sizeof(unsigned long))] |= 1UL << (node % (8 * sizeof(unsigned long)));
 	if (mbind(map, size, MPOL_PREFERRED, mask, 1024, 0) < 0) {
+		int error = errno;
 		if (!(*warned & 2)) {
 			*warned |= 2;
-			log_warning_errno(-errno, "Failed to place pool memory on NUMA node %d, using any node: %m",
-					  node);
+			place_reason(error, why, sizeof(why));
+			log_warning("Failed to place pool memory on NUMA node %d, using any node: %s",
+				    node, why);
 		}
-		return false;
+		return error;
 	}
-	return true;
+	return 0;
 }
 
 static int actual_node(uint8_t *map)
@@ -312,7 +326,8 @@ static int backing_make(const struct pool *p, uint32_t *warned, struct backing *
 	if (r >= 0)
 		r = backing_map(b);
 	if (r >= 0) {
-		b->placed = place_on_node(p, warned, b->map, b->size, b->node);
+		b->place_error = place_on_node(p, warned, b->map, b->size, b->node);
+		b->placed = !b->place_error;
 		if (!(b->flags & KVT_EXTENT_HUGETLB) && p->caps.thp &&
 		    madvise(b->map, b->size, MADV_HUGEPAGE) == 0)
 			b->flags |= KVT_EXTENT_THP;
@@ -486,6 +501,10 @@ int pool_extent_new(struct pool *p, uint32_t id, uint64_t slot_bytes, int node, 
 	e->for_node = b.node;
 	if (node >= 0 && (!b.placed || e->node != node))
 		p->numa_fallbacks++;
+	if (b.place_error && !p->numa_reason[0]) {
+		place_reason(b.place_error, p->numa_reason, sizeof(p->numa_reason));
+		p->numa_reason_node = node;
+	}
 
 	if (fcntl(e->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		r = log_error_errno(-errno, "Failed to seal a pool extent: %m");

@@ -57,6 +57,7 @@ struct backing {
 	uint64_t size;
 	int node;      /* asked for (-1: any) */
 	bool placed;   /* the node's policy could be set */
+	int place_error; /* errno of mbind() when it could not */
 	uint32_t flags; /* KVT_EXTENT_* */
 	uint64_t populate_ns;
 };
@@ -93,6 +94,8 @@ struct pool {
 	uint32_t warned;
 	struct numa_topology topo;
 	uint64_t numa_fallbacks; /* extents that could not go where asked */
+	char numa_reason[256];   /* why the first that could not, "" none */
+	int numa_reason_node;    /* the node it was for */
 	bool watchdog;           /* systemd expects WATCHDOG=1 pings */
 };
 

@@ -4,16 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fault.h"
+#include "keep.h"
 #include "log.h"
 #include "macro.h"
 #include "manager.h"
 #include "process.h"
 #include "store.h"
 #include "turns.h"
+
+/* The name its pidfd is kept under (keep.h). */
+static void kept_name(uint64_t pidfs_ino, char *buf, size_t size)
+{
+	snprintf(buf, size, "pidfd.%llu", (unsigned long long)pidfs_ino);
+}
 
 static void process_maybe_free(struct process *p)
 {
@@ -25,6 +34,11 @@ static void process_maybe_free(struct process *p)
 	m->n_processes--;
 	sd_event_source_disable_unref(p->exit_source);
 	sd_event_source_disable_unref(p->grace_source);
+	if (p->kept) {
+		char name[32];
+		kept_name(p->pidfs_ino, name, sizeof(name));
+		keep_let_go(&m->keep, name);
+	}
 	if (p->pidfd >= 0)
 		close(p->pidfd);
 	free(p);
@@ -64,8 +78,13 @@ static int on_grace(sd_event_source *src, uint64_t usec, void *userdata)
 	p->n_sessions--;
 	p->grace_source = sd_event_source_disable_unref(p->grace_source);
 	m->c.quarantined_handles += p->ended_leases + p->ended_reservations;
-	log_info("Process %d exited: released %u lease(s) and aborted %u reservation(s) after %u ms of quarantine",
-		 (int)p->pid, p->ended_leases, p->ended_reservations, m->config->quarantine_ms);
+	if (p->pid)
+		log_info("Process %d exited: released %u lease(s) and aborted %u reservation(s) after %u ms of quarantine",
+			 (int)p->pid, p->ended_leases, p->ended_reservations, m->config->quarantine_ms);
+	else
+		log_info("Process in another pid namespace (pidfs inode %llu) exited: released %u lease(s) and aborted %u reservation(s) after %u ms of quarantine",
+			 (unsigned long long)p->pidfs_ino, p->ended_leases, p->ended_reservations,
+			 m->config->quarantine_ms);
 	process_maybe_free(p);
 	return 0;
 }
@@ -132,6 +151,25 @@ static uint64_t start_time_of(pid_t pid)
 	return v;
 }
 
+#ifndef PID_FS_MAGIC
+#define PID_FS_MAGIC 0x50494446
+#endif
+
+/* The inode of a pidfd on pidfs (Linux 6.9+): one per process, never
+ * reused while the kernel runs.  0 where pidfds are anonymous inodes, all
+ * the same one (6.5 to 6.8). */
+static uint64_t pidfs_ino_of(int pidfd)
+{
+	struct statfs sf;
+	struct stat st;
+
+	if (fault_hit(FAULT_PIDFS))
+		return 0;
+	if (fstatfs(pidfd, &sf) < 0 || sf.f_type != PID_FS_MAGIC || fstat(pidfd, &st) < 0)
+		return 0;
+	return (uint64_t)st.st_ino;
+}
+
 uint64_t process_owner_id(const struct process *p, int32_t *ret_pid)
 {
 	*ret_pid = p->pid;
@@ -140,13 +178,21 @@ uint64_t process_owner_id(const struct process *p, int32_t *ret_pid)
 
 int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 {
+	uint64_t ino = 0;
 	int r;
 
+	if (pid <= 0 && pidfd < 0)
+		return -ESRCH;
+	if (pid <= 0)
+		ino = pidfs_ino_of(pidfd);
 	/* A live record for the pid is the same process: its pidfd has not
-	 * fired, so the pid cannot have been reused. */
+	 * fired, so the pid cannot have been reused.  Without a pid, the same
+	 * pidfs inode is the same process; without either, no record is
+	 * anyone else's. */
 	struct process *p;
 	LIST_FOREACH(p, &m->processes, link)
-		if (p->pid == pid && !p->exited) {
+		if (!p->exited && ((pid > 0 && p->pid == pid) ||
+				   (pid <= 0 && ino && !p->pid && p->pidfs_ino == ino))) {
 			if (pidfd >= 0)
 				close(pidfd);
 			p->n_sessions++;
@@ -164,8 +210,9 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 		return -ENOMEM;
 	}
 	LIST_INIT(&p->handles);
-	p->pid = pid;
-	p->start_time = start_time_of(pid);
+	p->pid = pid > 0 ? pid : 0;
+	p->pidfs_ino = ino;
+	p->start_time = pid > 0 ? start_time_of(pid) : ino;
 	p->pidfd = pidfd;
 	p->m = m;
 	r = sd_event_add_io(m->event, &p->exit_source, pidfd, EPOLLIN, on_process_exit, p);
@@ -177,6 +224,14 @@ int process_get(struct manager *m, pid_t pid, int pidfd, struct process **ret)
 	p->n_sessions = 1;
 	LIST_INSERT_HEAD(&m->processes, p, link);
 	m->n_processes++;
+	/* Where handles outlive the daemon, so does the one way to find this
+	 * process again and tell whether it lives. */
+	if (!p->pid && ino && m->store.ledger) {
+		char name[32];
+		kept_name(ino, name, sizeof(name));
+		keep_fd(&m->keep, name, pidfd, true);
+		p->kept = true;
+	}
 	*ret = p;
 	return 0;
 }
@@ -200,15 +255,39 @@ struct process *process_adopt(struct manager *m, pid_t pid, uint64_t start_time)
 	 * reused since): where it cannot be read (ProtectProc=invisible hides
 	 * other users' processes), any process of that pid is taken for the
 	 * owner, which can only keep its handles longer, never end them while
-	 * the owner may still be copying. */
-	int fd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-	uint64_t now = fd >= 0 ? start_time_of(pid) : 0;
-	if (fd >= 0 && (!start_time || !now || now == start_time) &&
+	 * the owner may still be copying.  An owner in a pid namespace this
+	 * daemon cannot see (pid 0) is found only by the pidfd the earlier
+	 * daemon kept, and only if it is on the same pidfs inode. */
+	char name[32];
+	int fd;
+	uint64_t now;
+	bool same;
+	kept_name(start_time, name, sizeof(name));
+	if (pid > 0) {
+		fd = (int)syscall(SYS_pidfd_open, pid, 0);
+		now = fd >= 0 ? start_time_of(pid) : 0;
+		same = !start_time || !now || now == start_time;
+	} else {
+		fd = start_time ? keep_take(&m->keep, name) : -1;
+		now = fd >= 0 ? pidfs_ino_of(fd) : 0;
+		same = now && now == start_time;
+	}
+	if (fd >= 0 && same &&
 	    sd_event_add_io(m->event, &p->exit_source, fd, EPOLLIN, on_process_exit, p) >= 0) {
 		p->pidfd = fd;
+		if (pid <= 0) {
+			p->pidfs_ino = start_time;
+			keep_fd(&m->keep, name, fd, false);
+			p->kept = true;
+		}
 	} else {
 		if (fd >= 0)
 			close(fd);
+		if (pid <= 0) {
+			keep_let_go(&m->keep, name);
+			log_warning("Handles kept for a process in another pid namespace (pidfs inode %llu) whose pidfd was not kept: they end after the quarantine, since kvtierd cannot see whether it lives",
+				    (unsigned long long)start_time);
+		}
 		p->exited = true;
 	}
 	LIST_INSERT_HEAD(&m->processes, p, link);
@@ -256,6 +335,8 @@ void process_free_all(struct manager *m)
 {
 	while (!LIST_EMPTY(&m->processes)) {
 		struct process *p = LIST_FIRST(&m->processes);
+		/* Its pidfd stays in systemd's store, as the ledger does. */
+		p->kept = false;
 		p->n_sessions = 0;
 		p->n_handles = 0;
 		LIST_INIT(&p->handles);

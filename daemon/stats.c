@@ -565,6 +565,14 @@ int stats_build(const struct manager *m, const struct stats_query *q,
 			emit_node(&e, m->pool.topo.nodes[i]);
 			emit_flush(&e, false);
 		}
+		if (admin && m->pool.numa_reason[0]) {
+			/* Its own record: the daemon's has as many fields as a
+			 * record may. */
+			kvt_rec_begin(&e.b, "numa", 2);
+			kvt_rec_i64(&e.b, "node", m->pool.numa_reason_node);
+			kvt_rec_str(&e.b, "reason", m->pool.numa_reason);
+			emit_flush(&e, false);
+		}
 		if (admin) {
 			emit_keep(&e);
 			emit_flush(&e, false);

@@ -108,6 +108,9 @@ static void print_daemon(const struct ctx *x, const struct rec *d)
 	printf("%-13s%s\n", "Socket:", rec_has(d, "socket") ? rec_str(d, "socket") : x->socket);
 	print_pool(d);
 	print_numa_line(stdout, d);
+	const struct rec *nr = snapshot_find(&x->snap, "numa");
+	if (nr)
+		printf("%-13s%s\n", "", rec_str(nr, "reason"));
 	if (rec_has(d, "nvme_engine"))
 		print_nvme(d, snapshot_find(&x->snap, "recovery"), snapshot_find(&x->snap, "erasures"));
 	const struct rec *k = snapshot_find(&x->snap, "keep");

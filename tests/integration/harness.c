@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,12 +130,19 @@ static int try_connect(const char *path)
 static void spawn_daemon_with(struct daemon *d, const struct fdstore *store)
 {
 	pid_t parent = getpid();
-	d->pid = fork();
-	CHECK(d->pid >= 0, "fork");
+	/* In a pid namespace of its own, the daemon is its pid 1, and its
+	 * parent is outside (getppid() says 0).  clone() as fork() does it,
+	 * without a stack of its own and without fork()'s handlers: the
+	 * test's other thread, if any (the fd store's), holds no lock then
+	 * (start_stored(), daemon_restart_stored()). */
+	d->pid = d->own_pidns ? (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, NULL, NULL, 0)
+			      : fork();
+	CHECK(d->pid >= 0, "fork: %s", strerror(errno));
 	if (d->pid == 0) {
 		/* It dies with the test, however the test ends: a failed
 		 * check, a crash, or the runner's timeout. */
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
+		    getppid() != (d->own_pidns ? 0 : parent))
 			_exit(127);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		dup2(fd, 2);
@@ -191,9 +200,11 @@ static void spawn_daemon(struct daemon *d)
 	spawn_daemon_with(d, NULL);
 }
 
-void daemon_start(struct daemon *d, const char *extra_config)
+/* A private directory and its configuration. */
+static void daemon_prepare(struct daemon *d, const char *extra_config, bool own_pidns)
 {
 	memset(d, 0, sizeof(*d));
+	d->own_pidns = own_pidns;
 	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-test-XXXXXX");
 	CHECK(mkdtemp(d->dir), "mkdtemp");
 	/* Tests connect as other uids too. */
@@ -202,6 +213,32 @@ void daemon_start(struct daemon *d, const char *extra_config)
 	snprintf(d->config, sizeof(d->config), "%s/kvtierd.conf", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/kvtierd.log", d->dir);
 	write_config(d, extra_config);
+}
+
+void daemon_start(struct daemon *d, const char *extra_config)
+{
+	daemon_prepare(d, extra_config, false);
+	spawn_daemon(d);
+}
+
+/* Whether this process may make a pid namespace, tried in a child; the
+ * test is skipped where it may not. */
+static void pidns_probe(void)
+{
+	pid_t probe = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, NULL, NULL, 0);
+	if (probe == 0)
+		_exit(getpid() == 1 ? 0 : 1);
+	if (probe < 0 || wait_exit(probe) != 0) {
+		printf("SKIP: cannot make a pid namespace here (%s): needs root\n",
+		       probe < 0 ? strerror(errno) : "the child is not its pid 1");
+		exit(77);
+	}
+}
+
+void daemon_start_pidns(struct daemon *d, const char *extra_config)
+{
+	pidns_probe();
+	daemon_prepare(d, extra_config, true);
 	spawn_daemon(d);
 }
 
@@ -323,18 +360,27 @@ void fdstore_close(struct fdstore *s)
 	unlink(s->path);
 }
 
+static void start_stored(struct daemon *d, const char *extra_config, struct fdstore *s,
+			 bool own_pidns)
+{
+	daemon_prepare(d, extra_config, own_pidns);
+	fdstore_open(s, d);
+	/* The store's thread holds its lock whenever it runs: a clone()
+	 * (spawn_daemon_with) then finds no lock taken in the child. */
+	pthread_mutex_lock(&s->lock);
+	spawn_daemon_with(d, s);
+	pthread_mutex_unlock(&s->lock);
+}
+
 void daemon_start_stored(struct daemon *d, const char *extra_config, struct fdstore *s)
 {
-	memset(d, 0, sizeof(*d));
-	snprintf(d->dir, sizeof(d->dir), "/tmp/kvt-test-XXXXXX");
-	CHECK(mkdtemp(d->dir), "mkdtemp");
-	chmod(d->dir, 0755);
-	snprintf(d->socket, sizeof(d->socket), "%s/kvtierd.sock", d->dir);
-	snprintf(d->config, sizeof(d->config), "%s/kvtierd.conf", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/kvtierd.log", d->dir);
-	write_config(d, extra_config);
-	fdstore_open(s, d);
-	spawn_daemon_with(d, s);
+	start_stored(d, extra_config, s, false);
+}
+
+void daemon_start_stored_pidns(struct daemon *d, const char *extra_config, struct fdstore *s)
+{
+	pidns_probe();
+	start_stored(d, extra_config, s, true);
 }
 
 void daemon_restart_stored(struct daemon *d, const char *extra_config, struct fdstore *s)
@@ -427,16 +473,21 @@ int engine_run(const struct daemon *d, char *out, size_t out_size, ...)
 	return r;
 }
 
-pid_t engine_spawn(const struct daemon *d, int *ret_stdin, FILE **ret_stdout, ...)
+static pid_t engine_spawn_ap(const struct daemon *d, bool own_pidns, int *ret_stdin,
+			     FILE **ret_stdout, va_list ap)
 {
 	int in[2], out[2];
-	va_list ap;
 	CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0, "pipe");
-	va_start(ap, ret_stdout);
 	char **argv = engine_argv(d, ap);
-	va_end(ap);
-	pid_t pid = fork();
+	/* As the daemon's own pid namespace (spawn_daemon_with). */
+	pid_t pid = own_pidns ? (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, NULL, NULL, 0)
+			      : fork();
+	CHECK(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
+		/* It dies with the test: one left behind by a failed check
+		 * holds the runner's pipe open until its timeout. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+			_exit(127);
 		dup2(in[0], 0);
 		dup2(out[1], 1);
 		execv(bin("KVT_ENGINE", "kvt-engine"), argv);
@@ -446,6 +497,24 @@ pid_t engine_spawn(const struct daemon *d, int *ret_stdin, FILE **ret_stdout, ..
 	close(out[1]);
 	*ret_stdin = in[1];
 	*ret_stdout = fdopen(out[0], "r");
+	return pid;
+}
+
+pid_t engine_spawn(const struct daemon *d, int *ret_stdin, FILE **ret_stdout, ...)
+{
+	va_list ap;
+	va_start(ap, ret_stdout);
+	pid_t pid = engine_spawn_ap(d, false, ret_stdin, ret_stdout, ap);
+	va_end(ap);
+	return pid;
+}
+
+pid_t engine_spawn_pidns(const struct daemon *d, int *ret_stdin, FILE **ret_stdout, ...)
+{
+	va_list ap;
+	va_start(ap, ret_stdout);
+	pid_t pid = engine_spawn_ap(d, true, ret_stdin, ret_stdout, ap);
+	va_end(ap);
 	return pid;
 }
 

@@ -25,10 +25,16 @@ struct daemon {
 	char socket[160];
 	char config[160];
 	char log[160];
+	bool own_pidns; /* started by daemon_start_pidns() */
 };
 
 /* Start kvtierd with a small test configuration plus extra lines. */
 void daemon_start(struct daemon *d, const char *extra_config);
+/* Start kvtierd as pid 1 of a pid namespace of its own, as in a pod
+ * without hostPID: it sees no process of the test's, so every client has
+ * pid 0 in SO_PEERCRED.  Skips the test (77) where the namespace cannot
+ * be made (not root, or no CLONE_NEWPID). */
+void daemon_start_pidns(struct daemon *d, const char *extra_config);
 /* Restart on the same directory and socket. */
 void daemon_restart(struct daemon *d, const char *extra_config);
 /* SIGTERM, and check it exits 0. */
@@ -56,6 +62,8 @@ struct fdstore {
 };
 /* Start kvtierd as daemon_start() does, with s as its systemd. */
 void daemon_start_stored(struct daemon *d, const char *extra_config, struct fdstore *s);
+/* The same, as pid 1 of a pid namespace of its own (daemon_start_pidns()). */
+void daemon_start_stored_pidns(struct daemon *d, const char *extra_config, struct fdstore *s);
 /* Restart it with what s holds (after taking in what was sent). */
 void daemon_restart_stored(struct daemon *d, const char *extra_config, struct fdstore *s);
 /* Take in the notifications sent so far. */
@@ -75,6 +83,9 @@ void daemon_cleanup(struct daemon *d);
 int engine_run(const struct daemon *d, char *out, size_t out_size, ...);
 /* Start kvt-engine with pipes on stdin and stdout. */
 pid_t engine_spawn(const struct daemon *d, int *ret_stdin, FILE **ret_stdout, ...);
+/* The same, as pid 1 of a pid namespace of its own (a pod's engine): from
+ * the test's pid namespace, not from the engine's. */
+pid_t engine_spawn_pidns(const struct daemon *d, int *ret_stdin, FILE **ret_stdout, ...);
 int wait_exit(pid_t pid);
 
 kvt_client *client_connect(const struct daemon *d, const char *name);

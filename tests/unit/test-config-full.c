@@ -42,7 +42,7 @@ static void check_full(int line, const struct config *c)
 	    t->uids[0] != 1000 || t->uids[1] != 1001 || t->uids[2] != 0 ||
 	    t->n_gids != 2 || (ng && t->gids[0] != ng->gr_gid) ||
 	    t->gids[1] != 2000 || t->quota != (UINT64_C(8) << 30) ||
-	    !t->socket || strcmp(t->socket, "/run/kvt-test/inference.sock")) {
+	    !t->socket || strcmp(t->socket, "/run/kvt-test/inference/inference.sock") || t->socket_dir) {
 		fprintf(stderr, "%s:%d: [tenant.inference] did not land\n",
 			__FILE__, line);
 		failures++;
@@ -56,8 +56,8 @@ static void check_full(int line, const struct config *c)
 	}
 	t = config_tenant(c, "box");
 	if (!t || t != &c->tenants[2] || t->n_uids != 0 || t->n_gids != 0 ||
-	    t->quota != 1536 * 1024 || !t->socket ||
-	    strcmp(t->socket, "/run/kvt-test/box.sock")) {
+	    t->quota != 1536 * 1024 || !t->socket || !t->socket_dir ||
+	    strcmp(t->socket, "/run/kvt-test/box/kvtierd.sock")) {
 		fprintf(stderr, "%s:%d: [tenant.box] did not land\n", __FILE__,
 			line);
 		failures++;

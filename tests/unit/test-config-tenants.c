@@ -67,6 +67,15 @@ static void test_tenant_errors(void)
 		{ "tenant socket too long",
 		  "[tenant.a]\nsocket = /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
 		  2, "socket" },
+		{ "relative socket_dir", "[tenant.a]\nsocket_dir = run/a\n", 2, "socket_dir" },
+		{ "socket_dir too long for its socket",
+		  "[tenant.a]\nsocket_dir = /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+		  2, "at most 94 bytes" },
+		{ "socket_dir /", "[tenant.a]\nsocket_dir = /\n", 2, "socket_dir" },
+		{ "socket and socket_dir", "[tenant.a]\nsocket = /run/t/a.sock\nsocket_dir = /run/t/a\n",
+		  3, "both socket and socket_dir" },
+		{ "socket_dir and socket", "[tenant.a]\nsocket_dir = /run/t/a\nsocket = /run/t/a.sock\n",
+		  3, "both socket and socket_dir" },
 		{ "error in the second of two tenants",
 		  "[tenant.a]\nuids = 1000\n[tenant.b]\nuids = 1001\ngids = 12q\n", 5,
 		  "[tenant.b] gids" },
@@ -102,6 +111,15 @@ static void test_tenant_rules(void)
 		{ "a tenant on the main socket",
 		  "[daemon]\nsocket = /run/t/main.sock\n[tenant.a]\nsocket = /run/t/main.sock\n",
 		  0, "main socket" },
+		{ "a socket_dir holding the main socket",
+		  "[daemon]\nsocket = /run/t/kvtierd.sock\n[tenant.a]\nsocket_dir = /run/t\n",
+		  0, "main socket" },
+		{ "a socket_dir holding the main socket of a runtime_dir",
+		  "[daemon]\nruntime_dir = /run/t/\n[tenant.a]\nsocket_dir = /run/t/\n",
+		  0, "main socket" },
+		{ "a socket_dir holding another tenant's socket",
+		  "[tenant.a]\nsocket = /run/t/a/b.sock\n[tenant.b]\nsocket_dir = /run/t/a\n",
+		  0, "another tenant's socket" },
 		{ "a tenant on the main socket, set after it",
 		  "[tenant.a]\nsocket = /run/t/main.sock\n[daemon]\nsocket = /run/t/main.sock\n",
 		  0, "main socket" },
@@ -114,6 +132,9 @@ static void test_tenant_rules(void)
 		"[tenant.a]\ngids = 100\nsocket = /run/t/a.sock\n"
 		"[tenant.b]\ngids = 100\nsocket = /run/t/b.sock\n",
 		"[tenant.a]\nuids = 1000\n[tenant.b]\ngids = 1000\n",
+		/* Directories of their own, and one below the main socket's. */
+		"[daemon]\nsocket = /run/t/kvtierd.sock\n[tenant.a]\nsocket_dir = /run/t/a\n"
+		"[tenant.b]\nsocket_dir = /run/t/b/\n[tenant.c]\nsocket = /run/t/c/c.sock\n",
 		"[tenant.abcdefghijklmnopqrstuvwxyz01234]\nuids = 5\n",
 		"[tenant.A-Z_a-z_0-9]\nuids = 5\n",
 		"[tenant.-]\nuids = 5\n",
@@ -178,6 +199,25 @@ static void test_tenant_twice(void)
 		CHECK(c.tenants[0].quota == (UINT64_C(1) << 30));
 		CHECK(c.tenants[0].socket &&
 		      strcmp(c.tenants[0].socket, "/run/t/a.sock") == 0);
+		config_free(&c);
+	}
+	/* A socket = beside the main socket loads, with a warning that names
+	 * socket_dir. */
+	r = load_text(&c, "[daemon]\nsocket = /run/t/main.sock\n[tenant.a]\nsocket = /run/t/a.sock\n",
+		      &err);
+	CHECK(r == 0, "%s", err);
+	CHECK(err && strstr(err, "warning") && strstr(err, "beside the daemon's main socket") &&
+	      strstr(err, "socket_dir"), "%s", err ? err : "");
+	free(err);
+	if (r == 0)
+		config_free(&c);
+	/* socket_dir = DIR: DIR/kvtierd.sock, however DIR ends. */
+	r = load_text(&c, "[tenant.a]\nsocket_dir = /run/t/a//\n", &err);
+	CHECK(r == 0, "%s", err);
+	free(err);
+	if (r == 0) {
+		CHECK(c.tenants[0].socket_dir && c.tenants[0].socket &&
+		      strcmp(c.tenants[0].socket, "/run/t/a/kvtierd.sock") == 0);
 		config_free(&c);
 	}
 }
