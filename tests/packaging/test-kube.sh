@@ -214,7 +214,7 @@ fi
 
 step "4. kvtierctl in the daemon's pod"
 out=$(podman exec "$daemon" kvtierctl status 2>&1) || fail "kvtierctl status: $out"
-echo "$out" | sed -n '/^Daemon:/p;/^Host pool:/p;/^NVMe tier:/p;/^Contents:/p;/^Tenants:/,/^$/p' | sed 's/^/   /'
+echo "$out" | sed -n '/^Daemon:/p;/^Host pool:/p;/^Pages:/p;/^Lock:/p;/^NVMe tier:/p;/^  blocks:/p;/^Contents:/p;/^Tenants:/,/^$/p' | sed 's/^/   /'
 echo "$out" | grep -q '^Contents: *tenants 1, namespaces 1, blocks 16,' || fail "kvtierctl status: $out"
 echo "$out" | grep -q '^chat .* 16 *1 ' || fail "kvtierctl status: no tenant chat with 16 blocks: $out"
 echo "ok: kvtierctl counts the tenant chat, one namespace, 16 blocks"
