@@ -19,7 +19,8 @@ no GPU and no vLLM.  So, changing no more than that needs:
 - engine-NAME.yaml, one per --engine NAME:UID:ARGS: the pod template of
   vllm-engine.yaml's Deployment as a Pod whose container runs
   /usr/local/bin/kvt-engine (the file --kvt-engine, mounted) as uid UID
-  with ARGS instead of vLLM, KVTIER_SOCKET as its socket; its tenant
+  with ARGS instead of vLLM, KVTIER_SOCKET as its socket (empty ARGS: it
+  waits, for kvt-engine to be run in it by podman exec); its tenant
   socket directory is the daemon's, under HOSTDIR; the GPU and the model
   volume go; security context, supplemental groups and the socket
   directory's mount stay.  --userns adds hostUsers: false.
@@ -156,10 +157,10 @@ def main():
         sock = env["KVTIER_SOCKET"]
         c["image"] = a.image
         # The namespaces the engine runs in, then the engine.
+        run = f"exec kvt-engine --socket {shlex.quote(sock)} {args}" if args else "exec sleep infinity"
         c["command"] = ["sh", "-c",
                         'echo "pid namespace $(readlink /proc/self/ns/pid), user namespace '
-                        '$(readlink /proc/self/ns/user), uid $(id -u), groups $(id -G)"; '
-                        f"exec kvt-engine --socket {shlex.quote(sock)} {args}"]
+                        '$(readlink /proc/self/ns/user), uid $(id -u), groups $(id -G)"; ' + run]
         c.pop("args", None)
         c.pop("resources", None)
         c.setdefault("securityContext", {})["runAsUser"] = int(uid)

@@ -15,7 +15,12 @@
 #     stores a 256-token prefix as root with no capabilities, the second,
 #     as uid 1000, finds the 16 blocks and loads them, every byte checked;
 #  3. kvtierctl in the daemon's pod shows the tenant, its namespace and
-#     the 16 blocks; podman kube down removes every pod.
+#     the 16 blocks;
+#  4. the daemon pod replaced by a new one (old one down first, as the
+#     DaemonSet's rolling update does), under an engine pod started
+#     before: kvt-engine in it reaches the new daemon through the socket
+#     directory it mounted before, which recovered its spill file and
+#     started with an empty host tier; podman kube down removes every pod.
 #
 # Usage: test-kube.sh SOURCE_DIR WORK_DIR KVT_ENGINE
 # Environment:
@@ -112,6 +117,7 @@ python3 "$here/kube-pods.py" "$src/deploy/kubernetes" "$play" --prefix "$prefix"
 	--image "$image" --hostdir "$dir/host" --kvt-engine "$engine" \
 	--engine "store:0:$tiny --name store" \
 	--engine "load:1000:$tiny --no-store --expect-hits 16 --name load" \
+	--engine "stay:1000:" \
 	--conf pool.capacity=64M --conf pool.extent_size=16M \
 	--conf tenant.chat.quota=32M --conf tenant.batch.quota=16M \
 	--conf tenant.chat.nvme_quota=64M --conf tenant.batch.nvme_quota=64M \
@@ -219,7 +225,54 @@ echo "$out" | grep -q '^Contents: *tenants 1, namespaces 1, blocks 16,' || fail 
 echo "$out" | grep -q '^chat .* 16 *1 ' || fail "kvtierctl status: no tenant chat with 16 blocks: $out"
 echo "ok: kvtierctl counts the tenant chat, one namespace, 16 blocks"
 
-step "5. podman kube down"
+step "5. a new daemon pod, as a rolling update makes it, under an engine pod that stays"
+# An engine pod started before the new daemon, its socket directory
+# mounted then: kvt-engine run in it (podman exec) reaches the old daemon,
+# then the new one through the same mount.
+stay=$prefix-stay-vllm
+out=$(podman kube play "$play/engine-stay.yaml" 2>&1) || fail "podman kube play engine-stay.yaml: $out"
+in_stay() {
+	podman exec "$stay" kvt-engine --socket /run/kvtier/kvtierd.sock $tiny "$@" 2>&1
+}
+out=$(in_stay --no-store --expect-hits 16 --name stay-before) || fail "kvt-engine in the staying pod: $out"
+echo "   $out"
+echo "$out" | grep -q '16 leading hits reused.*every loaded byte verified' || fail "kvt-engine stay-before: $out"
+old_id=$(podman inspect -f '{{.Id}}' "$daemon")
+# The old pod goes first (SIGTERM), then the new one comes, init container
+# first, as the DaemonSet's RollingUpdate with maxSurge 0 does.
+old_inode=$(stat -c %i "$sock")
+podman kube down "$play/daemon.yaml" >/dev/null 2>&1 || fail "podman kube down daemon.yaml"
+for f in "$play"/init-*.yaml; do
+	[ -f "$f" ] || continue
+	name=$(basename "$f" .yaml)
+	name=${name#init-}
+	out=$(podman kube play "$f" 2>&1) || fail "podman kube play $f: $out"
+	rc=$(podman wait "$prefix-$name-$name") || fail "podman wait $prefix-$name-$name"
+	[ "$rc" = 0 ] || fail "the init container $name exited with $rc the second time"
+	podman kube down "$f" >/dev/null 2>&1 || fail "podman kube down $f"
+done
+out=$(podman kube play "$play/daemon.yaml" 2>&1) || fail "podman kube play daemon.yaml again: $out"
+# The old socket file stays until the new daemon replaces it: ready is
+# what the new one says.
+until podman logs "$daemon" 2>&1 | grep -q 'kvtierd .* ready'; do
+	case $(podman inspect -f '{{.State.Status}}' "$daemon" 2>/dev/null) in
+	exited | stopped) fail "the new daemon's container stopped: $(podman logs "$daemon" 2>&1 | tail -n 20)" ;;
+	esac
+	sleep 0.1
+done
+[ "$(podman inspect -f '{{.Id}}' "$daemon")" != "$old_id" ] || fail "the daemon's container is the old one"
+[ "$(stat -c %i "$sock")" != "$old_inode" ] || fail "the tenant socket is the old one"
+logs=$(podman logs "$daemon" 2>&1)
+echo "$logs" | grep 'Spill recovery:' | sed 's/^/   /'
+echo "$logs" | grep -q 'Spill recovery: 1 file(s)' || fail "the new daemon did not recover the spill file: $logs"
+out=$(in_stay --name stay-after) || fail "kvt-engine in the staying pod, new daemon: $out"
+echo "   $out"
+echo "$out" | grep -q '0 leading hits reused.*16 computed, 16 stored; every loaded byte verified' ||
+	fail "kvt-engine stay-after: $out"
+echo "ok: the staying engine pod reached the new daemon through the directory it mounted before; the host tier started empty"
+podman kube down "$play/engine-stay.yaml" >/dev/null 2>&1 || fail "podman kube down engine-stay.yaml"
+
+step "6. podman kube down"
 for f in "$play"/daemon.yaml; do
 	podman kube down "$f" >/dev/null 2>&1 || fail "podman kube down $f"
 done
