@@ -157,7 +157,7 @@ def main():
         sock = env["KVTIER_SOCKET"]
         c["image"] = a.image
         # The namespaces the engine runs in, then the engine.
-        run = f"exec kvt-engine --socket {shlex.quote(sock)} {args}" if args else "exec sleep infinity"
+        run = f"exec kvt-engine --socket {shlex.quote(sock)} {args}" if args else 'trap "exit 0" TERM; sleep infinity & wait'
         c["command"] = ["sh", "-c",
                         'echo "pid namespace $(readlink /proc/self/ns/pid), user namespace '
                         '$(readlink /proc/self/ns/user), uid $(id -u), groups $(id -G)"; ' + run]

@@ -240,7 +240,6 @@ echo "$out" | grep -q '16 leading hits reused.*every loaded byte verified' || fa
 old_id=$(podman inspect -f '{{.Id}}' "$daemon")
 # The old pod goes first (SIGTERM), then the new one comes, init container
 # first, as the DaemonSet's RollingUpdate with maxSurge 0 does.
-old_inode=$(stat -c %i "$sock")
 podman kube down "$play/daemon.yaml" >/dev/null 2>&1 || fail "podman kube down daemon.yaml"
 for f in "$play"/init-*.yaml; do
 	[ -f "$f" ] || continue
@@ -261,10 +260,11 @@ until podman logs "$daemon" 2>&1 | grep -q 'kvtierd .* ready'; do
 	sleep 0.1
 done
 [ "$(podman inspect -f '{{.Id}}' "$daemon")" != "$old_id" ] || fail "the daemon's container is the old one"
-[ "$(stat -c %i "$sock")" != "$old_inode" ] || fail "the tenant socket is the old one"
 logs=$(podman logs "$daemon" 2>&1)
 echo "$logs" | grep 'Spill recovery:' | sed 's/^/   /'
 echo "$logs" | grep -q 'Spill recovery: 1 file(s)' || fail "the new daemon did not recover the spill file: $logs"
+# The old daemon's socket file, which the new one replaced, would refuse
+# the connection (the file system may give the new one the same inode).
 out=$(in_stay --name stay-after) || fail "kvt-engine in the staying pod, new daemon: $out"
 echo "   $out"
 echo "$out" | grep -q '0 leading hits reused.*16 computed, 16 stored; every loaded byte verified' ||
