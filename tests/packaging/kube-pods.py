@@ -160,7 +160,8 @@ def main():
         run = f"exec kvt-engine --socket {shlex.quote(sock)} {args}" if args else 'trap "exit 0" TERM; sleep infinity & wait'
         c["command"] = ["sh", "-c",
                         'echo "pid namespace $(readlink /proc/self/ns/pid), user namespace '
-                        '$(readlink /proc/self/ns/user), uid $(id -u), groups $(id -G)"; ' + run]
+                        '$(readlink /proc/self/ns/user), uid $(id -u), groups $(id -G), '
+                        'CapEff $(sed -n "s/^CapEff:\\t//p" /proc/self/status)"; ' + run]
         c.pop("args", None)
         c.pop("resources", None)
         c.setdefault("securityContext", {})["runAsUser"] = int(uid)

@@ -202,6 +202,8 @@ engine_pod() {
 		[ -n "$ns" ] && [ "$ns" != "$daemon_pidns" ] && [ "$ns" != "$host_pidns" ] ||
 			fail "engine $name is not in a pid namespace of its own ($ns; daemon $daemon_pidns, host $host_pidns)"
 	fi
+	echo "$out" | grep -q "^pid namespace .*, CapEff 0000000000000000$" ||
+		fail "engine $name has capabilities"
 	uns=$(echo "$out" | sed -n 's/.*, user namespace \([^,]*\),.*/\1/p')
 	if [ -n "$userns" ]; then
 		[ -n "$uns" ] && [ "$uns" != "$host_userns" ] || fail "engine $name is in the host's user namespace"
