@@ -12,7 +12,8 @@
 #     socket activation, reload, restart after SIGKILL, the sandbox in
 #     force, the scrape endpoint through its drop-in, and apt-get purge
 #     leaving nothing behind;
-#  3. scripts/image.sh builds the kvtierd image, and a daemon container
+#  3. scripts/image.sh's kvtierd image (built in step 1, with the
+#     packages, once per tree for this test and test-kube.sh), a daemon container
 #     serves clients in other containers through a shared socket directory:
 #     kvt-engine stores a prefix's blocks from one container, kvt-engine in
 #     another loads them and checks every byte, kvtierctl in a third answers,
@@ -34,6 +35,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # package build links against, or the one the containers load.
 unset LD_LIBRARY_PATH
 . "$src/scripts/containers.sh"
+. "$here/image-once.sh"
 
 skip() {
 	echo "SKIP: $*"
@@ -51,7 +53,7 @@ step() {
 }
 
 [ "$(id -u)" -eq 0 ] || skip "needs root (podman and mmdebstrap as root; scripts/deps.sh installs them)"
-for tool in podman mmdebstrap runc dpkg-buildpackage dh lintian; do
+for tool in podman mmdebstrap runc dpkg-buildpackage dh lintian flock; do
 	command -v $tool >/dev/null 2>&1 ||
 		skip "$tool is not installed (scripts/deps.sh installs podman mmdebstrap runc debhelper lintian)"
 done
@@ -61,18 +63,24 @@ podman info >/dev/null 2>&1 || skip "podman cannot run here: $(podman info 2>&1 
 mkdir -p "$work"
 debs=$work/debs
 t0=$(date +%s)
-sysd='' daemon='' tag=''
+sysd='' daemon=''
 cleanup() {
 	for c in $sysd $daemon; do
 		podman rm -f -t 0 "$c" >/dev/null 2>&1
 	done
-	[ -n "$tag" ] && podman rmi "$tag" >/dev/null 2>&1
 	[ -n "${sockdir:-}" ] && rm -rf "$sockdir" "$sockdir.conf"
 }
 trap cleanup EXIT
 
-step "1. packages (scripts/packages.sh $debs)"
-"$src/scripts/packages.sh" "$debs" >/dev/null || fail "scripts/packages.sh"
+step "1. packages (scripts/packages.sh $debs) and the kvtierd image (scripts/image.sh)"
+# Once per tree for this test and test-kube (image-once.sh).
+tag=$(kvt_test_image "$src" "$work") || {
+	# The packages built, the image's root file system did not: no archive.
+	[ -n "$(ls "$debs"/kvtierd_*.deb 2>/dev/null)" ] &&
+		[ -z "$(podman images -q --filter 'reference=localhost/kvtier-debian:essential-*')" ] &&
+		skip "mmdebstrap could not make the image's root file system (is the Debian archive reachable?)"
+	fail "scripts/packages.sh or scripts/image.sh"
+}
 for f in "$debs"/*.deb; do
 	echo "   $(stat -c %s "$f") $(basename "$f")"
 done
@@ -121,9 +129,7 @@ podman exec "$sysd" sh /in-systemd.sh purge || fail "purge under systemd"
 podman rm -f -t 0 "$sysd" >/dev/null
 sysd=
 
-step "3. the kvtierd image (scripts/image.sh), clients in other containers"
-tag=localhost/kvtierd-test:$$
-"$src/scripts/image.sh" "$debs" "$tag" >/dev/null || fail "scripts/image.sh"
+step "3. the kvtierd image, clients in other containers"
 podman image inspect --format '   {{.Size}} bytes, user {{.Config.User}}, entrypoint {{.Config.Entrypoint}}' "$tag"
 sockdir=$(mktemp -d "$work/sock-XXXXXX")
 daemon=kvt-daemon-$$
