@@ -228,6 +228,20 @@ echo "$out" | sed -n '/^Daemon:/p;/^Host pool:/p;/^Pages:/p;/^Lock:/p;/^NVMe tie
 echo "$out" | grep -q '^Contents: *tenants 1, namespaces 1, blocks 16,' || fail "kvtierctl status: $out"
 echo "$out" | grep -q '^chat .* 16 *1 ' || fail "kvtierctl status: no tenant chat with 16 blocks: $out"
 echo "ok: kvtierctl counts the tenant chat, one namespace, 16 blocks"
+# The scrape endpoint the ConfigMap opens ([metrics] listen) on the port
+# the DaemonSet names, from inside the pod's network namespace as the
+# PodMonitor's Prometheus reaches it at the pod's address (bash's
+# /dev/tcp: no HTTP client in the image).
+port=$(sed -n 's/^ *listen = .*:\([0-9]*\)$/\1/p' "$src/deploy/kubernetes/kvtierd-config.yaml")
+[ -n "$port" ] || fail "no [metrics] listen in kvtierd-config.yaml"
+out=$(podman exec "$daemon" bash -c "exec 3<>/dev/tcp/127.0.0.1/$port &&
+	printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3 && cat <&3" | tr -d '\r') ||
+	fail "GET /metrics on port $port in the daemon's pod"
+echo "$out" | head -n 1 | grep -q '^HTTP/1.[01] 200' || fail "GET /metrics: $(echo "$out" | head -n 1)"
+echo "$out" | grep -q '^kvtier_tenant_.*{.*tenant="chat".*}' || fail "GET /metrics: no series of the tenant chat"
+echo "$out" | grep -q '^kvtier_namespace_stores_total{.*} 16$' ||
+	fail "GET /metrics: no 16 blocks stored in $(echo "$out" | grep stores_total)"
+echo "ok: GET /metrics on the pod's port $port: $(echo "$out" | grep -c '^kvtier_') samples, the tenant chat's, 16 blocks stored"
 
 step "5. a new daemon pod, as a rolling update makes it, under an engine pod that stays"
 # An engine pod started before the new daemon, its socket directory

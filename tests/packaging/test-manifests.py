@@ -22,8 +22,11 @@ against each other and kvtierd:
    capability, are not privileged and share no host namespace; the
    DaemonSet's probes ask the image's main socket (scripts/image.sh).
 
-Files of other kinds in the directory (a PodMonitor, a seccomp profile)
-are checked by 1 alone.
+4. the PodMonitor kvtierd selects the DaemonSet's pods by their labels
+   and scrapes a port the daemon's container names, on the port the
+   ConfigMap's [metrics] listen gives.
+
+Files of other kinds in the directory (a seccomp profile) are not read.
 
 Usage: test-manifests.py DEPLOY_DIR [--kvtierd PATH]
 Exits 0, 1 (each problem named) or 77 without python3-yaml.
@@ -204,6 +207,32 @@ def check_kvtier(docs, kvtierd):
                 problem(w, "the engine pod shares a host namespace")
 
 
+def check_podmonitor(docs):
+    pms = [(w, d) for w, d in docs if d["kind"] == "PodMonitor"]
+    ds = next((d for _, d in docs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "kvtierd"), None)
+    cm = next((d for _, d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "kvtierd-config"), None)
+    if not pms or ds is None or cm is None:
+        problem("deploy/kubernetes", "expected a PodMonitor beside the DaemonSet kvtierd and its ConfigMap")
+        return
+    labels = ((ds["spec"].get("template") or {}).get("metadata") or {}).get("labels") or {}
+    daemon = next((c for c in pod_spec(ds)["containers"] if c["name"] == "kvtierd"), {})
+    ports = {p.get("name"): p.get("containerPort") for p in daemon.get("ports") or []}
+    listen = conf_sections(cm["data"]["kvtierd.conf"]).get("metrics", {}).get("listen", "")
+    for w, pm in pms:
+        spec = pm.get("spec") or {}
+        for k, v in ((spec.get("selector") or {}).get("matchLabels") or {}).items():
+            if labels.get(k) != v:
+                problem(w, f"selects {k}={v}, which the DaemonSet's pods do not carry")
+        for ep in spec.get("podMetricsEndpoints") or []:
+            port = ep.get("port")
+            if port not in ports:
+                problem(w, f"scrapes the port {port}, which the kvtierd container does not name {sorted(ports)}")
+            elif not listen.endswith(f":{ports[port]}"):
+                problem(w, f"port {port} is {ports[port]}, but [metrics] listen is {listen!r}")
+            if ep.get("path", "/metrics") != "/metrics":
+                problem(w, f"path {ep.get('path')}: kvtierd serves /metrics only")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("deploy")
@@ -239,6 +268,7 @@ def main():
         if d["kind"] in WORKLOADS:
             check_workload(where, d, configmaps)
     check_kvtier(docs, a.kvtierd)
+    check_podmonitor(docs)
     for p in problems:
         print(f"FAIL: {p}")
     if problems:
