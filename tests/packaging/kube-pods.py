@@ -133,6 +133,13 @@ def main():
             v["hostPath"]["path"] = paths[v["hostPath"]["path"]]
     for c in spec.get("initContainers", []) + spec["containers"]:
         c["image"] = a.image
+    # podman keeps a played ConfigMap as a volume of its name, which
+    # another run beside this one would share: the test's own name.
+    name = f"{a.prefix}-{cm['metadata']['name']}"
+    for v in spec["volumes"]:
+        if v.get("configMap", {}).get("name") == cm["metadata"]["name"]:
+            v["configMap"]["name"] = name
+    cm["metadata"]["name"] = name
     if a.hostpid:
         spec["hostPID"] = True
     for c in spec.pop("initContainers", []):

@@ -105,6 +105,9 @@ cleanup() {
 	for p in $(podman pod ps --filter "name=^$prefix-" --format '{{.Name}}' 2>/dev/null); do
 		podman pod rm -f "$p" >/dev/null 2>&1
 	done
+	# The ConfigMap's volume (kube-pods.py names it after the test), which
+	# podman kube down leaves behind.
+	podman volume rm -f "$prefix-kvtierd-config" >/dev/null 2>&1
 	rm -rf "$dir"
 }
 trap cleanup EXIT
