@@ -293,7 +293,11 @@ echo "   $out"
 echo "$out" | grep -q '0 leading hits reused.*16 computed, 16 stored; every loaded byte verified' ||
 	fail "kvt-engine stay-after: $out"
 echo "ok: the staying engine pod reached the new daemon through the directory it mounted before; the host tier started empty"
-podman kube down "$play/engine-stay.yaml" >/dev/null 2>&1 || fail "podman kube down engine-stay.yaml"
+# podman 4.3 now and then fails to remove a pod in a user namespace of its
+# own (its mounts busy): removed by name then, as cleanup does; step 6
+# checks that nothing is left.
+podman kube down "$play/engine-stay.yaml" >/dev/null 2>&1 ||
+	podman pod rm -f "$prefix-stay" >/dev/null 2>&1 || fail "podman kube down engine-stay.yaml"
 
 step "6. podman kube down"
 for f in "$play"/daemon.yaml; do
