@@ -296,8 +296,10 @@ echo "ok: the staying engine pod reached the new daemon through the directory it
 # podman 4.3 now and then fails to remove a pod in a user namespace of its
 # own (its mounts busy): removed by name then, as cleanup does; step 6
 # checks that nothing is left.
-podman kube down "$play/engine-stay.yaml" >/dev/null 2>&1 ||
-	podman pod rm -f "$prefix-stay" >/dev/null 2>&1 || fail "podman kube down engine-stay.yaml"
+if ! out=$(podman kube down "$play/engine-stay.yaml" 2>&1); then
+	echo "   (podman kube down engine-stay.yaml: $(echo "$out" | tail -n 1); removed by name)"
+	out=$(podman pod rm -f "$prefix-stay" 2>&1) || fail "podman pod rm $prefix-stay: $out"
+fi
 
 step "6. podman kube down"
 for f in "$play"/daemon.yaml; do
