@@ -10,7 +10,9 @@
 #     init container owns the host directories, the daemon serves the
 #     tenant sockets it made in them and has made its spill file;
 #  2. two engine pods from vllm-engine.yaml's pod template, each in its own
-#     pid namespace, their only host path the tenant's socket directory:
+#     pid and user namespace (hostUsers: false: host-mapped ids, through
+#     the tenant's 0666 socket), their only host path the tenant's socket
+#     directory:
 #     kvt-engine (the build's, served by the image's libkvtier-client0)
 #     stores a 256-token prefix as root with no capabilities, the second,
 #     as uid 1000, finds the 16 blocks and loads them, every byte checked;
