@@ -160,7 +160,8 @@ echo "ok: the daemon pod read the ConfigMap (a 64 MiB pool) and listens on the t
 # The init container gave the host directories to the image's user, in
 # which the daemon made the tenants' directories, their sockets (0660, its
 # group) and the spill file.
-ls=$(stat -c '%u:%g %a %n' "$dir/host/run" "$dir/host/nvme0" "$dir/host/run/tenants/chat" "$sock" \
+ls=$(stat -c '%u:%g %a %n' "$dir/host/run" "$dir/host/nvme0" "$dir/host/run/tenants/chat" \
+	"$dir/host/run/tenants/batch" "$sock" \
 	"$dir/host/run/tenants/batch/kvtierd.sock" "$dir/host/nvme0/spill0" 2>&1) || fail "$ls"
 echo "$ls" | sed 's/^/   /'
 uid=$(podman exec "$daemon" id -u) || fail "podman exec id"
@@ -168,8 +169,10 @@ uid=$(podman exec "$daemon" id -u) || fail "podman exec id"
 [ "$(echo "$ls" | awk -v u="$uid" '$1 != u ":" u' | wc -l)" = 0 ] || fail "not all of them are the daemon's ($uid)"
 # socket_mode = 0666 (kvtierd-config.yaml): the socket every uid's, its
 # directory every uid's to traverse, not to list.
-[ "$(stat -c %a "$sock")" = 666 ] || fail "the tenant socket is not mode 0666"
-[ "$(stat -c %a "$dir/host/run/tenants/chat")" = 711 ] || fail "the tenant's directory is not mode 0711"
+for t in chat batch; do
+	[ "$(stat -c %a "$dir/host/run/tenants/$t/kvtierd.sock")" = 666 ] || fail "the tenant $t's socket is not mode 0666"
+	[ "$(stat -c %a "$dir/host/run/tenants/$t")" = 711 ] || fail "the tenant $t's directory is not mode 0711"
+done
 [ "$(stat -c %s "$dir/host/nvme0/spill0")" = 134217728 ] || fail "the spill file is not 128 MiB"
 caps=$(podman exec "$daemon" awk '/^Cap(Eff|Prm|Bnd):/ { printf "%s %s ", $1, $2 }' /proc/1/status)
 echo "   the daemon: uid $uid, $caps"
