@@ -70,6 +70,8 @@ void config_dump(const struct config *c, FILE *f)
 				t->socket);
 		else if (t->socket)
 			fprintf(f, "socket = %s\n", t->socket);
+		if (t->socket && t->socket_mode != 0660)
+			fprintf(f, "socket_mode = %04o\n", t->socket_mode);
 		fputc('\n', f);
 	}
 	static const char *eng[] = {"auto", "io_uring", "threads"};

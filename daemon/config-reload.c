@@ -35,6 +35,19 @@ static bool tenant_sockets_equal(const struct config *a, const struct config *b)
 	return true;
 }
 
+/* A socket's mode is set when it is bound: a tenant that keeps its socket
+ * keeps its mode until a restart. */
+static bool tenant_socket_modes_equal(const struct config *a, const struct config *b)
+{
+	for (uint32_t i = 0; i < a->n_tenants; i++) {
+		const struct tenant_conf *t = config_tenant(b, a->tenants[i].name);
+		if (a->tenants[i].socket && t && t->socket &&
+		    a->tenants[i].socket_mode != t->socket_mode)
+			return false;
+	}
+	return true;
+}
+
 static bool spills_equal(const struct config *a, const struct config *b)
 {
 	if (a->n_spills != b->n_spills)
@@ -113,6 +126,7 @@ void config_reload(struct config *cur, struct config *fresh, char *changed, size
 	RESTART(cur->eviction == fresh->eviction, "[pool] eviction");
 	RESTART(str_eq(cur->sysfs_root, fresh->sysfs_root), "[pool] topology_root");
 	RESTART(tenant_sockets_equal(cur, fresh), "[tenant.*] socket");
+	RESTART(tenant_socket_modes_equal(cur, fresh), "[tenant.*] socket_mode");
 	RESTART(cur->nvme_engine == fresh->nvme_engine, "[nvme] engine");
 	RESTART(cur->nvme_queue_depth == fresh->nvme_queue_depth, "[nvme] queue_depth");
 	RESTART(cur->nvme_recovery == fresh->nvme_recovery, "[nvme] recovery");

@@ -32,6 +32,7 @@ static struct tenant_conf *tenant_conf_get(struct config *c, const char *name)
 	t = &c->tenants[c->n_tenants++];
 	memset(t, 0, sizeof(*t));
 	snprintf(t->name, sizeof(t->name), "%s", name);
+	t->socket_mode = 0660;
 	return t;
 }
 
@@ -218,8 +219,15 @@ static int tenant_item(struct parse_ctx *ctx, const char *name, const char *key,
 			t->socket = r < 0 ? NULL : s;
 		}
 		t->socket_dir = dir;
+	} else if (!strcmp(key, "socket_mode")) {
+		expect = "0660 or 0666";
+		r = -EINVAL;
+		if (!strcmp(value, "0660") || !strcmp(value, "0666")) {
+			t->socket_mode = value[3] == '6' ? 0666 : 0660;
+			r = 0;
+		}
 	} else {
-		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, nvme_quota, codecs, socket, socket_dir)",
+		log_error("%s:%d: unknown key '%s' in [tenant.%s] (known: uids, gids, quota, nvme_quota, codecs, socket, socket_dir, socket_mode)",
 			  ctx->path, line, key, name);
 		ctx->error = -EINVAL;
 		return 1;
@@ -425,6 +433,11 @@ static int validate_tenants(const struct config *c, const char *path)
 		}
 		if (a->socket && validate_socket_dir(c, a, path) < 0)
 			r = -EINVAL;
+		if (a->socket_mode == 0666 && !a->socket_dir) {
+			log_error("%s: [tenant.%s] socket_mode = 0666 needs socket_dir: only a directory of the tenant's own, mounted into its pods, may open its socket to every uid",
+				  path, a->name);
+			r = -EINVAL;
+		}
 	}
 	return r;
 }

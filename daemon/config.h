@@ -93,6 +93,8 @@ struct tenant_conf {
 	char *socket;                  /* its own listening socket, or NULL */
 	bool socket_dir;               /* socket is DIR/kvtierd.sock of socket_dir = DIR,
 					* a directory of its own that pods mount */
+	uint32_t socket_mode;          /* 0660 (default), or 0666 with socket_dir: who
+					* mounts DIR decides, not the peer's ids */
 };
 
 /* The name of a tenant's socket in its socket_dir: the main socket's, so that

@@ -516,7 +516,8 @@ static int on_accept(sd_event_source *src, int lfd, uint32_t revents, void *user
 	return 0;
 }
 
-static int make_runtime_dir(const char *dir)
+/* dir and its missing parents, dir itself with mode (under the umask). */
+static int make_runtime_dir(const char *dir, mode_t mode)
 {
 	char path[256];
 	size_t n = strlen(dir);
@@ -532,9 +533,24 @@ static int make_runtime_dir(const char *dir)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
 		return -errno;
 	return 0;
+}
+
+/* A socket open to every uid (socket_mode = 0666) in a directory that
+ * every uid can traverse: made 0711 (others may reach the socket, not list
+ * the directory); one that was there already gets o+x where it is ours,
+ * else a warning says why clients will not get through. */
+static void open_socket_dir(const char *dir)
+{
+	struct stat st;
+
+	if (stat(dir, &st) < 0 || (st.st_mode & S_IXOTH))
+		return;
+	if (chmod(dir, (st.st_mode & 07777) | S_IXOTH) < 0)
+		log_warning_errno(-errno, "Failed to let every uid through '%s' (owner %u, mode %04o) for its socket_mode = 0666 socket: %m; only its owner and group can connect",
+				  dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
 }
 
 static int listener_watch(struct manager *m, int fd, bool owned, const char *path,
@@ -559,10 +575,11 @@ static int listener_watch(struct manager *m, int fd, bool owned, const char *pat
 	return 0;
 }
 
-/* Bind a socket of ours at path; mode 0666 for the main socket (every uid
- * is its own tenant, isolated by what the kernel says of it), 0660 for a
- * tenant's own (mounted into that tenant's containers only). */
-static int listener_bind(struct manager *m, const char *path, const char *tenant)
+/* Bind a socket of ours at path with mode: 0666 for the main socket (every
+ * uid is its own tenant, isolated by what the kernel says of it); a
+ * tenant's own is its socket_mode, 0660 unless its directory, mounted into
+ * that tenant's containers only, is what keeps others out (0666). */
+static int listener_bind(struct manager *m, const char *path, const char *tenant, mode_t mode)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	int fd, r;
@@ -576,9 +593,11 @@ static int listener_bind(struct manager *m, const char *path, const char *tenant
 	char *slash = strrchr(dir, '/');
 	if (slash && slash != dir) {
 		*slash = 0;
-		r = make_runtime_dir(dir);
+		r = make_runtime_dir(dir, tenant && mode == 0666 ? 0711 : 0755);
 		if (r < 0)
 			return log_error_errno(r, "Failed to create '%s' for the socket: %m", dir);
+		if (tenant && mode == 0666)
+			open_socket_dir(dir);
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
@@ -606,7 +625,7 @@ static int listener_bind(struct manager *m, const char *path, const char *tenant
 		close(fd);
 		return log_error_errno(r, "Failed to bind '%s': %m", path);
 	}
-	if (chmod(path, tenant ? 0660 : 0666) < 0)
+	if (chmod(path, mode) < 0)
 		log_warning_errno(-errno, "Failed to chmod '%s', ignoring: %m", path);
 	if (listen(fd, 128) < 0) {
 		r = -errno;
@@ -621,7 +640,7 @@ static int listener_bind(struct manager *m, const char *path, const char *tenant
 		return r;
 	}
 	if (tenant)
-		log_info("Listening on %s for tenant %s", path, tenant);
+		log_info("Listening on %s for tenant %s, mode %04o", path, tenant, (unsigned)mode);
 	else
 		log_info("Listening on %s", path);
 	return 0;
@@ -671,7 +690,7 @@ int manager_listen(struct manager *m)
 		snprintf(name, sizeof(name), "socket.%s", t->name);
 		r = listener_kept(m, name, t->socket, t->name);
 		if (r == 0)
-			r = listener_bind(m, t->socket, t->name);
+			r = listener_bind(m, t->socket, t->name, t->socket_mode);
 		if (r < 0)
 			return r;
 	}
@@ -709,7 +728,7 @@ int manager_listen(struct manager *m)
 		m->socket_activated = true;
 		log_info("Listening on the socket passed by systemd");
 	} else {
-		r = listener_bind(m, m->config->socket_path, NULL);
+		r = listener_bind(m, m->config->socket_path, NULL, 0666);
 		if (r < 0)
 			return r;
 	}

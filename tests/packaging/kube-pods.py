@@ -23,14 +23,16 @@ no GPU and no vLLM.  So, changing no more than that needs:
   waits, for kvt-engine to be run in it by podman exec); its tenant
   socket directory is the daemon's, under HOSTDIR; the GPU and the model
   volume go; security context, supplemental groups and the socket
-  directory's mount stay.  --userns adds hostUsers: false.
+  directory's mount stay, hostUsers as vllm-engine.yaml has it (false: a
+  user namespace of the pod's own).  --host-users removes hostUsers: the
+  engines in the host's user namespace.
 
 --hostpid puts the daemon and the engines in the host's pid namespace
 (hostPID: true), the alternative to their own.
 
 Usage: kube-pods.py DEPLOY_DIR OUTDIR --prefix P --image IMG --hostdir DIR
          --kvt-engine PATH [--engine NAME:UID:ARGS]... [--conf S.K=V]...
-         [--hostpid] [--userns]
+         [--hostpid] [--host-users]
 """
 import argparse
 import copy
@@ -119,7 +121,7 @@ def main():
     ap.add_argument("--engine", action="append", default=[])
     ap.add_argument("--conf", action="append", default=[])
     ap.add_argument("--hostpid", action="store_true")
-    ap.add_argument("--userns", action="store_true")
+    ap.add_argument("--host-users", action="store_true")
     a = ap.parse_args()
 
     cm = one(load(os.path.join(a.deploy, "kvtierd-config.yaml")), "ConfigMap")
@@ -184,8 +186,8 @@ def main():
                                 "hostPath": {"path": os.path.abspath(a.kvt_engine), "type": "File"}})
         if a.hostpid:
             spec["hostPID"] = True
-        if a.userns:
-            spec["hostUsers"] = False
+        if a.host_users:
+            spec.pop("hostUsers", None)
         with open(os.path.join(a.out, f"engine-{name}.yaml"), "w") as f:
             yaml.safe_dump(p, f, sort_keys=False)
 

@@ -19,8 +19,10 @@ against each other and kvtierd:
    KVTIER_SOCKET and kv-transfer-config name is that socket as the engine
    sees it, and the only hostPath it mounts; the connector named in
    kv-transfer-config is kvtier's; the engine containers add no
-   capability, are not privileged and share no host namespace; the
-   DaemonSet's probes ask the image's main socket (scripts/image.sh).
+   capability, are not privileged and share no host namespace; an engine
+   pod with hostUsers: false (host-mapped ids, in no group of the node's)
+   has a tenant whose socket_mode is 0666; the DaemonSet's probes ask the
+   image's main socket (scripts/image.sh).
 
 4. the PodMonitor kvtierd selects the DaemonSet's pods by their labels
    and scrapes a port the daemon's container names, on the port the
@@ -166,14 +168,16 @@ def check_kvtier(docs, kvtierd):
         cmd = ((daemon.get(probe) or {}).get("exec") or {}).get("command") or []
         if MAIN_SOCKET not in cmd:
             problem(where, f"{probe} does not ask the daemon's socket {MAIN_SOCKET}: {cmd}")
-    tenants = {}
+    tenants, modes = {}, {}
     for name, keys in sections.items():
-        if name.startswith("tenant.") and "socket" in keys:
-            node = node_path(keys["socket"], ps, daemon)
+        if name.startswith("tenant.") and ("socket" in keys or "socket_dir" in keys):
+            sock = keys.get("socket") or keys["socket_dir"].rstrip("/") + "/kvtierd.sock"
+            node = node_path(sock, ps, daemon)
             if node is None:
-                problem(where, f"[{name}] socket {keys['socket']} is on no hostPath volume")
+                problem(where, f"[{name}] socket {sock} is on no hostPath volume")
             else:
                 tenants[name[7:]] = node
+                modes[node] = keys.get("socket_mode", "0660")
         if name.startswith("spill.") and node_path(keys.get("path", ""), ps, daemon) is None:
             problem(where, f"[{name}] path {keys.get('path')} is on no hostPath volume")
     for w, d in docs:
@@ -188,6 +192,9 @@ def check_kvtier(docs, kvtierd):
             node = node_path(sock, eps, c)
             if node not in tenants.values():
                 problem(w, f"KVTIER_SOCKET {sock} is {node} on the node, no tenant's socket {sorted(tenants.values())}")
+            elif eps.get("hostUsers") is False and modes[node] != "0666":
+                # Its ids are host-mapped, in no group of the node's.
+                problem(w, f"hostUsers: false, and its tenant's socket {node} is not socket_mode = 0666")
             for i, arg in enumerate(c.get("args") or []):
                 if arg == "--kv-transfer-config":
                     kv = json.loads(c["args"][i + 1])

@@ -70,6 +70,19 @@ static void test_restart_only(void)
 	config_free(&c);
 }
 
+/* A tenant socket's mode is set when it is bound. */
+static void test_socket_mode(void)
+{
+	struct config c;
+	char changed[512], restart[512];
+
+	reload("[tenant.t]\nsocket_dir = /run/t/t\n",
+	       "[tenant.t]\nsocket_dir = /run/t/t\nsocket_mode = 0666\n", &c, changed, restart);
+	CHECK(changed[0] == 0, "changed: %s", changed);
+	CHECK(!strcmp(restart, "[tenant.*] socket_mode"), "restart: %s", restart);
+	config_free(&c);
+}
+
 /* The scrape endpoint's socket is bound at start: a new address waits for
  * a restart, the old one served meanwhile. */
 static void test_metrics_listen(void)
@@ -95,6 +108,7 @@ int main(void)
 	test_nothing();
 	test_live_and_restart();
 	test_restart_only();
+	test_socket_mode();
 	test_metrics_listen();
 	return config_test_end("test-config-reload");
 }

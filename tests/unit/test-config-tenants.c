@@ -76,6 +76,10 @@ static void test_tenant_errors(void)
 		  3, "both socket and socket_dir" },
 		{ "socket_dir and socket", "[tenant.a]\nsocket_dir = /run/t/a\nsocket = /run/t/a.sock\n",
 		  3, "both socket and socket_dir" },
+		{ "socket_mode 0777", "[tenant.a]\nsocket_dir = /run/t/a\nsocket_mode = 0777\n", 3,
+		  "0660 or 0666" },
+		{ "socket_mode in words", "[tenant.a]\nsocket_dir = /run/t/a\nsocket_mode = open\n", 3,
+		  "socket_mode" },
 		{ "error in the second of two tenants",
 		  "[tenant.a]\nuids = 1000\n[tenant.b]\nuids = 1001\ngids = 12q\n", 5,
 		  "[tenant.b] gids" },
@@ -120,6 +124,11 @@ static void test_tenant_rules(void)
 		{ "a socket_dir holding another tenant's socket",
 		  "[tenant.a]\nsocket = /run/t/a/b.sock\n[tenant.b]\nsocket_dir = /run/t/a\n",
 		  0, "another tenant's socket" },
+		{ "socket_mode = 0666 on a socket =",
+		  "[tenant.a]\nsocket = /run/t/a/a.sock\nsocket_mode = 0666\n", 0,
+		  "socket_mode = 0666 needs socket_dir" },
+		{ "socket_mode = 0666 with no socket", "[tenant.a]\nuids = 5\nsocket_mode = 0666\n",
+		  0, "socket_mode = 0666 needs socket_dir" },
 		{ "a tenant on the main socket, set after it",
 		  "[tenant.a]\nsocket = /run/t/main.sock\n[daemon]\nsocket = /run/t/main.sock\n",
 		  0, "main socket" },
@@ -218,6 +227,16 @@ static void test_tenant_twice(void)
 	if (r == 0) {
 		CHECK(c.tenants[0].socket_dir && c.tenants[0].socket &&
 		      strcmp(c.tenants[0].socket, "/run/t/a/kvtierd.sock") == 0);
+		CHECK(c.tenants[0].socket_mode == 0660, "socket_mode %o", c.tenants[0].socket_mode);
+		config_free(&c);
+	}
+	/* socket_mode: 0660 by default, 0666 for a socket_dir. */
+	r = load_text(&c, "[tenant.a]\nsocket_mode = 0666\nsocket_dir = /run/t/a\n"
+			  "[tenant.b]\nsocket_dir = /run/t/b\nsocket_mode = 0660\n", &err);
+	CHECK(r == 0, "%s", err);
+	free(err);
+	if (r == 0) {
+		CHECK(c.tenants[0].socket_mode == 0666 && c.tenants[1].socket_mode == 0660);
 		config_free(&c);
 	}
 }
