@@ -26,7 +26,6 @@
 # Exit: 0 pass, 1 fail, 77 skipped (with the reason).
 set -u
 
-KVT_TEST_SKIP=77
 src=${1:?usage: $0 SOURCE_DIR WORK_DIR KVT_ENGINE}
 work=${2:?usage: $0 SOURCE_DIR WORK_DIR KVT_ENGINE}
 engine=${3:?usage: $0 SOURCE_DIR WORK_DIR KVT_ENGINE}
@@ -36,27 +35,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 unset LD_LIBRARY_PATH
 . "$src/scripts/containers.sh"
 . "$here/image-once.sh"
+. "$here/steps.sh"
 
-skip() {
-	echo "SKIP: $*"
-	exit $KVT_TEST_SKIP
-}
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
-step() {
-	now=$(date +%s)
-	[ -n "${t_step:-}" ] && echo "   ($((now - t_step)) s)"
-	t_step=$now
-	echo "== $*"
-}
-
-[ "$(id -u)" -eq 0 ] || skip "needs root (podman and mmdebstrap as root; scripts/deps.sh installs them)"
-for tool in podman mmdebstrap runc dpkg-buildpackage dh lintian flock; do
-	command -v $tool >/dev/null 2>&1 ||
-		skip "$tool is not installed (scripts/deps.sh installs podman mmdebstrap runc debhelper lintian)"
-done
+kvt_test_needs
 podman info >/dev/null 2>&1 || skip "podman cannot run here: $(podman info 2>&1 | tail -n 1)"
 [ -x "$engine" ] || fail "no kvt-engine at $engine"
 
