@@ -47,6 +47,18 @@ void harness_in_child(void)
 	current = NULL;
 }
 
+void put_file(const char *root, const char *rel, const char *text)
+{
+	char path[512], cmd[600];
+	snprintf(path, sizeof(path), "%s%s", root, rel);
+	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
+	CHECK(system(cmd) == 0, "mkdir");
+	FILE *f = fopen(path, "we");
+	CHECK(f, "cannot write %s", path);
+	fputs(text, f);
+	fclose(f);
+}
+
 int pool_mappings(void)
 {
 	FILE *f = fopen("/proc/self/maps", "re");

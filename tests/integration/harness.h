@@ -150,6 +150,9 @@ int pool_mappings(void);
  * wrong key or to the wrong tenant never compares equal. */
 void block_pattern(uint8_t *buf, size_t len, uint32_t tag, const uint8_t *key);
 
+/* Writes text to root/rel, making its directories (a fake sysfs tree). */
+void put_file(const char *root, const char *rel, const char *text);
+
 /* The daemon's anonymous resident memory in bytes (RssAnon: its heap and
  * stacks, not the pool, whose shmem pages count in RssShmem), -1 if
  * unreadable. */

@@ -13,18 +13,6 @@
 
 #include "harness.h"
 
-static void put(const char *root, const char *rel, const char *text)
-{
-	char path[512], cmd[600];
-	snprintf(path, sizeof(path), "%s%s", root, rel);
-	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
-	CHECK(system(cmd) == 0, "mkdir");
-	FILE *f = fopen(path, "we");
-	CHECK(f, "cannot write %s", path);
-	fputs(text, f);
-	fclose(f);
-}
-
 static kvt_client *connect_gpu(const struct daemon *d, const char *bus)
 {
 	kvt_connect_opts o = {.size = sizeof(o), .socket_path = d->socket, .name = bus,
@@ -83,9 +71,9 @@ int main(void)
 	daemon_start(&d, NULL);
 	daemon_stop(&d);
 	snprintf(fake, sizeof(fake), "%s/fake", d.dir);
-	put(fake, "/sys/devices/system/node/has_memory", "0-1\n");
-	put(fake, "/sys/bus/pci/devices/0000:18:00.0/numa_node", "0\n");
-	put(fake, "/sys/bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
+	put_file(fake, "/sys/devices/system/node/has_memory", "0-1\n");
+	put_file(fake, "/sys/bus/pci/devices/0000:18:00.0/numa_node", "0\n");
+	put_file(fake, "/sys/bus/pci/devices/0000:3b:00.0/numa_node", "1\n");
 	daemon_restart(&d, "topology_root = @DIR@/fake\n");
 
 	kvt_client *a = connect_gpu(&d, "0000:18:00.0");

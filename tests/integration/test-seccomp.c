@@ -31,18 +31,6 @@
 static const char *const refused_by_default =
 	"io_uring_setup,io_uring_enter,io_uring_register,mbind,set_mempolicy,get_mempolicy";
 
-static void put(const char *root, const char *rel, const char *text)
-{
-	char path[512], cmd[600];
-	snprintf(path, sizeof(path), "%s%s", root, rel);
-	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
-	CHECK(system(cmd) == 0, "mkdir");
-	FILE *f = fopen(path, "we");
-	CHECK(f, "cannot write %s", path);
-	fputs(text, f);
-	fclose(f);
-}
-
 #if defined(__SANITIZE_ADDRESS__)
 static const char sanitizer_env[] = "export ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\"\n";
 #else
@@ -142,8 +130,8 @@ static void round_under(const char *real, const char *refuse)
 	daemon_start(&d, NULL);
 	daemon_stop(&d);
 	snprintf(fake, sizeof(fake), "%s/fake", d.dir);
-	put(fake, "/sys/devices/system/node/has_memory", "0\n");
-	put(fake, "/sys/bus/pci/devices/0000:18:00.0/numa_node", "0\n");
+	put_file(fake, "/sys/devices/system/node/has_memory", "0\n");
+	put_file(fake, "/sys/bus/pci/devices/0000:18:00.0/numa_node", "0\n");
 	wrap(d.dir, real, refuse);
 	snprintf(config, sizeof(config),
 		 "topology_root = @DIR@/fake\n"
