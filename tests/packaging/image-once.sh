@@ -10,13 +10,16 @@
 # test comes first, under a lock, and reused by the other while the tree's
 # files (what git tracks and what it does not ignore, as packages.sh copies
 # them) and DEB_BUILD_OPTIONS stay the same; the image of an earlier tree
-# is removed.  Returns 1 when a build fails, with its messages on stderr.
+# is removed.  The image's name carries WORK_DIR too, so that builds of the
+# same tree in other folders, side by side, neither share nor remove it.
+# Returns 1 when a build fails, with its messages on stderr.
 kvt_test_image() {
 	_src=$1 _work=$2
 	if git -C "$_src" rev-parse --git-dir >/dev/null 2>&1; then
 		_key=$( (cd "$_src" && git ls-files -z --cached --others --exclude-standard |
 			xargs -0 sha256sum 2>/dev/null
-			echo "${DEB_BUILD_OPTIONS:-}") | sha256sum | cut -c1-12)
+			echo "${DEB_BUILD_OPTIONS:-}"
+			echo "$_work") | sha256sum | cut -c1-12)
 	else
 		_key=tree-$$
 	fi
