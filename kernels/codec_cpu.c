@@ -87,6 +87,7 @@ struct codec_ctx {
 	float *pb;        /* [pairs] its max, then 1 / scale (the scale, decoding) */
 	uint8_t **rows;   /* [t] the fused paths: where token t's head lies */
 	uint8_t *zero;    /* [d] elements of zeros: a padding token's row */
+	int32_t *keys;    /* [2 * d] the fused int4 K's ranges, as f32_key()s */
 };
 
 /* ---- element loops (conversions: codec_elem.h) --------------------- */
@@ -675,6 +676,341 @@ CODEC_CLONES static void fp8_scatter_tile(uint8_t *const *rows, int64_t T, int64
 	}
 }
 
+/*
+ * int4, where a head's D elements are an even number (every row then
+ * starts on a whole byte of codes): a tile in three passes over the
+ * engine's rows, the first from memory and the others from L1, with no
+ * float buffer between them.  The rows are read two elements at a time,
+ * a 32-bit word of a half dtype (bfloat16: each element a shift or a
+ * mask), which are the low and the high nibble of one byte of codes; a K
+ * tile keeps its D channels' pairs as the even channels' then the odd
+ * ones', so that every pass runs over contiguous arrays.  The bytes are
+ * those of the buffered path, operation for operation: ranges are exact
+ * in any order, and the codes and values go through the same
+ * codec_elem.h steps.
+ */
+
+/* Elements 2i and 2i + 1 of a row of dtype. */
+INLINE void row_pair(const uint8_t *row, int64_t i, uint32_t dtype, float *x0, float *x1)
+{
+	uint32_t u;
+
+	if (dtype == KVT_DTYPE_FLOAT32) {
+		memcpy(x0, row + 8 * i, 4);
+		memcpy(x1, row + 8 * i + 4, 4);
+		return;
+	}
+	memcpy(&u, row + 4 * i, 4);
+	if (dtype == KVT_DTYPE_BFLOAT16) {
+		*x0 = kvt_f32_from_bits(u << 16);
+		*x1 = kvt_f32_from_bits(u & 0xffff0000u);
+	} else {
+		*x0 = kvt_f16_to_f32((uint16_t)u);
+		*x1 = kvt_f16_to_f32((uint16_t)(u >> 16));
+	}
+}
+
+INLINE void row_put_pair(uint8_t *row, int64_t i, float x0, float x1, uint32_t dtype)
+{
+	uint32_t u;
+
+	if (dtype == KVT_DTYPE_FLOAT32) {
+		memcpy(row + 8 * i, &x0, 4);
+		memcpy(row + 8 * i + 4, &x1, 4);
+		return;
+	}
+	if (dtype == KVT_DTYPE_BFLOAT16)
+		u = kvt_f32_to_bf16(x0) | (uint32_t)kvt_f32_to_bf16(x1) << 16;
+	else
+		u = kvt_f32_to_f16(x0) | (uint32_t)kvt_f32_to_f16(x1) << 16;
+	memcpy(row + 4 * i, &u, 4);
+}
+
+/* A byte of two codes. */
+INLINE uint8_t int4_code2(float x0, float x1, float min0, float inv0, float min1, float inv1)
+{
+	return (uint8_t)(kvt_int4_code(x0, min0, inv0) | kvt_int4_code(x1, min1, inv1) << 4);
+}
+
+/*
+ * Ranges on integers: f32 bits with the magnitude of a negative number
+ * flipped order as the numbers do (-0 just below +0, which the pair
+ * makes +0 either way), and integer minima and maxima vectorise as
+ * reductions where float ones, whose order of evaluation would change,
+ * do not.  A NaN counts as +inf for a minimum and -inf for a maximum, so
+ * that a range of nothing but NaNs is inf..-inf, value_range()'s empty
+ * one.
+ */
+#define KEY_INF 0x7f800000
+#define KEY_NINF ((int32_t)0x807fffff)
+
+INLINE int32_t f32_key(uint32_t u)
+{
+	return (int32_t)(u ^ ((uint32_t)((int32_t)u >> 31) >> 1));
+}
+
+INLINE int32_t low_key(float x)
+{
+	uint32_t u = kvt_f32_bits(x);
+
+	return (u & 0x7fffffff) > 0x7f800000 ? KEY_INF : f32_key(u);
+}
+
+INLINE int32_t high_key(float x)
+{
+	uint32_t u = kvt_f32_bits(x);
+
+	return (u & 0x7fffffff) > 0x7f800000 ? KEY_NINF : f32_key(u);
+}
+
+INLINE float key_value(int32_t k)
+{
+	return kvt_f32_from_bits((uint32_t)f32_key((uint32_t)k));
+}
+
+/* int4_pairs() of n ranges, the pairs written to tile at 4 * (k * step +
+ * first): the two halves of a K tile's channels. */
+INLINE void int4_pairs_at(float *restrict lo, float *restrict hi, int64_t n, uint8_t *restrict tile,
+			  int64_t step, int64_t first)
+{
+	for (int64_t k = 0; k < n; k++) {
+		float min, inv;
+		uint32_t w = kvt_int4_pair(lo[k], hi[k], &min, &inv);
+
+		lo[k] = min;
+		hi[k] = inv;
+		memcpy(tile + 4 * (k * step + first), &w, 4);
+	}
+}
+
+/* n pairs at 4 * (k * step + first) of tile into min[k] and scale[k]. */
+INLINE void int4_unpairs_at(const uint8_t *restrict tile, int64_t n, int64_t step, int64_t first,
+			    float *restrict min, float *restrict scale)
+{
+	for (int64_t k = 0; k < n; k++) {
+		uint32_t w;
+
+		memcpy(&w, tile + 4 * (k * step + first), 4);
+		scale[k] = kvt_f16_to_f32((uint16_t)w);
+		min[k] = kvt_f16_to_f32((uint16_t)(w >> 16));
+	}
+}
+
+/* int4_encode_channels() of a tile whose rows are read in place: pa and
+ * pb take 2 * (D / 2) floats each. */
+INLINE uint64_t int4_gather_channels(const uint8_t *const *rows, int64_t T, int64_t D,
+				     uint8_t *tile, float *pa, float *pb, int32_t *keys,
+				     uint32_t dtype)
+{
+	int64_t P = D / 2;
+	float *restrict lo0 = pa, *restrict lo1 = pa + P, *restrict hi0 = pb, *restrict hi1 = pb + P;
+	int32_t *restrict kl0 = keys, *restrict kl1 = keys + P, *restrict kh0 = keys + 2 * P,
+			  *restrict kh1 = keys + 3 * P;
+	uint8_t *restrict q = tile + 4 * D;
+	float a, b;
+
+	for (int64_t i = 0; i < P; i++) {
+		kl0[i] = kl1[i] = KEY_INF;
+		kh0[i] = kh1[i] = KEY_NINF;
+	}
+	for (int64_t t = 0; t < T; t++) {
+		const uint8_t *restrict r = rows[t];
+
+		for (int64_t i = 0; i < P; i++) {
+			int32_t k;
+
+			row_pair(r, i, dtype, &a, &b);
+			k = low_key(a);
+			kl0[i] = k < kl0[i] ? k : kl0[i];
+			k = high_key(a);
+			kh0[i] = k > kh0[i] ? k : kh0[i];
+			k = low_key(b);
+			kl1[i] = k < kl1[i] ? k : kl1[i];
+			k = high_key(b);
+			kh1[i] = k > kh1[i] ? k : kh1[i];
+		}
+	}
+	for (int64_t i = 0; i < P; i++) {
+		lo0[i] = key_value(kl0[i]);
+		lo1[i] = key_value(kl1[i]);
+		hi0[i] = key_value(kh0[i]);
+		hi1[i] = key_value(kh1[i]);
+	}
+	int4_pairs_at(lo0, hi0, P, tile, 2, 0);
+	int4_pairs_at(lo1, hi1, P, tile, 2, 1);
+	for (int64_t t = 0; t < T; t++) {
+		const uint8_t *restrict r = rows[t];
+		uint8_t *restrict o = q + t * P;
+
+		for (int64_t i = 0; i < P; i++) {
+			row_pair(r, i, dtype, &a, &b);
+			o[i] = int4_code2(a, b, lo0[i], hi0[i], lo1[i], hi1[i]);
+		}
+	}
+	return 4 * (uint64_t)D + (uint64_t)(T * P);
+}
+
+/*
+ * int4_encode_tokens() of a tile whose rows are read in place, for
+ * groups of G (even) elements; pa and pb take T * D / G + D / 2 floats.
+ * A row's passes run over all its D / 2 words, its groups' numbers
+ * spread over them in wa[] and wb[]: a loop over one group's few words
+ * would be shorter than the vectors that bytes of codes ask for.
+ */
+INLINE uint64_t int4_gather_tokens(const uint8_t *const *rows, int64_t T, int64_t D, int64_t G,
+				   uint8_t *tile, float *restrict pa, float *restrict pb,
+				   int32_t *restrict keys, uint32_t dtype)
+{
+	int64_t P = D / 2, NG = D / G, GP = G / 2, n_pairs = T * NG;
+	float *restrict wa = pa + n_pairs, *restrict wb = pb + n_pairs;
+	int32_t *restrict kl = keys, *restrict kh = keys + P;
+	uint8_t *restrict q = tile + 4 * n_pairs;
+	float a, b;
+
+	for (int64_t t = 0; t < T; t++) {
+		const uint8_t *restrict r = rows[t];
+
+		/* Each word's keys, then a tree over each group's words. */
+		for (int64_t i = 0; i < P; i++) {
+			int32_t la, lb, ha, hb;
+
+			row_pair(r, i, dtype, &a, &b);
+			la = low_key(a);
+			lb = low_key(b);
+			ha = high_key(a);
+			hb = high_key(b);
+			kl[i] = lb < la ? lb : la;
+			kh[i] = hb > ha ? hb : ha;
+		}
+		for (int64_t s = GP / 2; s > 0; s /= 2)
+			for (int64_t g = 0; g < NG; g++)
+				for (int64_t j = g * GP; j < g * GP + s; j++) {
+					kl[j] = kl[j + s] < kl[j] ? kl[j + s] : kl[j];
+					kh[j] = kh[j + s] > kh[j] ? kh[j + s] : kh[j];
+				}
+		for (int64_t g = 0; g < NG; g++) {
+			pa[t * NG + g] = key_value(kl[g * GP]);
+			pb[t * NG + g] = key_value(kh[g * GP]);
+		}
+	}
+	int4_pairs_at(pa, pb, n_pairs, tile, 1, 0);
+	for (int64_t t = 0; t < T; t++) {
+		const uint8_t *restrict r = rows[t];
+		uint8_t *restrict o = q + t * P;
+
+		for (int64_t g = 0; g < NG; g++)
+			for (int64_t j = g * GP; j < (g + 1) * GP; j++) {
+				wa[j] = pa[t * NG + g];
+				wb[j] = pb[t * NG + g];
+			}
+		for (int64_t i = 0; i < P; i++) {
+			row_pair(r, i, dtype, &a, &b);
+			o[i] = int4_code2(a, b, wa[i], wb[i], wa[i], wb[i]);
+		}
+	}
+	return 4 * (uint64_t)n_pairs + (uint64_t)(T * P);
+}
+
+/* int4_decode_channels() and write_tile() in one pass; rows[t] NULL:
+ * padding. */
+INLINE void int4_scatter_channels(uint8_t *const *rows, int64_t T, int64_t D,
+				  const uint8_t *tile, float *pa, float *pb, uint32_t dtype)
+{
+	int64_t P = D / 2;
+	float *restrict min0 = pa, *restrict min1 = pa + P, *restrict sc0 = pb, *restrict sc1 = pb + P;
+	const uint8_t *restrict q = tile + 4 * D;
+
+	int4_unpairs_at(tile, P, 2, 0, min0, sc0);
+	int4_unpairs_at(tile, P, 2, 1, min1, sc1);
+	for (int64_t t = 0; t < T; t++) {
+		uint8_t *restrict r = rows[t];
+		const uint8_t *restrict c = q + t * P;
+
+		if (!r)
+			continue;
+		for (int64_t i = 0; i < P; i++)
+			row_put_pair(r, i, kvt_int4_value(c[i] & 15, min0[i], sc0[i]),
+				     kvt_int4_value(c[i] >> 4, min1[i], sc1[i]), dtype);
+	}
+}
+
+/* int4_decode_tokens() and write_tile() in one pass, with
+ * int4_gather_tokens()'s spread numbers. */
+INLINE void int4_scatter_tokens(uint8_t *const *rows, int64_t T, int64_t D, int64_t G,
+				const uint8_t *tile, float *restrict pa, float *restrict pb,
+				uint32_t dtype)
+{
+	int64_t P = D / 2, NG = D / G, GP = G / 2, n_pairs = T * NG;
+	float *restrict wa = pa + n_pairs, *restrict wb = pb + n_pairs;
+	const uint8_t *restrict q = tile + 4 * n_pairs;
+
+	int4_unpairs_at(tile, n_pairs, 1, 0, pa, pb);
+	for (int64_t t = 0; t < T; t++) {
+		uint8_t *restrict r = rows[t];
+		const uint8_t *restrict c = q + t * P;
+
+		if (!r)
+			continue;
+		for (int64_t g = 0; g < NG; g++)
+			for (int64_t j = g * GP; j < (g + 1) * GP; j++) {
+				wa[j] = pa[t * NG + g];
+				wb[j] = pb[t * NG + g];
+			}
+		for (int64_t i = 0; i < P; i++)
+			row_put_pair(r, i, kvt_int4_value(c[i] & 15, wa[i], wb[i]),
+				     kvt_int4_value(c[i] >> 4, wa[i], wb[i]), dtype);
+	}
+}
+
+/* The int4 tiles for each dtype, and for V's common group of 32 with the
+ * group a constant. */
+#define INT4_DTYPES(call)                                                                  \
+	switch (dtype) {                                                                   \
+	case KVT_DTYPE_BFLOAT16:                                                           \
+		call(KVT_DTYPE_BFLOAT16);                                                  \
+		break;                                                                     \
+	case KVT_DTYPE_FLOAT16:                                                            \
+		call(KVT_DTYPE_FLOAT16);                                                   \
+		break;                                                                     \
+	default:                                                                           \
+		call(KVT_DTYPE_FLOAT32);                                                   \
+		break;                                                                     \
+	}
+
+CODEC_CLONES static uint64_t int4_gather_tile(const uint8_t *const *rows, int64_t T, int64_t D,
+					      int per_channel, uint8_t *tile, float *pa, float *pb,
+					      int32_t *keys, uint32_t dtype)
+{
+	int64_t G = kvt_int4_group((uint32_t)D);
+	uint64_t used = 0;
+
+#define GATHER(dt)                                                                         \
+	used = per_channel ? int4_gather_channels(rows, T, D, tile, pa, pb, keys, dt)       \
+	       : G == KVT_INT4_GROUP                                                       \
+		       ? int4_gather_tokens(rows, T, D, KVT_INT4_GROUP, tile, pa, pb, keys, dt)  \
+		       : int4_gather_tokens(rows, T, D, G, tile, pa, pb, keys, dt)
+	INT4_DTYPES(GATHER)
+#undef GATHER
+	return used;
+}
+
+CODEC_CLONES static void int4_scatter_tile(uint8_t *const *rows, int64_t T, int64_t D,
+					   int per_channel, const uint8_t *tile, float *pa,
+					   float *pb, uint32_t dtype)
+{
+	int64_t G = kvt_int4_group((uint32_t)D);
+
+#define SCATTER(dt)                                                                        \
+	if (per_channel)                                                                   \
+		int4_scatter_channels(rows, T, D, tile, pa, pb, dt);                       \
+	else if (G == KVT_INT4_GROUP)                                                      \
+		int4_scatter_tokens(rows, T, D, KVT_INT4_GROUP, tile, pa, pb, dt);         \
+	else                                                                               \
+		int4_scatter_tokens(rows, T, D, G, tile, pa, pb, dt)
+	INT4_DTYPES(SCATTER)
+#undef SCATTER
+}
+
 /* ---- the engine's side ---------------------------------------------- */
 
 /* Head h of the block's tokens in (layer, plane) into c->x. */
@@ -724,10 +1060,13 @@ CODEC_CLONES static void write_tile(struct codec_ctx *c, int64_t layer, int64_t 
 	}
 }
 
-/* Whether (plane) of a tile takes the fused paths: its heads are rows. */
+/* Whether (plane) of a tile takes the fused paths: its heads are rows,
+ * and for int4 rows of an even number of elements. */
 static int tile_fused(const struct codec_ctx *c, int64_t plane)
 {
-	return !(plane == 0 && c->g->k_column_elem) && c->codec == KVT_CODEC_FP8_E4M3;
+	if (plane == 0 && c->g->k_column_elem)
+		return 0;
+	return c->codec == KVT_CODEC_FP8_E4M3 || c->d % 2 == 0;
 }
 
 /* c->rows of head h of the block's tokens in (layer, plane); a padding
@@ -747,18 +1086,55 @@ static void locate_rows(struct codec_ctx *c, int64_t layer, int64_t plane, int64
 static void gather_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h,
 			 uint8_t *tile, uint64_t bytes)
 {
+	const uint8_t *const *rows = (const uint8_t *const *)c->rows;
+	int per_channel = c->g->planes == 2 && plane == 0;
 	uint64_t used = 4 + (uint64_t)(c->t * c->d);
 
 	locate_rows(c, layer, plane, h, c->zero);
-	fp8_gather_tile((const uint8_t *const *)c->rows, c->t, c->d, tile, c->dtype);
+	if (c->codec == KVT_CODEC_FP8_E4M3)
+		fp8_gather_tile(rows, c->t, c->d, tile, c->dtype);
+	else
+		used = int4_gather_tile(rows, c->t, c->d, per_channel, tile, c->pa, c->pb,
+					c->keys, c->dtype);
 	memset(tile + used, 0, bytes - used);
 }
 
 static void scatter_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h,
 			  const uint8_t *tile)
 {
+	int per_channel = c->g->planes == 2 && plane == 0;
+
 	locate_rows(c, layer, plane, h, NULL);
-	fp8_scatter_tile(c->rows, c->t, c->d, tile, c->dtype);
+	if (c->codec == KVT_CODEC_FP8_E4M3)
+		fp8_scatter_tile(c->rows, c->t, c->d, tile, c->dtype);
+	else
+		int4_scatter_tile(c->rows, c->t, c->d, per_channel, tile, c->pa, c->pb, c->dtype);
+}
+
+/*
+ * Asks for the rows of head h of (layer, plane) ahead of their tile, so
+ * that the memory fetches them while the tile before is being coded
+ * from L1 (a fused tile's first pass would otherwise wait on each of its
+ * rows in turn); for writing where they are about to be decoded into.
+ */
+static void prefetch_rows(const struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h,
+			  int to_block)
+{
+	const struct kvt_geom *g = c->g;
+	const uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
+
+	for (int64_t t = 0; t < c->t; t++) {
+		const uint8_t *row;
+
+		if (c->page[t] < 0)
+			continue;
+		row = base + kvt_geom_engine_offset(g, plane, c->page[t], c->token[t], h);
+		for (int64_t off = 0; off < g->head_bytes; off += 64)
+			if (to_block)
+				__builtin_prefetch(row + off, 0, 3);
+			else
+				__builtin_prefetch(row + off, 1, 3);
+	}
 }
 
 /* Where block b's tokens live. */
@@ -832,7 +1208,9 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 	c.pb = malloc((size_t)(c.t * c.d) * sizeof(float));
 	c.rows = malloc((size_t)c.t * sizeof(*c.rows));
 	c.zero = calloc((size_t)c.d, cg.elem_bytes);
-	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb || !c.rows || !c.zero) {
+	c.keys = malloc((size_t)(2 * c.d) * sizeof(int32_t));
+	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb || !c.rows || !c.zero ||
+	    !c.keys) {
 		r = -ENOMEM;
 		goto finish;
 	}
@@ -847,6 +1225,13 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 				for (int64_t h = 0; h < g->heads; h++) {
 					int per_channel = g->planes == 2 && p == 0;
 
+					/* The next tile of the block's, in its order. */
+					int64_t nh = h + 1 < g->heads ? h + 1 : 0;
+					int64_t np = nh ? p : p + 1 < g->planes ? p + 1 : 0;
+					int64_t nl = nh || np ? l : l + 1;
+
+					if (nl < g->n_layers && tile_fused(&c, np))
+						prefetch_rows(&c, nl, np, nh, to_block);
 					if (tile_fused(&c, p) && to_block) {
 						gather_fused(&c, l, p, h, block, c.tile[p]);
 					} else if (tile_fused(&c, p)) {
@@ -871,5 +1256,6 @@ finish:
 	free(c.pb);
 	free(c.rows);
 	free(c.zero);
+	free(c.keys);
 	return r;
 }
