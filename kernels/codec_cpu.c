@@ -768,6 +768,53 @@ INLINE float key_value(int32_t k)
 	return kvt_f32_from_bits((uint32_t)f32_key((uint32_t)k));
 }
 
+/* Partial results of a group's range: a vector register's keys. */
+#define RANGE_LANES 8
+
+/* The range of elements 2 * i0 .. 2 * (i0 + n) - 1 of a row, as
+ * value_range() takes it. */
+INLINE void row_keys_range(const uint8_t *row, int64_t i0, int64_t n, uint32_t dtype,
+			   float *ret_lo, float *ret_hi)
+{
+	int32_t lo[RANGE_LANES], hi[RANGE_LANES], kl = KEY_INF, kh = KEY_NINF, k;
+	float a, b;
+	int64_t i = 0;
+
+	for (int j = 0; j < RANGE_LANES; j++) {
+		lo[j] = KEY_INF;
+		hi[j] = KEY_NINF;
+	}
+	for (; i + RANGE_LANES <= n; i += RANGE_LANES)
+		for (int j = 0; j < RANGE_LANES; j++) {
+			row_pair(row, i0 + i + j, dtype, &a, &b);
+			k = low_key(a);
+			lo[j] = k < lo[j] ? k : lo[j];
+			k = low_key(b);
+			lo[j] = k < lo[j] ? k : lo[j];
+			k = high_key(a);
+			hi[j] = k > hi[j] ? k : hi[j];
+			k = high_key(b);
+			hi[j] = k > hi[j] ? k : hi[j];
+		}
+	for (; i < n; i++) {
+		row_pair(row, i0 + i, dtype, &a, &b);
+		k = low_key(a);
+		kl = k < kl ? k : kl;
+		k = low_key(b);
+		kl = k < kl ? k : kl;
+		k = high_key(a);
+		kh = k > kh ? k : kh;
+		k = high_key(b);
+		kh = k > kh ? k : kh;
+	}
+	for (int j = 0; j < RANGE_LANES; j++) {
+		kl = lo[j] < kl ? lo[j] : kl;
+		kh = hi[j] > kh ? hi[j] : kh;
+	}
+	*ret_lo = key_value(kl);
+	*ret_hi = key_value(kh);
+}
+
 /* int4_pairs() of n ranges, the pairs written to tile at 4 * (k * step +
  * first): the two halves of a K tile's channels. */
 INLINE void int4_pairs_at(float *restrict lo, float *restrict hi, int64_t n, uint8_t *restrict tile,
@@ -863,36 +910,12 @@ INLINE uint64_t int4_gather_tokens(const uint8_t *const *rows, int64_t T, int64_
 {
 	int64_t P = D / 2, NG = D / G, GP = G / 2, n_pairs = T * NG;
 	float *restrict wa = pa + n_pairs, *restrict wb = pb + n_pairs;
-	int32_t *restrict kl = keys, *restrict kh = keys + P;
 	uint8_t *restrict q = tile + 4 * n_pairs;
 	float a, b;
 
-	for (int64_t t = 0; t < T; t++) {
-		const uint8_t *restrict r = rows[t];
-
-		/* Each word's keys, then a tree over each group's words. */
-		for (int64_t i = 0; i < P; i++) {
-			int32_t la, lb, ha, hb;
-
-			row_pair(r, i, dtype, &a, &b);
-			la = low_key(a);
-			lb = low_key(b);
-			ha = high_key(a);
-			hb = high_key(b);
-			kl[i] = lb < la ? lb : la;
-			kh[i] = hb > ha ? hb : ha;
-		}
-		for (int64_t s = GP / 2; s > 0; s /= 2)
-			for (int64_t g = 0; g < NG; g++)
-				for (int64_t j = g * GP; j < g * GP + s; j++) {
-					kl[j] = kl[j + s] < kl[j] ? kl[j + s] : kl[j];
-					kh[j] = kh[j + s] > kh[j] ? kh[j + s] : kh[j];
-				}
-		for (int64_t g = 0; g < NG; g++) {
-			pa[t * NG + g] = key_value(kl[g * GP]);
-			pb[t * NG + g] = key_value(kh[g * GP]);
-		}
-	}
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t g = 0; g < NG; g++)
+			row_keys_range(rows[t], g * GP, GP, dtype, &pa[t * NG + g], &pb[t * NG + g]);
 	int4_pairs_at(pa, pb, n_pairs, tile, 1, 0);
 	for (int64_t t = 0; t < T; t++) {
 		const uint8_t *restrict r = rows[t];
