@@ -10,7 +10,13 @@
  * the same bfloat16 bytes twice (cache to a middle buffer, back into the
  * other cache).  To tell the codec's work from the rest, the same copies
  * run without the daemon too: kvt_layout_gather into private block
- * buffers, kvt_layout_scatter back out ("copy alone").  The four contenders alternate round by round, and every
+ * buffers, kvt_layout_scatter back out ("copy alone").  Beside each copy
+ * alone, the memory traffic it makes, with nothing else done: each
+ * (layer, plane) region of a block's pages read whole and its coded bytes
+ * written (memcpy of as many bytes as the codec writes, and a read loop
+ * over the rest), then the coded bytes read and the region written
+ * whole (memcpy, and memset of the rest): what the copy would cost were
+ * it bound by memory alone.  The four contenders alternate round by round, and every
  * figure is per logical (bfloat16) byte, so that a codec is compared on
  * the work an engine asks of it.  Every round is checked outside the
  * timed region: byte for byte for memcpy and none, a sample of values
@@ -281,9 +287,72 @@ static void alone_round(struct bench *b, int who, uint64_t *ret_ns)
 	ret_ns[1] += t2 - t1;
 }
 
+/* The bytes of a block's (layer, plane) region of the cache: its pages. */
+#define REGION ((uint64_t)BT * HEADS * D * 2)
+
+/* A sink for the read loop, so that the compiler keeps it. */
+static volatile uint64_t traffic_sink;
+
+/* Reads n bytes (a multiple of 8) as 64-bit words. */
+static uint64_t read_words(const uint8_t *p, uint64_t n)
+{
+	uint64_t acc = 0, w;
+
+	for (uint64_t i = 0; i < n; i += 8) {
+		memcpy(&w, p + i, 8);
+		acc ^= w;
+	}
+	return acc;
+}
+
+/*
+ * The memory traffic of a copy alone of codec who, region by region in
+ * the copy's order: store reads REGION bytes of the cache and writes
+ * the codec's share of a block, load reads that share and writes REGION
+ * bytes.  The destination cache is not checked: its bytes are not the
+ * values.
+ */
+static void traffic_round(struct bench *b, int who, uint64_t *ret_ns)
+{
+	uint64_t coded = b->slot[who] / (LAYERS * 2), t0, t1, t2, acc = 0;
+
+	memset(b->dst.mem, 0xa5, opt.bytes);
+	t0 = kvt_now_ns();
+	for (uint64_t g = 0; g < b->n; g++)
+		for (int l = 0; l < LAYERS; l++)
+			for (uint64_t p = 0; p < 2; p++) {
+				const uint8_t *src = (const uint8_t *)b->src.base[l] +
+						     p * (uint64_t)b->src.lay.stride_plane +
+						     g * REGION;
+				uint8_t *slot = b->mid + g * b->slot[who] + (l * 2 + p) * coded;
+
+				memcpy(slot, src, coded);
+				acc ^= read_words(src + coded, REGION - coded);
+			}
+	t1 = kvt_now_ns();
+	for (uint64_t g = 0; g < b->n; g++)
+		for (int l = 0; l < LAYERS; l++)
+			for (uint64_t p = 0; p < 2; p++) {
+				uint8_t *dst = (uint8_t *)b->dst.base[l] +
+					       p * (uint64_t)b->dst.lay.stride_plane + g * REGION;
+				const uint8_t *slot = b->mid + g * b->slot[who] + (l * 2 + p) * coded;
+
+				memcpy(dst, slot, coded);
+				memset(dst + coded, 0, REGION - coded);
+			}
+	t2 = kvt_now_ns();
+	traffic_sink = acc;
+	ret_ns[0] += t1 - t0;
+	ret_ns[1] += t2 - t1;
+}
+
 static struct {
 	double alone_store[N_CONTENDERS][BENCH_MAX_PAIRS], alone_load[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double alone_vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double traffic_store[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double traffic_load[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double traffic_both[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double alone_vs_traffic[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double store[N_CONTENDERS][BENCH_MAX_PAIRS], load[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double both[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double vs_memcpy[N_CONTENDERS][BENCH_MAX_PAIRS], vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
@@ -314,6 +383,15 @@ static void print_table(FILE *out)
 		fprintf(out, "%-9s %10s %7.2f %7.2f %7s  %-24s %s\n", names[k], "",
 			median(R.alone_store[k], opt.pairs), median(R.alone_load[k], opt.pairs), "",
 			"", k < C_FP8 ? "" : ratio_range(R.alone_vs_none[k], opt.pairs, b, sizeof(b)));
+	fprintf(out, "memory traffic of the copy alone (its bytes read and written, nothing else), "
+		     "and the copy alone against it:\n");
+	fprintf(out, "%-9s %10s %7s %7s %7s  %s\n", "codec", "", "store", "load", "both",
+		"copy alone vs traffic");
+	for (int k = C_NONE; k < N_CONTENDERS; k++)
+		fprintf(out, "%-9s %10s %7.2f %7.2f %7.2f  %s\n", names[k], "",
+			median(R.traffic_store[k], opt.pairs), median(R.traffic_load[k], opt.pairs),
+			median(R.traffic_both[k], opt.pairs),
+			ratio_range(R.alone_vs_traffic[k], opt.pairs, a, sizeof(a)));
 }
 
 static void print_json(void)
@@ -329,8 +407,11 @@ static void print_json(void)
 		if (k >= C_FP8)
 			printf(",\"vs_none\":%.4f", median(R.vs_none[k], opt.pairs));
 		if (k >= C_NONE)
-			printf(",\"alone_store_gbs\":%.3f,\"alone_load_gbs\":%.3f",
-			       median(R.alone_store[k], opt.pairs), median(R.alone_load[k], opt.pairs));
+			printf(",\"alone_store_gbs\":%.3f,\"alone_load_gbs\":%.3f"
+			       ",\"traffic_gbs\":%.3f,\"alone_vs_traffic\":%.4f",
+			       median(R.alone_store[k], opt.pairs), median(R.alone_load[k], opt.pairs),
+			       median(R.traffic_both[k], opt.pairs),
+			       median(R.alone_vs_traffic[k], opt.pairs));
 		printf("}");
 	}
 	printf("}\n");
@@ -428,12 +509,15 @@ int main(int argc, char **argv)
 		uint64_t logical = opt.bytes * opt.rounds;
 
 		uint64_t alone[N_CONTENDERS][2] = {{0}};
+		uint64_t traffic[N_CONTENDERS][2] = {{0}};
 
 		for (unsigned r = 0; r < opt.rounds; r++)
 			for (int k = 0; k < N_CONTENDERS; k++) {
 				run_round(&b, k, ns[k]);
-				if (k != C_MEMCPY)
+				if (k != C_MEMCPY) {
 					alone_round(&b, k, alone[k]);
+					traffic_round(&b, k, traffic[k]);
+				}
 			}
 		for (int k = 0; k < N_CONTENDERS; k++) {
 			R.store[k][p] = gbs(logical, ns[k][0]);
@@ -445,6 +529,11 @@ int main(int argc, char **argv)
 			R.alone_load[k][p] = gbs(logical, alone[k][1]);
 			R.alone_vs_none[k][p] = (double)(alone[C_NONE][0] + alone[C_NONE][1]) /
 						(double)(alone[k][0] + alone[k][1] + 1);
+			R.traffic_store[k][p] = gbs(logical, traffic[k][0]);
+			R.traffic_load[k][p] = gbs(logical, traffic[k][1]);
+			R.traffic_both[k][p] = gbs(2 * logical, traffic[k][0] + traffic[k][1]);
+			R.alone_vs_traffic[k][p] = (double)(traffic[k][0] + traffic[k][1]) /
+						   (double)(alone[k][0] + alone[k][1] + 1);
 		}
 		progress("  pair %u/%u: memcpy %.2f, none %.2f, fp8 %.2f (store %.2f, load %.2f), int4 %.2f (store %.2f, load %.2f) GB/s",
 			 p + 1, opt.pairs, R.both[C_MEMCPY][p], R.both[C_NONE][p], R.both[C_FP8][p],
