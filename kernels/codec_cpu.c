@@ -815,6 +815,74 @@ INLINE void row_keys_range(const uint8_t *row, int64_t i0, int64_t n, uint32_t d
 	*ret_hi = key_value(kh);
 }
 
+/*
+ * The same on the bits of a half dtype (bfloat16, float16), twice the
+ * lanes: inf is the dtype's +inf, below which every number's magnitude
+ * lies and above which every NaN's.
+ */
+INLINE int16_t half_key(uint16_t h)
+{
+	return (int16_t)(h ^ (uint16_t)((uint16_t)((int16_t)h >> 15) >> 1));
+}
+
+INLINE int16_t half_low_key(uint16_t h, uint16_t inf)
+{
+	return (h & 0x7fff) > inf ? (int16_t)inf : half_key(h);
+}
+
+INLINE int16_t half_high_key(uint16_t h, uint16_t inf)
+{
+	return (h & 0x7fff) > inf ? half_key(inf | 0x8000) : half_key(h);
+}
+
+INLINE float half_key_value(int16_t k, uint32_t dtype)
+{
+	uint16_t h = (uint16_t)half_key((uint16_t)k);
+
+	return dtype == KVT_DTYPE_BFLOAT16 ? kvt_bf16_to_f32(h) : kvt_f16_to_f32(h);
+}
+
+INLINE uint16_t half_inf(uint32_t dtype)
+{
+	return dtype == KVT_DTYPE_BFLOAT16 ? 0x7f80 : 0x7c00;
+}
+
+/* row_keys_range() of elements e0 .. e0 + n - 1 of a row of a half dtype. */
+INLINE void row_half_range(const uint8_t *row, int64_t e0, int64_t n, uint32_t dtype,
+			   float *ret_lo, float *ret_hi)
+{
+	uint16_t inf = half_inf(dtype), h;
+	int16_t lo[2 * RANGE_LANES], hi[2 * RANGE_LANES], k;
+	int16_t kl = (int16_t)inf, kh = half_key(inf | 0x8000);
+	int64_t i = 0;
+
+	for (int j = 0; j < 2 * RANGE_LANES; j++) {
+		lo[j] = kl;
+		hi[j] = kh;
+	}
+	for (; i + 2 * RANGE_LANES <= n; i += 2 * RANGE_LANES)
+		for (int j = 0; j < 2 * RANGE_LANES; j++) {
+			memcpy(&h, row + 2 * (e0 + i + j), 2);
+			k = half_low_key(h, inf);
+			lo[j] = k < lo[j] ? k : lo[j];
+			k = half_high_key(h, inf);
+			hi[j] = k > hi[j] ? k : hi[j];
+		}
+	for (; i < n; i++) {
+		memcpy(&h, row + 2 * (e0 + i), 2);
+		k = half_low_key(h, inf);
+		kl = k < kl ? k : kl;
+		k = half_high_key(h, inf);
+		kh = k > kh ? k : kh;
+	}
+	for (int j = 0; j < 2 * RANGE_LANES; j++) {
+		kl = lo[j] < kl ? lo[j] : kl;
+		kh = hi[j] > kh ? hi[j] : kh;
+	}
+	*ret_lo = half_key_value(kl, dtype);
+	*ret_hi = half_key_value(kh, dtype);
+}
+
 /* int4_pairs() of n ranges, the pairs written to tile at 4 * (k * step +
  * first): the two halves of a K tile's channels. */
 INLINE void int4_pairs_at(float *restrict lo, float *restrict hi, int64_t n, uint8_t *restrict tile,
@@ -856,6 +924,33 @@ INLINE uint64_t int4_gather_channels(const uint8_t *const *rows, int64_t T, int6
 	uint8_t *restrict q = tile + 4 * D;
 	float a, b;
 
+	if (dtype != KVT_DTYPE_FLOAT32) {
+		uint16_t inf = half_inf(dtype), h;
+		int16_t *restrict hl = (int16_t *)keys, *restrict hh = hl + D, k;
+
+		for (int64_t d = 0; d < D; d++) {
+			hl[d] = (int16_t)inf;
+			hh[d] = half_key(inf | 0x8000);
+		}
+		for (int64_t t = 0; t < T; t++) {
+			const uint8_t *restrict r = rows[t];
+
+			for (int64_t d = 0; d < D; d++) {
+				memcpy(&h, r + 2 * d, 2);
+				k = half_low_key(h, inf);
+				hl[d] = k < hl[d] ? k : hl[d];
+				k = half_high_key(h, inf);
+				hh[d] = k > hh[d] ? k : hh[d];
+			}
+		}
+		for (int64_t i = 0; i < P; i++) {
+			lo0[i] = half_key_value(hl[2 * i], dtype);
+			lo1[i] = half_key_value(hl[2 * i + 1], dtype);
+			hi0[i] = half_key_value(hh[2 * i], dtype);
+			hi1[i] = half_key_value(hh[2 * i + 1], dtype);
+		}
+		goto code;
+	}
 	for (int64_t i = 0; i < P; i++) {
 		kl0[i] = kl1[i] = KEY_INF;
 		kh0[i] = kh1[i] = KEY_NINF;
@@ -883,6 +978,7 @@ INLINE uint64_t int4_gather_channels(const uint8_t *const *rows, int64_t T, int6
 		hi0[i] = key_value(kh0[i]);
 		hi1[i] = key_value(kh1[i]);
 	}
+code:
 	int4_pairs_at(lo0, hi0, P, tile, 2, 0);
 	int4_pairs_at(lo1, hi1, P, tile, 2, 1);
 	for (int64_t t = 0; t < T; t++) {
@@ -915,7 +1011,12 @@ INLINE uint64_t int4_gather_tokens(const uint8_t *const *rows, int64_t T, int64_
 
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t g = 0; g < NG; g++)
-			row_keys_range(rows[t], g * GP, GP, dtype, &pa[t * NG + g], &pb[t * NG + g]);
+			if (dtype == KVT_DTYPE_FLOAT32)
+				row_keys_range(rows[t], g * GP, GP, dtype, &pa[t * NG + g],
+					       &pb[t * NG + g]);
+			else
+				row_half_range(rows[t], g * G, G, dtype, &pa[t * NG + g],
+					       &pb[t * NG + g]);
 	int4_pairs_at(pa, pb, n_pairs, tile, 1, 0);
 	for (int64_t t = 0; t < T; t++) {
 		const uint8_t *restrict r = rows[t];
