@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "../codec-bound.h"
 #include "bench-util.h"
@@ -200,6 +201,17 @@ static void verify_sample(const struct bench *b, int who, uint64_t round)
 	}
 }
 
+/* This thread's CPU time: what a copy alone costs whatever else the
+ * machine runs (a wall clock counts the time other processes take the
+ * core too). */
+static uint64_t cpu_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* One round of a contender; ret_ns[0] store, ret_ns[1] load. */
 static void run_round(struct bench *b, int who, uint64_t *ret_ns)
 {
@@ -252,12 +264,12 @@ static void run_round(struct bench *b, int who, uint64_t *ret_ns)
 }
 
 /* The copy path alone: gather into blocks in b->mid, scatter them out. */
-static void alone_round(struct bench *b, int who, uint64_t *ret_ns)
+static void alone_round(struct bench *b, int who, uint64_t *ret_ns, uint64_t *ret_cpu)
 {
 	static const uint32_t codecs[N_CONTENDERS] = {0, KVT_CODEC_NONE, KVT_CODEC_FP8_E4M3,
 						      KVT_CODEC_INT4};
 	kvt_layout lay = b->src.lay, back = b->dst.lay;
-	uint64_t t0, t1, t2;
+	uint64_t t0, t1, t2, c0, c1, c2;
 	void **blocks = calloc(b->n, sizeof(*blocks));
 
 	if (!blocks)
@@ -268,13 +280,16 @@ static void alone_round(struct bench *b, int who, uint64_t *ret_ns)
 		blocks[i] = b->mid + i * b->slot[who];
 	memset(b->dst.mem, 0xa5, opt.bytes);
 
+	c0 = cpu_now_ns();
 	t0 = kvt_now_ns();
 	if (kvt_layout_gather(&lay, BT, b->pages, b->n, blocks) < 0)
 		die("%s: kvt_layout_gather", names[who]);
 	t1 = kvt_now_ns();
+	c1 = cpu_now_ns();
 	if (kvt_layout_scatter(&back, BT, b->pages, b->n, (const void *const *)blocks) < 0)
 		die("%s: kvt_layout_scatter", names[who]);
 	t2 = kvt_now_ns();
+	c2 = cpu_now_ns();
 	free(blocks);
 
 	if (who == C_NONE) {
@@ -285,6 +300,8 @@ static void alone_round(struct bench *b, int who, uint64_t *ret_ns)
 	}
 	ret_ns[0] += t1 - t0;
 	ret_ns[1] += t2 - t1;
+	ret_cpu[0] += c1 - c0;
+	ret_cpu[1] += c2 - c1;
 }
 
 /* The bytes of a block's (layer, plane) region of the cache: its pages. */
@@ -312,11 +329,12 @@ static uint64_t read_words(const uint8_t *p, uint64_t n)
  * bytes.  The destination cache is not checked: its bytes are not the
  * values.
  */
-static void traffic_round(struct bench *b, int who, uint64_t *ret_ns)
+static void traffic_round(struct bench *b, int who, uint64_t *ret_ns, uint64_t *ret_cpu)
 {
-	uint64_t coded = b->slot[who] / (LAYERS * 2), t0, t1, t2, acc = 0;
+	uint64_t coded = b->slot[who] / (LAYERS * 2), t0, t1, t2, c0, c1, c2, acc = 0;
 
 	memset(b->dst.mem, 0xa5, opt.bytes);
+	c0 = cpu_now_ns();
 	t0 = kvt_now_ns();
 	for (uint64_t g = 0; g < b->n; g++)
 		for (int l = 0; l < LAYERS; l++)
@@ -330,6 +348,7 @@ static void traffic_round(struct bench *b, int who, uint64_t *ret_ns)
 				acc ^= read_words(src + coded, REGION - coded);
 			}
 	t1 = kvt_now_ns();
+	c1 = cpu_now_ns();
 	for (uint64_t g = 0; g < b->n; g++)
 		for (int l = 0; l < LAYERS; l++)
 			for (uint64_t p = 0; p < 2; p++) {
@@ -341,9 +360,12 @@ static void traffic_round(struct bench *b, int who, uint64_t *ret_ns)
 				memset(dst + coded, 0, REGION - coded);
 			}
 	t2 = kvt_now_ns();
+	c2 = cpu_now_ns();
 	traffic_sink = acc;
 	ret_ns[0] += t1 - t0;
 	ret_ns[1] += t2 - t1;
+	ret_cpu[0] += c1 - c0;
+	ret_cpu[1] += c2 - c1;
 }
 
 static struct {
@@ -353,6 +375,10 @@ static struct {
 	double traffic_load[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double traffic_both[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double alone_vs_traffic[N_CONTENDERS][BENCH_MAX_PAIRS];
+	/* The same, on the copying thread's CPU time. */
+	double cpu_alone[N_CONTENDERS][BENCH_MAX_PAIRS], cpu_traffic[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double cpu_vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double cpu_vs_traffic[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double store[N_CONTENDERS][BENCH_MAX_PAIRS], load[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double both[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double vs_memcpy[N_CONTENDERS][BENCH_MAX_PAIRS], vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
@@ -392,6 +418,14 @@ static void print_table(FILE *out)
 			median(R.traffic_store[k], opt.pairs), median(R.traffic_load[k], opt.pairs),
 			median(R.traffic_both[k], opt.pairs),
 			ratio_range(R.alone_vs_traffic[k], opt.pairs, a, sizeof(a)));
+	fprintf(out, "the same on the copying thread's CPU time (store+load GB/s, copy alone and traffic):\n");
+	fprintf(out, "%-9s %10s %7s %7s %7s  %-24s %s\n", "codec", "", "copy", "traffic", "",
+		"copy vs traffic", "copy vs none's copy");
+	for (int k = C_NONE; k < N_CONTENDERS; k++)
+		fprintf(out, "%-9s %10s %7.2f %7.2f %7s  %-24s %s\n", names[k], "",
+			median(R.cpu_alone[k], opt.pairs), median(R.cpu_traffic[k], opt.pairs), "",
+			ratio_range(R.cpu_vs_traffic[k], opt.pairs, a, sizeof(a)),
+			k < C_FP8 ? "" : ratio_range(R.cpu_vs_none[k], opt.pairs, b, sizeof(b)));
 }
 
 static void print_json(void)
@@ -408,10 +442,14 @@ static void print_json(void)
 			printf(",\"vs_none\":%.4f", median(R.vs_none[k], opt.pairs));
 		if (k >= C_NONE)
 			printf(",\"alone_store_gbs\":%.3f,\"alone_load_gbs\":%.3f"
-			       ",\"traffic_gbs\":%.3f,\"alone_vs_traffic\":%.4f",
+			       ",\"traffic_gbs\":%.3f,\"alone_vs_traffic\":%.4f"
+			       ",\"cpu_alone_gbs\":%.3f,\"cpu_traffic_gbs\":%.3f"
+			       ",\"cpu_vs_traffic\":%.4f,\"cpu_vs_none\":%.4f",
 			       median(R.alone_store[k], opt.pairs), median(R.alone_load[k], opt.pairs),
 			       median(R.traffic_both[k], opt.pairs),
-			       median(R.alone_vs_traffic[k], opt.pairs));
+			       median(R.alone_vs_traffic[k], opt.pairs), median(R.cpu_alone[k], opt.pairs),
+			       median(R.cpu_traffic[k], opt.pairs), median(R.cpu_vs_traffic[k], opt.pairs),
+			       median(R.cpu_vs_none[k], opt.pairs));
 		printf("}");
 	}
 	printf("}\n");
@@ -510,13 +548,14 @@ int main(int argc, char **argv)
 
 		uint64_t alone[N_CONTENDERS][2] = {{0}};
 		uint64_t traffic[N_CONTENDERS][2] = {{0}};
+		uint64_t cpu[N_CONTENDERS][2] = {{0}}, cpu_traffic[N_CONTENDERS][2] = {{0}};
 
 		for (unsigned r = 0; r < opt.rounds; r++)
 			for (int k = 0; k < N_CONTENDERS; k++) {
 				run_round(&b, k, ns[k]);
 				if (k != C_MEMCPY) {
-					alone_round(&b, k, alone[k]);
-					traffic_round(&b, k, traffic[k]);
+					alone_round(&b, k, alone[k], cpu[k]);
+					traffic_round(&b, k, traffic[k], cpu_traffic[k]);
 				}
 			}
 		for (int k = 0; k < N_CONTENDERS; k++) {
@@ -534,6 +573,12 @@ int main(int argc, char **argv)
 			R.traffic_both[k][p] = gbs(2 * logical, traffic[k][0] + traffic[k][1]);
 			R.alone_vs_traffic[k][p] = (double)(traffic[k][0] + traffic[k][1]) /
 						   (double)(alone[k][0] + alone[k][1] + 1);
+			R.cpu_alone[k][p] = gbs(2 * logical, cpu[k][0] + cpu[k][1]);
+			R.cpu_traffic[k][p] = gbs(2 * logical, cpu_traffic[k][0] + cpu_traffic[k][1]);
+			R.cpu_vs_traffic[k][p] = (double)(cpu_traffic[k][0] + cpu_traffic[k][1]) /
+						 (double)(cpu[k][0] + cpu[k][1] + 1);
+			R.cpu_vs_none[k][p] = (double)(cpu[C_NONE][0] + cpu[C_NONE][1]) /
+					      (double)(cpu[k][0] + cpu[k][1] + 1);
 		}
 		progress("  pair %u/%u: memcpy %.2f, none %.2f, fp8 %.2f (store %.2f, load %.2f), int4 %.2f (store %.2f, load %.2f) GB/s",
 			 p + 1, opt.pairs, R.both[C_MEMCPY][p], R.both[C_NONE][p], R.both[C_FP8][p],
