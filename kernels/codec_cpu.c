@@ -8,8 +8,10 @@
  * T tokens of that head into a float buffer [T][D] (padding tokens read
  * as zeros), takes its scale(s) and writes the tile; scatter decodes a
  * tile into the buffer and writes back the tokens that are not padding.
- * fp8 skips the buffer where a head's elements are contiguous: it codes
- * straight from and into the engine's rows (the fused paths below).
+ * fp8, and int4 where a head has an even number of elements, skip the
+ * buffer where a head's elements are contiguous: they code straight from
+ * and into the engine's rows (the fused paths below), and the rows of the
+ * next tile are asked of the memory while a tile is coded.
  * Where an element lives comes from layout.h, as for the uncoded copies.
  * The loops over the buffer are plain loops over contiguous arrays, with
  * conversions done by bit arithmetic and selects rather than branches, so
@@ -511,18 +513,19 @@ INLINE uint16_t rows_abs_bits_bf16(const uint8_t *const *rows, int64_t T, int64_
 	return top;
 }
 
-/* kvt_e4m3_encode() of a y that is not a NaN. */
-INLINE uint8_t e4m3_encode_number(float y)
+/* kvt_e4m3_encode() of a y >= 0 that is not a NaN, without its sign:
+ * with x * inv for an inv > 0, |x| * inv is |x * inv|, and the sign is
+ * x's. */
+INLINE uint8_t e4m3_encode_magnitude(float y)
 {
-	uint32_t u = kvt_f32_bits(y);
-	int32_t a = (int32_t)(u & 0x7fffffff);
+	int32_t a = (int32_t)kvt_f32_bits(y);
 	int32_t m = a < 0x43e00000 ? a : 0x43e00000;
 	int32_t normal =
 		(int32_t)(((uint32_t)m + (0x7ffffu - (120u << 23)) + (((uint32_t)m >> 20) & 1)) >> 20);
 	int32_t sub = (int32_t)(kvt_f32_bits(kvt_f32_from_bits((uint32_t)m) + 16384.0f) -
 				kvt_f32_bits(16384.0f));
 
-	return (uint8_t)((uint32_t)(m < 0x3c800000 ? sub : normal) | ((u >> 24) & 0x80));
+	return (uint8_t)(m < 0x3c800000 ? sub : normal);
 }
 
 /*
@@ -548,7 +551,8 @@ INLINE int fp8_gather_numbers_bf16(const uint8_t *const *rows, int64_t T, int64_
 			uint16_t h;
 
 			memcpy(&h, r + 2 * d, 2);
-			o[d] = e4m3_encode_number(kvt_bf16_to_f32(h) * inv);
+			o[d] = (uint8_t)(e4m3_encode_magnitude(kvt_bf16_to_f32(h & 0x7fff) * inv) |
+					 ((h >> 8) & 0x80));
 		}
 	}
 	return 1;
@@ -625,7 +629,10 @@ INLINE void fp8_scatter_rows(uint8_t *const *rows, int64_t T, int64_t D, const u
 	int numbers;
 
 	memcpy(&scale, tile, 4);
-	numbers = dtype == KVT_DTYPE_BFLOAT16 && isfinite(scale) && !e4m3_any_nan(q, T * D);
+	/* A scale that is +0 or positive and finite: the sign of a value is
+	 * its code's. */
+	numbers = dtype == KVT_DTYPE_BFLOAT16 && kvt_f32_bits(scale) < 0x7f800000 &&
+		  !e4m3_any_nan(q, T * D);
 	for (int64_t t = 0; t < T; t++) {
 		uint8_t *restrict r = rows[t];
 		const uint8_t *restrict c = q + t * D;
@@ -634,7 +641,9 @@ INLINE void fp8_scatter_rows(uint8_t *const *rows, int64_t T, int64_t D, const u
 			continue;
 		if (numbers)
 			for (int64_t d = 0; d < D; d++) {
-				uint16_t h = bf16_of_number(e4m3_decode_number(c[d]) * scale);
+				uint16_t h = (uint16_t)(bf16_of_number(e4m3_decode_number(c[d] & 0x7f) *
+								       scale) |
+							(c[d] & 0x80) << 8);
 
 				memcpy(r + 2 * d, &h, 2);
 			}
