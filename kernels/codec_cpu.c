@@ -687,9 +687,9 @@ CODEC_CLONES static void fp8_scatter_tile(uint8_t *const *rows, int64_t T, int64
 
 /*
  * int4, where a head's D elements are an even number (every row then
- * starts on a whole byte of codes): a tile in three passes over the
- * engine's rows, the first from memory and the others from L1, with no
- * float buffer between them.  The rows are read two elements at a time,
+ * starts on a whole byte of codes): a tile in two passes over the
+ * engine's rows, the ranges from memory and the codes from L1, and one
+ * over its pairs, with no float buffer between them.  The rows are read two elements at a time,
  * a 32-bit word of a half dtype (bfloat16: each element a shift or a
  * mask), which are the low and the high nibble of one byte of codes; a K
  * tile keeps its D channels' pairs as the even channels' then the odd
