@@ -89,7 +89,8 @@ struct codec_ctx {
 	float *pb;        /* [pairs] its max, then 1 / scale (the scale, decoding) */
 	uint8_t **rows;   /* [t] the fused paths: where token t's head lies */
 	uint8_t *zero;    /* [d] elements of zeros: a padding token's row */
-	int32_t *keys;    /* [2 * d] the fused int4 K's ranges, as f32_key()s */
+	int32_t *keys;    /* [2 * d] the fused int4 K's ranges: f32_key()s, or
+			   * twice as many 16-bit half_key()s */
 };
 
 /* ---- element loops (conversions: codec_elem.h) --------------------- */
