@@ -8,7 +8,9 @@
  * handled at once, in the wakeup that read it, before the next turn of
  * those that wait: so a request that arrives waits for at most the turn
  * under way, however much others have asked for, and a session alone
- * costs nothing more than without turns.
+ * costs nothing more than without turns.  Nor for all of that turn: a
+ * turn that finds anything else ready at the loop (every TURN_LOOK_NSEC)
+ * ends after the part under way.
  */
 #pragma once
 
