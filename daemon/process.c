@@ -53,7 +53,7 @@ static int on_grace(sd_event_source *src, uint64_t usec, void *userdata)
 {
 	struct process *p = userdata;
 	struct manager *m = p->m;
-	struct turn turn = {.deadline = kvt_now_ns() + TURN_NSEC};
+	struct turn turn = turn_begin(&m->turns);
 	uint32_t n = 0;
 
 	/* The process is gone, so is every connection it made, and the last

@@ -576,6 +576,10 @@ int stats_build(const struct manager *m, const struct stats_query *q,
 		if (admin) {
 			emit_keep(&e);
 			emit_flush(&e, false);
+			/* The loop's turns beyond the daemon record's. */
+			kvt_rec_begin(&e.b, "loop", 1);
+			kvt_rec_u64(&e.b, "turns_cut", m->turns.cut);
+			emit_flush(&e, false);
 		}
 		if (admin && m->nvme) {
 			emit_recovery(&e);

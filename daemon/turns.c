@@ -6,15 +6,48 @@
  * when the queue is empty, served) before the next.
  */
 #include <errno.h>
+#include <poll.h>
 #include <time.h>
 
 #include "macro.h"
 #include "session.h"
 #include "turns.h"
 
+struct turn turn_begin(struct turns *q)
+{
+	uint64_t now = kvt_now_ns();
+
+	if (q)
+		q->look_at = now + TURN_LOOK_NSEC;
+	return (struct turn){.deadline = now + TURN_NSEC, .q = q};
+}
+
+/* The loop's epoll descriptor is readable while any descriptor it watches
+ * is: a socket with a request, a timer due, a completion.  A turn's own
+ * session does not count once it is queued (it reads nothing then), nor
+ * does the queue's timer, which is read at the dispatch that serves it. */
+static bool others_ready(const struct turns *q)
+{
+	struct pollfd p = {.fd = q->loop_fd, .events = POLLIN};
+
+	return q->loop_fd >= 0 && poll(&p, 1, 0) > 0;
+}
+
 bool turn_over(const struct turn *t)
 {
-	return kvt_now_ns() >= t->deadline;
+	struct turns *q = t->q;
+	uint64_t now = kvt_now_ns();
+
+	if (now >= t->deadline)
+		return true;
+	if (!q || now < q->look_at)
+		return false;
+	q->look_at = now + TURN_LOOK_NSEC;
+	if (!others_ready(q))
+		return false;
+	q->cut++;
+	q->after_cut = true;
+	return true;
 }
 
 /* Due at once: it becomes pending when the loop next looks at its
@@ -48,7 +81,7 @@ static struct session *dequeue(struct turns *q)
 /* One turn of s; back to the end of the queue if work is left. */
 static void take_turn(struct turns *q, struct session *s)
 {
-	struct turn t = {.deadline = kvt_now_ns() + TURN_NSEC};
+	struct turn t = turn_begin(q);
 
 	q->taken++;
 	if (q->ops->work(s, &t) && !s->dead) {
@@ -61,6 +94,18 @@ static void take_turn(struct turns *q, struct session *s)
 static int on_turn(sd_event_source *src, uint64_t usec, void *userdata)
 {
 	struct turns *q = userdata;
+
+	/* A turn was cut for what is ready, but the queue's timer can become
+	 * pending in the same look at the loop as that, and then their order
+	 * is not kept: what is ready goes first.  Once: the next dispatch
+	 * takes the turn whatever is ready then. */
+	if (q->after_cut) {
+		q->after_cut = false;
+		if (others_ready(q)) {
+			arm(q);
+			return 0;
+		}
+	}
 	struct session *s = dequeue(q);
 
 	if (s && !s->dead)
@@ -79,6 +124,7 @@ int turns_init(struct turns *q, sd_event *e, const struct turns_ops *ops)
 	TAILQ_INIT(&q->queue);
 	q->n = 0;
 	q->ops = ops;
+	q->loop_fd = sd_event_get_fd(e);
 	/* A timer that is always due, not a deferred source: a deferred
 	 * source stays first among sources of its priority for as long as
 	 * it is re-armed, and one of a lower priority waits for ever behind

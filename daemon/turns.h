@@ -8,7 +8,9 @@
  * handled at once, in the wakeup that read it, before the next turn of
  * those that wait: so a request that arrives waits for at most the turn
  * under way, however much others have asked for, and a session alone
- * costs nothing more than without turns.
+ * costs nothing more than without turns.  Nor for all of that turn: a
+ * turn that finds anything else ready at the loop (every TURN_LOOK_NSEC)
+ * ends after the part under way.
  */
 #pragma once
 
@@ -22,9 +24,16 @@ struct session;
 /* A turn's share of the loop.  A request checks turn_over() between
  * slices of its work; every turn makes some progress, however short. */
 #define TURN_NSEC (50 * 1000)
+/* How often a turn looks whether anything else at the loop is ready (a
+ * neighbour's request on its socket, a completion, a timer): then the
+ * turn ends there, and the work left waits behind it.  A neighbour's
+ * one-key request that comes during a long one waits about this long
+ * rather than for the rest of the turn; each look is a poll(2). */
+#define TURN_LOOK_NSEC (10 * 1000)
 
 struct turn {
 	uint64_t deadline; /* CLOCK_MONOTONIC, ns */
+	struct turns *q;   /* whose loop to look at; NULL: the deadline only */
 };
 
 struct turns_ops {
@@ -40,8 +49,12 @@ struct turns {
 	uint32_t n;
 	sd_event_source *source; /* serves the queue, a turn a dispatch */
 	const struct turns_ops *ops;
+	int loop_fd;      /* the loop's epoll descriptor, to look at */
+	uint64_t look_at; /* the turn under way looks at the loop from then */
+	bool after_cut;   /* the last turn was cut: what cut it goes first */
 	uint64_t taken;   /* turns */
 	uint64_t yielded; /* turns that ended with work left */
+	uint64_t cut;     /* turns ended early: something else was ready */
 };
 
 int turns_init(struct turns *q, sd_event *e, const struct turns_ops *ops);
@@ -50,4 +63,9 @@ void turns_done(struct turns *q);
 void turns_request(struct turns *q, struct session *s);
 /* s goes away (it is being freed). */
 void turns_forget(struct turns *q, struct session *s);
+/* A turn from now, TURN_NSEC long, that ends early once something else
+ * at q's loop is ready (q NULL: the deadline only). */
+struct turn turn_begin(struct turns *q);
+/* The turn's time is up, or (every TURN_LOOK_NSEC) something else at the
+ * loop is ready. */
 bool turn_over(const struct turn *t);

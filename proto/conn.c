@@ -278,7 +278,10 @@ ssize_t kvt_conn_recv(struct kvt_conn *c, bool wait)
 	if (c->fd < 0)
 		return -ENOTCONN;
 	TRY(in_reserve(c));
-	ssize_t n = recv_impl(c->fd, c->in + c->in_len, c->in_cap - c->in_len, c->in_fds,
+	size_t room = c->in_cap - c->in_len;
+	if (c->max_read && room > c->max_read)
+		room = c->max_read;
+	ssize_t n = recv_impl(c->fd, c->in + c->in_len, room, c->in_fds,
 			      &c->n_in_fds, c->max_in_fds, wait ? 0 : MSG_DONTWAIT);
 	if (n > 0)
 		c->in_len += (size_t)n;

@@ -97,6 +97,8 @@ struct kvt_conn {
 	 * injection fails it on purpose). */
 	void *(*in_realloc)(void *ptr, size_t size, void *userdata);
 	void *userdata;
+	/* Bytes one kvt_conn_recv() reads at most (0: as many as fit). */
+	size_t max_read;
 
 	uint8_t *in;
 	size_t in_off; /* start of the unread bytes */

@@ -186,6 +186,10 @@ static const char *const remote_skip[] = {"queue_depth", NULL};
 
 static const char *const no_skip[] = {NULL};
 
+static const struct metric loop_metrics[] = {
+	{"turns_cut", "turns_cut_total", "counter", "Turns ended early because another socket, timer or completion was ready.", 0},
+};
+
 struct kind {
 	const char *kind;
 	const char *prefix; /* of generic names: "tenant" */
@@ -201,6 +205,7 @@ static const struct kind kinds[] = {
 	{"class", "class", class_metrics, ARRAY_SIZE(class_metrics), class_skip},
 	{"namespace", "namespace", ns_metrics, ARRAY_SIZE(ns_metrics), ns_skip},
 	{"remote", "remote", remote_metrics, ARRAY_SIZE(remote_metrics), remote_skip},
+	{"loop", "loop", loop_metrics, ARRAY_SIZE(loop_metrics), no_skip},
 	/* One record each, every field as sent. */
 	{"recovery", "nvme_recovery", NULL, 0, no_skip},
 	{"erasures", "nvme_erasures", NULL, 0, no_skip},

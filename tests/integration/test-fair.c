@@ -12,9 +12,18 @@
  * The same for the quarantine: a process that exits holding a lease on
  * each of A's blocks has them ended in parts, and a STATS between two
  * parts sees some of them ended and some not.
+ *
+ * And for lookups: while A's process floods 8192-key lookups, each
+ * answered in parts, B's one-key lookups and loads come in; a turn of A's
+ * that finds B's request ready ends there (the loop record's turns_cut
+ * grows), and every one of A's replies still has each key's state, in
+ * the order of its keys (a window that moves by a request, half its keys
+ * stored and half never), while B's block loads byte-exact.
  */
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -127,6 +136,51 @@ static pid_t lease_in_child(int *ret_fd)
 	return pid;
 }
 
+/* What A's looking process and B share: its progress, and B's word to stop. */
+struct flood {
+	atomic_uint lookups; /* A's lookups answered, every key checked */
+	atomic_int stop;
+};
+
+/* The state A expects of key j of its lookup number r: odd positions are
+ * keys never stored, even ones A's blocks from a window that moves. */
+static void flood_key(uint8_t *key, uint32_t r, uint32_t j)
+{
+	if (j % 2)
+		key_of(key, N_A + j, 1);
+	else
+		key_of(key, (r * 997 + j / 2) % N_A, 1);
+}
+
+/* A's process: 8192-key lookups until told to stop, each reply checked
+ * key by key. */
+static pid_t flood_in_child(struct flood *f)
+{
+	pid_t pid = fork();
+	CHECK(pid >= 0, "fork");
+	if (pid == 0) {
+		static uint8_t keys[BATCH * 32], states[BATCH];
+		harness_in_child();
+		kvt_client *c = client_connect(&d, "flooder");
+		kvt_ns *ns = open_4k(c, "fair-a");
+		for (uint32_t r = 0; !atomic_load(&f->stop); r++) {
+			for (uint32_t j = 0; j < BATCH; j++)
+				flood_key(keys + j * 32, r, j);
+			memset(states, 0xee, sizeof(states));
+			int n = kvt_lookup(ns, keys, BATCH, 0, states);
+			CHECK(n == 1, "A's lookup %u: %d leading hits, not 1", r, n);
+			for (uint32_t j = 0; j < BATCH; j++)
+				CHECK(states[j] == (j % 2 ? KVT_MISS : KVT_HOST),
+				      "A's lookup %u: key %u came back %u", r, j, states[j]);
+			atomic_fetch_add(&f->lookups, 1);
+		}
+		kvt_ns_close(ns);
+		kvt_client_free(c);
+		_exit(0);
+	}
+	return pid;
+}
+
 static bool readable(int fd)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -219,6 +273,37 @@ int main(void)
 	CHECK(seen, "the quarantine ended the leases in one go (%d attempts)", ATTEMPTS);
 	fprintf(stderr, "a STATS saw the quarantine under way at attempt %d\n", attempt - 1);
 	CHECK(kvt_load(nb, 0, kb, 1, &dst, &st) == 1 && !memcmp(got, want, BLOCK), "B's block stays");
+
+	/* A's lookups in parts, B's requests between them. */
+	struct flood *f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(f != MAP_FAILED, "mmap");
+	pid_t pid = flood_in_child(f);
+	while (atomic_load(&f->lookups) == 0)
+		CHECK(kvt_lookup(nb, kb, 1, 0, &state) == 1, "B's lookup");
+	uint64_t cut0 = stat_get(cb, "loop", "turns_cut");
+	unsigned i, from = atomic_load(&f->lookups);
+	/* Progress, not time: B asks until a turn of A's was cut for it and
+	 * A has had two more replies, each checked. */
+	for (i = 0; i < 1000000; i++) {
+		CHECK(kvt_lookup(nb, kb, 1, 0, &state) == 1 && state == KVT_HOST, "B's lookup");
+		if (i % 64)
+			continue;
+		memset(got, 0, sizeof(got));
+		CHECK(kvt_load(nb, 0, kb, 1, &dst, &st) == 1 && !memcmp(got, want, BLOCK),
+		      "B's block loads byte-exact beside A's lookups");
+		if (stat_get(cb, "loop", "turns_cut") > cut0 && atomic_load(&f->lookups) >= from + 2)
+			break;
+	}
+	atomic_store(&f->stop, 1);
+	CHECK(wait_exit(pid) == 0, "A's lookups each came back key by key as stored");
+	CHECK(i < 1000000, "no turn of A's lookups ended for B's requests (%llu cut)",
+	      (unsigned long long)(stat_get(cb, "loop", "turns_cut") - cut0));
+	fprintf(stderr, "B's requests cut %llu turns of A's %u lookups (%u of B's)\n",
+		(unsigned long long)(stat_get(cb, "loop", "turns_cut") - cut0),
+		atomic_load(&f->lookups), i + 1);
+	munmap(f, sizeof(*f));
+
 	CHECK(kvt_admin_evict(cb, (uint32_t)tenant, info.ns_id, 1) == N_A,
 	      "A's blocks, their leases ended, can be dropped");
 
