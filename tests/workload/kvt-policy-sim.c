@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "evict-lrfu-admit.h"
 #include "evict-s3fifo.h"
 #include "evict.h"
@@ -453,8 +454,9 @@ static void usage(FILE *f)
 		"                       (its working set), comma-separated\n"
 		"                       (default 0.05,0.1,0.25,0.5)\n"
 		"  --blocks LIST        tier sizes in blocks instead\n"
-		"  --policies LIST      of lru, s3fifo, sieve, arc, lrfu, lrfu-admit, belady\n"
-		"                       (default: all)\n"
+		"  --policies LIST      of lru, s3fifo, sieve, arc, lrfu, lrfu-admit, belady,\n"
+		"                       and default: kvtierd's when [pool] eviction is not\n"
+		"                       set (default: all)\n"
 		"  --partition MODE     shared: one tier for all tenants (default); tenant:\n"
 		"                       one per tenant, the capacity split by traffic\n"
 		"  --release-order O    forward: leases on a lookup's hits released head\n"
@@ -514,6 +516,18 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* kvtierd's policy when kvtierd.conf does not name one: its own defaults. */
+static int default_policy(void)
+{
+	struct config c;
+	int r = config_defaults(&c);
+
+	if (r >= 0)
+		r = (int)c.eviction;
+	config_free(&c);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	enum { O_CAPS = 256, O_BLOCKS, O_POLICIES, O_PARTITION, O_RELEASE, O_SMALL, O_CSV, O_CHECK,
@@ -566,7 +580,9 @@ int main(int argc, char **argv)
 			char *dup = strdup(optarg), *save = NULL;
 			memset(want, 0, sizeof(want));
 			for (char *w = strtok_r(dup, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
-				int p = strcmp(w, "belady") ? evict_policy_from_string(w) : POL_BELADY;
+				int p = !strcmp(w, "belady")    ? POL_BELADY
+					: !strcmp(w, "default") ? default_policy()
+								: evict_policy_from_string(w);
 				if (p < 0) {
 					fprintf(stderr, "kvt-policy-sim: unknown policy '%s'\n", w);
 					free(dup);
