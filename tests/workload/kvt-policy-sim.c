@@ -77,8 +77,8 @@ struct result {
 	uint64_t evictions;
 	uint64_t rejected;    /* blocks not stored: the tier was all pinned */
 	uint64_t stray;       /* resident blocks after a request's first miss */
-	/* lrfu-admit: new blocks put on probation, the filter's windows
-	 * and turns, tiers with it on at the end; lrfu*: bytes of the
+	/* lrfu-admit: new blocks put on probation, the windows and the
+	 * changes of setting, tiers with the filter on at the end; lrfu*: bytes of the
 	 * count sketches and shadow tiers */
 	uint64_t refused, windows, switches, filter_on, policy_bytes;
 	bool admission; /* the policy has the admission filter */
@@ -424,8 +424,8 @@ static void print_row(const struct trace *t, uint64_t cap, const struct run_opts
 	printf("%8.1f%% %10" PRIu64 "  %-28s %9.4f %15" PRIu64 " %10.3f\n", 100 * frac, cap, name,
 	       rate, res->hits * t->block_tokens, of);
 	if (res->admission)
-		printf("#   lrfu-admit: %" PRIu64 " new blocks on probation; the filter "
-		       "turned %" PRIu64 " times in %" PRIu64 " windows, on at the end "
+		printf("#   lrfu-admit: %" PRIu64 " new blocks on probation; the setting "
+		       "changed %" PRIu64 " times in %" PRIu64 " windows, the filter on at the end "
 		       "in %" PRIu64 " of %u tiers; sketch and shadows %.1f bytes a "
 		       "block of the tier\n", res->refused, res->switches, res->windows,
 		       res->filter_on, o->partitioned ? t->n_tenants : 1,
