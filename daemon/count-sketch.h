@@ -27,10 +27,11 @@
 #define COUNT_SKETCH_MIN_WIDTH 256
 /* Counters per row at most unless the caller sets max_width: 2^22, 8 MiB
  * in all, whatever the tier's size (reached at 262 144 blocks by LRFU's
- * sizing).  The sketch remembers a block for at most width/2 requests; at
- * 2^20 (2 MiB) that was shorter than the reuse of the API-traffic and
- * Mooncake traces at 10-25 % of their working sets, where lrfu-admit then
- * fell 0.04-0.09 of Belady behind ARC and S3-FIFO (docs/workload.md). */
+ * sizing).  A key counted once is forgotten at the next halving, every
+ * width/2 requests, so the bound is how long the sketch can remember: at
+ * 2^20 (2 MiB) that was about one turnover of a tier of 25 % of the
+ * Mooncake and API-traffic traces, and cost lrfu-admit 0.04 of Belady on
+ * the synthetic Mooncake trace there (docs/workload.md). */
 #define COUNT_SKETCH_DEFAULT_MAX_WIDTH (UINT64_C(1) << 22)
 
 struct count_sketch {
