@@ -29,9 +29,9 @@
  * in all, whatever the tier's size (reached at 262 144 blocks by LRFU's
  * sizing).  A key counted once is forgotten at the next halving, every
  * width/2 requests, so the bound is how long the sketch can remember: at
- * 2^20 (2 MiB) that was about one turnover of a tier of 25 % of the
- * Mooncake and API-traffic traces, and cost lrfu-admit 0.04 of Belady on
- * the synthetic Mooncake trace there (docs/workload.md). */
+ * 2^20 (2 MiB) that was 2^19 requests, 0.4 to 1.6 turnovers of a tier of
+ * 25 % of the Mooncake and API-traffic traces, and cost lrfu-admit 0.04 of
+ * Belady on the synthetic Mooncake trace there (docs/workload.md). */
 #define COUNT_SKETCH_DEFAULT_MAX_WIDTH (UINT64_C(1) << 22)
 
 struct count_sketch {
