@@ -25,12 +25,14 @@
 #define COUNT_SKETCH_ROWS 4
 #define COUNT_SKETCH_MAX 15
 #define COUNT_SKETCH_MIN_WIDTH 256
-/* Counters per row at most unless the caller sets max_width: 2^20, 2 MiB
- * in all, whatever the tier's size.  The reuse the sketch must remember
- * spans so many requests of the traffic, not so many blocks of the tier:
- * on the traces of docs/workload.md this bound changes no tier of up to
- * 10 % of the working set by more than 0.015 of Belady. */
-#define COUNT_SKETCH_DEFAULT_MAX_WIDTH (UINT64_C(1) << 20)
+/* Counters per row at most unless the caller sets max_width: 2^22, 8 MiB
+ * in all, whatever the tier's size (reached at 262 144 blocks by LRFU's
+ * sizing).  A key counted once is forgotten at the next halving, every
+ * width/2 requests, so the bound is how long the sketch can remember: at
+ * 2^20 (2 MiB) that was 2^19 requests, 0.4 to 1.6 turnovers of a tier of
+ * 25 % of the Mooncake and API-traffic traces, and cost lrfu-admit 0.04 of
+ * Belady on the synthetic Mooncake trace there (docs/workload.md). */
+#define COUNT_SKETCH_DEFAULT_MAX_WIDTH (UINT64_C(1) << 22)
 
 struct count_sketch {
 	uint8_t *c;         /* ROWS rows of width/2 bytes, two counters a byte */

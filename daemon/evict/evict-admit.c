@@ -11,10 +11,25 @@ static void shadow_free(struct evict_admit_shadow *s)
 	memset(s, 0, sizeof(*s));
 }
 
-static int shadow_new(struct evict_admit_shadow *s, uint32_t size)
+/* Setting i: the filter on in the odd ones, the weight by pairs. */
+static bool setting_filter(unsigned i)
+{
+	return i & 1;
+}
+
+static uint32_t setting_weight(unsigned i)
+{
+	static const uint32_t weight[EVICT_ADMIT_SHADOWS / 2] = {
+		EVICT_LRFU_WEIGHT, 0, 4 * EVICT_LRFU_WEIGHT};
+
+	return weight[i / 2];
+}
+
+static int shadow_new(struct evict_admit_shadow *s, uint32_t size, uint32_t weight)
 {
 	shadow_free(s);
 	evict_lrfu_init(&s->q);
+	s->q.weight = weight;
 	s->ent = calloc(size, sizeof(*s->ent));
 	s->slot = calloc(2 * (size_t)size, sizeof(*s->slot));
 	if (!s->ent || !s->slot) {
@@ -102,12 +117,14 @@ static void shadow_ref(struct evict_admit_shadow *s, uint64_t h, bool filter, bo
 void evict_admit_init(struct evict_admit *a)
 {
 	memset(a, 0, sizeof(*a));
+	a->on = setting_filter(EVICT_ADMIT_START);
+	a->weight = setting_weight(EVICT_ADMIT_START);
 }
 
 void evict_admit_done(struct evict_admit *a)
 {
-	shadow_free(&a->sh[0]);
-	shadow_free(&a->sh[1]);
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
+		shadow_free(&a->sh[i]);
 }
 
 /* Shadows for a main tier of size entries, empty; the decision so far
@@ -124,23 +141,39 @@ static void rebuild(struct evict_admit *a, uint64_t size)
 	a->size = size;
 	a->shift = shift;
 	a->refs = 0;
-	if (shadow_new(&a->sh[0], (uint32_t)(n ? n : 1)) < 0 ||
-	    shadow_new(&a->sh[1], (uint32_t)(n ? n : 1)) < 0)
-		shadow_free(&a->sh[0]);
+	memset(a->score, 0, sizeof(a->score));
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
+		if (shadow_new(&a->sh[i], (uint32_t)(n ? n : 1), setting_weight(i)) < 0) {
+			/* sh[0] without a table: no shadow is fed */
+			shadow_free(&a->sh[0]);
+			return;
+		}
 }
 
 static void decide(struct evict_admit *a)
 {
-	uint64_t off = a->sh[0].hits, on = a->sh[1].hits;
+	/* The setting the main tier is in (a test may set on directly). */
+	unsigned cur = a->on ? 1 : 0;
 
-	if (a->on ? off > on + on / EVICT_ADMIT_MARGIN : on > off + off / EVICT_ADMIT_MARGIN) {
-		a->on = !a->on;
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i += 2)
+		if (setting_weight(i) == a->weight)
+			cur = i + (a->on ? 1 : 0);
+	unsigned best = cur;
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
+		a->score[i] = a->score[i] / 2 + a->sh[i].hits;
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
+		if (a->score[i] > a->score[best])
+			best = i;
+	if (a->score[best] > a->score[cur] + a->score[cur] / EVICT_ADMIT_MARGIN) {
+		a->on = setting_filter(best);
+		a->weight = setting_weight(best);
 		a->switches++;
 	}
-	a->last_hits[0] = off;
-	a->last_hits[1] = on;
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++) {
+		a->last_hits[i] = a->sh[i].hits;
+		a->sh[i].hits = 0;
+	}
 	a->windows++;
-	a->sh[0].hits = a->sh[1].hits = 0;
 	a->refs = 0;
 }
 
@@ -154,8 +187,8 @@ void evict_admit_observe(struct evict_admit *a, uint64_t size, uint64_t h, bool 
 	/* Sampled on bits the sketch and the tables use least. */
 	if (!a->sh[0].cap || ((h * UINT64_C(0xd6e8feb86659fd93)) >> 58) >> (6 - a->shift))
 		return;
-	shadow_ref(&a->sh[0], h, false, seen, level);
-	shadow_ref(&a->sh[1], h, true, seen, level);
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
+		shadow_ref(&a->sh[i], h, setting_filter(i), seen, level);
 	if (++a->refs >= EVICT_ADMIT_WINDOW * (uint64_t)a->sh[0].cap)
 		decide(a);
 }
@@ -164,7 +197,7 @@ uint64_t evict_admit_bytes(const struct evict_admit *a)
 {
 	uint64_t b = 0;
 
-	for (int i = 0; i < 2; i++)
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
 		b += a->sh[i].cap * (sizeof(struct evict_entry) + 2 * sizeof(uint32_t));
 	return b;
 }

@@ -1,24 +1,30 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Admission that measures itself.  A filter that stores only blocks seen
+ * Settings that measure themselves.  A filter that stores only blocks seen
  * before (the count sketch says so) keeps one-off contexts from pushing out
  * what is shared; it also costs every block its first reuse, which is all
  * the reuse a conversation's latest turn gets when the tier can hold the
- * conversations in flight.  Which effect wins depends on the tier's size
- * against the traffic, so the filter decides for itself.
+ * conversations in flight.  A large weight for how often a block was
+ * requested keeps a popular prefix through a flood of new ones, and costs
+ * where recency alone is the right signal.  Which wins depends on the
+ * tier's size against the traffic, so the policy decides for itself.
  *
- * Two shadow tiers run LRFU (evict-lrfu.c) on a sample of the keys, one
- * with the filter and one without, each 1/2^shift the main tier's size
- * for a sample of 1/2^shift of the keys (Waldspurger et al.'s miniature
- * caches, USENIX ATC '17: a sampled key stream against a scaled cache has
- * about the full one's hit rate).  They hold fingerprints, not data.  At the
- * end of each window of sampled requests the filter takes the side whose
- * shadow hit more, by a margin so that it does not flap on noise.
+ * Shadow tiers run LRFU (evict-lrfu.c) on a sample of the keys, one per
+ * setting: the filter off or on, and a weight of EVICT_LRFU_WEIGHT, 0
+ * (recency alone: LRU) or 4 × EVICT_LRFU_WEIGHT.  Each is 1/2^shift the
+ * main tier's size for a sample of 1/2^shift of the keys (Waldspurger et
+ * al.'s miniature caches, USENIX ATC '17: a sampled key stream against a
+ * scaled cache has about the full one's hit rate).  They hold
+ * fingerprints, not data.  At the end of each window of sampled requests
+ * each setting's score is halved and its window's hits added; the main
+ * tier takes the best setting when it beats its own by a margin, so that
+ * it does not flap on noise.  It starts with recency alone and no filter,
+ * so that it stays LRU until another setting has shown it hits more.
  *
- * Memory: two shadows of size/2^shift entries (at least 1024 unless the
+ * Memory: six shadows of size/2^shift entries (at least 1024 unless the
  * tier is smaller, at most size/64), each entry 32 bytes and two table
- * slots of 4: about 1.3 bytes per block of the tier at 10^6 blocks.  Pure:
- * no I/O; a failed allocation leaves the filter where it was.
+ * slots of 4: about 3.9 bytes per block of the tier at 10^6 blocks.  Pure:
+ * no I/O; a failed allocation leaves the setting where it was.
  */
 #pragma once
 
@@ -33,8 +39,14 @@
 #define EVICT_ADMIT_MAX_SHIFT 6
 /* A window is this many shadow sizes of sampled requests. */
 #define EVICT_ADMIT_WINDOW 4
-/* The other side must hit more by 1/EVICT_ADMIT_MARGIN to win. */
-#define EVICT_ADMIT_MARGIN 32
+/* Another setting must score more by 1/EVICT_ADMIT_MARGIN to be taken. */
+#define EVICT_ADMIT_MARGIN 16
+/* The settings, one shadow each: [0] LRFU, [1] LRFU with the filter, [2]
+ * recency alone (weight 0: LRU, the setting a tier starts with), [3] the
+ * same with the filter, [4] frequency weighed 4 times as much, [5] the same
+ * with the filter. */
+#define EVICT_ADMIT_SHADOWS 6
+#define EVICT_ADMIT_START 2
 
 struct evict_admit_shadow {
 	struct evict_lrfu q;
@@ -45,13 +57,16 @@ struct evict_admit_shadow {
 };
 
 struct evict_admit {
-	struct evict_admit_shadow sh[2]; /* [1] filters, [0] does not */
+	struct evict_admit_shadow sh[EVICT_ADMIT_SHADOWS];
 	uint64_t size;       /* the main tier's size the shadows were made for */
 	uint32_t shift;      /* one key in 2^shift is sampled */
 	uint64_t refs;       /* sampled requests in this window */
 	bool on;             /* the main tier's filter */
-	/* What the last window measured, and how often the filter turned. */
-	uint64_t last_hits[2];
+	uint32_t weight;     /* the main tier's LRFU weight */
+	/* Each setting's hits, halved every window. */
+	uint64_t score[EVICT_ADMIT_SHADOWS];
+	/* What the last window measured, and how often the setting changed. */
+	uint64_t last_hits[EVICT_ADMIT_SHADOWS];
 	uint64_t windows, switches;
 };
 

@@ -11,6 +11,7 @@ static unsigned request(struct evict_lrfu_admit_state *s, const struct evict_ent
 	unsigned level = evict_lrfu_request(&s->lrfu, x, &h, ret_seen);
 
 	evict_admit_observe(&s->admit, s->lrfu.q.size, h, *ret_seen, level);
+	s->lrfu.q.weight = s->admit.weight;
 	return level;
 }
 

@@ -36,6 +36,16 @@ void evict_lrfu_tick(struct evict_lrfu *f)
 	}
 }
 
+/* The level an entry of the given request level joins: with a weight of
+ * 0 every entry joins level 0, one queue in exact LRU order (the stamps
+ * alone would order the levels' tails only to a tick). */
+static unsigned queue_level(const struct evict_lrfu *f, unsigned level)
+{
+	if (!f->weight)
+		return 0;
+	return level < EVICT_LRFU_LEVELS ? level : EVICT_LRFU_LEVELS - 1;
+}
+
 static struct evict_lru *queue_of(struct evict_lrfu *f, const struct evict_entry *x)
 {
 	return x->queue == EVICT_Q_SMALL ? &f->refused : &f->level[x->freq];
@@ -55,7 +65,7 @@ void evict_lrfu_insert(struct evict_lrfu *f, struct evict_entry *x, unsigned lev
 {
 	if (x->queue == EVICT_Q_NONE) {
 		x->queue = refused ? EVICT_Q_SMALL : EVICT_Q_MAIN;
-		x->freq = (uint8_t)(level < EVICT_LRFU_LEVELS ? level : EVICT_LRFU_LEVELS - 1);
+		x->freq = (uint8_t)queue_level(f, level);
 	}
 	link_young(f, x);
 }
@@ -66,7 +76,7 @@ void evict_lrfu_touch(struct evict_lrfu *f, struct evict_entry *x, unsigned leve
 		return;
 	evict_lrfu_remove(f, x);
 	x->queue = EVICT_Q_MAIN;
-	x->freq = (uint8_t)(level < EVICT_LRFU_LEVELS ? level : EVICT_LRFU_LEVELS - 1);
+	x->freq = (uint8_t)queue_level(f, level);
 	link_young(f, x);
 }
 

@@ -60,7 +60,8 @@ struct evict_lrfu {
 	uint64_t size;            /* the most entries ever listed */
 	uint64_t refs;            /* requests since the clock last ticked */
 	uint32_t clock;
-	uint32_t weight;          /* EVICT_LRFU_WEIGHT; may be changed */
+	uint32_t weight;          /* EVICT_LRFU_WEIGHT; may be changed; 0
+				   * puts every entry on level 0 (LRU) */
 };
 
 void evict_lrfu_init(struct evict_lrfu *f);

@@ -120,7 +120,7 @@ static void test_sketch_bounded(void)
 	CHECK(count_sketch_reserve(&s, UINT64_C(1) << 40) == 0);
 	CHECK(s.width == COUNT_SKETCH_DEFAULT_MAX_WIDTH);
 	CHECK(count_sketch_bytes(&s) == COUNT_SKETCH_ROWS * COUNT_SKETCH_DEFAULT_MAX_WIDTH / 2);
-	CHECK(count_sketch_bytes(&s) <= (UINT64_C(2) << 20), "%" PRIu64 " bytes",
+	CHECK(count_sketch_bytes(&s) <= (UINT64_C(8) << 20), "%" PRIu64 " bytes",
 	      count_sketch_bytes(&s));
 	/* Halving works at the bound too. */
 	for (unsigned i = 0; i < 6; i++)
@@ -144,10 +144,10 @@ static void test_sketch_bounded(void)
 	CHECK(evict_count(&e) == n);
 	CHECK(a->lrfu.sketch.width == COUNT_SKETCH_DEFAULT_MAX_WIDTH, "%" PRIu64,
 	      a->lrfu.sketch.width);
-	/* Sketch and shadows together: the bound, and the shadows' 1/64
-	 * sample of two entries of 40 bytes. */
+	/* Sketch and shadows together: the bound (8 MiB), and the shadows'
+	 * 1/64 sample of six entries of 40 bytes. */
 	uint64_t bytes = count_sketch_bytes(&a->lrfu.sketch) + evict_admit_bytes(&a->admit);
-	CHECK(bytes <= (UINT64_C(2) << 20) + 2 * n, "%" PRIu64 " bytes for %" PRIu64 " entries",
+	CHECK(bytes <= (UINT64_C(8) << 20) + 4 * n, "%" PRIu64 " bytes for %" PRIu64 " entries",
 	      bytes, n);
 	evict_done(&e);
 	free(x);

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "evict-lrfu-admit.h"
 #include "evict-s3fifo.h"
 #include "evict.h"
@@ -76,8 +77,8 @@ struct result {
 	uint64_t evictions;
 	uint64_t rejected;    /* blocks not stored: the tier was all pinned */
 	uint64_t stray;       /* resident blocks after a request's first miss */
-	/* lrfu-admit: new blocks put on probation, the filter's windows
-	 * and turns, tiers with it on at the end; lrfu*: bytes of the
+	/* lrfu-admit: new blocks put on probation, the windows and the
+	 * changes of setting, tiers with the filter on at the end; lrfu*: bytes of the
 	 * count sketches and shadow tiers */
 	uint64_t refused, windows, switches, filter_on, policy_bytes;
 	bool admission; /* the policy has the admission filter */
@@ -423,8 +424,8 @@ static void print_row(const struct trace *t, uint64_t cap, const struct run_opts
 	printf("%8.1f%% %10" PRIu64 "  %-28s %9.4f %15" PRIu64 " %10.3f\n", 100 * frac, cap, name,
 	       rate, res->hits * t->block_tokens, of);
 	if (res->admission)
-		printf("#   lrfu-admit: %" PRIu64 " new blocks on probation; the filter "
-		       "turned %" PRIu64 " times in %" PRIu64 " windows, on at the end "
+		printf("#   lrfu-admit: %" PRIu64 " new blocks on probation; the setting "
+		       "changed %" PRIu64 " times in %" PRIu64 " windows, the filter on at the end "
 		       "in %" PRIu64 " of %u tiers; sketch and shadows %.1f bytes a "
 		       "block of the tier\n", res->refused, res->switches, res->windows,
 		       res->filter_on, o->partitioned ? t->n_tenants : 1,
@@ -453,8 +454,9 @@ static void usage(FILE *f)
 		"                       (its working set), comma-separated\n"
 		"                       (default 0.05,0.1,0.25,0.5)\n"
 		"  --blocks LIST        tier sizes in blocks instead\n"
-		"  --policies LIST      of lru, s3fifo, sieve, arc, lrfu, lrfu-admit, belady\n"
-		"                       (default: all)\n"
+		"  --policies LIST      of lru, s3fifo, sieve, arc, lrfu, lrfu-admit, belady,\n"
+		"                       and default: kvtierd's when [pool] eviction is not\n"
+		"                       set (default: all)\n"
 		"  --partition MODE     shared: one tier for all tenants (default); tenant:\n"
 		"                       one per tenant, the capacity split by traffic\n"
 		"  --release-order O    forward: leases on a lookup's hits released head\n"
@@ -514,6 +516,18 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* kvtierd's policy when kvtierd.conf does not name one: its own defaults. */
+static int default_policy(void)
+{
+	struct config c;
+	int r = config_defaults(&c);
+
+	if (r >= 0)
+		r = (int)c.eviction;
+	config_free(&c);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	enum { O_CAPS = 256, O_BLOCKS, O_POLICIES, O_PARTITION, O_RELEASE, O_SMALL, O_CSV, O_CHECK,
@@ -566,7 +580,9 @@ int main(int argc, char **argv)
 			char *dup = strdup(optarg), *save = NULL;
 			memset(want, 0, sizeof(want));
 			for (char *w = strtok_r(dup, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
-				int p = strcmp(w, "belady") ? evict_policy_from_string(w) : POL_BELADY;
+				int p = !strcmp(w, "belady")    ? POL_BELADY
+					: !strcmp(w, "default") ? default_policy()
+								: evict_policy_from_string(w);
 				if (p < 0) {
 					fprintf(stderr, "kvt-policy-sim: unknown policy '%s'\n", w);
 					free(dup);

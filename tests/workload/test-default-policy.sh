@@ -1,0 +1,64 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+#
+# kvtierd's default eviction policy against LRU on the API-traffic trace
+# family of docs/workload.md (kvt-trace with the parameters taken from the
+# published characterisation of a cloud provider's to-B traffic), small
+# and deterministic: two seeds, one tier shared by all tenants, at 1 % to
+# 50 % of the working set.  The check is on hit counts from the simulator
+# (prefill tokens its leading-run hits save), never on time:
+# - the default has at least LRU's hits at every size;
+# - Belady has at least the default's (kvt-policy-sim --check, which also
+#   checks Belady against a tier that never evicts);
+# - the run names the daemon's default: "default" in --policies is what
+#   kvtierd takes when kvtierd.conf names no policy.
+#
+# Usage: test-default-policy.sh KVT_TRACE KVT_POLICY_SIM
+set -eu
+
+trace=$1
+sim=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+fail() {
+	echo "test-default-policy: $*" >&2
+	exit 1
+}
+
+caps=0.01,0.02,0.05,0.1,0.25,0.5
+for seed in 1 2; do
+	t="$dir/api-$seed.trace"
+	"$trace" --seed "$seed" --requests 3000 --turns 1 --tenants 200 \
+		--tenant-zipf 0.5 --system-prompts 32 --system-zipf 0.8 \
+		--system-len 2048 --rag-fraction 0.3 --rag-docs 2 --docs 200 \
+		--doc-zipf 0.8 --doc-len 1024 --user-len 512 --output-len 128 \
+		--rate 500 --no-keys -o "$t" 2>/dev/null || fail "kvt-trace failed"
+	"$sim" --csv --check --policies lru,default,belady --capacities "$caps" "$t" \
+		>"$dir/out.csv" || fail "seed $seed: kvt-policy-sim --check failed"
+	# capacity_fraction,capacity_blocks,partition,policy,hit_rate,tokens_saved,...
+	awk -F, -v seed="$seed" '
+		NR == 1 { next }
+		$4 == "lru" { lru[$1] = $6 + 0; n++ }
+		$4 != "lru" && $4 != "belady" { def[$1] = $6 + 0; name = $4 }
+		END {
+			if (n != 6 || name == "") {
+				printf "seed %s: %d LRU rows, default \"%s\"\n", seed, n, name
+				exit 1
+			}
+			bad = 0
+			for (c in lru) {
+				printf "seed %s at %s: %s saves %d tokens, lru %d\n", seed, c, name, def[c], lru[c]
+				if (!(c in def) || def[c] < lru[c])
+					bad = 1
+			}
+			if (lru["0.0100"] == 0)
+				bad = 1 # LRU hits nothing: the trace is not what it should be
+			exit bad
+		}' "$dir/out.csv" >"$dir/report" || {
+		cat "$dir/report" >&2
+		fail "seed $seed: the default policy has fewer hits than LRU"
+	}
+	cat "$dir/report"
+done
+echo "test-default-policy: ok"
