@@ -82,6 +82,21 @@ static void wake(int efd)
 	(void)!write(efd, &one, sizeof(one));
 }
 
+/* Append op to a hand-over list, and wake its reader only when the list
+ * was empty: the reader resets its eventfd before it takes the whole
+ * list, so a list that is not empty has a wake-up on its way. */
+static void hand_over(struct nvme_worker *w, struct op **head, struct op **tail, struct op *op,
+		      int efd)
+{
+	pthread_mutex_lock(&w->lock);
+	bool was_empty = !*head;
+	op_list_append(head, tail, op);
+	pthread_mutex_unlock(&w->lock);
+	if (was_empty)
+		wake(efd);
+}
+
+
 /* ---- the worker's thread ----------------------------------------------- */
 
 /* Every I/O of op has ended: checksum what staging read, hand it back. */
@@ -90,10 +105,7 @@ static void op_ended(struct nvme_worker *w, struct op *op)
 	if (op->kind == OP_STAGE && !op->error)
 		op->sum_error = pool_guarded_sum(op->data.buf, op->data.len, spill_payload_sum,
 						 &op->sum);
-	pthread_mutex_lock(&w->lock);
-	op_list_append(&w->out_head, &w->out_tail, op);
-	pthread_mutex_unlock(&w->lock);
-	wake(w->out_efd);
+	hand_over(w, &w->out_head, &w->out_tail, op, w->out_efd);
 }
 
 static void req_done(struct io_req *req, int result, void *userdata)
@@ -307,10 +319,7 @@ void nvme_worker_submit(struct nvme_worker *w, struct op *op)
 	op->w = w;
 	op->reqs = op->kind == OP_ERASE ? 1 : 2 + (op->region_hdr.len != 0);
 	w->reqs += op->reqs;
-	pthread_mutex_lock(&w->lock);
-	op_list_append(&w->in_head, &w->in_tail, op);
-	pthread_mutex_unlock(&w->lock);
-	wake(w->in_efd);
+	hand_over(w, &w->in_head, &w->in_tail, op, w->in_efd);
 }
 
 unsigned nvme_worker_in_flight(const struct nvme_worker *w)
