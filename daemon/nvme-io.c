@@ -73,7 +73,7 @@ void nvme_kick(struct nvme *n)
 		sd_event_source_set_enabled(n->kick, SD_EVENT_ONESHOT);
 }
 
-static void stage_ended(struct op *op)
+void nvme_stage_ended(struct op *op)
 {
 	struct nvme *n = op->n;
 	struct block *b = op->b;
@@ -151,7 +151,7 @@ int nvme_stage(struct nvme *n, struct block *b)
 	return 0;
 }
 
-static void erase_ended(struct op *op)
+void nvme_erase_ended(struct op *op)
 {
 	struct nvme *n = op->n;
 
@@ -193,16 +193,3 @@ void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot, struc
 	nvme_worker_submit(nvme_worker_of(n, r), op);
 }
 
-struct nvme_worker *nvme_worker_of(struct nvme *n, const struct spill_region *r)
-{
-	return n->workers[r->file->number];
-}
-
-void nvme_op_ended(struct nvme *n, struct op *op)
-{
-	switch (op->kind) {
-	case OP_WRITEBACK: nvme_writeback_ended(op); break;
-	case OP_STAGE: stage_ended(op); break;
-	case OP_ERASE: erase_ended(op); break;
-	}
-}

@@ -5,7 +5,8 @@
  * nvme-writeback.c and nvme-io.c; nvme-writeback.c calls nvme-io.c; and
  * nvme-io.c (an operation's lifetime, staging, erasing) calls neither.
  * All of them hand ops to nvme-worker.c (a spill file's thread, ring and
- * checksums), which hands them back to nvme_op_ended() on the event loop.
+ * checksums), which hands them back through a callback that nvme.c sets
+ * to call nvme-writeback.c's or nvme-io.c's end of the op.
  */
 #pragma once
 
@@ -125,11 +126,15 @@ void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot, struc
  * store's nvme_ops->stage (store.h). */
 int nvme_stage(struct nvme *n, struct block *b);
 
-/* Every I/O of an op handed to a worker has ended: decide its outcome,
- * on the event loop. */
-void nvme_op_ended(struct nvme *n, struct op *op);
-/* The worker of r's spill file. */
-struct nvme_worker *nvme_worker_of(struct nvme *n, const struct spill_region *r);
+/* Every I/O of a staging or an erasure has ended (handed back by its
+ * worker): decide its outcome, on the event loop. */
+void nvme_stage_ended(struct op *op);
+void nvme_erase_ended(struct op *op);
+
+static inline struct nvme_worker *nvme_worker_of(struct nvme *n, const struct spill_region *r)
+{
+	return n->workers[r->file->number];
+}
 
 /* nvme-writeback.c: the kick source's handler. */
 int nvme_writeback_run(sd_event_source *src, void *userdata);
@@ -137,10 +142,13 @@ int nvme_writeback_run(sd_event_source *src, void *userdata);
 void nvme_writeback_ended(struct op *op);
 
 /* nvme-worker.c: a spill file's worker thread with an I/O engine of its
- * own (kind, queue_depth as io_engine_new()'s) for fd alone.  On failure
- * *ret is set too, for nvme_worker_free(). */
-int nvme_worker_new(struct nvme *n, unsigned file, int fd, enum io_engine_kind kind,
-		    unsigned queue_depth, struct nvme_worker **ret);
+ * own (kind, queue_depth as io_engine_new()'s) for fd alone; ended() runs
+ * on event for every op handed back.  On failure *ret is set too, for
+ * nvme_worker_free(). */
+typedef void (*nvme_op_ended_fn)(struct op *op, void *userdata);
+int nvme_worker_new(sd_event *event, unsigned file, int fd, enum io_engine_kind kind,
+		    unsigned queue_depth, nvme_op_ended_fn ended, void *userdata,
+		    struct nvme_worker **ret);
 /* Stop the thread, cancel and wait for the I/O it holds (io_engine_free:
  * requests the kernel still holds keep io_req_held()).  Ended ops not
  * handed back and ops never started stay on n's list of ops; no

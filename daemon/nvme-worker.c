@@ -42,7 +42,8 @@ struct worker_buffer {
 };
 
 struct nvme_worker {
-	struct nvme *n;
+	nvme_op_ended_fn ended;
+	void *userdata;
 	unsigned file; /* its spill file's number */
 	pthread_t thread;
 	bool started;
@@ -215,14 +216,15 @@ static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 	while (ops) {
 		struct op *next = ops->next_w;
 		w->reqs -= ops->reqs;
-		nvme_op_ended(w->n, ops);
+		w->ended(ops, w->userdata);
 		ops = next;
 	}
 	return 0;
 }
 
-int nvme_worker_new(struct nvme *n, unsigned file, int fd, enum io_engine_kind kind,
-		    unsigned queue_depth, struct nvme_worker **ret)
+int nvme_worker_new(sd_event *event, unsigned file, int fd, enum io_engine_kind kind,
+		    unsigned queue_depth, nvme_op_ended_fn ended, void *userdata,
+		    struct nvme_worker **ret)
 {
 	struct nvme_worker *w = calloc(1, sizeof(*w));
 	sigset_t all, old;
@@ -230,7 +232,8 @@ int nvme_worker_new(struct nvme *n, unsigned file, int fd, enum io_engine_kind k
 
 	if (!w)
 		return -ENOMEM;
-	w->n = n;
+	w->ended = ended;
+	w->userdata = userdata;
 	w->file = file;
 	w->in_efd = w->out_efd = -1;
 	pthread_mutex_init(&w->lock, NULL);
@@ -252,7 +255,7 @@ int nvme_worker_new(struct nvme *n, unsigned file, int fd, enum io_engine_kind k
 	r = sd_event_add_io(w->event, &w->in_source, w->in_efd, EPOLLIN, on_in, w);
 	if (r < 0)
 		return r;
-	r = sd_event_add_io(n->event, &w->out_source, w->out_efd, EPOLLIN, on_out, w);
+	r = sd_event_add_io(event, &w->out_source, w->out_efd, EPOLLIN, on_out, w);
 	if (r < 0)
 		return r;
 	(void)sd_event_source_set_description(w->out_source, "nvme-worker");

@@ -36,6 +36,16 @@ static void tier_slot_drop(void *nvme, struct spill_region *r, uint32_t slot, st
 	nvme_slot_drop(nvme, r, slot, ns, token);
 }
 
+/* A worker handed an op back: its end is its kind's. */
+static void op_ended(struct op *op, void *userdata)
+{
+	switch (op->kind) {
+	case OP_WRITEBACK: nvme_writeback_ended(op); break;
+	case OP_STAGE: nvme_stage_ended(op); break;
+	case OP_ERASE: nvme_erase_ended(op); break;
+	}
+}
+
 static const struct store_nvme_ops tier_ops = {
 	.extent_added = tier_extent_added,
 	.kick = tier_kick,
@@ -200,8 +210,8 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 	/* A worker, ring and queue depth for each file: the files (one device
 	 * each, often) work in parallel, and none waits behind another. */
 	for (unsigned i = 0; i < n->spill->n_files; i++) {
-		r = nvme_worker_new(n, i, n->spill->files[i].fd, kinds[c->nvme_engine],
-				    c->nvme_queue_depth, &n->workers[i]);
+		r = nvme_worker_new(event, i, n->spill->files[i].fd, kinds[c->nvme_engine],
+				    c->nvme_queue_depth, op_ended, n, &n->workers[i]);
 		if (r < 0) {
 			log_error_errno(r, "Failed to start the NVMe I/O worker of %s: %m",
 					c->spills[i].path);
