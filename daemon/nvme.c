@@ -122,7 +122,7 @@ static void recover_end(struct nvme *n)
 	}
 	const char *reason;
 	const char *engine = nvme_worker_engine(n->workers[0], &reason);
-	log_info("NVMe tier: %u spill file(s), a worker and engine each, %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
+	log_info("NVMe tier: %u spill file(s), a worker each, engine %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
 		 n->spill->n_files, engine, reason,
 		 (unsigned long long)(n->rec.slots_recovered - n->rec.slots_replaced),
 		 (unsigned long long)n->rec.slots_dropped,
