@@ -97,7 +97,6 @@ static void hand_over(struct nvme_worker *w, struct op **head, struct op **tail,
 		wake(efd);
 }
 
-
 /* ---- the worker's thread ----------------------------------------------- */
 
 /* Every I/O of op has ended: checksum what staging read, hand it back. */
@@ -180,7 +179,9 @@ static int on_in(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 		free(bufs);
 		bufs = next;
 	}
-	while (ops) {
+	/* Stopping, ops not started stay unstarted: the tier frees them
+	 * from its list of ops. */
+	while (ops && !stop) {
 		struct op *next = ops->next_w;
 		op_start(w, ops);
 		ops = next;
