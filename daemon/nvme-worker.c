@@ -56,6 +56,7 @@ struct nvme_worker {
 
 	/* The daemon's event loop's. */
 	sd_event_source *out_source;
+	sd_event_source *wake_source; /* wakes the worker once an iteration */
 	unsigned reqs; /* I/O requests of the ops handed over and not back */
 
 	int in_efd, out_efd;
@@ -203,6 +204,14 @@ static void *worker_main(void *arg)
 
 /* ---- the daemon's event loop ------------------------------------------- */
 
+static int on_wake(sd_event_source *s, void *userdata)
+{
+	struct nvme_worker *w = userdata;
+
+	wake(w->in_efd);
+	return 0;
+}
+
 static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 {
 	struct nvme_worker *w = userdata;
@@ -260,6 +269,10 @@ int nvme_worker_new(sd_event *event, unsigned file, int fd, enum io_engine_kind 
 	if (r < 0)
 		return r;
 	(void)sd_event_source_set_description(w->out_source, "nvme-worker");
+	r = sd_event_add_defer(event, &w->wake_source, on_wake, w);
+	if (r < 0)
+		return r;
+	sd_event_source_set_enabled(w->wake_source, SD_EVENT_OFF);
 	/* It takes no signals: the event loop receives them through
 	 * signalfd, which needs them blocked in every thread.  SIGBUS, from
 	 * a guarded checksum, is synchronous and delivered regardless. */
@@ -288,6 +301,7 @@ void nvme_worker_free(struct nvme_worker *w)
 	/* The thread is gone: its engine cancels and waits for what it holds
 	 * (io_engine_free), and the ops it had are the caller's to free. */
 	sd_event_source_disable_unref(w->out_source);
+	sd_event_source_disable_unref(w->wake_source);
 	sd_event_source_disable_unref(w->in_source);
 	io_engine_free(w->io);
 	sd_event_unref(w->event);
@@ -323,7 +337,14 @@ void nvme_worker_submit(struct nvme_worker *w, struct op *op)
 	op->w = w;
 	op->reqs = op->kind == OP_ERASE ? 1 : 2 + (op->region_hdr.len != 0);
 	w->reqs += op->reqs;
-	hand_over(w, &w->in_head, &w->in_tail, op, w->in_efd);
+	pthread_mutex_lock(&w->lock);
+	bool was_empty = !w->in_head;
+	op_list_append(&w->in_head, &w->in_tail, op);
+	pthread_mutex_unlock(&w->lock);
+	/* One wake-up for every op handed over in this iteration of the
+	 * loop, at its end. */
+	if (was_empty)
+		sd_event_source_set_enabled(w->wake_source, SD_EVENT_ONESHOT);
 }
 
 unsigned nvme_worker_in_flight(const struct nvme_worker *w)
