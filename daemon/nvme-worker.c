@@ -17,9 +17,11 @@
  *   erasure     the zeroed slot header written.
  *
  * Hand-over both ways is a mutex-protected list and an eventfd: the loop's
- * to the worker is a source of the worker's event loop, the worker's to the
- * loop one of the daemon's.  The engine's retries, fault injection and
- * shutdown are io.c's, unchanged, on the worker's thread.
+ * to the worker is a source of the worker's event loop, written once at the
+ * end of a loop iteration that handed it ops; the worker's to the loop one
+ * of the daemon's, written when the list was empty.  The engine's retries,
+ * fault injection and shutdown are io.c's, unchanged, on the worker's
+ * thread.
  */
 #include <errno.h>
 #include <pthread.h>
