@@ -19,7 +19,9 @@
  * When armed, a warning says so at start, every injected fault is logged
  * ("Fault injected: SITE call N") so a test can tell it really happened,
  * and fault_report() logs how often each site was reached.  Unarmed, a
- * site costs one predictable branch on a global.  Event-loop thread only.
+ * site costs one predictable branch on a global.  The event loop and the NVMe
+ * workers (nvme-worker.c: the I/O sites) count calls atomically; fault_init()
+ * runs before any worker starts.
  *
  * The sites, what fails there, and where the error goes.  The bound is how
  * far test-faults sweeps N with its workload (every N up to it is reached

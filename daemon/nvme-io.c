@@ -3,7 +3,9 @@
  * The NVMe tier's I/O operations: an op's lifetime (a slot header and a
  * payload, two I/Os), staging a block back into host memory with its
  * header and payload verified, and erasing the header of a dropped slot
- * before the slot is reused.
+ * before the slot is reused.  The I/O and the payload checksums are the
+ * spill file's worker's (nvme-worker.c); the decisions are made here, on
+ * the event loop, when it hands an op back.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -71,16 +73,11 @@ void nvme_kick(struct nvme *n)
 		sd_event_source_set_enabled(n->kick, SD_EVENT_ONESHOT);
 }
 
-static void stage_done(struct io_req *req, int result, void *userdata)
+void nvme_stage_ended(struct op *op)
 {
-	struct op *op = userdata;
 	struct nvme *n = op->n;
 	struct block *b = op->b;
 
-	if (result < 0 && !op->error)
-		op->error = result;
-	if (--op->pending)
-		return;
 	n->ops--;
 	op->region->ios--;
 	if (op->error) {
@@ -91,15 +88,15 @@ static void stage_done(struct io_req *req, int result, void *userdata)
 		return;
 	}
 	/* Verified on every restore: the header (where, whose, which key,
-	 * which write) and the payload against its checksum. */
+	 * which write) and the payload against its checksum, which the
+	 * worker computed from the bytes it read. */
 	struct spill_slot_header h;
-	uint64_t sum;
 	const struct block_disk *d = block_disk(b);
 	int r = spill_slot_check(op->hbuf, SPILL_SLOT_HEADER_BYTES, d->region, d->slot, b->key,
 				 b->extent->slot_bytes, d->seq, &h);
 	if (r == 0)
-		r = pool_guarded_sum(nvme_slot_memory(b), b->extent->slot_bytes, spill_payload_sum, &sum);
-	if (r == 0 && sum != h.payload_sum)
+		r = op->sum_error;
+	if (r == 0 && op->sum != h.payload_sum)
 		r = -EBADMSG;
 	if (r < 0) {
 		n->st.checksum_errors++;
@@ -142,34 +139,29 @@ int nvme_stage(struct nvme *n, struct block *b)
 	op->n = n;
 	nvme_op_track(n, op);
 	op->b = b;
+	op->kind = OP_STAGE;
 	op->region = d->region;
 	op->region->ios++;
-	int file = n->file_io[d->region->file->number];
 	uint64_t off = spill_slot_offset(d->region, d->slot);
-	op->hdr = (struct io_req){.file = file, .offset = off, .buf = op->hbuf,
-				  .len = SPILL_SLOT_HEADER_BYTES, .done = stage_done, .userdata = op};
-	op->data = (struct io_req){.file = file, .offset = off + SPILL_SLOT_HEADER_BYTES,
-				   .buf = nvme_slot_memory(b), .len = (uint32_t)b->extent->slot_bytes,
-				   .done = stage_done, .userdata = op};
-	op->pending = 2;
+	op->hdr = (struct io_req){.offset = off, .buf = op->hbuf, .len = SPILL_SLOT_HEADER_BYTES};
+	op->data = (struct io_req){.offset = off + SPILL_SLOT_HEADER_BYTES,
+				   .buf = nvme_slot_memory(b), .len = (uint32_t)b->extent->slot_bytes};
 	n->ops++;
-	io_submit(n->io, &op->hdr);
-	io_submit(n->io, &op->data);
+	nvme_worker_submit(nvme_worker_of(n, d->region), op);
 	return 0;
 }
 
-static void erase_done(struct io_req *req, int result, void *userdata)
+void nvme_erase_ended(struct op *op)
 {
-	struct op *op = userdata;
 	struct nvme *n = op->n;
 
 	n->ops--;
-	if (result < 0)
-		nvme_io_failed(n, op->region, result);
+	if (op->error < 0)
+		nvme_io_failed(n, op->region, op->error);
 	/* Reusable only now: a new header must not race the zeros.  A
 	 * write-back may have been waiting for this room. */
 	spill_slot_free(op->region, op->slot);
-	store_nvme_erased(n->store, op->erase_ns, op->erase_token, result >= 0);
+	store_nvme_erased(n->store, op->erase_ns, op->erase_token, op->error >= 0);
 	nvme_op_free(op);
 	nvme_kick(n);
 }
@@ -190,14 +182,14 @@ void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot, struc
 	}
 	op->n = n;
 	nvme_op_track(n, op);
+	op->kind = OP_ERASE;
 	op->region = r;
 	op->slot = slot;
 	op->erase_ns = ns;
 	op->erase_token = token;
-	op->hdr = (struct io_req){.file = n->file_io[r->file->number],
-				  .offset = spill_slot_offset(r, slot), .buf = zero_header,
-				  .len = SPILL_SLOT_HEADER_BYTES, .write = true,
-				  .done = erase_done, .userdata = op};
+	op->hdr = (struct io_req){.offset = spill_slot_offset(r, slot), .buf = zero_header,
+				  .len = SPILL_SLOT_HEADER_BYTES, .write = true};
 	n->ops++;
-	io_submit(n->io, &op->hdr);
+	nvme_worker_submit(nvme_worker_of(n, r), op);
 }
+

@@ -4,6 +4,9 @@
  * shutdown, statistics, the store's view of the tier) calls
  * nvme-writeback.c and nvme-io.c; nvme-writeback.c calls nvme-io.c; and
  * nvme-io.c (an operation's lifetime, staging, erasing) calls neither.
+ * All of them hand ops to nvme-worker.c (a spill file's thread, ring and
+ * checksums), which hands them back through a callback that nvme.c sets
+ * to call nvme-writeback.c's or nvme-io.c's end of the op.
  */
 #pragma once
 
@@ -18,14 +21,16 @@
 #include "spill.h"
 #include "store.h"
 
+struct nvme_worker;
+
 struct nvme {
 	LIST_HEAD(, op) ops_list; /* every op in flight, freed at shutdown */
 	struct store *store;
 	const struct config *config;
 	sd_event *event;
 	struct spill *spill;
-	struct io_engine *io;
-	int *file_io; /* the engine's index of each spill file */
+	/* One per spill file, in file order: its thread, ring and checksums. */
+	struct nvme_worker **workers;
 	sd_event_source *kick;
 	sd_event_source *retry; /* write-back again after a failure */
 	uint64_t backoff_usec, backoff_until;
@@ -58,12 +63,17 @@ struct recover_read {
 	struct recover_read *next_free;
 };
 
+enum op_kind { OP_WRITEBACK, OP_STAGE, OP_ERASE };
+
 /* One write-back or staging: a slot header and a payload, two I/Os (the
  * header always from or into the daemon's own memory), and for a region
- * bound by this write-back its region header too. */
+ * bound by this write-back its region header too; or one erasure, the
+ * header alone.  Set up on the event loop, carried out by its file's
+ * worker (nvme-worker.c), decided on the event loop again. */
 struct op {
 	struct nvme *n;
 	struct block *b;
+	enum op_kind kind;
 	bool write;
 	struct spill_region *region;
 	uint32_t slot;
@@ -71,10 +81,19 @@ struct op {
 	struct ns *erase_ns;   /* an erasure's, for store_nvme_erased() */
 	uint64_t erase_token;
 	uint8_t *hbuf;
-	struct io_req hdr, data, region_hdr;
+	/* A write-back's slot header, but for the payload's checksum: the
+	 * worker adds that and encodes it into hbuf. */
+	struct spill_slot_header h;
+	struct io_req hdr, data, region_hdr; /* region_hdr.len 0: none */
+	/* The worker's: requests not ended yet, and what it found. */
 	unsigned pending;
-	int error;
-	bool region_written;
+	int error;         /* the first I/O error */
+	int region_result; /* of region_hdr */
+	uint64_t sum;      /* the payload's checksum, unless sum_error */
+	int sum_error;     /* -EFAULT: the payload's memory faulted */
+	struct nvme_worker *w;
+	unsigned reqs;     /* its I/O requests, for in_flight */
+	struct op *next_w; /* the worker's hand-over lists */
 	LIST_ENTRY(op) link; /* nvme.ops_list, or the abandoned ones */
 };
 
@@ -107,5 +126,41 @@ void nvme_slot_drop(struct nvme *n, struct spill_region *r, uint32_t slot, struc
  * store's nvme_ops->stage (store.h). */
 int nvme_stage(struct nvme *n, struct block *b);
 
+/* Every I/O of a staging or an erasure has ended (handed back by its
+ * worker): decide its outcome, on the event loop. */
+void nvme_stage_ended(struct op *op);
+void nvme_erase_ended(struct op *op);
+
+static inline struct nvme_worker *nvme_worker_of(struct nvme *n, const struct spill_region *r)
+{
+	return n->workers[r->file->number];
+}
+
 /* nvme-writeback.c: the kick source's handler. */
 int nvme_writeback_run(sd_event_source *src, void *userdata);
+/* A write-back op has ended. */
+void nvme_writeback_ended(struct op *op);
+
+/* nvme-worker.c: a spill file's worker thread with an I/O engine of its
+ * own (kind, queue_depth as io_engine_new()'s) for fd alone; ended() runs
+ * on event for every op handed back.  On failure *ret is set too, for
+ * nvme_worker_free(). */
+typedef void (*nvme_op_ended_fn)(struct op *op, void *userdata);
+int nvme_worker_new(sd_event *event, unsigned file, int fd, enum io_engine_kind kind,
+		    unsigned queue_depth, nvme_op_ended_fn ended, void *userdata,
+		    struct nvme_worker **ret);
+/* Stop the thread, cancel and wait for the I/O it holds (io_engine_free:
+ * requests the kernel still holds keep io_req_held()).  Ended ops not
+ * handed back and ops never started stay on n's list of ops; no
+ * nvme_op_ended() runs from here.  Accepts NULL. */
+void nvme_worker_free(struct nvme_worker *w);
+/* A pool extent ops may point into: registered with its ring before any
+ * op handed over after this call starts. */
+void nvme_worker_buffer_add(struct nvme_worker *w, void *base, size_t len);
+/* Carry op out: its requests' buffers, offsets and lengths set (file and
+ * callbacks are the worker's), region_hdr.len 0 unless it writes one. */
+void nvme_worker_submit(struct nvme_worker *w, struct op *op);
+/* I/O requests handed over and not back. */
+unsigned nvme_worker_in_flight(const struct nvme_worker *w);
+/* Its engine's name, and why that engine (io_engine_reason()). */
+const char *nvme_worker_engine(const struct nvme_worker *w, const char **reason);

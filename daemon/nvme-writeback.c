@@ -47,20 +47,24 @@ static void writeback_backoff(struct nvme *n)
 	sd_event_source_set_enabled(n->retry, SD_EVENT_ONESHOT);
 }
 
-static void writeback_done(struct io_req *req, int result, void *userdata)
+void nvme_writeback_ended(struct op *op)
 {
-	struct op *op = userdata;
 	struct nvme *n = op->n;
+	struct block *b = op->b;
+	bool faulted = op->sum_error < 0, indexed = b->indexed;
 
-	if (result < 0 && !op->error)
-		op->error = result;
-	if (req == &op->region_hdr)
+	if (op->region_hdr.len) {
+		if (op->region_result < 0 && !op->error)
+			op->error = op->region_result;
 		spill_region_header_written(op->region);
-	if (--op->pending)
-		return;
+	}
 	n->ops--;
 	op->region->ios--;
-	if (op->error) {
+	if (faulted) {
+		/* Nothing of the slot was written; the store erases it. */
+		log_warning("Block of namespace %s/%u faulted in host memory (a client punched a hole?): dropped",
+			    b->ns->tenant->name, b->ns->id);
+	} else if (op->error) {
 		nvme_io_failed(n, op->region, op->error);
 		writeback_backoff(n);
 	} else {
@@ -69,7 +73,10 @@ static void writeback_done(struct io_req *req, int result, void *userdata)
 		n->st.write_bytes += op->data.len;
 	}
 	/* A slot the block could not keep is erased by the store. */
-	store_nvme_written(n->store, op->b, op->region, op->slot, op->seq, !op->error);
+	store_nvme_written(n->store, b, op->region, op->slot, op->seq, !op->error && !faulted);
+	/* One no longer indexed was freed just now. */
+	if (faulted && indexed)
+		store_block_drop(n->store, b);
 	nvme_op_free(op);
 	nvme_kick(n);
 }
@@ -214,9 +221,7 @@ static int writeback_region(struct nvme *n, struct block *b, struct spill_region
 
 static int writeback_one(struct nvme *n, struct block *b)
 {
-	struct ns *ns = b->ns;
 	struct spill_region *r;
-	uint64_t sum;
 	uint32_t slot;
 	int bound, r2;
 
@@ -232,50 +237,31 @@ static int writeback_one(struct nvme *n, struct block *b)
 		spill_slot_free(r, slot);
 		return -ENOMEM;
 	}
-	/* The checksum comes from the daemon's own mapping, under the SIGBUS
-	 * guard: a client that punched a hole loses this block, nothing else. */
-	r2 = pool_guarded_sum(nvme_slot_memory(b), b->extent->slot_bytes, spill_payload_sum, &sum);
-	if (r2 < 0) {
-		log_warning("Block of namespace %s/%u faulted in host memory (a client punched a hole?): dropped",
-			    ns->tenant->name, ns->id);
-		spill_slot_free(r, slot);
-		nvme_op_free(op);
-		store_block_drop(n->store, b);
-		return 0;
-	}
-	struct spill_slot_header h;
 	op->n = n;
 	nvme_op_track(n, op);
 	op->b = b;
+	op->kind = OP_WRITEBACK;
 	op->write = true;
 	op->region = r;
 	op->slot = slot;
 	op->seq = spill_next_seq(n->spill);
 	r->ios++;
-	spill_slot_header_init(&h, r, slot, b->key, b->extent->slot_bytes, op->seq, sum);
-	spill_slot_header_encode(&h, op->hbuf, SPILL_SLOT_HEADER_BYTES);
+	/* The payload's checksum is the worker's: it reads the bytes there,
+	 * off the event loop, and encodes the header with it. */
+	spill_slot_header_init(&op->h, r, slot, b->key, b->extent->slot_bytes, op->seq, 0);
 
-	int file = n->file_io[r->file->number];
 	uint64_t off = spill_slot_offset(r, slot);
-	op->hdr = (struct io_req){.file = file, .offset = off, .buf = op->hbuf,
-				  .len = SPILL_SLOT_HEADER_BYTES, .write = true,
-				  .done = writeback_done, .userdata = op};
-	op->data = (struct io_req){.file = file, .offset = off + SPILL_SLOT_HEADER_BYTES,
+	op->hdr = (struct io_req){.offset = off, .buf = op->hbuf, .len = SPILL_SLOT_HEADER_BYTES,
+				  .write = true};
+	op->data = (struct io_req){.offset = off + SPILL_SLOT_HEADER_BYTES,
 				   .buf = nvme_slot_memory(b), .len = (uint32_t)b->extent->slot_bytes,
-				   .write = true, .done = writeback_done, .userdata = op};
-	op->pending = 2;
-	if (bound == 1) {
-		op->region_hdr = (struct io_req){.file = file, .offset = r->offset, .buf = r->header,
-						 .len = SPILL_REGION_HEADER_BYTES, .write = true,
-						 .done = writeback_done, .userdata = op};
-		op->pending++;
-	}
+				   .write = true};
+	if (bound == 1)
+		op->region_hdr = (struct io_req){.offset = r->offset, .buf = r->header,
+						 .len = SPILL_REGION_HEADER_BYTES, .write = true};
 	store_nvme_writing(n->store, b, r);
 	n->ops++;
-	if (bound == 1)
-		io_submit(n->io, &op->region_hdr);
-	io_submit(n->io, &op->hdr);
-	io_submit(n->io, &op->data);
+	nvme_worker_submit(nvme_worker_of(n, r), op);
 	return 1;
 }
 
@@ -285,10 +271,11 @@ int nvme_writeback_run(sd_event_source *src, void *userdata)
 {
 	struct nvme *n = userdata;
 	struct store *s = n->store;
+	/* Half of each file's queue depth, the rest for stagings. */
 	unsigned limit = n->config->nvme_queue_depth / 2 ? n->config->nvme_queue_depth / 2 : 1;
-	/* A few blocks a turn: their writes go out at the end of this turn
-	 * while the next ones are hashed, and clients are answered between. */
-	unsigned budget = 4, started = 0;
+	limit *= n->spill->n_files;
+	/* A few blocks a turn, so that clients are answered between. */
+	unsigned budget = 4 * n->spill->n_files, started = 0;
 	uint64_t now = 0;
 
 	if (n->recovery)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The NVMe tier's start (spill files, I/O engine, recovery of the index),
+ * The NVMe tier's start (spill files, a worker for each, recovery of the index),
  * shutdown, statistics, and the table through which the store reaches it.
  */
 #include <errno.h>
@@ -16,7 +16,8 @@ static void tier_extent_added(void *nvme, struct extent *e)
 {
 	struct nvme *n = nvme;
 
-	io_buffer_add(n->io, e->map, e->size);
+	for (unsigned i = 0; i < n->spill->n_files; i++)
+		nvme_worker_buffer_add(n->workers[i], e->map, e->size);
 }
 
 static void tier_kick(void *nvme)
@@ -33,6 +34,16 @@ static void tier_slot_drop(void *nvme, struct spill_region *r, uint32_t slot, st
 			   uint64_t token)
 {
 	nvme_slot_drop(nvme, r, slot, ns, token);
+}
+
+/* A worker handed an op back: its end is its kind's. */
+static void op_ended(struct op *op, void *userdata)
+{
+	switch (op->kind) {
+	case OP_WRITEBACK: nvme_writeback_ended(op); break;
+	case OP_STAGE: nvme_stage_ended(op); break;
+	case OP_ERASE: nvme_erase_ended(op); break;
+	}
 }
 
 static const struct store_nvme_ops tier_ops = {
@@ -109,8 +120,10 @@ static void recover_end(struct nvme *n)
 		sd_event_exit(n->event, r);
 		return;
 	}
-	log_info("NVMe tier: %u spill file(s), engine %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
-		 n->spill->n_files, io_engine_name(n->io), io_engine_reason(n->io),
+	const char *reason;
+	const char *engine = nvme_worker_engine(n->workers[0], &reason);
+	log_info("NVMe tier: %u spill file(s), a worker each, engine %s (%s); recovered %llu block(s), dropped %llu torn or corrupt, in %llu ms",
+		 n->spill->n_files, engine, reason,
 		 (unsigned long long)(n->rec.slots_recovered - n->rec.slots_replaced),
 		 (unsigned long long)n->rec.slots_dropped,
 		 (unsigned long long)(n->rec.elapsed_ns / 1000000));
@@ -189,28 +202,28 @@ int nvme_start(struct store *s, const struct config *c, sd_event *event, struct 
 		goto fail;
 	static const enum io_engine_kind kinds[] = {IO_ENGINE_AUTO, IO_ENGINE_URING,
 						    IO_ENGINE_THREADS};
-	r = io_engine_new(event, kinds[c->nvme_engine], c->nvme_queue_depth, &n->io);
-	if (r < 0) {
-		log_error_errno(r, "Failed to start the NVMe I/O engine: %m");
-		goto fail;
-	}
-	n->file_io = calloc(n->spill->n_files, sizeof(int));
-	if (!n->file_io) {
+	n->workers = calloc(n->spill->n_files, sizeof(*n->workers));
+	if (!n->workers) {
 		r = -ENOMEM;
 		goto fail;
 	}
+	/* A worker, ring and queue depth for each file: the files (one device
+	 * each, often) work in parallel, and none waits behind another. */
 	for (unsigned i = 0; i < n->spill->n_files; i++) {
-		r = io_file_add(n->io, n->spill->files[i].fd);
-		if (r < 0)
+		r = nvme_worker_new(event, i, n->spill->files[i].fd, kinds[c->nvme_engine],
+				    c->nvme_queue_depth, op_ended, n, &n->workers[i]);
+		if (r < 0) {
+			log_error_errno(r, "Failed to start the NVMe I/O worker of %s: %m",
+					c->spills[i].path);
 			goto fail;
-		n->file_io[i] = r;
+		}
 	}
 	/* Extents adopted from an earlier daemon are there already. */
 	for (uint32_t i = 0; i < s->n_tenants; i++)
 		for (uint32_t j = 0; j < s->tenants[i]->n_classes; j++) {
 			const struct slot_class *cl = s->tenants[i]->classes[j];
 			for (uint32_t k = 0; k < cl->n_extents; k++)
-				io_buffer_add(n->io, cl->extents[k]->map, cl->extents[k]->size);
+				tier_extent_added(n, cl->extents[k]);
 		}
 	r = sd_event_add_defer(event, &n->kick, nvme_writeback_run, n);
 	if (r < 0)
@@ -272,6 +285,14 @@ static bool op_held(const struct op *op)
 	return io_req_held(&op->hdr) || io_req_held(&op->data) || io_req_held(&op->region_hdr);
 }
 
+static void workers_free(struct nvme *n)
+{
+	for (unsigned i = 0; n->workers && i < n->spill->n_files; i++)
+		nvme_worker_free(n->workers[i]);
+	free(n->workers);
+	n->workers = NULL;
+}
+
 void nvme_free(struct nvme *n)
 {
 	unsigned abandoned = 0;
@@ -282,10 +303,10 @@ void nvme_free(struct nvme *n)
 		store_set_nvme(n->store, NULL, NULL);
 	sd_event_source_disable_unref(n->kick);
 	sd_event_source_disable_unref(n->retry);
-	/* Cancels and waits for I/O in flight: its buffers are pool and op
-	 * memory.  Their callbacks do not run, so the ops are freed here:
-	 * those the kernel has given back, and no other. */
-	io_engine_free(n->io);
+	/* Stops the workers, which cancel and wait for I/O in flight: its
+	 * buffers are pool and op memory.  No op is handed back, so the ops
+	 * are freed here: those the kernel has given back, and no other. */
+	workers_free(n);
 	recovery_io_free(n);
 	/* Recovery's reads are back or cancelled: its buffers can go, unless
 	 * the kernel still holds one of them. */
@@ -316,16 +337,16 @@ void nvme_free(struct nvme *n)
 		log_error("%u spill I/O operation(s) still held by the kernel at shutdown: their memory is left allocated, not freed",
 			  abandoned);
 	spill_free(n->spill);
-	free(n->file_io);
 	free(n);
 }
 
 void nvme_get_stats(const struct nvme *n, struct nvme_stats *ret)
 {
 	*ret = n->st;
-	ret->in_flight = io_in_flight(n->io);
-	ret->engine = io_engine_name(n->io);
-	ret->engine_reason = io_engine_reason(n->io);
+	ret->in_flight = 0;
+	for (unsigned i = 0; i < n->spill->n_files; i++)
+		ret->in_flight += nvme_worker_in_flight(n->workers[i]);
+	ret->engine = nvme_worker_engine(n->workers[0], &ret->engine_reason);
 	struct spill_recovery rec = n->rec;
 	ret->recovering = n->recovery != NULL;
 	ret->recovery_regions = ret->recovery_regions_total = 0;

@@ -604,14 +604,17 @@ static void on_sigbus(int sig, siginfo_t *si, void *ctx)
 
 static int guard_install(void)
 {
+	/* Atomic: the NVMe tier's workers guard their checksums too, on
+	 * threads of their own; two that install it at once install the
+	 * same handler. */
 	static bool installed;
 
-	if (!installed) {
+	if (!__atomic_load_n(&installed, __ATOMIC_ACQUIRE)) {
 		struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
 		sigemptyset(&sa.sa_mask);
 		if (sigaction(SIGBUS, &sa, NULL) < 0)
 			return -errno;
-		installed = true;
+		__atomic_store_n(&installed, true, __ATOMIC_RELEASE);
 	}
 	return 0;
 }

@@ -5,7 +5,8 @@
 #                 memcpy and against Redis (hiredis, Unix socket); the
 #                 control round trip and one-key lookup/acquire against a
 #                 bare AF_UNIX ping-pong; batched lookups in keys/s
-#   NVMe tier     bench-nvme: spill and restore against fio
+#   NVMe tier     bench-nvme: spill and restore against fio, also over 1 and
+#                 2 spill files against fio with 1 and 2 jobs
 #   scale         bench-scale: lookup latency and daemon memory per block as
 #                 the index grows, batched lookups against a plain table in
 #                 its own process; recovery time against blocks on disk;
@@ -106,19 +107,19 @@ bench=$abs/tests/bench
 case $mode in
 quick)
 	host_args="--pairs 5 --rounds 1 --mib 16 --pings 2000 --batches 200"
-	nvme_args="--pairs 5 --mib 256 --engine io_uring"
+	nvme_args="--pairs 5 --mib 256 --engine io_uring --files 1,2"
 	scale_args="--pairs 5 --max 100000 --recovery-max 10000 --writeback-max 10000 --iters 1000 --batches 100"
 	codec_args="--pairs 3 --mib 32"
 	restart_args="--max-gib 1 --pairs 3" ;;
 default)
 	host_args=""
-	nvme_args=""
+	nvme_args="--files 1,2"
 	scale_args=""
 	codec_args=""
 	restart_args="" ;;
 long)
 	host_args="--pairs 15"
-	nvme_args="--pairs 15"
+	nvme_args="--pairs 15 --files 1,2"
 	scale_args="--pairs 11 --max 10000000 --recovery-max 1000000 --writeback-max 1000000"
 	codec_args="--pairs 15"
 	restart_args="--max-gib 4 --pairs 15" ;;

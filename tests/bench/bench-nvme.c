@@ -21,7 +21,12 @@
  *      lookup/retry loop, then one kvt_load_paged into vLLM-style per-layer
  *      pages), against fio reading as many bytes, and the seconds for a
  *      128K-token context extrapolated from it;
- *   5. with --codec: the same context restore, of one bfloat16 context
+ *   5. with --files: spill and restore with the io_uring engine over 1, 2,
+ *      ... spill files side by side (a daemon for each count, one worker
+ *      and ring per file), against fio running as many jobs, one on each
+ *      of as many files of its own, the set's bytes split evenly; the
+ *      daemon's event loop's own CPU per GB moved beside its whole CPU;
+ *   6. with --codec: the same context restore, of one bfloat16 context
  *      stored in namespaces that differ only by codec (none, fp8-e4m3,
  *      int4), on a daemon of its own, the codecs in turn (A B C A B C ...),
  *      each against the none restore of the same round and against fio
@@ -43,7 +48,12 @@
  * timed, so that neither contender pays ext4's conversion of unwritten
  * extents.
  *
- * In phase 5 the pool holds every codec's copy of the context at once, and
+ * CPU: the daemon's whole, every thread's (the NVMe workers', the threads
+ * engine's), and its event loop's alone, the main thread's
+ * (/proc/PID/task/PID/schedstat: its run time in nanoseconds; stat's ticks
+ * are too coarse for a loop that should take a few ms a set).
+ *
+ * In phase 6 the pool holds every codec's copy of the context at once, and
  * a context leaves host memory through the daemon's eviction of its
  * namespace (kvt_admin_evict, host copies only) once it is on disk: with
  * slots of three sizes in one pool, eviction by pressure would not say
@@ -106,6 +116,7 @@
 #define WAIT_LIMIT_NS 120000000000ull  /* a write-back or staging this slow is broken */
 #define START_LIMIT_NS 30000000000ull  /* kvtierd listening */
 #define STAMP_BYTES 16
+#define MAX_FILES 8 /* --files: spill files (and fio jobs) at most */
 
 enum { ENG_URING, ENG_THREADS, N_ENGINES };
 static const char *engine_conf[N_ENGINES] = {"io_uring", "threads"};
@@ -118,6 +129,9 @@ static struct {
 	bool context;
 	uint32_t codecs[KVT_CODEC_COUNT]; /* --codec: phase 5, in this order */
 	unsigned n_codecs;
+	unsigned file_counts[MAX_FILES]; /* --files: phase 5, in this order */
+	unsigned n_file_counts;
+	unsigned n_files; /* spill files of the daemon running, fio jobs */
 	const char *dir;
 	const char *fio;
 	bool fio_plain; /* fio without registered buffers and files */
@@ -128,6 +142,7 @@ static struct {
 	.queue_depth = 64,
 	.engine = {true, true},
 	.context = true,
+	.n_files = 1,
 	.dir = "/var/tmp",
 	.fio = "fio",
 };
@@ -139,9 +154,12 @@ const char bench_name[] = "bench-nvme";
 static struct bench_daemon daemon_state;
 /* Beside the daemon's files in its directory. */
 static struct {
-	char spill[160];
+	char spill[160]; /* the first spill file, the only one but in phase 5 */
 	char fio_file[160];
 	char fio_err[160];
+	/* Phase 5's others, the first being spill and fio_file. */
+	char spills[MAX_FILES][160];
+	char fio_files[MAX_FILES][160];
 } files;
 static pid_t fio_pid = 0;
 
@@ -173,6 +191,12 @@ static void on_signal(int sig)
 		unlink(files.spill);
 		unlink(files.fio_file);
 		unlink(files.fio_err);
+		for (unsigned i = 1; i < MAX_FILES; i++) {
+			if (files.spills[i][0])
+				unlink(files.spills[i]);
+			if (files.fio_files[i][0])
+				unlink(files.fio_files[i]);
+		}
 	}
 	bench_daemon_unlink(&daemon_state);
 	_exit(128 + sig);
@@ -286,16 +310,22 @@ static void describe_fs(const char *path, char *out, size_t size)
 static void daemon_start(int engine)
 {
 	uint64_t extent = opt.set_bytes % (256 * MIB) ? 64 * MIB : 256 * MIB;
+	char more[MAX_FILES * 220] = "";
+	for (unsigned i = 1; i < opt.n_files; i++) {
+		size_t l = strlen(more);
+		snprintf(more + l, sizeof(more) - l, "[spill.bench%u]\npath = %s\ncapacity = %lluM\n", i,
+			 files.spills[i], (unsigned long long)(spill_capacity() / MIB));
+	}
 	bench_daemon_config(&daemon_state,
 			    "[pool]\ncapacity = %lluM\nextent_size = %lluM\neviction = lru\n"
 			    "[nvme]\nengine = %s\nqueue_depth = %u\n"
 			    "writeback_high = 0%%\nwriteback_low = 0%%\n"
-			    "[spill.bench]\npath = %s\ncapacity = %lluM\n"
+			    "[spill.bench]\npath = %s\ncapacity = %lluM\n%s"
 			    "[limits]\nkeys_per_request = 8192\n",
 			    (unsigned long long)(opt.set_bytes / MIB),
 			    (unsigned long long)(extent / MIB), engine_conf[engine], opt.queue_depth,
 			    files.spill,
-			    (unsigned long long)(spill_capacity() / MIB));
+			    (unsigned long long)(spill_capacity() / MIB), more);
 	bench_daemon_start(&daemon_state, START_LIMIT_NS);
 }
 
@@ -412,12 +442,20 @@ static void fio_err_tail(void)
 	fclose(f);
 }
 
-/* One fio job; \return GB/s as fio measured it (bytes over its runtime). */
+/* One fio job, or opt.n_files jobs, each on its own file with an even
+ * share of the bytes, reported as a group; \return GB/s as fio measured it
+ * (bytes over its runtime, the slowest job's). */
 static double fio_run(bool write, uint64_t offset, uint64_t bytes)
 {
-	char a_file[200], a_size[64], a_offset[64], a_depth[64], a_rw[32];
-	snprintf(a_file, sizeof(a_file), "--filename=%s", files.fio_file);
-	snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)bytes);
+	char a_file[MAX_FILES][200], a_name[MAX_FILES][40], a_size[64], a_offset[64], a_depth[64],
+		a_rw[32];
+	unsigned jobs_n = opt.n_files;
+	for (unsigned i = 0; i < jobs_n; i++) {
+		snprintf(a_file[i], sizeof(a_file[i]), "--filename=%s",
+			 i ? files.fio_files[i] : files.fio_file);
+		snprintf(a_name[i], sizeof(a_name[i]), "--name=kvt-bench-nvme-%u", i);
+	}
+	snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)(bytes / jobs_n));
 	snprintf(a_offset, sizeof(a_offset), "--offset=%llu", (unsigned long long)offset);
 	snprintf(a_depth, sizeof(a_depth), "--iodepth=%u", opt.queue_depth);
 	snprintf(a_rw, sizeof(a_rw), "--rw=%s", write ? "write" : "read");
@@ -425,9 +463,18 @@ static double fio_run(bool write, uint64_t offset, uint64_t bytes)
 	 * --fio-plain. */
 	const char *fixed = opt.fio_plain ? "--fixedbufs=0" : "--fixedbufs=1";
 	const char *regf = opt.fio_plain ? "--registerfiles=0" : "--registerfiles=1";
-	char *argv[] = {(char *)opt.fio, "--name=kvt-bench-nvme", a_file, a_size, a_offset,
+	/* Options before the first --name are global; each --name starts a
+	 * job with its own file. */
+	char *argv[16 + 2 * MAX_FILES] = {(char *)opt.fio, a_size, a_offset,
 			"--bs=2M", a_depth, "--ioengine=io_uring", (char *)fixed, (char *)regf,
-			"--direct=1", a_rw, "--fallocate=native", "--output-format=json", NULL};
+			"--direct=1", a_rw, "--fallocate=native", "--output-format=json",
+			"--group_reporting"};
+	unsigned argc = 13;
+	for (unsigned i = 0; i < jobs_n; i++) {
+		argv[argc++] = a_name[i];
+		argv[argc++] = a_file[i];
+	}
+	argv[argc] = NULL;
 	int pfd[2];
 
 	if (pipe2(pfd, O_CLOEXEC) < 0)
@@ -486,7 +533,7 @@ static double fio_run(bool write, uint64_t offset, uint64_t bytes)
 	free(out);
 	if (err)
 		die("fio reports error %llu", (unsigned long long)err);
-	if (io_bytes != bytes || runtime_ms == 0)
+	if (io_bytes != bytes / jobs_n * jobs_n || runtime_ms == 0)
 		die("fio moved %llu bytes in %llu ms, expected %llu bytes",
 		    (unsigned long long)io_bytes, (unsigned long long)runtime_ms,
 		    (unsigned long long)bytes);
@@ -503,6 +550,7 @@ struct sample {
 	uint64_t first_ns; /* pipelined restore: the set's first block resident */
 	uint64_t aux_bytes; /* spill: on disk when the last store returned */
 	uint64_t daemon_cpu_ns, bench_cpu_ns;
+	uint64_t loop_cpu_ns; /* the daemon's main thread's: its event loop */
 };
 
 /* The daemon's CPU time so far: every thread's (the threads engine's
@@ -534,6 +582,24 @@ static uint64_t daemon_cpu_ns(void)
 	return sum;
 }
 
+/* The daemon's event loop's CPU time so far: its main thread's, from
+ * schedstat (nanoseconds; stat's clock ticks are too coarse here). */
+static uint64_t daemon_loop_cpu_ns(void)
+{
+	char path[96], line[128];
+	unsigned long long ns = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int)daemon_state.pid,
+		 (int)daemon_state.pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (!fgets(line, sizeof(line), f) || sscanf(line, "%llu", &ns) != 1)
+		ns = 0;
+	fclose(f);
+	return ns;
+}
+
 static uint64_t bench_cpu_ns(void)
 {
 	struct timespec ts;
@@ -544,12 +610,14 @@ static uint64_t bench_cpu_ns(void)
 static void cpu_begin(struct sample *sm)
 {
 	sm->daemon_cpu_ns = daemon_cpu_ns();
+	sm->loop_cpu_ns = daemon_loop_cpu_ns();
 	sm->bench_cpu_ns = bench_cpu_ns();
 }
 
 static void cpu_end(struct sample *sm)
 {
 	sm->daemon_cpu_ns = daemon_cpu_ns() - sm->daemon_cpu_ns;
+	sm->loop_cpu_ns = daemon_loop_cpu_ns() - sm->loop_cpu_ns;
 	sm->bench_cpu_ns = bench_cpu_ns() - sm->bench_cpu_ns;
 }
 
@@ -880,6 +948,7 @@ struct pairs {
 	double aux_mib[MAX_PAIRS]; /* spill: MiB on disk when the stores returned */
 	double dcpu_ms[MAX_PAIRS], bcpu_ms[MAX_PAIRS]; /* CPU: daemon, bench */
 	double dcpu_s_gb[MAX_PAIRS]; /* the daemon's CPU seconds per GB moved */
+	double lcpu_s_gb[MAX_PAIRS]; /* its event loop's alone */
 };
 
 /* A node of 8 NVMe drives at this many GB/s together: the cores the daemon
@@ -900,6 +969,8 @@ struct context_result {
 };
 
 static struct engine_result E[N_ENGINES];
+/* Phase 5, in opt.file_counts' order. */
+static struct engine_result F[MAX_FILES];
 static struct context_result C;
 
 static void record(struct pairs *p, unsigned i, uint64_t bytes, const struct sample *sm,
@@ -918,6 +989,7 @@ static void record(struct pairs *p, unsigned i, uint64_t bytes, const struct sam
 	/* Around the whole run: checksums, the event loop, the io_uring
 	 * submissions (and the threads engine's workers). */
 	p->dcpu_s_gb[i] = ((double)sm->daemon_cpu_ns / 1e9) / ((double)bytes / 1e9);
+	p->lcpu_s_gb[i] = ((double)sm->loop_cpu_ns / 1e9) / ((double)bytes / 1e9);
 }
 
 static void connect_daemon(struct bench *b)
@@ -966,10 +1038,9 @@ static uint64_t fio_offset(unsigned i)
  * clean); fio writes.  Afterwards set P is on NVMe only and set P+1 in host
  * memory, both on disk, for the restore pairs.
  */
-static void phase_spill(struct bench *b, int engine)
+static void phase_spill(struct bench *b, struct engine_result *er, const char *label,
+			unsigned phase)
 {
-	struct engine_result *er = &E[engine];
-	const unsigned phase = 1 + (unsigned)engine;
 	uint64_t bytes = b->n * BLOCK_BYTES;
 	struct sample t;
 
@@ -992,9 +1063,10 @@ static void phase_spill(struct bench *b, int engine)
 			continue;
 		}
 		record(&er->spill, i - 1, bytes, &t, fw);
-		progress("  %s spill pair %u/%u: kvtier %.2f GB/s (%.3f s, stores done at %.3f s with %.0f MiB on disk; CPU daemon %.0f ms, bench %.0f ms), fio write %.2f GB/s: %.3f",
-			 engine_conf[engine], i, opt.pairs, er->spill.kv[i - 1], er->spill.kv_s[i - 1],
+		progress("  %s spill pair %u/%u: kvtier %.2f GB/s (%.3f s, stores done at %.3f s with %.0f MiB on disk; CPU daemon %.0f ms, its loop %.4f s/GB, bench %.0f ms), fio write %.2f GB/s: %.3f",
+			 label, i, opt.pairs, er->spill.kv[i - 1], er->spill.kv_s[i - 1],
 			 er->spill.aux_s[i - 1], er->spill.aux_mib[i - 1], er->spill.dcpu_ms[i - 1],
+			 er->spill.lcpu_s_gb[i - 1],
 			 er->spill.bcpu_ms[i - 1], fw,
 			 er->spill.ratio[i - 1]);
 	}
@@ -1006,10 +1078,9 @@ static void phase_spill(struct bench *b, int engine)
  * so they take turns and nothing is written meanwhile.  Pair i (i = 0 is
  * a warm-up): restore, fio read, check every byte.
  */
-static void phase_restore(struct bench *b, int engine)
+static void phase_restore(struct bench *b, struct engine_result *er, const char *label,
+			  unsigned phase)
 {
-	struct engine_result *er = &E[engine];
-	const unsigned phase = 1 + (unsigned)engine;
 	uint64_t bytes = b->n * BLOCK_BYTES;
 	unsigned last = opt.pairs + 1; /* the set in host memory */
 
@@ -1025,10 +1096,10 @@ static void phase_restore(struct bench *b, int engine)
 			continue;
 		}
 		record(&er->restore, i - 1, bytes, &t, fr);
-		progress("  %s restore pair %u/%u: kvtier %.2f GB/s (%.3f s, first block resident at %.3f s, all at %.3f s; CPU daemon %.0f ms, bench %.0f ms), fio read %.2f GB/s: %.3f",
-			 engine_conf[engine], i, opt.pairs, er->restore.kv[i - 1],
+		progress("  %s restore pair %u/%u: kvtier %.2f GB/s (%.3f s, first block resident at %.3f s, all at %.3f s; CPU daemon %.0f ms, its loop %.4f s/GB, bench %.0f ms), fio read %.2f GB/s: %.3f",
+			 label, i, opt.pairs, er->restore.kv[i - 1],
 			 er->restore.kv_s[i - 1], er->restore.first_s[i - 1], er->restore.aux_s[i - 1],
-			 er->restore.dcpu_ms[i - 1],
+			 er->restore.dcpu_ms[i - 1], er->restore.lcpu_s_gb[i - 1],
 			 er->restore.bcpu_ms[i - 1], fr, er->restore.ratio[i - 1]);
 	}
 	delete_set(b, last - 1);
@@ -1472,6 +1543,7 @@ static void print_codecs(FILE *out)
 
 static void print_table(FILE *out)
 {
+	char s_limit[48];
 	unsigned n = opt.pairs;
 	double set_mib = (double)opt.set_bytes / MIB;
 
@@ -1483,6 +1555,9 @@ static void print_table(FILE *out)
 	for (int e = 0; e < N_ENGINES; e++)
 		if (E[e].ran)
 			fprintf(out, "kvtierd, engine %s: %s\n", engine_conf[e], E[e].nvme_line);
+	for (unsigned j = 0; j < opt.n_file_counts; j++)
+		if (F[j].ran)
+			fprintf(out, "kvtierd, %u spill file(s): %s\n", opt.file_counts[j], F[j].nvme_line);
 	fprintf(out, "\n");
 	fprintf(out, ROW, "", "kvtier", "fio (same run)", "ratio", "target");
 	for (int e = 0; e < N_ENGINES; e++) {
@@ -1499,6 +1574,8 @@ static void print_table(FILE *out)
 		detail(out, "kvtierd CPU per byte spilled: %.3f s/GB [%.3f..%.3f]; at %.0f GB/s: %.1f cores",
 		       median(sp->dcpu_s_gb, n), vmin(sp->dcpu_s_gb, n), vmax(sp->dcpu_s_gb, n),
 		       NODE_GBS, NODE_GBS * median(sp->dcpu_s_gb, n));
+		detail(out, "its event loop's own: %.4f s/GB [%.4f..%.4f]", median(sp->lcpu_s_gb, n),
+		       vmin(sp->lcpu_s_gb, n), vmax(sp->lcpu_s_gb, n));
 		snprintf(name, sizeof(name), "restore (read), %s", engine_conf[e]);
 		print_pairs_row(out, name, rs, "read", TARGET_RESTORE);
 		detail(out, "%.0f ms (fio %.0f); all resident at %.0f ms, block 0 at %.0f ms; CPU: kvtierd %.0f ms, client %.0f ms",
@@ -1508,6 +1585,24 @@ static void print_table(FILE *out)
 		detail(out, "kvtierd CPU per byte restored: %.3f s/GB [%.3f..%.3f]; at %.0f GB/s: %.1f cores",
 		       median(rs->dcpu_s_gb, n), vmin(rs->dcpu_s_gb, n), vmax(rs->dcpu_s_gb, n),
 		       NODE_GBS, NODE_GBS * median(rs->dcpu_s_gb, n));
+		detail(out, "its event loop's own: %.4f s/GB [%.4f..%.4f]", median(rs->lcpu_s_gb, n),
+		       vmin(rs->lcpu_s_gb, n), vmax(rs->lcpu_s_gb, n));
+	}
+	for (unsigned j = 0; j < opt.n_file_counts; j++) {
+		unsigned k = opt.file_counts[j];
+		char name[64];
+		const struct engine_result *f = &F[j];
+		for (int w = 0; w < 2 && f->ran; w++) {
+			const struct pairs *p = w ? &f->restore : &f->spill;
+			snprintf(name, sizeof(name), "%s, io_uring, %u file%s", w ? "restore (read)" : "spill (write)",
+				 k, k > 1 ? "s" : "");
+			snprintf(s_limit, sizeof(s_limit), "%s, %u job%s", w ? "read" : "write", k,
+				 k > 1 ? "s" : "");
+			print_pairs_row(out, name, p, s_limit, w ? TARGET_RESTORE : TARGET_SPILL);
+			detail(out, "CPU per GB: event loop %.4f s [%.4f..%.4f], all threads %.3f s [%.3f..%.3f]",
+			       median(p->lcpu_s_gb, n), vmin(p->lcpu_s_gb, n), vmax(p->lcpu_s_gb, n),
+			       median(p->dcpu_s_gb, n), vmin(p->dcpu_s_gb, n), vmax(p->dcpu_s_gb, n));
+		}
 	}
 	if (C.ran) {
 		char name[64], a[48], l[48];
@@ -1536,6 +1631,9 @@ static void json_pairs(const char *key, const struct pairs *p, double target, co
 	       median(p->fio, n), median(p->kv_s, n), median(p->fio_s, n));
 	printf(",\"%s\":%.4f,\"kvtierd_cpu_ms\":%.1f,\"client_cpu_ms\":%.1f", aux,
 	       median(p->aux_s, n), median(p->dcpu_ms, n), median(p->bcpu_ms, n));
+	printf(",\"loop_cpu_s_per_gb\":%.5f,\"loop_cpu_s_per_gb_min\":%.5f,"
+	       "\"loop_cpu_s_per_gb_max\":%.5f",
+	       median(p->lcpu_s_gb, n), vmin(p->lcpu_s_gb, n), vmax(p->lcpu_s_gb, n));
 	printf(",\"kvtierd_cpu_s_per_gb\":%.4f,\"kvtierd_cpu_s_per_gb_min\":%.4f,"
 	       "\"kvtierd_cpu_s_per_gb_max\":%.4f,\"kvtierd_cores_at_%.0f_gbs\":%.2f",
 	       median(p->dcpu_s_gb, n), vmin(p->dcpu_s_gb, n), vmax(p->dcpu_s_gb, n), NODE_GBS,
@@ -1571,6 +1669,15 @@ static void print_json(void)
 		       median(E[e].spill.aux_mib, opt.pairs));
 		snprintf(key, sizeof(key), "restore_%s", engine_conf[e]);
 		json_pairs(key, &E[e].restore, TARGET_RESTORE, "resident_s", true);
+	}
+	for (unsigned j = 0; j < opt.n_file_counts; j++) {
+		char key[64];
+		if (!F[j].ran)
+			continue;
+		snprintf(key, sizeof(key), "spill_files_%u", opt.file_counts[j]);
+		json_pairs(key, &F[j].spill, TARGET_SPILL, "stores_done_s", false);
+		snprintf(key, sizeof(key), "restore_files_%u", opt.file_counts[j]);
+		json_pairs(key, &F[j].restore, TARGET_RESTORE, "resident_s", true);
 	}
 	if (C.ran) {
 		unsigned n = opt.pairs;
@@ -1627,6 +1734,11 @@ static void help(void)
 	       "      --codec LIST     also restore the context from namespaces of these\n"
 	       "                       codecs (comma-separated: none, fp8-e4m3, int4), in\n"
 	       "                       turn, on a daemon of its own (default: not run)\n"
+	       "      --files LIST     also spill and restore with the io_uring engine over\n"
+	       "                       this many spill files, each count in turn on a\n"
+	       "                       daemon of its own (comma-separated, 1..%u), against\n"
+	       "                       fio running as many jobs on as many files (default:\n"
+	       "                       not run); --engine none runs only these\n"
 	       "      --fio-plain      fio without registered buffers and files\n"
 	       "                       (--fixedbufs=0 --registerfiles=0)\n"
 	       "  -d, --dir DIR        where the spill file and fio's file go (default\n"
@@ -1635,7 +1747,8 @@ static void help(void)
 	       "                       stderr)\n"
 	       "  -h, --help           show this help\n",
 	       opt.pairs, (unsigned long long)(opt.set_bytes / MIB),
-	       (unsigned long long)(opt.set_bytes / TOKEN_BYTES), opt.queue_depth, opt.dir);
+	       (unsigned long long)(opt.set_bytes / TOKEN_BYTES), opt.queue_depth, MAX_FILES,
+	       opt.dir);
 }
 
 /* --codec's list into opt.codecs. \return 0 or -EINVAL */
@@ -1659,6 +1772,24 @@ static int parse_codecs(const char *list)
 		opt.codecs[opt.n_codecs++] = c;
 	}
 	return opt.n_codecs ? 0 : -EINVAL;
+}
+
+/* --files's list into opt.file_counts. \return 0 or -EINVAL */
+static int parse_file_counts(const char *list)
+{
+	char buf[128];
+	char *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", list);
+	opt.n_file_counts = 0;
+	for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		char *end;
+		unsigned long k = strtoul(w, &end, 10);
+		if (*end || k < 1 || k > MAX_FILES || opt.n_file_counts == MAX_FILES)
+			return -EINVAL;
+		opt.file_counts[opt.n_file_counts++] = (unsigned)k;
+	}
+	return opt.n_file_counts ? 0 : -EINVAL;
 }
 
 /* fio on PATH (or as named)? */
@@ -1687,6 +1818,7 @@ int main(int argc, char **argv)
 		{"no-context", no_argument, NULL, 'C'},
 		{"codec", required_argument, NULL, 'c'},
 		{"fio-plain", no_argument, NULL, 'P'},
+		{"files", required_argument, NULL, 'F'},
 		{"dir", required_argument, NULL, 'd'},
 		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
@@ -1726,6 +1858,13 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'P': opt.fio_plain = true; break;
+		case 'F':
+			if (parse_file_counts(optarg) < 0) {
+				fprintf(stderr, "bench-nvme: --files takes a comma-separated list of counts, 1..%u\n",
+					MAX_FILES);
+				return 2;
+			}
+			break;
 		case 'd': opt.dir = optarg; break;
 		case 'j': opt.json = true; break;
 		case 'h': help(); return 0;
@@ -1736,8 +1875,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-nvme: --dir is too long for a socket path (at most 60 bytes)\n");
 		return 2;
 	}
-	if (!opt.engine[ENG_URING] && !opt.engine[ENG_THREADS] && !opt.n_codecs) {
-		fprintf(stderr, "bench-nvme: --engine none measures only --codec's restores\n");
+	if (!opt.engine[ENG_URING] && !opt.engine[ENG_THREADS] && !opt.n_codecs &&
+	    !opt.n_file_counts) {
+		fprintf(stderr, "bench-nvme: --engine none measures only --codec's and --files's\n");
 		return 2;
 	}
 	daemon_state.kvtierd = bench_kvtierd(argc, argv);
@@ -1768,7 +1908,11 @@ int main(int argc, char **argv)
 	}
 	/* Phase 5's spill file replaces the others'. */
 	uint64_t codec_cap = opt.n_codecs ? codec_spill_capacity() : 0;
-	uint64_t need = cap + (codec_cap > cap ? codec_cap : cap);
+	unsigned most_files = 1;
+	for (unsigned j = 0; j < opt.n_file_counts; j++)
+		if (opt.file_counts[j] > most_files)
+			most_files = opt.file_counts[j];
+	uint64_t need = most_files * cap + (codec_cap > most_files * cap ? codec_cap : most_files * cap);
 	if ((uint64_t)vfs.f_bavail * vfs.f_frsize < need + 256 * MIB) {
 		printf("bench-nvme: skipped: %s has %llu MiB free; two files of %llu MiB are needed\n",
 		       opt.dir, (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize / MIB),
@@ -1784,6 +1928,13 @@ int main(int argc, char **argv)
 	bench_daemon_path(&daemon_state, "spill.kvt", files.spill, sizeof(files.spill));
 	bench_daemon_path(&daemon_state, "fio.dat", files.fio_file, sizeof(files.fio_file));
 	bench_daemon_path(&daemon_state, "fio.err", files.fio_err, sizeof(files.fio_err));
+	for (unsigned i = 1; i < most_files; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "spill.kvt.%u", i);
+		bench_daemon_path(&daemon_state, name, files.spills[i], sizeof(files.spills[i]));
+		snprintf(name, sizeof(name), "fio.dat.%u", i);
+		bench_daemon_path(&daemon_state, name, files.fio_files[i], sizeof(files.fio_files[i]));
+	}
 
 	static struct bench b;
 	bench_setup(&b);
@@ -1819,10 +1970,10 @@ int main(int argc, char **argv)
 			die("asked for engine %s, the daemon runs %s", engine_conf[e], d.engine);
 		progress("engine %s: spill vs fio write, %u pairs (+1 warm-up) of %llu MiB",
 			 engine_conf[e], opt.pairs, (unsigned long long)(opt.set_bytes / MIB));
-		phase_spill(&b, e);
+		phase_spill(&b, &E[e], engine_conf[e], 1 + (unsigned)e);
 		progress("engine %s: restore vs fio read, %u pairs (+1 warm-up)", engine_conf[e],
 			 opt.pairs);
-		phase_restore(&b, e);
+		phase_restore(&b, &E[e], engine_conf[e], 1 + (unsigned)e);
 		if (e == ENG_URING && opt.context) {
 			progress("context: %llu tokens restored as kvt-engine does vs fio read, %u pairs (+1 warm-up)",
 				 (unsigned long long)(b.n * BLOCK_TOKENS), opt.pairs);
@@ -1831,6 +1982,40 @@ int main(int argc, char **argv)
 		disconnect_daemon(&b);
 		bench_daemon_stop(&daemon_state);
 	}
+	for (unsigned j = 0; j < opt.n_file_counts; j++) {
+		unsigned k = opt.file_counts[j];
+		char label[32];
+		snprintf(label, sizeof(label), "%u file%s", k, k > 1 ? "s" : "");
+		opt.n_files = k;
+		progress("%s: preallocating and writing the spill files (and fio's others) once", label);
+		unlink(files.spill);
+		prewrite(files.spill, cap, true);
+		for (unsigned i = 1; i < k; i++) {
+			unlink(files.spills[i]);
+			prewrite(files.spills[i], cap, true);
+			if (access(files.fio_files[i], F_OK) < 0)
+				prewrite(files.fio_files[i], cap, false);
+		}
+		daemon_start(ENG_URING);
+		connect_daemon(&b);
+		bench_daemon_log_find(&daemon_state, "NVMe tier: ", NULL, F[j].nvme_line,
+				      sizeof(F[j].nvme_line));
+		progress("kvtierd pid %d, %s; NVMe tier: %s", (int)daemon_state.pid, label,
+			 F[j].nvme_line);
+		progress("%s: spill vs fio write with %u job(s), %u pairs (+1 warm-up)", label, k,
+			 opt.pairs);
+		phase_spill(&b, &F[j], label, 20 + j);
+		progress("%s: restore vs fio read with %u job(s), %u pairs (+1 warm-up)", label, k,
+			 opt.pairs);
+		phase_restore(&b, &F[j], label, 20 + j);
+		disconnect_daemon(&b);
+		bench_daemon_stop(&daemon_state);
+		for (unsigned i = 1; i < k; i++)
+			unlink(files.spills[i]);
+		opt.n_files = 1;
+	}
+	for (unsigned i = 1; i < most_files; i++)
+		unlink(files.fio_files[i]);
 	if (opt.n_codecs) {
 		unlink(files.spill);
 		progress("codecs: preallocating and writing a spill file of %llu MiB once",
