@@ -294,6 +294,35 @@ def restart_section(r, P):
     return out
 
 
+def fair_section(f, P):
+    out = []
+    out.append(
+        "Tenant B's one-key lookups alone and beside tenant A flooding the daemon with 8192-key "
+        "lookups over %d blocks: %d pairs of %d lookups; the ratio is beside / alone.\n"
+        % (f["blocks"], f["pairs"], f["iters"]))
+    out.append("| A's load | B p50 alone | B p50 beside | beside / alone | B p90 alone | B p90 beside |")
+    out.append("|---|---|---|---|---|---|")
+    for name, o in f["loads"].items():
+        out.append("| %s | %.1f µs | %.1f µs | %s | %.1f µs | %.1f µs |" % (
+            name, o["alone_p50_us"], o["beside_p50_us"], rng(o, "ratio"), o["alone_p90_us"],
+            o["beside_p90_us"]))
+    out.append("")
+    return out
+
+
+def evict_section(text):
+    out = ["The default eviction policy's fraction of Belady's hits (tokens saved) against LRU's, "
+           "one shared tier at each size of the working set; `below-lru` says whether the default "
+           "saves fewer tokens than LRU there (`scripts/bench-evict.sh`, docs/workload.md).\n"]
+    rows = [l.split() for l in text.splitlines()[1:] if l.strip()]
+    out.append("| trace | size | default | of Belady | LRU of Belady | below LRU |")
+    out.append("|---|---|---|---|---|---|")
+    for r in rows:
+        out.append("| " + " | ".join(r) + " |")
+    out.append("")
+    return out
+
+
 def scale_section(s, P):
     out = []
     ix = s["index"]
@@ -480,6 +509,13 @@ def main():
     scale, swhy = load(d, "scale")
     codec, cwhy = load(d, "codec")
     restart, rwhy = load(d, "restart")
+    fair, fwhy = load(d, "fair")
+    evict, ewhy = None, "not run"
+    for name, why in (("evict.txt", None), ("evict.failed", "failed")):
+        if os.path.exists(os.path.join(d, name)):
+            with open(os.path.join(d, name)) as f:
+                evict, ewhy = (f.read(), None) if why is None else (None, why)
+            break
     P = Plots(d)
 
     mode = m.get("mode", "?")
@@ -510,6 +546,8 @@ def main():
         ("Scale: the index, recovery and write-back", scale_section, scale, swhy),
         ("Codecs: fp8-e4m3 and int4 on the CPU copy path", codec_section, codec, cwhy),
         ("Restarts: the kept host tier against NVMe recovery", restart_section, restart, rwhy),
+        ("Neighbours: one-key lookups beside a tenant's 8192-key lookups", fair_section, fair, fwhy),
+        ("Eviction: the default policy against Belady and LRU", lambda t, P: evict_section(t), evict, ewhy),
     )
     for title, section, results, why in parts:
         out.append("### %s\n" % title)

@@ -16,6 +16,12 @@
 #   restart       bench-restart: the host tier kept across an upgrade in
 #                 place against NVMe recovery, loaded back against memcpy;
 #                 the ledger's cost on the store path (keep = yes / no)
+#   fair          bench-fair: another tenant's one-key lookups beside a
+#                 tenant that floods 8192-key lookups, against them alone
+#   evict         scripts/bench-evict.sh: every eviction policy on every
+#                 trace of docs/workload.md against Belady and LRU (hit
+#                 counts of the simulator; $MOONCAKE_CONV adds Mooncake's
+#                 conversation trace)
 #
 # then tables (markdown, ready to paste into docs/benchmarks.md) and
 # gnuplot plots of the results, all in one results directory.
@@ -34,7 +40,8 @@
 #                 under the build directory)
 #   --no-install  do not install missing packages (parts that need them
 #                 are skipped)
-#   --only PARTS  comma-separated subset of host,nvme,scale,codec,restart
+#   --only PARTS  comma-separated subset of
+#                 host,nvme,scale,codec,restart,fair,evict
 #
 # It runs as root to install packages (apt-get) and to lock the daemon's
 # pool; the Redis server it starts is its own, with a private
@@ -46,7 +53,7 @@ mode=default
 build="build-bench"
 out=
 install=1
-only=host,nvme,scale,codec,restart
+only=host,nvme,scale,codec,restart,fair,evict
 [ "${KVT_BENCH_LONG:-0}" = 1 ] && mode=long
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -95,7 +102,7 @@ elif [ "${reconfigure:-0}" = 1 ]; then
 fi
 ninja -C "$build" daemon/kvtierd client/kvtierctl tests/bench/bench-host \
 	tests/bench/bench-nvme tests/bench/bench-scale tests/bench/bench-codec \
-	tests/bench/bench-restart >&2
+	tests/bench/bench-restart tests/bench/bench-fair >&2
 case $build in
 /*) abs=$build ;;
 *) abs=$PWD/$build ;;
@@ -110,19 +117,22 @@ quick)
 	nvme_args="--pairs 5 --mib 256 --engine io_uring --files 1,2"
 	scale_args="--pairs 5 --max 100000 --recovery-max 10000 --writeback-max 10000 --iters 1000 --batches 100"
 	codec_args="--pairs 3 --mib 32"
-	restart_args="--max-gib 1 --pairs 3" ;;
+	restart_args="--max-gib 1 --pairs 3"
+	fair_args="--load lookup --pairs 3 --iters 500" ;;
 default)
 	host_args=""
 	nvme_args="--files 1,2"
 	scale_args=""
 	codec_args=""
-	restart_args="" ;;
+	restart_args=""
+	fair_args="--load lookup --pairs 7 --iters 2000" ;;
 long)
 	host_args="--pairs 15"
 	nvme_args="--pairs 15 --files 1,2"
 	scale_args="--pairs 11 --max 10000000 --recovery-max 1000000 --writeback-max 1000000"
 	codec_args="--pairs 15"
-	restart_args="--max-gib 4 --pairs 15" ;;
+	restart_args="--max-gib 4 --pairs 15"
+	fair_args="--load lookup --pairs 15 --iters 2000" ;;
 esac
 
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -234,6 +244,22 @@ want scale && run scale "$bench/bench-scale" $scale_args
 want codec && run codec "$bench/bench-codec" $codec_args
 
 want restart && run restart "$bench/bench-restart" $restart_args
+# shellcheck disable=SC2086
+want fair && run fair "$bench/bench-fair" $fair_args
+if want evict; then
+	# Hit counts, not times: the same in every mode.
+	say "evict: scripts/bench-evict.sh $build $out/evict"
+	t0=$(date +%s)
+	rc=0
+	scripts/bench-evict.sh "$build" "$out/evict" >"$out/evict.txt" 2>"$out/evict.log" || rc=$?
+	echo "evict $(($(date +%s) - t0)) s, exit $rc" >>"$out/timing.txt"
+	if [ $rc = 0 ]; then
+		cat "$out/evict.txt" >&2
+	else
+		say "evict failed (exit $rc), see $out/evict.log"; tail -20 "$out/evict.log" >&2
+		mv "$out/evict.txt" "$out/evict.failed"; failed=1
+	fi
+fi
 echo "total $(($(date +%s) - t_start)) s" >>"$out/timing.txt"
 
 # ---- tables and plots ------------------------------------------------------
