@@ -237,7 +237,16 @@ def measure_store_pairs(model, lengths, pairs):
 
     cfg = "[pool]\ncapacity = 3G\nextent_size = 256M\n[tenants]\ndefault_quota = 3G\n" \
           "[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
-    out = {n: {"alone": [], "quiet": [], "beside": [], "load": []} for n in lengths}
+    out = {n: {"alone": [], "quiet": [], "beside": [], "load": [], "cpu alone": [],
+               "cpu quiet": [], "cpu beside": [], "cpu kvtierd": []} for n in lengths}
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(pid):
+        """utime + stime of process pid (all its threads), in s."""
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
     with kvtd.Daemon(cfg, spill_mb=8192) as d, kvtier.Client(socket=d.socket) as admin:
         alone = Engine(model, "plain", lengths, "vLLM alone, no prefix cache")
         store = Engine(model, d.socket, lengths, "the storing engine")
@@ -255,7 +264,12 @@ def measure_store_pairs(model, lengths, pairs):
                     if who == "quiet":
                         wait_on_nvme(admin, stored)
                     e = alone if who == "alone" else store
+                    c0, d0 = cpu(e.p.pid), cpu(d.proc.pid)
                     out[n][who].append(e.ask(n, seed)["s"])
+                    if who == "quiet":  # its own stores copied and written back
+                        wait_on_nvme(admin, stored + n // BLOCK)
+                        out[n]["cpu kvtierd"].append(cpu(d.proc.pid) - d0)
+                    out[n]["cpu " + who].append(cpu(e.p.pid) - c0)
                     seed += 1
                     if who != "alone":
                         stored += n // BLOCK
@@ -270,18 +284,23 @@ def print_store_pairs(out):
         return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
 
     print("| prompt tokens | vLLM alone s (median) | storing, quiet | storing, beside the "
-          "previous store | rounds | load average |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "previous store | engine CPU s: alone / quiet / beside | kvtierd CPU s | rounds | "
+          "load average |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, r in out.items():
         cells = []
         for who in ("quiet", "beside"):
             ratios = [a / b for a, b in zip(r[who], r["alone"])]
             cells.append(f"{med(ratios):.3f} [{min(ratios):.3f}..{max(ratios):.3f}]")
-        print(f"| {n} | {med(r['alone']):.3f} | {cells[0]} | {cells[1]} | {len(r['alone'])} "
+        engine_cpu = " / ".join(f"{med(r['cpu ' + w]):.2f}" for w in ("alone", "quiet", "beside"))
+        print(f"| {n} | {med(r['alone']):.3f} | {cells[0]} | {cells[1]} | {engine_cpu} | "
+              f"{med(r['cpu kvtierd']):.3f} | {len(r['alone'])} "
               f"| {min(r['load']):.1f}..{max(r['load']):.1f} |")
     print("\nTTFT of the storing request / vLLM alone in the same round: median "
           "[lowest..highest]; quiet: its previous stores and their write-back done first; "
-          "beside: right after the previous storing request.")
+          "beside: right after the previous storing request. Engine CPU: the engine "
+          "process's CPU time (all threads) during the request (quiet: until its stores "
+          "were written back), median; kvtierd CPU: the daemon's over the same span.")
 
 
 class Cluster:

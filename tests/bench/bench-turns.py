@@ -67,9 +67,12 @@ for line in sys.stdin:
     print(json.dumps({"s": dt, "cached": cached}), flush=True)
 """
 
-# The peers, pinned: (packages, what they need beside the engine venv).
+# The peers, pinned, installed without their declared dependencies (CUDA
+# and cloud packages a CPU engine does not import), with those of the
+# engine path the engine venv lacks.
 PEERS = {
-    "lmcache": ["lmcache==0.5.6"],
+    "lmcache": ["lmcache==0.5.6", "sortedcontainers==2.4.0", "aiofile==3.12.3",
+                "caio==0.12.10"],
     "mooncake": ["mooncake-transfer-engine-non-cuda==0.3.13.post1"],
 }
 
@@ -112,10 +115,9 @@ def peer_venv(build: str, peer: str) -> tuple[str | None, str]:
                 check=True, capture_output=True, text=True).stdout.strip()
             with open(os.path.join(site, "engine-venv.pth"), "w") as f:
                 f.write(base_site + "\n")
-        # The peer's own packages; what they need beyond the engine venv is
-        # resolved by pip (the engine venv's packages count as installed).
         r = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                            *PEERS[peer]], capture_output=True, text=True, timeout=1200)
+                            "--no-deps", *PEERS[peer]], capture_output=True, text=True,
+                           timeout=1200)
         if r.returncode:
             return None, f"pip install {' '.join(PEERS[peer])} failed: " + \
                 (r.stderr.strip().splitlines() or ["?"])[-1]
@@ -123,6 +125,43 @@ def peer_venv(build: str, peer: str) -> tuple[str | None, str]:
         return None, f"its venv could not be made: {e}"
     open(stamp, "w").close()
     return py, ""
+
+
+# What a peer's engine log says when it started without its store (it
+# then runs as vLLM alone and is no contender).
+PEER_FATAL = {
+    "lmcache": "No supported cpu connector found",
+}
+
+MC_RPC, MC_HTTP, MC_CLIENT = 15051, 18080, 15052
+_services: list = []  # the peers' processes, stopped at the end
+
+
+def mooncake_services(bindir, work) -> str:
+    """Mooncake Store's master (with its HTTP metadata server) and a store
+    client holding a 2 GB segment, started once; "" or why not."""
+    if _services:
+        return ""
+    logs = []
+    for argv in ([os.path.join(bindir, "mooncake_master"), "-enable_http_metadata_server=true",
+                  "-http_metadata_server_host=127.0.0.1",
+                  f"-http_metadata_server_port={MC_HTTP}", f"-rpc_port={MC_RPC}"],
+                 [os.path.join(bindir, "mooncake_client"), "-host=127.0.0.1",
+                  f"-master_server_address=127.0.0.1:{MC_RPC}",
+                  f"-metadata_server=http://127.0.0.1:{MC_HTTP}/metadata", "-protocol=tcp",
+                  "-global_segment_size=2GB", f"-port={MC_CLIENT}"]):
+        log = os.path.join(work, os.path.basename(argv[0]) + ".log")
+        logs.append(log)
+        try:
+            _services.append(subprocess.Popen(argv, stdout=open(log, "w"),
+                                              stderr=subprocess.STDOUT))
+        except OSError as e:
+            return f"{argv[0]} did not start: {e}"
+        ttft.wait_for(f"{argv[0]} to start", lambda log=log: (
+            "Starting" in open(log).read() or "started" in open(log).read(), log), 60)
+        if _services[-1].poll() is not None:
+            return f"{argv[0]} exited ({_services[-1].returncode}); its log: {log}"
+    return ""
 
 
 def contender(name, model, work, max_len, kv_bytes, sock=None, build=None):
@@ -150,6 +189,18 @@ def contender(name, model, work, max_len, kv_bytes, sock=None, build=None):
         py, why = peer_venv(build, name)
         if py is None:
             return None, why
+        why = mooncake_services(os.path.dirname(py), work)
+        if why:
+            return None, why
+        # The engine's store client holds no segment: the blocks live in the
+        # store's own client process, which outlives the engine.
+        conf = os.path.join(work, "mooncake.json")
+        with open(conf, "w") as f:
+            json.dump({"metadata_server": f"http://127.0.0.1:{MC_HTTP}/metadata",
+                       "master_server_address": f"127.0.0.1:{MC_RPC}", "protocol": "tcp",
+                       "device_name": "", "mode": "standalone-store",
+                       "global_segment_size": 0, "local_buffer_size": "512MB"}, f)
+        env["MOONCAKE_CONFIG_PATH"] = conf
         ktc = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
     else:
         raise ValueError(name)
@@ -181,6 +232,12 @@ def run(args, model, work, sock, names):
         except RuntimeError as e:
             skipped[name] = f"its engine did not start: {e}"
             del specs[name]
+            continue
+        fatal = PEER_FATAL.get(name)
+        if fatal and fatal in open(engines[name].log).read():
+            skipped[name] = f"its engine started without its store (its log: \"{fatal}\")"
+            engines.pop(name).close()
+            del specs[name]
     live = list(engines)
     if "vLLM alone" not in live or len(live) < 2:
         sys.exit("nothing to compare: " + "; ".join(f"{n}: {w}" for n, w in skipped.items()))
@@ -202,6 +259,9 @@ def run(args, model, work, sock, names):
                 res[name].setdefault(turn, []).append((r["s"], r["cached"], len(ids)))
     for e in engines.values():
         e.close()
+    for p in _services:
+        p.terminate()
+        p.wait()
     return res, skipped, max_len
 
 
