@@ -50,7 +50,8 @@ ENGINE = r"""
 import json, os, sys, time
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 from vllm import LLM, SamplingParams
-model, ktc, max_len, kv_bytes = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+model, ktc = sys.argv[1], json.loads(sys.argv[2])
+max_len, kv_bytes = int(sys.argv[3]), int(sys.argv[4])
 llm = LLM(model=model, dtype="float32", block_size=32, max_model_len=max_len,
           enable_prefix_caching=True, kv_transfer_config=ktc or None, seed=0,
           kv_cache_memory_bytes=kv_bytes)
@@ -259,14 +260,10 @@ def run(args, model, work, sock, names):
                 res[name].setdefault(turn, []).append((r["s"], r["cached"], len(ids)))
     for e in engines.values():
         e.close()
-    for p in _services:
-        p.terminate()
-        p.wait()
     return res, skipped, max_len
 
 
 def report(args, res, skipped, max_len, load):
-    base = res["vLLM alone"]
     later = list(range(2, args.turns + 1))
 
     def total(name, turns):
@@ -301,7 +298,6 @@ def report(args, res, skipped, max_len, load):
           f"{total('vLLM alone', later):.2f} s, fresh {total('vLLM alone', ['fresh']):.2f} s).")
     for name, why in skipped.items():
         print(f"\nSkipped {name}: {why}")
-    del base
 
 
 def main():
@@ -331,9 +327,14 @@ def main():
     model = ttft.bench_model(work, args.layers, args.hidden, max_pos)
     cfg = "[pool]\ncapacity = 2G\nextent_size = 256M\n[tenants]\ndefault_quota = 2G\n"
     load0 = os.getloadavg()[0]
-    with kvtd.Daemon(cfg) as d:
-        res, skipped, max_len = run(args, model, work, d.socket,
-                                    ["vLLM alone", "kvtier", *peers])
+    try:
+        with kvtd.Daemon(cfg) as d:
+            res, skipped, max_len = run(args, model, work, d.socket,
+                                        ["vLLM alone", "kvtier", *peers])
+    finally:
+        for p in _services:
+            p.terminate()
+            p.wait()
     report(args, res, skipped, max_len, (load0, os.getloadavg()[0]))
 
 
