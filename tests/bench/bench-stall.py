@@ -149,7 +149,7 @@ def main():
                   f"{max(xs) * ms:.1f} | {max(xs) / max(plain):.2f} |")
     if staged is not None:
         print(f"\nThe staged prompt joined at step 5 and its first token came at step {staged}; "
-              f"that step, which computed its last {args.prompt - ttft.restorable(args.prompt)}"
+              f"that step, which computed its last {args.prompt - min(ttft.restorable(args.prompt), args.prompt - 1)}"
               f" tokens beside the decode, took {beside[staged] * ms:.1f} ms.")
     print(f"Connector: {r['stats']}")
 
