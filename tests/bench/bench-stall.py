@@ -148,8 +148,9 @@ def main():
             print(f"| {name} | {len(xs)} | {pct(xs, 0.5) * ms:.1f} | {pct(xs, 0.9) * ms:.1f} | "
                   f"{max(xs) * ms:.1f} | {max(xs) / max(plain):.2f} |")
     if staged is not None:
+        computed = args.prompt - min(ttft.restorable(args.prompt), args.prompt - 1)
         print(f"\nThe staged prompt joined at step 5 and its first token came at step {staged}; "
-              f"that step, which computed its last {args.prompt - min(ttft.restorable(args.prompt), args.prompt - 1)}"
+              f"that step, which computed its last {computed}"
               f" tokens beside the decode, took {beside[staged] * ms:.1f} ms.")
     print(f"Connector: {r['stats']}")
 
