@@ -119,7 +119,7 @@ def main():
             raise RuntimeError(f"the engine exited ({p.wait()}); its log: {log.name}")
 
         answer()
-        ttft.wait_on_nvme(admin, (args.prompt - 1) // BLOCK)
+        ttft.wait_on_nvme(admin, args.prompt // BLOCK)
         tenants = {r["name"]: r["id"] for r in admin.stats() if r["kind"] == "tenant"}
         for r in admin.stats():
             if r["kind"] == "namespace":
@@ -137,7 +137,7 @@ def main():
     staging = beside[5:staged] if staged is not None else beside[5:]
     ms = 1000
     print(f"Model: random Llama, {args.layers} layers, hidden {args.hidden}, fp32; staged "
-          f"prompt {args.prompt} tokens ({(args.prompt - 1) // BLOCK} blocks on NVMe only); "
+          f"prompt {args.prompt} tokens ({args.prompt // BLOCK} blocks on NVMe only); "
           f"decodes of {args.decode} tokens; {os.cpu_count()} CPUs.\n")
     print("| decode steps | steps | p50 ms | p90 ms | max ms | max / alone's max |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -148,8 +148,9 @@ def main():
             print(f"| {name} | {len(xs)} | {pct(xs, 0.5) * ms:.1f} | {pct(xs, 0.9) * ms:.1f} | "
                   f"{max(xs) * ms:.1f} | {max(xs) / max(plain):.2f} |")
     if staged is not None:
+        computed = args.prompt - min(ttft.restorable(args.prompt), args.prompt - 1)
         print(f"\nThe staged prompt joined at step 5 and its first token came at step {staged}; "
-              f"that step, which computed its last {args.prompt - (args.prompt - 1) // BLOCK * BLOCK}"
+              f"that step, which computed its last {computed}"
               f" tokens beside the decode, took {beside[staged] * ms:.1f} ms.")
     print(f"Connector: {r['stats']}")
 

@@ -28,6 +28,12 @@ Every wait is bounded and says what it waited for when it gives up.
 connector's codec (blocks stored quantised, kvtier.CODECS) against a
 kvtierd of their own: the host and NVMe hits of a quantised prefix beside
 the uncoded ones and recompute.
+
+    ... bench-ttft.py --build build --store-pairs 6 [--lengths 256,1024,2048]
+
+--store-pairs measures only the storing request against vLLM alone (the
+same engine without the connector), in alternating rounds
+(measure_store_pairs).
 """
 
 import argparse
@@ -59,7 +65,7 @@ sys.path.insert(0, sys.argv[4])
 import kvtd
 from vllm import LLM, SamplingParams
 model, sock, lengths = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
-ktc = None if sock == "none" else {
+ktc = None if sock in ("none", "plain") else {
     "kv_connector": "KvtierConnector", "kv_connector_module_path": "kvtier.vllm",
     "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
     "kv_connector_extra_config": {"socket": sock, **json.loads(sys.argv[5])}}
@@ -83,18 +89,18 @@ for line in sys.stdin:
 class Engine:
     """One engine process; every answer is awaited for a bounded time."""
 
-    def __init__(self, model, sock, lengths, name, extra=None):
+    def __init__(self, model, sock, lengths, name, extra=None, argv=None, env=None):
+        """argv: another engine program's command line (bench-turns.py);
+        env: its environment."""
         self.name = name
         # Its stderr, in the private TMPDIR of the run.
         self.log = log = os.path.join(os.environ["TMPDIR"], name.replace(" ", "-").replace("'", "")
                                       + ".log")
+        argv = argv or [sys.executable, "-c", ENGINE, model, sock, ",".join(map(str, lengths)),
+                        os.path.join(HERE, "..", "engines"), json.dumps(extra or {})]
         with open(log, "a") as err:
-            self.p = subprocess.Popen([sys.executable, "-c", ENGINE, model, sock,
-                                       ",".join(map(str, lengths)),
-                                       os.path.join(HERE, "..", "engines"),
-                                       json.dumps(extra or {})],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True, stderr=err)
+            self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True, stderr=err, env=env)
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self.read(START_S, "its start (model load and kernel compilation)")
@@ -119,9 +125,12 @@ class Engine:
                 return json.loads(line)
 
     def ask(self, n, seed):
-        self.p.stdin.write(json.dumps({"n": n, "seed": seed}) + "\n")
+        return self.send({"n": n, "seed": seed}, f"the first token of a {n}-token prompt")
+
+    def send(self, req, what):
+        self.p.stdin.write(json.dumps(req) + "\n")
         self.p.stdin.flush()
-        return self.read(ANSWER_S, f"the first token of a {n}-token prompt")
+        return self.read(ANSWER_S, what)
 
     def close(self):
         self.p.stdin.close()
@@ -192,10 +201,10 @@ def measure_local(model, lengths, rows, codec=None):
             # The warm-up's stores and their write-back are done before
             # the measured request, which is timed beside its own work
             # only, as the recompute it is compared with.
-            stored += (n - 1) // BLOCK
+            stored += n // BLOCK
             wait_on_nvme(admin, stored)
             rows[n]["recompute + store" + tag] = store.ask(n, 200 + i)["s"]
-            stored += (n - 1) // BLOCK
+            stored += n // BLOCK
         store.close()
         host = Engine(model, d.socket, lengths, "the restoring engine" + tag, extra)
         for i, n in enumerate(lengths):
@@ -203,7 +212,7 @@ def measure_local(model, lengths, rows, codec=None):
                 r = host.ask(n, seed)
             rows[n]["kvtier host" + tag], rows[n]["host cached" + tag] = r["s"], r["cached"]
         # Host copies dropped: the next hits come from the spill file.
-        blocks = 2 * sum((n - 1) // BLOCK for n in lengths)
+        blocks = 2 * sum(n // BLOCK for n in lengths)
         wait_on_nvme(admin, blocks)
         tenants = {r["name"]: r["id"] for r in admin.stats() if r["kind"] == "tenant"}
         for r in admin.stats():
@@ -214,6 +223,84 @@ def measure_local(model, lengths, rows, codec=None):
                 r = host.ask(n, seed)
             rows[n]["kvtier nvme" + tag], rows[n]["nvme cached" + tag] = r["s"], r["cached"]
         host.close()
+
+
+def measure_store_pairs(model, lengths, pairs):
+    """The storing request against vLLM alone (no connector, no prefix
+    cache: the same engine but kvtier), in rounds that alternate the
+    contenders' order: vLLM alone; kvtier once its previous stores and
+    their write-back to NVMe are done ("quiet"); kvtier right after its
+    previous storing request, whose copies and write-back run beside it
+    ("beside").  Returns {n: {"alone": [s], "quiet": [s], "beside": [s],
+    "load": [load average at each round]}}."""
+    import kvtier
+
+    cfg = "[pool]\ncapacity = 3G\nextent_size = 256M\n[tenants]\ndefault_quota = 3G\n" \
+          "[nvme]\nwriteback_high = 0%\nwriteback_low = 0%\n"
+    out = {n: {"alone": [], "quiet": [], "beside": [], "load": [], "cpu alone": [],
+               "cpu quiet": [], "cpu beside": [], "cpu kvtierd": []} for n in lengths}
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(pid):
+        """utime + stime of process pid (all its threads), in s."""
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    with kvtd.Daemon(cfg, spill_mb=8192) as d, kvtier.Client(socket=d.socket) as admin:
+        alone = Engine(model, "plain", lengths, "vLLM alone, no prefix cache")
+        store = Engine(model, d.socket, lengths, "the storing engine")
+        stored, seed = 0, 1000
+        for n in lengths:
+            alone.ask(n, seed)  # warm-ups of the shape
+            store.ask(n, seed + 1)
+            stored += n // BLOCK
+            seed += 2
+            for k in range(pairs):
+                order = ["alone", "quiet", "beside"]
+                order = order[k % 3:] + order[:k % 3]
+                out[n]["load"].append(os.getloadavg()[0])
+                for who in order:
+                    if who == "quiet":
+                        wait_on_nvme(admin, stored)
+                    e = alone if who == "alone" else store
+                    c0, d0 = cpu(e.p.pid), cpu(d.proc.pid)
+                    out[n][who].append(e.ask(n, seed)["s"])
+                    if who == "quiet":  # its own stores copied and written back
+                        wait_on_nvme(admin, stored + n // BLOCK)
+                        out[n]["cpu kvtierd"].append(cpu(d.proc.pid) - d0)
+                    out[n]["cpu " + who].append(cpu(e.p.pid) - c0)
+                    seed += 1
+                    if who != "alone":
+                        stored += n // BLOCK
+        alone.close()
+        store.close()
+    return out
+
+
+def print_store_pairs(out):
+    def med(xs):
+        xs = sorted(xs)
+        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+    print("| prompt tokens | vLLM alone s (median) | storing, quiet | storing, beside the "
+          "previous store | engine CPU s: alone / quiet / beside | kvtierd CPU s | rounds | "
+          "load average |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, r in out.items():
+        cells = []
+        for who in ("quiet", "beside"):
+            ratios = [a / b for a, b in zip(r[who], r["alone"])]
+            cells.append(f"{med(ratios):.3f} [{min(ratios):.3f}..{max(ratios):.3f}]")
+        engine_cpu = " / ".join(f"{med(r['cpu ' + w]):.2f}" for w in ("alone", "quiet", "beside"))
+        print(f"| {n} | {med(r['alone']):.3f} | {cells[0]} | {cells[1]} | {engine_cpu} | "
+              f"{med(r['cpu kvtierd']):.3f} | {len(r['alone'])} "
+              f"| {min(r['load']):.1f}..{max(r['load']):.1f} |")
+    print("\nTTFT of the storing request / vLLM alone in the same round: median "
+          "[lowest..highest]; quiet: its previous stores and their write-back done first; "
+          "beside: right after the previous storing request. Engine CPU: the engine "
+          "process's CPU time (all threads) during the request (quiet: until its stores "
+          "were written back), median; kvtierd CPU: the daemon's over the same span.")
 
 
 class Cluster:
@@ -242,7 +329,7 @@ def measure_remote(model, lengths, rows, work, block_bytes):
     """Node A stores each prompt into the shared tier, node B restores it."""
     import kvtier
 
-    blocks = 2 * sum((n - 1) // BLOCK for n in lengths)  # warm-up and measured
+    blocks = 2 * sum(n // BLOCK for n in lengths)  # warm-up and measured
     data = blocks * (block_bytes + 4096)
     # memstore holds everything in the OSD's memory and hangs writes once
     # full (reference/pitfalls.md): room for all of it, twice over.
@@ -289,6 +376,13 @@ def bench_model(work, layers, hidden, max_pos):
                            intermediate=4 * hidden, max_pos=max_pos)
 
 
+def restorable(n: int) -> int:
+    """The tokens of an n-token prompt kvtier restores: its full blocks (vLLM
+    counts them all cached, and computes the last token of a prompt that
+    ends on a block boundary again)."""
+    return n // BLOCK * BLOCK
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build", help="meson build directory (kvtierd)")
@@ -299,6 +393,9 @@ def main():
                     help="a hit in the remote tier (Ceph) on a second node, not the local tiers")
     ap.add_argument("--codec", choices=("fp8-e4m3", "int4"),
                     help="the local tiers measured again with blocks stored in this codec")
+    ap.add_argument("--store-pairs", type=int, metavar="ROUNDS",
+                    help="only the storing request against vLLM alone, in ROUNDS "
+                    "alternating rounds per length")
     args = ap.parse_args()
     if args.codec and args.remote:
         ap.error("--codec measures the local tiers; run it without --remote")
@@ -313,6 +410,9 @@ def main():
                   if f.endswith(".safetensors")) // 4
     kv_bytes = 2 * args.layers * 8 * 64 * 4
     rows = {n: {} for n in lengths}
+    if args.store_pairs:
+        print_store_pairs(measure_store_pairs(model, lengths, args.store_pairs))
+        return
     # Every measurement follows a warm-up of the same shape on another
     # prompt (seed 100+i: warm-up, 200+i: measured): vLLM compiles per shape.
     base = Engine(model, "none", lengths, "vLLM alone")
@@ -366,8 +466,8 @@ def main():
         print(f"| {n} | {rc:.3f} | " + " | ".join(f"{r[k] / rc:.3f}" for _, k in ratios)
               + " | " + " / ".join(str(r[k]) for k in restored) + " |")
     print("\nColumns after the first: TTFT as a fraction of recompute (lower is better); " + note)
-    bad = [n for n in lengths if any(rows[n].get(k, (n - 1) // BLOCK * BLOCK)
-                                     != (n - 1) // BLOCK * BLOCK
+    # Every full block.
+    bad = [n for n in lengths if any(rows[n].get(k, restorable(n)) != restorable(n)
                                      for k in ("host cached", "nvme cached", "remote cached",
                                                f"host cached {args.codec}",
                                                f"nvme cached {args.codec}"))]

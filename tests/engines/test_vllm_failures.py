@@ -117,7 +117,7 @@ class Checker:
         self.client.close()
 
     def keys(self, ids: list[int]) -> list[bytes]:
-        n = (len(ids) - 1) // B
+        n = len(ids) // B  # every full block (kvtier.vllm.scheduler)
         return kvtier.split_keys(kvtier.hash_chain(ids[: n * B], B))
 
     def held(self, ids: list[int], model: vl.Model) -> list[int]:
@@ -170,7 +170,7 @@ def store(start, async_sched: bool, ids: list[int], model: vl.Model, **kw) -> No
     assert list(r.output_token_ids) == reference_tokens(model, ids)
     assert a.wrong == []
     a.worker.drain()
-    assert a.worker.stats["stored_blocks"] == (len(ids) - 1) // B
+    assert a.worker.stats["stored_blocks"] == len(ids) // B
 
 
 # name: (prompt tokens, blocks stored before, the block deleted)
@@ -180,6 +180,9 @@ CASES = {
     "last": (12 * B + 5, 6, 5),
     "last-chunk": (11 * B + 5, 11, 5),  # the hit, then the prompt's last chunk
     "whole-prompt": (12 * B + 1, 12, 6),  # the hit is the prompt but its last token
+    # the prompt ends on a block boundary and the hit is all of it
+    "aligned-first": (12 * B, 12, 0),
+    "aligned-last": (12 * B, 12, 11),
 }
 
 
@@ -360,3 +363,41 @@ def test_store_from_before_the_failure_was_heard(engines, checker):
     assert w.stats["stored_blocks"] - before["stored_blocks"] == 2
     assert [checker.ns.lookup(k)[0] for k in keys] == [1] * 6
     assert not w.side._failures  # forgotten with the request
+
+
+def aligned_prompt(engines, checker, async_sched: bool, seed: int, **kw):
+    """A prompt of whole blocks: every block of it is stored, and a fresh
+    engine loads them all and computes its last token only (in the loaded
+    last block), with the reference's tokens."""
+    ids = kvtd.prompt_ids(12 * B, seed)
+    model = checker.model
+    plain = engines(sock=None, async_sched=async_sched, **kw)
+    r = plain.add("plain", ids)
+    plain.run()
+    want = reference_tokens(model, ids)
+    assert list(r.output_token_ids) == want
+    store(engines, async_sched, ids, model, **kw)
+    assert checker.held(ids, model) == list(range(12))  # the last block too
+    c = engines(async_sched=async_sched, **kw)
+    prefill = []  # (computed before, tokens scheduled) of c's steps before it samples
+
+    def hook(out):
+        starts = c._starts(out)
+        if "c" in out.num_scheduled_tokens and not c.requests["c"].output_token_ids:
+            prefill.append((starts["c"], out.num_scheduled_tokens["c"]))
+    c.on_schedule = hook
+    rc = c.add("c", ids)
+    c.run()
+    assert c.wrong == [] and list(rc.output_token_ids) == want
+    assert prefill[0] == (12 * B - 1, 1), prefill  # one token computed, none again
+    c.worker.drain()
+    assert c.worker.stats["loaded_blocks"] == 12
+    assert c.conn.side.stats["hit_tokens"] == 12 * B
+    assert c.worker.stats["stored_blocks"] == 0  # nothing it loaded stored again
+
+
+@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
+def test_aligned_prompt(engines, checker, async_sched):
+    """A prompt that ends on a block boundary is restored whole: its last
+    block stored and loaded, its last token alone computed again."""
+    aligned_prompt(engines, checker, async_sched, 85 + async_sched)

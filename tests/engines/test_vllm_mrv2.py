@@ -25,6 +25,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from test_vllm_failures import (  # noqa: E402,F401
+    aligned_prompt,
     checker,
     daemon,
     engines,
@@ -47,11 +48,21 @@ def test_round_trip(engines, checker, async_sched, spec):
 
 
 @pytest.mark.parametrize("spec", SPEC)
+@pytest.mark.parametrize("async_sched", SCHED)
+def test_aligned_prompt(engines, checker, async_sched, spec):
+    aligned_prompt(engines, checker, async_sched, 320 + async_sched * 2 + spec,
+                   runner="v2", spec=spec)
+
+
+CASES = ["middle", "last-chunk", "whole-prompt", "aligned-last"]
+
+
+@pytest.mark.parametrize("spec", SPEC)
 @pytest.mark.parametrize("policy", ["recompute", "fail"])
-@pytest.mark.parametrize("case", ["middle", "last-chunk", "whole-prompt"])
+@pytest.mark.parametrize("case", CASES)
 def test_failed_load(engines, checker, case, policy, spec):
     """Under asynchronous scheduling, vLLM's GPU default."""
-    seed = 400 + ["middle", "last-chunk", "whole-prompt"].index(case) * 4 + \
+    seed = 400 + CASES.index(case) * 4 + \
         (policy == "fail") * 2 + spec
     failed_load(engines, checker, case, policy, True, seed, runner="v2", spec=spec)
 

@@ -30,8 +30,10 @@ nobody else used, "none" nothing.  On conversation traces an end of
 request costs the next turn its hits (docs/workload.md), hence the default.
 
 Per step: the scheduler asks kvtierd for the leading run of a new prompt's
-blocks (one LOOKUP, never a wait; always leaving one prompt token to
-compute) and tells the workers which of their pages to fill.  Every load
+blocks (one LOOKUP, never a wait; every full block, the last one of a
+prompt that ends on a block boundary too: vLLM loads it and computes the
+prompt's last token again) and tells the workers which of their pages to
+fill.  Every load
 is asynchronous to vLLM: the request waits in WAITING_FOR_REMOTE_KVS
 while the worker's mover thread copies its blocks (waiting first for any
 staging from NVMe or a remote tier), and the batch goes on without it;

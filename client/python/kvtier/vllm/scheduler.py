@@ -15,7 +15,15 @@ ran too, over the pages the load never filled: vLLM then keeps what that
 next step sampled, and, for a prompt loaded whole but its last token,
 schedules a token past the prompt (vLLM 0.32, scheduler.py:
 _update_requests_with_invalid_blocks leaves num_output_placeholders as
-they were).  Asynchronous loads give vLLM no such step."""
+they were).  Asynchronous loads give vLLM no such step.
+
+A prompt's last full block is looked up and stored too, when the prompt
+ends on a block boundary: vLLM computes at least one token of a prompt,
+and after an asynchronous load that covers the whole prompt it computes
+its last token again into the loaded page (both 0.32 and 0.33,
+scheduler.py: _update_waiting_for_remote_kv sets num_computed_tokens to
+the prompt's length less one), so that the loaded block is not computed
+again whole."""
 
 import logging
 from collections import Counter
@@ -32,8 +40,9 @@ log = logging.getLogger("kvtier.vllm")
 
 @dataclass
 class _Request:
-    keys: bytes  # every full prompt block but the last prompt token's
+    keys: bytes  # every full prompt block
     block_ids: tuple[list[int], ...]  # per KV cache group
+    prompt: int = 0  # its prompt tokens
     local: int = 0  # tokens vLLM's own prefix cache had
     done: int = 0  # leading blocks loaded or stored already
     failures: int = 0  # its failed loads the workers reported
@@ -80,7 +89,9 @@ class KvtierScheduler:
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         tokens = list(request.prompt_token_ids or [])
-        n = (len(tokens) - 1) // self._block  # leave a prompt token to compute
+        # Every full block: a hit of the whole prompt is loaded whole and
+        # vLLM computes its last token again (the module docstring).
+        n = len(tokens) // self._block
         if n <= 0:
             return 0, False
         salt = getattr(request, "cache_salt", None)
@@ -90,6 +101,7 @@ class KvtierScheduler:
         # load, or resumed after preemption) keeps its failed loads.
         old = self._requests.get(request.request_id)
         self._requests[request.request_id] = _Request(keys=keys, block_ids=(),
+                                                      prompt=len(tokens),
                                                       local=num_computed_tokens,
                                                       failures=old.failures if old else 0,
                                                       request=request)
@@ -195,8 +207,9 @@ class KvtierScheduler:
             n_keys = len(r.keys) // KEY_BYTES
             # vLLM computes from `computed` on.  After a failed load it has
             # moved back to the first failed block: what it recomputes is
-            # not in kvtierd, and is stored once computed.
-            r.done = min(r.done, computed // self._block)
+            # not in kvtierd, and is stored once computed.  A prompt loaded
+            # whole is computed from its last token, in a loaded block.
+            r.done = min(r.done, (computed + (computed + 1 == r.prompt)) // self._block)
             # Blocks whose every token is computed by the end of this step
             # (computed counts vLLM's and kvtier's hits).
             full = min(n_keys, (computed + scheduler_output.num_scheduled_tokens.get(rid, 0))
