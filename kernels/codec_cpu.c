@@ -57,7 +57,9 @@
  * them and the CPU has them (an ifunc picks one at load time): two and
  * four times the lanes, and the selects, unsigned compares and narrowing
  * moves SSE2 lacks. */
-#if defined(__x86_64__) && defined(__has_attribute)
+/* Not under ThreadSanitizer: the ifunc's resolver is instrumented too and
+ * runs during relocation, before the sanitizer's runtime is up. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define CODEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif
