@@ -225,23 +225,30 @@ def nvme_section(n, P):
         % (n["set_bytes"] >> 20, n["set_bytes"] // n["block_bytes"], n["block_bytes"] >> 20, n["pairs"],
            n["queue_depth"], n["fs"], n["dir"], "yes" if n.get("fio_registered") else "no")
     )
-    out.append("| operation | kvtier GB/s | fio GB/s | kvtier / fio | kvtierd CPU s/GB | cores at 50 GB/s |")
-    out.append("|---|---|---|---|---|---|")
+    out.append("| operation | kvtier GB/s | fio GB/s | kvtier / fio | kvtierd CPU s/GB | cores at 50 GB/s "
+               "| event loop's own CPU s/GB |")
+    out.append("|---|---|---|---|---|---|---|")
     data = "# index label kvtier fio ratio min max\n"
     i = 0
     rows = []
     for eng in ("io_uring", "threads"):
         rows += [("spill_" + eng, "spill (write), " + eng), ("restore_" + eng, "restore (read), " + eng)]
+    for files in (1, 2):
+        jobs = "1 job" if files == 1 else "%d jobs" % files
+        rows += [("spill_files_%d" % files, "spill, %d file%s (fio %s)" % (files, "s"[:files > 1], jobs)),
+                 ("restore_files_%d" % files, "restore, %d file%s (fio %s)" % (files, "s"[:files > 1], jobs))]
     rows.append(("context", "context of %d tokens, io_uring" % n.get("context_tokens", 0)))
     for key, label in rows:
         o = n.get(key)
         if not o:
             continue
         cpu = o.get("kvtierd_cpu_s_per_gb")
-        out.append("| %s | %.2f | %.2f | %s | %s | %s |" % (
+        loop = o.get("loop_cpu_s_per_gb")
+        out.append("| %s | %.2f | %.2f | %s | %s | %s | %s |" % (
             label, o["kvtier_gbs"], o["fio_gbs"], rng(o, "ratio"),
             "%.3f" % cpu if cpu is not None else "",
-            "%.1f" % (50 * cpu) if cpu is not None else ""))
+            "%.1f" % (50 * cpu) if cpu is not None else "",
+            rng(o, "loop_cpu_s_per_gb", "{:.4f}") if loop is not None else ""))
         data += '%d "%s" %.3f %.3f %.4f %.4f %.4f\n' % (i, label, o["kvtier_gbs"], o["fio_gbs"], o["ratio"],
                                                          o["ratio_min"], o["ratio_max"])
         i += 1
