@@ -18,13 +18,7 @@ set -eu
 
 trace=$1
 sim=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-
-fail() {
-	echo "test-default-policy: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/steps.sh"
 
 caps=0.01,0.02,0.05,0.1,0.25,0.5
 for seed in 1 2; do

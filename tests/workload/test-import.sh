@@ -18,13 +18,7 @@ set -eu
 import=$1
 sim=$2
 sample=$3
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-
-fail() {
-	echo "test-import: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/steps.sh"
 
 if [ "${4:-}" = mooncake ]; then
 	src=${5:-}

@@ -17,13 +17,7 @@ set -eu
 
 trace=$1
 sim=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-
-fail() {
-	echo "test-tiers: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/steps.sh"
 
 "$trace" --seed 7 --requests 1500 --rate 2 --think 10 --docs 200 --no-keys \
 	-o "$dir/t.trace" 2>/dev/null || fail "kvt-trace failed"

@@ -17,13 +17,7 @@ set -eu
 
 trace=$1
 sim=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-
-fail() {
-	echo "test-workload: $*" >&2
-	exit 1
-}
+. "$(dirname "$0")/steps.sh"
 
 # Conversations close together, so turns of one overlap in a short trace.
 args="--requests 1500 --rate 2 --think 10 --docs 200"
