@@ -2,10 +2,18 @@
 # Every test suite: install, build, run the unit, protocol, integration and
 # engine suites, then the same (less the engines, whose Python cannot load
 # an instrumented library) under AddressSanitizer and UBSan.
-# Ends with one line "N passed, N failed, N skipped".
+# Says how long each phase took; ends with one line "N passed, N failed,
+# N skipped".
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+t0=$(date +%s)
+took() { # phase
+	t=$(date +%s)
+	echo "test.sh: $1 took $((t - t0)) s"
+	t0=$t
+}
 ./scripts/deps.sh || exit 1
+took "installing the packages"
 
 passed=0 failed=0 skipped=0
 run_suite() { # build-dir, meson options...  (env TEST_ARGS: meson test's own)
@@ -25,12 +33,14 @@ run_suite() { # build-dir, meson options...  (env TEST_ARGS: meson test's own)
 		failed=$((failed + 1))
 		return
 	fi
+	took "building $dir"
 	# The engine suite (transformers, vLLM) runs in the main build only,
 	# from a venv inside it.
 	if [ "$dir" = build ] && ! ./scripts/venv.sh "$dir/venv"; then
 		echo "kvtier: the engine test venv could not be made (scripts/venv.sh)" >&2
 		failed=$((failed + 1))
 	fi
+	[ "$dir" = build ] && took "the engine test venv"
 	# shellcheck disable=SC2086 # TEST_ARGS: words
 	meson test -C "$dir" --print-errorlogs --num-processes 2 ${TEST_ARGS:-} | tee "$dir/test-summary.txt"
 	ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$dir/test-summary.txt")
@@ -41,6 +51,7 @@ run_suite() { # build-dir, meson options...  (env TEST_ARGS: meson test's own)
 	passed=$((passed + ${ok:-0}))
 	failed=$((failed + ${fail:-0} + ${to:-0}))
 	skipped=$((skipped + ${skip:-0}))
+	took "the tests in $dir"
 }
 
 run_suite build
@@ -59,6 +70,7 @@ else
 	echo "kvtier: fuzzing found a problem (see above)" >&2
 	failed=$((failed + 1))
 fi
+took "fuzzing"
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
