@@ -37,12 +37,13 @@ struct session;
  * batched session's turns below it (each cut costs the session a
  * dispatch of the queue's timer and a look at the loop), and a neighbour's
  * request that comes during a turn waits for at most about this long.
- * Turns cut after 10 µs were 14-15 µs of work, after 20 µs 23-24 µs;
- * beside a session of 8192-key lookups, with the loop on a CPU of its
- * own, a one-key lookup's median went from 1.3x its time alone (10 µs)
- * to 1.4-1.55x (20 µs), 1.7-1.9x (25 µs) and 2.2-2.5x (40 µs)
- * (docs/benchmarks.md, "Neighbours"). */
-#define TURN_CUT_MIN_NSEC (20 * 1000)
+ * Cut turns were 14-15 µs of work with 10 µs, 19-20 µs with 15 µs and
+ * 23-24 µs with 20 µs; beside a session of 8192-key lookups, with the loop
+ * on a CPU of its own, a one-key lookup's median went from 1.35x its time
+ * alone (10 µs) to 1.42x (15 µs), 1.59x (20 µs) and 2.2-2.5x (40 µs),
+ * while what the session of 8192 keys kept of its rate moved less than
+ * from pair to pair (docs/benchmarks.md, "Neighbours"). */
+#define TURN_CUT_MIN_NSEC (15 * 1000)
 
 struct turn {
 	uint64_t start;    /* CLOCK_MONOTONIC, ns */

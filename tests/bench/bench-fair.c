@@ -107,6 +107,8 @@ struct result {
 	/* Turns cut a request of A's beside B, and a cut turn's work (us, -1
 	 * when the daemon does not say) */
 	double cuts_per_req[MAX_PAIRS], cut_turn_us[MAX_PAIRS];
+	/* B's lookups a second, alone and beside A (back to back) */
+	double b_rate_alone[MAX_PAIRS], b_rate_during[MAX_PAIRS];
 	double a_rate_alone, a_rate_during; /* medians */
 	bool paired_rate; /* a_* by pair */
 	unsigned n;
@@ -470,6 +472,7 @@ struct sample {
 	double *v; /* microseconds */
 	unsigned n;
 	unsigned noted, same; /* lookups noted, of them on the daemon's CPU */
+	double sum_us; /* their time in all */
 };
 
 /* B's one-key lookups until it has iters more of them and until the wait
@@ -486,7 +489,8 @@ static void b_collect(kvt_ns *ns, const uint8_t *key, enum until until, unsigned
 		uint64_t t0 = kvt_now_ns();
 		if (kvt_lookup(ns, key, 1, 0, &st) != 1)
 			die("B's lookup of its stored block missed");
-		sm->v[sm->n++] = (double)(kvt_now_ns() - t0) / 1000.0;
+		sm->v[sm->n] = (double)(kvt_now_ns() - t0) / 1000.0;
+		sm->sum_us += sm->v[sm->n++];
 		if (++n % 16 == 0 && daemon_stat_fd >= 0) {
 			int d = daemon_cpu();
 			if (d >= 0) {
@@ -598,6 +602,7 @@ static void run_load(enum load load, char *sock_a, kvt_ns *nb, const uint8_t *kb
 			progress("%s: pair %u of %u", load_name[load], p + 1, n_pairs);
 			alone.n = alone.noted = alone.same = 0;
 			beside.n = beside.noted = beside.same = 0;
+			alone.sum_us = beside.sum_us = 0;
 			for (int ph = 0; ph < N_PHASES; ph++) {
 				atomic_store(&sh->ph_done[ph], 0);
 				atomic_store(&sh->ph_units[ph], 0);
@@ -611,6 +616,8 @@ static void run_load(enum load load, char *sock_a, kvt_ns *nb, const uint8_t *kb
 			r->cuts_per_req[p] = reqs ? (double)cuts / reqs : 0;
 			r->cut_turn_us[p] = c1.has_work && cuts ? (double)(c1.work_us - c0.work_us) / cuts
 								  : -1;
+			r->b_rate_alone[p] = alone.n * 1e6 / alone.sum_us;
+			r->b_rate_during[p] = beside.n * 1e6 / beside.sum_us;
 			sample_stats(&alone, &r->alone_us[p], &r->p90_alone_us[p],
 				     &r->worst_alone_us[p]);
 			sample_stats(&beside, &r->during_us[p], &r->p90_during_us[p],
@@ -686,8 +693,8 @@ static void print_table(FILE *out)
 	fprintf(out, "\nB's one-key lookups beside tenant A (%llu blocks of A, %u pairs of %u lookups "
 		"each side, %u rounds a pair, pinned: %s)\n\n",
 		(unsigned long long)n_blocks, n_pairs, n_iters, n_rounds, pin_name[pin_mode]);
-	fprintf(out, "| A does | B p50 alone (us) | B p50 beside A (us) | beside / alone | quartiles | pairs > 2x | B p90 alone / beside A (us) | B worst alone (us) | B worst beside A (us) | B on the daemon's CPU alone / beside | A's rate alone | A's rate beside B | A beside / alone | turns cut an A request | A's work a cut turn (us) |\n");
-	fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+	fprintf(out, "| A does | B p50 alone (us) | B p50 beside A (us) | beside / alone | quartiles | pairs > 2x | B p90 alone / beside A (us) | B worst alone (us) | B worst beside A (us) | B on the daemon's CPU alone / beside | A's rate alone | A's rate beside B | A beside / alone | turns cut an A request | A's work a cut turn (us) | B's lookups/s alone / beside A |\n");
+	fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	for (int l = 0; l < N_LOADS; l++) {
 		struct result *r = &res[l];
 		if (!r->n)
@@ -711,15 +718,17 @@ static void print_table(FILE *out)
 			fprintf(out, "- | ");
 		fprintf(out, "%.2f %s | ", r->a_rate_during / scale, unit);
 		if (!r->paired_rate) {
-			fprintf(out, "- | - | - |\n");
+			fprintf(out, "- | - | - | - |\n");
 			continue;
 		}
 		fprintf(out, "%s | %.1f | ", ratio_range(r->a_ratio, r->n, buf, sizeof(buf)),
 			median(r->cuts_per_req, r->n));
 		if (vmin(r->cut_turn_us, r->n) >= 0)
-			fprintf(out, "%.1f |\n", median(r->cut_turn_us, r->n));
+			fprintf(out, "%.1f | ", median(r->cut_turn_us, r->n));
 		else
-			fprintf(out, "- |\n");
+			fprintf(out, "- | ");
+		fprintf(out, "%.0f k / %.0f k |\n", median(r->b_rate_alone, r->n) / 1e3,
+			median(r->b_rate_during, r->n) / 1e3);
 	}
 	fprintf(out, "\nBy pair (B p50 alone -> beside, ratio; B on the daemon's CPU alone / beside; A's ratio):\n");
 	for (int l = 0; l < N_LOADS; l++) {
@@ -764,10 +773,12 @@ static void print_json(void)
 		       median(r->same_during, r->n));
 		if (r->paired_rate)
 			printf(",\"a_ratio\":%.3f,\"a_ratio_min\":%.3f,\"a_ratio_max\":%.3f,"
-			       "\"cuts_per_request\":%.2f,\"cut_turn_us\":%.2f",
+			       "\"cuts_per_request\":%.2f,\"cut_turn_us\":%.2f,"
+			       "\"b_rate_alone\":%.1f,\"b_rate_beside\":%.1f",
 			       median(r->a_ratio, r->n), vmin(r->a_ratio, r->n),
 			       vmax(r->a_ratio, r->n), median(r->cuts_per_req, r->n),
-			       vmin(r->cut_turn_us, r->n) >= 0 ? median(r->cut_turn_us, r->n) : -1.0);
+			       vmin(r->cut_turn_us, r->n) >= 0 ? median(r->cut_turn_us, r->n) : -1.0,
+			       median(r->b_rate_alone, r->n), median(r->b_rate_during, r->n));
 		json_array("pair_alone_p50_us", r->alone_us, r->n);
 		json_array("pair_beside_p50_us", r->during_us, r->n);
 		json_array("pair_ratio", r->ratio, r->n);

@@ -42,7 +42,7 @@
 #define BATCH 8192u
 #define ATTEMPTS 20
 /* daemon/turns.h's TURN_CUT_MIN_NSEC, in µs: no turn is cut before it. */
-#define CUT_MIN_US 20u
+#define CUT_MIN_US 15u
 
 static struct daemon d;
 
