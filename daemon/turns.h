@@ -39,10 +39,11 @@ struct session;
  * request that comes during a turn waits for at most about this long.
  * Cut turns were 14-15 µs of work with 10 µs, 19-20 µs with 15 µs and
  * 23-24 µs with 20 µs; beside a session of 8192-key lookups, with the loop
- * on a CPU of its own, a one-key lookup's median went from 1.35x its time
- * alone (10 µs) to 1.42x (15 µs), 1.59x (20 µs) and 2.2-2.5x (40 µs),
- * while what the session of 8192 keys kept of its rate moved less than
- * from pair to pair (docs/benchmarks.md, "Neighbours"). */
+ * on a CPU of its own, a one-key lookup's median stayed within 2x its
+ * time alone in all but 1 of 35, 43 and 33 pairs with 10, 15 and 20 µs,
+ * 2 of 20 with 25 µs and 18 of 20 with 40 µs, while what the session of
+ * 8192 keys kept of its rate moved less than from pair to pair
+ * (docs/benchmarks.md, "Neighbours"). */
 #define TURN_CUT_MIN_NSEC (15 * 1000)
 
 struct turn {
