@@ -311,7 +311,7 @@ def fair_section(f, P):
     out.append(
         "Tenant B's one-key lookups alone and beside tenant A flooding the daemon with 8192-key "
         "lookups over %d blocks: %d pairs, each of %d rounds of B alone, A alone and both (forwards "
-        "and backwards in turn), %d lookups of B's on each side; %s. The ratio is B's median beside "
+        "and backwards in turn), %d lookups of B's on each side of a pair; %s. The ratio is B's median beside "
         "over alone, pair by pair; A's rate beside B over alone, likewise.\n"
         % (f["blocks"], f["pairs"], f.get("rounds", 1), f["iters"], where))
     out.append("| A's load | B p50 alone | B p50 beside | beside / alone | pairs > 2× | B p90 alone | "
