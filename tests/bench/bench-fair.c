@@ -76,6 +76,7 @@ struct shared {
 	atomic_int run;   /* 0: A waits (between requests) */
 	atomic_int busy;  /* A's request under way */
 	atomic_int phase; /* what A's requests count towards */
+	atomic_int ready; /* A connected, its namespace open */
 	atomic_uint_fast64_t done; /* requests finished */
 	atomic_uint_fast64_t units; /* keys looked up, blocks evicted */
 	atomic_uint_fast64_t ns;   /* time they took */
@@ -310,6 +311,7 @@ static void a_loop(enum load load, char sock_a[])
 		die("stats: %s", kvt_client_error(c));
 	if (pin_mode == PIN_SAME)
 		pin(0, cpu_1);
+	atomic_store(&sh->ready, 1);
 	while (!atomic_load(&sh->stop)) {
 		/* Paused: asleep, not polling, so that B alone is alone.  Busy
 		 * before run is read again: B sets run, then waits for busy. */
@@ -376,6 +378,7 @@ static pid_t a_start(enum load load, char *sock_a, bool run)
 	atomic_store(&sh->run, run);
 	atomic_store(&sh->busy, 0);
 	atomic_store(&sh->phase, PHASE_BESIDE);
+	atomic_store(&sh->ready, 0);
 	atomic_store(&sh->done, 0);
 	atomic_store(&sh->units, 0);
 	atomic_store(&sh->ns, 0);
@@ -598,6 +601,9 @@ static void run_load(enum load load, char *sock_a, kvt_ns *nb, const uint8_t *kb
 		/* A's process throughout, paused and resumed. */
 		unsigned iters = n_iters / n_rounds ? n_iters / n_rounds : 1;
 		pid_t a = a_start(load, sock_a, false);
+		/* Connected before B's first sample alone. */
+		while (!atomic_load(&sh->ready))
+			usleep(1000);
 		for (unsigned p = 0; p < n_pairs; p++) {
 			progress("%s: pair %u of %u", load_name[load], p + 1, n_pairs);
 			alone.n = alone.noted = alone.same = 0;
