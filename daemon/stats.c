@@ -577,8 +577,9 @@ int stats_build(const struct manager *m, const struct stats_query *q,
 			emit_keep(&e);
 			emit_flush(&e, false);
 			/* The loop's turns beyond the daemon record's. */
-			kvt_rec_begin(&e.b, "loop", 1);
+			kvt_rec_begin(&e.b, "loop", 2);
 			kvt_rec_u64(&e.b, "turns_cut", m->turns.cut);
+			kvt_rec_u64(&e.b, "turns_cut_work_us", m->turns.cut_ns / 1000);
 			emit_flush(&e, false);
 		}
 		if (admin && m->nvme) {

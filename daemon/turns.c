@@ -18,8 +18,8 @@ struct turn turn_begin(struct turns *q)
 	uint64_t now = kvt_now_ns();
 
 	if (q)
-		q->look_at = now + TURN_LOOK_NSEC;
-	return (struct turn){.deadline = now + TURN_NSEC, .q = q};
+		q->look_at = now + TURN_CUT_MIN_NSEC;
+	return (struct turn){.start = now, .deadline = now + TURN_NSEC, .q = q};
 }
 
 /* The loop's epoll descriptor is readable while any descriptor it watches
@@ -46,6 +46,7 @@ bool turn_over(const struct turn *t)
 	if (!others_ready(q))
 		return false;
 	q->cut++;
+	q->cut_ns += now - t->start;
 	q->after_cut = true;
 	return true;
 }

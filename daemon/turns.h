@@ -9,8 +9,9 @@
  * those that wait: so a request that arrives waits for at most the turn
  * under way, however much others have asked for, and a session alone
  * costs nothing more than without turns.  Nor for all of that turn: a
- * turn that finds anything else ready at the loop (every TURN_LOOK_NSEC)
- * ends after the part under way.
+ * turn that finds anything else ready at the loop (every TURN_LOOK_NSEC,
+ * once it has done TURN_CUT_MIN_NSEC of work) ends after the part under
+ * way.
  */
 #pragma once
 
@@ -28,11 +29,26 @@ struct session;
  * neighbour's request on its socket, a completion, a timer): then the
  * turn ends there, and the work left waits behind it.  A neighbour's
  * one-key request that comes during a long one waits about this long
- * rather than for the rest of the turn; each look is a poll(2). */
+ * (after the quantum below) rather than for the rest of the turn; each
+ * look is a poll(2). */
 #define TURN_LOOK_NSEC (10 * 1000)
+/* Nor before this much of its work, the quantum: a neighbour that asks
+ * back to back, each of its requests cutting a turn, cannot shrink a
+ * batched session's turns below it (each cut costs the session a
+ * dispatch of the queue's timer and a look at the loop), and a neighbour's
+ * request that comes during a turn waits for at most about this long.
+ * Cut turns were 14-15 µs of work with 10 µs, 19-20 µs with 15 µs and
+ * 23-24 µs with 20 µs; beside a session of 8192-key lookups, with the loop
+ * on a CPU of its own, a one-key lookup's median stayed within 2x its
+ * time alone in all but 1 of 35, 43 and 33 pairs with 10, 15 and 20 µs,
+ * 2 of 20 with 25 µs and 18 of 20 with 40 µs, while what the session of
+ * 8192 keys kept of its rate moved less than from pair to pair
+ * (docs/benchmarks.md, "Neighbours"). */
+#define TURN_CUT_MIN_NSEC (15 * 1000)
 
 struct turn {
-	uint64_t deadline; /* CLOCK_MONOTONIC, ns */
+	uint64_t start;    /* CLOCK_MONOTONIC, ns */
+	uint64_t deadline;
 	struct turns *q;   /* whose loop to look at; NULL: the deadline only */
 };
 
@@ -55,6 +71,7 @@ struct turns {
 	uint64_t taken;   /* turns */
 	uint64_t yielded; /* turns that ended with work left */
 	uint64_t cut;     /* turns ended early: something else was ready */
+	uint64_t cut_ns;  /* their work, in all */
 };
 
 int turns_init(struct turns *q, sd_event *e, const struct turns_ops *ops);
@@ -66,6 +83,6 @@ void turns_forget(struct turns *q, struct session *s);
 /* A turn from now, TURN_NSEC long, that ends early once something else
  * at q's loop is ready (q NULL: the deadline only). */
 struct turn turn_begin(struct turns *q);
-/* The turn's time is up, or (every TURN_LOOK_NSEC) something else at the
- * loop is ready. */
+/* The turn's time is up, or (every TURN_LOOK_NSEC after its first
+ * TURN_CUT_MIN_NSEC) something else at the loop is ready. */
 bool turn_over(const struct turn *t);

@@ -188,6 +188,7 @@ static const char *const no_skip[] = {NULL};
 
 static const struct metric loop_metrics[] = {
 	{"turns_cut", "turns_cut_total", "counter", "Turns ended early because another socket, timer or completion was ready.", 0},
+	{"turns_cut_work_us", "turns_cut_work_seconds_total", "counter", "The work of the turns that were cut, in all: at least the quantum each.", 1000000},
 };
 
 struct kind {

@@ -303,16 +303,30 @@ def restart_section(r, P):
 
 def fair_section(f, P):
     out = []
+    pin = f.get("pin", "none")
+    where = {
+        "split": "the daemon's loop pinned to one CPU, B and A to another",
+        "same": "the daemon's loop and B pinned to one CPU, A to another",
+    }.get(pin, "unpinned")
     out.append(
         "Tenant B's one-key lookups alone and beside tenant A flooding the daemon with 8192-key "
-        "lookups over %d blocks: %d pairs of %d lookups; the ratio is beside / alone.\n"
-        % (f["blocks"], f["pairs"], f["iters"]))
-    out.append("| A's load | B p50 alone | B p50 beside | beside / alone | B p90 alone | B p90 beside |")
-    out.append("|---|---|---|---|---|---|")
+        "lookups over %d blocks: %d pairs, each of %d rounds of B alone, A alone and both (forwards "
+        "and backwards in turn), %d lookups of B's on each side of a pair; %s. The ratio is B's median beside "
+        "over alone, pair by pair; A's rate beside B over alone, likewise.\n"
+        % (f["blocks"], f["pairs"], f.get("rounds", 1), f["iters"], where))
+    out.append("| A's load | B p50 alone | B p50 beside | beside / alone | pairs > 2× | B p90 alone | "
+               "B p90 beside | B on the loop's CPU alone / beside | A's rate beside / alone | "
+               "turns cut an A request | A's work a cut turn |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, o in f["loads"].items():
-        out.append("| %s | %.1f µs | %.1f µs | %s | %.1f µs | %.1f µs |" % (
-            name, o["alone_p50_us"], o["beside_p50_us"], rng(o, "ratio"), o["alone_p90_us"],
-            o["beside_p90_us"]))
+        a_ratio = rng(o, "a_ratio") if "a_ratio" in o else "-"
+        cut_us = "%.1f µs" % o["cut_turn_us"] if o.get("cut_turn_us", -1) >= 0 else "-"
+        cuts = "%.1f" % o["cuts_per_request"] if "cuts_per_request" in o else "-"
+        out.append("| %s | %.1f µs | %.1f µs | %s | %d of %d | %.1f µs | %.1f µs | %.0f %% / %.0f %% | %s | %s | %s |" % (
+            name, o["alone_p50_us"], o["beside_p50_us"], rng(o, "ratio"),
+            o.get("pairs_above_2x", 0), f["pairs"], o["alone_p90_us"], o["beside_p90_us"],
+            100 * o.get("same_cpu_alone", 0), 100 * o.get("same_cpu_beside", 0), a_ratio, cuts,
+            cut_us))
     out.append("")
     return out
 

@@ -17,23 +17,37 @@
  *
  * The limit is B's own latency with A idle, measured in the same run and
  * alternated with the loaded one (--pairs pairs): each pair's ratio is B's
- * median under load over B's median alone.  For evict, whose request is a
- * single long one, and for exit, B's worst latency while it runs is the figure, against
- * B's worst alone over as many lookups.  A's own rate (keys/s of its
- * lookups, evictions/s) is reported alone and beside B, so that fairness
- * is not bought with A's throughput.
+ * median under load over B's median alone.  For lookup, stats and store,
+ * A's process runs through the whole load and is paused and resumed, and
+ * a pair is --rounds rounds of B alone, A alone and both, in turn forwards
+ * and backwards, so that what the machine does over seconds falls on both
+ * sides of each ratio; A's rate beside B over its rate alone is a pair's
+ * second ratio, so that fairness is not bought with A's throughput.  For
+ * evict, whose request is a single long one, and for exit, B's worst
+ * latency while it runs is the figure, against B's worst alone over as
+ * many lookups, and A runs in a process of its own each pair.
+ *
+ * B's latency alone depends on where the scheduler puts B and the daemon:
+ * on one CPU a round trip is a switch, across CPUs a wakeup of an idle
+ * CPU.  Every 16th lookup B notes whether the daemon's thread last ran
+ * on B's CPU, and --pin places them: split (the daemon on one CPU, B and
+ * A on the other) or same (the daemon and B on one CPU, A on the other).
  *
  * A measurement, not a test: it fails only when something does not work,
  * never because of a figure.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,15 +61,27 @@
 const char bench_name[] = "bench-fair";
 
 static struct bench_daemon dmn;
-static unsigned n_pairs = 7, n_iters = 2000;
+static unsigned n_pairs = 7, n_iters = 2000, n_rounds = 4;
+enum pin { PIN_NONE, PIN_SPLIT, PIN_SAME, N_PINS };
+static const char *const pin_name[] = {"none", "split", "same"};
+static enum pin pin_mode = PIN_NONE;
+static int cpu_0 = -1, cpu_1 = -1; /* the first two CPUs allowed */
+static cpu_set_t initial_cpus;
 static uint64_t n_blocks = 100000;
 
 /* What A's process shares with B's: its orders and its progress. */
+enum phase { PHASE_ALONE, PHASE_BESIDE, N_PHASES };
 struct shared {
 	atomic_int stop;
+	atomic_int run;   /* 0: A waits (between requests) */
+	atomic_int busy;  /* A's request under way */
+	atomic_int phase; /* what A's requests count towards */
+	atomic_int ready; /* A connected, its namespace open */
 	atomic_uint_fast64_t done; /* requests finished */
 	atomic_uint_fast64_t units; /* keys looked up, blocks evicted */
 	atomic_uint_fast64_t ns;   /* time they took */
+	/* By phase, requests that began and ended in it. */
+	atomic_uint_fast64_t ph_done[N_PHASES], ph_units[N_PHASES], ph_ns[N_PHASES];
 };
 static struct shared *sh;
 /* A's keys in the random order of its lookups, the first BIG again at the
@@ -75,7 +101,17 @@ struct result {
 	double alone_us[MAX_PAIRS], during_us[MAX_PAIRS], ratio[MAX_PAIRS];
 	double worst_alone_us[MAX_PAIRS], worst_during_us[MAX_PAIRS];
 	double p90_alone_us[MAX_PAIRS], p90_during_us[MAX_PAIRS];
-	double a_rate_alone, a_rate_during; /* A's units per second */
+	/* A's units per second, alone and beside B, by pair */
+	double a_alone[MAX_PAIRS], a_during[MAX_PAIRS], a_ratio[MAX_PAIRS];
+	/* Of B's noted lookups, the share on the daemon's CPU */
+	double same_alone[MAX_PAIRS], same_during[MAX_PAIRS];
+	/* Turns cut a request of A's beside B, and a cut turn's work (us, -1
+	 * when the daemon does not say) */
+	double cuts_per_req[MAX_PAIRS], cut_turn_us[MAX_PAIRS];
+	/* B's lookups a second, alone and beside A (back to back) */
+	double b_rate_alone[MAX_PAIRS], b_rate_during[MAX_PAIRS];
+	double a_rate_alone, a_rate_during; /* medians */
+	bool paired_rate; /* a_* by pair */
 	unsigned n;
 };
 static struct result res[N_LOADS];
@@ -159,6 +195,61 @@ static int count_cb(const kvt_record *r, void *userdata)
 	return 0;
 }
 
+/* ---- where the processes run ------------------------------------------ */
+
+static void pin(pid_t pid, int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(pid, sizeof(set), &set) < 0)
+		die("sched_setaffinity(%d): %s", (int)pid, strerror(errno));
+}
+
+static void cpus_probe(void)
+{
+	if (sched_getaffinity(0, sizeof(initial_cpus), &initial_cpus) < 0)
+		die("sched_getaffinity: %s", strerror(errno));
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (CPU_ISSET(i, &initial_cpus)) {
+			if (cpu_0 < 0)
+				cpu_0 = i;
+			else if (cpu_1 < 0)
+				cpu_1 = i;
+		}
+	if (pin_mode != PIN_NONE && cpu_1 < 0)
+		die("--pin %s needs two CPUs", pin_name[pin_mode]);
+}
+
+/* The daemon's loop (its first thread) on the first CPU; B (and A, which
+ * it forks, unless it moves itself) on the second (split) or the first
+ * (same). */
+static void place(void)
+{
+	if (pin_mode == PIN_NONE)
+		return;
+	pin(dmn.pid, cpu_0);
+	pin(0, pin_mode == PIN_SPLIT ? cpu_1 : cpu_0);
+}
+
+/* Where the daemon's loop last ran, from /proc/PID/stat (field 39), or
+ * -1. */
+static int daemon_stat_fd = -1;
+
+static int daemon_cpu(void)
+{
+	char buf[1024];
+	ssize_t n = pread(daemon_stat_fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	/* Field 3 (the state) follows the name; 39 is 36 fields on. */
+	for (int f = 2; p && f < 39; f++)
+		p = strchr(p + 1, ' ');
+	return p ? atoi(p + 1) : -1;
+}
+
 /* ---- A: the heavy neighbour, in a process of its own ----------------- */
 
 /* BIG new blocks reserved and committed (their bytes are not written: a
@@ -218,7 +309,19 @@ static void a_loop(enum load load, char sock_a[])
 	kvt_ns_get_info(ns, &info);
 	if (load == LOAD_EVICT && kvt_stats(c, KVT_STATS_TENANTS, tenant_id_cb, &tenant) < 0)
 		die("stats: %s", kvt_client_error(c));
+	if (pin_mode == PIN_SAME)
+		pin(0, cpu_1);
+	atomic_store(&sh->ready, 1);
 	while (!atomic_load(&sh->stop)) {
+		/* Paused: asleep, not polling, so that B alone is alone.  Busy
+		 * before run is read again: B sets run, then waits for busy. */
+		atomic_store(&sh->busy, 1);
+		if (!atomic_load(&sh->run)) {
+			atomic_store(&sh->busy, 0);
+			syscall(SYS_futex, &sh->run, FUTEX_WAIT, 0, NULL, NULL, 0);
+			continue;
+		}
+		int phase = atomic_load(&sh->phase);
 		uint64_t t0 = kvt_now_ns(), units = 0;
 		if (load == LOAD_LOOKUP) {
 			/* Keys made before, so that A's process spends its
@@ -245,9 +348,16 @@ static void a_loop(enum load load, char sock_a[])
 				die("A's eviction: %s (%s)", strerror((int)-n), kvt_client_error(c));
 			units = (uint64_t)n;
 		}
-		atomic_fetch_add(&sh->ns, kvt_now_ns() - t0);
+		uint64_t t1 = kvt_now_ns();
+		atomic_fetch_add(&sh->ns, t1 - t0);
 		atomic_fetch_add(&sh->units, units);
 		atomic_fetch_add(&sh->done, 1);
+		if (atomic_load(&sh->phase) == phase) {
+			atomic_fetch_add(&sh->ph_ns[phase], t1 - t0);
+			atomic_fetch_add(&sh->ph_units[phase], units);
+			atomic_fetch_add(&sh->ph_done[phase], 1);
+		}
+		atomic_store(&sh->busy, 0);
 		if (load == LOAD_EXIT)
 			_exit(0); /* holding every lease */
 		if (load == LOAD_EVICT) {
@@ -261,9 +371,14 @@ static void a_loop(enum load load, char sock_a[])
 	_exit(0);
 }
 
-static pid_t a_start(enum load load, char *sock_a)
+/* A runs (run) or waits between requests (paused). */
+static pid_t a_start(enum load load, char *sock_a, bool run)
 {
 	atomic_store(&sh->stop, 0);
+	atomic_store(&sh->run, run);
+	atomic_store(&sh->busy, 0);
+	atomic_store(&sh->phase, PHASE_BESIDE);
+	atomic_store(&sh->ready, 0);
 	atomic_store(&sh->done, 0);
 	atomic_store(&sh->units, 0);
 	atomic_store(&sh->ns, 0);
@@ -278,10 +393,17 @@ static pid_t a_start(enum load load, char *sock_a)
 	return pid;
 }
 
+static void futex_wake_all(atomic_int *w)
+{
+	syscall(SYS_futex, w, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+}
+
 static void a_stop(pid_t pid)
 {
 	int status;
 	atomic_store(&sh->stop, 1);
+	atomic_store(&sh->run, 1);
+	futex_wake_all(&sh->run);
 	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
 		die("the neighbour's process failed (status %d)", status);
 }
@@ -301,6 +423,30 @@ static int quarantined_cb(const kvt_record *r, void *userdata)
 	if (!strcmp(kvt_record_kind(r), "daemon"))
 		kvt_record_get_u64(r, "quarantined", userdata);
 	return 0;
+}
+
+struct loop_cuts {
+	uint64_t cut, work_us;
+	bool has_work; /* a kvtierd before turns_cut_work_us has not */
+};
+
+static int loop_cb(const kvt_record *r, void *userdata)
+{
+	struct loop_cuts *c = userdata;
+	if (strcmp(kvt_record_kind(r), "loop"))
+		return 0;
+	kvt_record_get_u64(r, "turns_cut", &c->cut);
+	c->has_work = kvt_record_get_u64(r, "turns_cut_work_us", &c->work_us) == 0;
+	return 0;
+}
+
+/* The loop record's cuts so far (zeros from a kvtierd without it). */
+static struct loop_cuts loop_cuts(void)
+{
+	struct loop_cuts c = {0};
+	if (kvt_stats(admin, KVT_STATS_DAEMON, loop_cb, &c) < 0)
+		die("stats: %s", kvt_client_error(admin));
+	return c;
 }
 
 static uint64_t quarantined(void)
@@ -323,26 +469,53 @@ static bool waiting(enum until until, uint64_t done0, uint64_t q_want, unsigned 
 	return until == UNTIL_QUARANTINED && (n % 32 || quarantined() < q_want);
 }
 
-/* B's one-key lookups until it has iters of them and until the wait is
- * over.  Its median, 90th percentile and worst in microseconds. */
-static void b_sample(kvt_ns *ns, const uint8_t *key, enum until until, double *ret_p50,
-		     double *ret_p90, double *ret_worst)
+/* B's lookups of one sample, pooled over a pair's rounds. */
+#define MAX_SAMPLE (1u << 20)
+struct sample {
+	double *v; /* microseconds */
+	unsigned n;
+	unsigned noted, same; /* lookups noted, of them on the daemon's CPU */
+	double sum_us; /* their time in all */
+};
+
+/* B's one-key lookups until it has iters more of them and until the wait
+ * is over, each appended to sm.  Every 16th, after its time is taken,
+ * whether the daemon's loop last ran where B runs. */
+static void b_collect(kvt_ns *ns, const uint8_t *key, enum until until, unsigned iters,
+		      struct sample *sm)
 {
-	static double v[1u << 20];
 	unsigned n = 0;
 	uint64_t done0 = atomic_load(&sh->done);
 	uint64_t q_want = until == UNTIL_QUARANTINED ? quarantined() + n_blocks : 0;
 	uint8_t st;
-	while (n < n_iters || (waiting(until, done0, q_want, n) && n < sizeof(v) / sizeof(v[0]))) {
+	while ((n < iters || waiting(until, done0, q_want, n)) && sm->n < MAX_SAMPLE) {
 		uint64_t t0 = kvt_now_ns();
 		if (kvt_lookup(ns, key, 1, 0, &st) != 1)
 			die("B's lookup of its stored block missed");
-		v[n++] = (double)(kvt_now_ns() - t0) / 1000.0;
+		sm->v[sm->n] = (double)(kvt_now_ns() - t0) / 1000.0;
+		sm->sum_us += sm->v[sm->n++];
+		if (++n % 16 == 0 && daemon_stat_fd >= 0) {
+			int d = daemon_cpu();
+			if (d >= 0) {
+				sm->noted++;
+				sm->same += d == sched_getcpu();
+			}
+		}
 	}
-	qsort(v, n, sizeof(double), cmp_double);
-	*ret_p50 = v[n / 2];
-	*ret_p90 = v[n * 9 / 10];
-	*ret_worst = v[n - 1];
+}
+
+/* Its median, 90th percentile and worst in microseconds. */
+static void sample_stats(struct sample *sm, double *ret_p50, double *ret_p90, double *ret_worst)
+{
+	qsort(sm->v, sm->n, sizeof(double), cmp_double);
+	*ret_p50 = sm->v[sm->n / 2];
+	*ret_p90 = sm->v[sm->n * 9 / 10];
+	*ret_worst = sm->v[sm->n - 1];
+}
+
+static double sample_same(const struct sample *sm)
+{
+	return sm->noted ? (double)sm->same / sm->noted : -1;
 }
 
 static double a_rate(void)
@@ -351,90 +524,275 @@ static double a_rate(void)
 	return ns ? (double)atomic_load(&sh->units) * 1e9 / (double)ns : 0;
 }
 
+static double a_phase_rate(enum phase ph)
+{
+	uint64_t ns = atomic_load(&sh->ph_ns[ph]);
+	return ns ? (double)atomic_load(&sh->ph_units[ph]) * 1e9 / (double)ns : 0;
+}
+
+/* A stops after the request under way. */
+static void a_pause(void)
+{
+	atomic_store(&sh->run, 0);
+	while (atomic_load(&sh->busy))
+		usleep(100);
+}
+
+static void a_resume(enum phase ph)
+{
+	atomic_store(&sh->phase, ph);
+	atomic_store(&sh->run, 1);
+	futex_wake_all(&sh->run);
+}
+
+/* Until A has finished `more` requests in phase ph (each begun in it). */
+static void a_wait(enum phase ph, uint64_t from, uint64_t more)
+{
+	while (atomic_load(&sh->ph_done[ph]) < from + more)
+		usleep(200);
+}
+
+/* One round of a pair: B alone, A alone, both; backwards every other
+ * round.  A's requests are counted in the phase in which they began and
+ * ended; B, beside A, asks until A has finished one there. */
+static void round_trip(kvt_ns *nb, const uint8_t *kb, bool forward, unsigned iters,
+		       struct sample *alone, struct sample *beside)
+{
+	uint64_t a0 = atomic_load(&sh->ph_done[PHASE_ALONE]);
+	uint64_t b0 = atomic_load(&sh->ph_done[PHASE_BESIDE]);
+
+	if (forward) {
+		b_collect(nb, kb, UNTIL_ITERS, iters, alone);
+		a_resume(PHASE_ALONE);
+		a_wait(PHASE_ALONE, a0, 2);
+		atomic_store(&sh->phase, PHASE_BESIDE);
+		b_collect(nb, kb, UNTIL_ITERS, iters, beside);
+		a_wait(PHASE_BESIDE, b0, 1);
+		a_pause();
+	} else {
+		a_resume(PHASE_BESIDE);
+		/* Under way before B asks. */
+		while (!atomic_load(&sh->busy))
+			;
+		b_collect(nb, kb, UNTIL_ITERS, iters, beside);
+		a_wait(PHASE_BESIDE, b0, 1);
+		atomic_store(&sh->phase, PHASE_ALONE);
+		a_wait(PHASE_ALONE, a0, 2);
+		a_pause();
+		b_collect(nb, kb, UNTIL_ITERS, iters, alone);
+	}
+}
+
 static void run_load(enum load load, char *sock_a, kvt_ns *nb, const uint8_t *kb)
 {
 	struct result *r = &res[load];
-	double p50, p90, worst;
+	struct sample alone = {0}, beside = {0};
+	double p50;
 
 	enum until until = load == LOAD_EVICT  ? UNTIL_A_DONE
 			   : load == LOAD_EXIT ? UNTIL_QUARANTINED
 					       : UNTIL_ITERS;
+	alone.v = malloc(MAX_SAMPLE * sizeof(double));
+	beside.v = malloc(MAX_SAMPLE * sizeof(double));
+	if (!alone.v || !beside.v)
+		die("out of memory");
 
-	/* A alone, for its own rate. */
 	if (until == UNTIL_ITERS) {
-		pid_t a = a_start(load, sock_a);
-		while (atomic_load(&sh->done) < 20)
+		/* A's process throughout, paused and resumed. */
+		unsigned iters = n_iters / n_rounds ? n_iters / n_rounds : 1;
+		pid_t a = a_start(load, sock_a, false);
+		/* Connected before B's first sample alone. */
+		while (!atomic_load(&sh->ready))
 			usleep(1000);
+		for (unsigned p = 0; p < n_pairs; p++) {
+			progress("%s: pair %u of %u", load_name[load], p + 1, n_pairs);
+			alone.n = alone.noted = alone.same = 0;
+			beside.n = beside.noted = beside.same = 0;
+			alone.sum_us = beside.sum_us = 0;
+			for (int ph = 0; ph < N_PHASES; ph++) {
+				atomic_store(&sh->ph_done[ph], 0);
+				atomic_store(&sh->ph_units[ph], 0);
+				atomic_store(&sh->ph_ns[ph], 0);
+			}
+			struct loop_cuts c0 = loop_cuts();
+			for (unsigned k = 0; k < n_rounds; k++)
+				round_trip(nb, kb, (p + k) % 2 == 0, iters, &alone, &beside);
+			struct loop_cuts c1 = loop_cuts();
+			uint64_t reqs = atomic_load(&sh->ph_done[PHASE_BESIDE]), cuts = c1.cut - c0.cut;
+			r->cuts_per_req[p] = reqs ? (double)cuts / reqs : 0;
+			r->cut_turn_us[p] = c1.has_work && cuts ? (double)(c1.work_us - c0.work_us) / cuts
+								  : -1;
+			r->b_rate_alone[p] = alone.n * 1e6 / alone.sum_us;
+			r->b_rate_during[p] = beside.n * 1e6 / beside.sum_us;
+			sample_stats(&alone, &r->alone_us[p], &r->p90_alone_us[p],
+				     &r->worst_alone_us[p]);
+			sample_stats(&beside, &r->during_us[p], &r->p90_during_us[p],
+				     &r->worst_during_us[p]);
+			r->ratio[p] = r->during_us[p] / r->alone_us[p];
+			r->same_alone[p] = sample_same(&alone);
+			r->same_during[p] = sample_same(&beside);
+			r->a_alone[p] = a_phase_rate(PHASE_ALONE);
+			r->a_during[p] = a_phase_rate(PHASE_BESIDE);
+			r->a_ratio[p] = r->a_alone[p] > 0 ? r->a_during[p] / r->a_alone[p] : 0;
+			progress("%s: pair %u: B p50 %.1f -> %.1f us (%.2fx), on the daemon's CPU "
+				 "%.0f%% / %.0f%%; A %.2f -> %.2f (%.2fx), %.1f cuts a request, %.1f us "
+				 "a cut turn",
+				 load_name[load], p + 1, r->alone_us[p], r->during_us[p], r->ratio[p],
+				 100 * r->same_alone[p], 100 * r->same_during[p],
+				 r->a_alone[p] / load_scale[load], r->a_during[p] / load_scale[load],
+				 r->a_ratio[p], r->cuts_per_req[p], r->cut_turn_us[p]);
+		}
 		a_stop(a);
-		r->a_rate_alone = a_rate();
+		r->n = n_pairs;
+		r->paired_rate = true;
+		r->a_rate_alone = median(r->a_alone, n_pairs);
+		r->a_rate_during = median(r->a_during, n_pairs);
+		free(alone.v);
+		free(beside.v);
+		return;
 	}
 	double rates = 0;
 	for (unsigned p = 0; p < n_pairs; p++) {
 		progress("%s: pair %u of %u", load_name[load], p + 1, n_pairs);
-		b_sample(nb, kb, UNTIL_ITERS, &r->alone_us[p], &r->p90_alone_us[p],
-			 &r->worst_alone_us[p]);
-		pid_t a = a_start(load, sock_a);
-		if (until == UNTIL_ITERS)
-			while (atomic_load(&sh->done) == 0)
-				usleep(100);
-		b_sample(nb, kb, until, &p50, &p90, &worst);
+		alone.n = alone.noted = alone.same = 0;
+		beside.n = beside.noted = beside.same = 0;
+		b_collect(nb, kb, UNTIL_ITERS, n_iters, &alone);
+		sample_stats(&alone, &r->alone_us[p], &r->p90_alone_us[p], &r->worst_alone_us[p]);
+		pid_t a = a_start(load, sock_a, true);
+		b_collect(nb, kb, until, n_iters, &beside);
 		a_stop(a);
+		sample_stats(&beside, &p50, &r->p90_during_us[p], &r->worst_during_us[p]);
 		rates += a_rate();
 		r->during_us[p] = p50;
-		r->p90_during_us[p] = p90;
-		r->worst_during_us[p] = worst;
 		r->ratio[p] = p50 / r->alone_us[p];
+		r->same_alone[p] = sample_same(&alone);
+		r->same_during[p] = sample_same(&beside);
 	}
 	r->n = n_pairs;
 	r->a_rate_during = rates / n_pairs;
+	free(alone.v);
+	free(beside.v);
 }
 
 /* ---- output ------------------------------------------------------------ */
 
+/* The q-quantile of n values (nearest rank). */
+static double quantile(const double *v, unsigned n, double q)
+{
+	double w[MAX_PAIRS];
+	memcpy(w, v, n * sizeof(double));
+	qsort(w, n, sizeof(double), cmp_double);
+	return w[(unsigned)(q * (n - 1) + 0.5)];
+}
+
+static unsigned count_above(const double *v, unsigned n, double limit)
+{
+	unsigned k = 0;
+	for (unsigned i = 0; i < n; i++)
+		k += v[i] > limit;
+	return k;
+}
+
 static void print_table(FILE *out)
 {
 	char buf[96];
-	fprintf(out, "\nB's one-key lookups beside tenant A (%llu blocks of A, %u pairs of %u lookups)\n\n",
-		(unsigned long long)n_blocks, n_pairs, n_iters);
-	fprintf(out, "| A does | B p50 alone (us) | B p50 beside A (us) | beside / alone | B p90 alone / beside A (us) | B worst alone (us) | B worst beside A (us) | A's rate alone | A's rate beside B |\n");
-	fprintf(out, "|---|---|---|---|---|---|---|---|---|\n");
+	fprintf(out, "\nB's one-key lookups beside tenant A (%llu blocks of A, %u pairs of %u lookups "
+		"each side, %u rounds a pair, pinned: %s)\n\n",
+		(unsigned long long)n_blocks, n_pairs, n_iters, n_rounds, pin_name[pin_mode]);
+	fprintf(out, "| A does | B p50 alone (us) | B p50 beside A (us) | beside / alone | quartiles | pairs > 2x | B p90 alone / beside A (us) | B worst alone (us) | B worst beside A (us) | B on the daemon's CPU alone / beside | A's rate alone | A's rate beside B | A beside / alone | turns cut an A request | A's work a cut turn (us) | B's lookups/s alone / beside A |\n");
+	fprintf(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 	for (int l = 0; l < N_LOADS; l++) {
 		struct result *r = &res[l];
 		if (!r->n)
 			continue;
-		fprintf(out, "| %s | %.1f | %.1f | %s | %.1f / %.1f | %.0f | %.0f | ", load_name[l],
-			median(r->alone_us, r->n), median(r->during_us, r->n),
-			ratio_range(r->ratio, r->n, buf, sizeof(buf)), median(r->p90_alone_us, r->n),
-			median(r->p90_during_us, r->n), median(r->worst_alone_us, r->n),
-			median(r->worst_during_us, r->n));
+		fprintf(out, "| %s | %.1f | %.1f | %s | %.3f..%.3f | %u of %u | %.1f / %.1f | %.0f | %.0f | ",
+			load_name[l], median(r->alone_us, r->n), median(r->during_us, r->n),
+			ratio_range(r->ratio, r->n, buf, sizeof(buf)), quantile(r->ratio, r->n, 0.25),
+			quantile(r->ratio, r->n, 0.75), count_above(r->ratio, r->n, 2.0), r->n,
+			median(r->p90_alone_us, r->n), median(r->p90_during_us, r->n),
+			median(r->worst_alone_us, r->n), median(r->worst_during_us, r->n));
+		if (r->same_alone[0] >= 0)
+			fprintf(out, "%.0f%% / %.0f%% | ", 100 * median(r->same_alone, r->n),
+				100 * median(r->same_during, r->n));
+		else
+			fprintf(out, "- | ");
 		const char *unit = load_unit[l];
 		double scale = load_scale[l];
 		if (r->a_rate_alone > 0)
 			fprintf(out, "%.2f %s | ", r->a_rate_alone / scale, unit);
 		else
 			fprintf(out, "- | ");
-		fprintf(out, "%.2f %s |\n", r->a_rate_during / scale, unit);
+		fprintf(out, "%.2f %s | ", r->a_rate_during / scale, unit);
+		if (!r->paired_rate) {
+			fprintf(out, "- | - | - | - |\n");
+			continue;
+		}
+		fprintf(out, "%s | %.1f | ", ratio_range(r->a_ratio, r->n, buf, sizeof(buf)),
+			median(r->cuts_per_req, r->n));
+		if (vmin(r->cut_turn_us, r->n) >= 0)
+			fprintf(out, "%.1f | ", median(r->cut_turn_us, r->n));
+		else
+			fprintf(out, "- | ");
+		fprintf(out, "%.0f k / %.0f k |\n", median(r->b_rate_alone, r->n) / 1e3,
+			median(r->b_rate_during, r->n) / 1e3);
 	}
+	fprintf(out, "\nBy pair (B p50 alone -> beside, ratio; B on the daemon's CPU alone / beside; A's ratio):\n");
+	for (int l = 0; l < N_LOADS; l++) {
+		struct result *r = &res[l];
+		for (unsigned p = 0; p < r->n; p++)
+			fprintf(out, "  %s %2u: %6.1f -> %6.1f us  %.3f  %3.0f%% / %3.0f%%  %.3f\n",
+				load_name[l], p + 1, r->alone_us[p], r->during_us[p], r->ratio[p],
+				100 * r->same_alone[p], 100 * r->same_during[p], r->a_ratio[p]);
+	}
+}
+
+static void json_array(const char *name, const double *v, unsigned n)
+{
+	printf(",\"%s\":[", name);
+	for (unsigned i = 0; i < n; i++)
+		printf("%s%.4g", i ? "," : "", v[i]);
+	printf("]");
 }
 
 static void print_json(void)
 {
-	printf("{\"blocks\":%llu,\"pairs\":%u,\"iters\":%u,\"loads\":{", (unsigned long long)n_blocks,
-	       n_pairs, n_iters);
+	printf("{\"blocks\":%llu,\"pairs\":%u,\"iters\":%u,\"rounds\":%u,\"pin\":\"%s\",\"loads\":{",
+	       (unsigned long long)n_blocks, n_pairs, n_iters, n_rounds, pin_name[pin_mode]);
 	bool first = true;
 	for (int l = 0; l < N_LOADS; l++) {
 		struct result *r = &res[l];
 		if (!r->n)
 			continue;
 		printf("%s\"%s\":{\"alone_p50_us\":%.2f,\"beside_p50_us\":%.2f,\"ratio\":%.3f,"
-		       "\"ratio_min\":%.3f,\"ratio_max\":%.3f,\"alone_p90_us\":%.2f,"
+		       "\"ratio_min\":%.3f,\"ratio_max\":%.3f,\"ratio_q1\":%.3f,\"ratio_q3\":%.3f,"
+		       "\"pairs_above_2x\":%u,\"alone_p90_us\":%.2f,"
 		       "\"beside_p90_us\":%.2f,\"alone_worst_us\":%.1f,"
-		       "\"beside_worst_us\":%.1f,\"a_rate_alone\":%.1f,\"a_rate_beside\":%.1f}",
+		       "\"beside_worst_us\":%.1f,\"a_rate_alone\":%.1f,\"a_rate_beside\":%.1f,"
+		       "\"same_cpu_alone\":%.3f,\"same_cpu_beside\":%.3f",
 		       first ? "" : ",", load_name[l], median(r->alone_us, r->n),
 		       median(r->during_us, r->n), median(r->ratio, r->n), vmin(r->ratio, r->n),
-		       vmax(r->ratio, r->n), median(r->p90_alone_us, r->n),
-		       median(r->p90_during_us, r->n), median(r->worst_alone_us, r->n),
-		       median(r->worst_during_us, r->n), r->a_rate_alone, r->a_rate_during);
+		       vmax(r->ratio, r->n), quantile(r->ratio, r->n, 0.25),
+		       quantile(r->ratio, r->n, 0.75), count_above(r->ratio, r->n, 2.0),
+		       median(r->p90_alone_us, r->n), median(r->p90_during_us, r->n),
+		       median(r->worst_alone_us, r->n), median(r->worst_during_us, r->n),
+		       r->a_rate_alone, r->a_rate_during, median(r->same_alone, r->n),
+		       median(r->same_during, r->n));
+		if (r->paired_rate)
+			printf(",\"a_ratio\":%.3f,\"a_ratio_min\":%.3f,\"a_ratio_max\":%.3f,"
+			       "\"cuts_per_request\":%.2f,\"cut_turn_us\":%.2f,"
+			       "\"b_rate_alone\":%.1f,\"b_rate_beside\":%.1f",
+			       median(r->a_ratio, r->n), vmin(r->a_ratio, r->n),
+			       vmax(r->a_ratio, r->n), median(r->cuts_per_req, r->n),
+			       vmin(r->cut_turn_us, r->n) >= 0 ? median(r->cut_turn_us, r->n) : -1.0,
+			       median(r->b_rate_alone, r->n), median(r->b_rate_during, r->n));
+		json_array("pair_alone_p50_us", r->alone_us, r->n);
+		json_array("pair_beside_p50_us", r->during_us, r->n);
+		json_array("pair_ratio", r->ratio, r->n);
+		json_array("pair_same_cpu_alone", r->same_alone, r->n);
+		json_array("pair_same_cpu_beside", r->same_during, r->n);
+		if (r->paired_rate)
+			json_array("pair_a_ratio", r->a_ratio, r->n);
+		printf("}");
 		first = false;
 	}
 	printf("}}\n");
@@ -449,6 +807,10 @@ static void help(void)
 	       "  --blocks N   A's blocks of 4 KiB (default 100000)\n"
 	       "  --pairs N    alone/beside pairs per load (default 7, at most %d)\n"
 	       "  --iters N    B's lookups per sample (default 2000)\n"
+	       "  --rounds N   rounds a pair of lookup, stats and store: B alone, A alone and\n"
+	       "               both, forwards and backwards in turn (default 4)\n"
+	       "  --pin MODE   none (default); split: the daemon's loop on one CPU, B and A\n"
+	       "               on another; same: the daemon's loop and B on one, A on another\n"
 	       "  --load LIST  lookup,stats,evict,store,exit (default all)\n"
 	       "  --json       one JSON line on stdout, the table on stderr\n"
 	       "  --help       this text\n\n"
@@ -463,6 +825,7 @@ int main(int argc, char **argv)
 		{"blocks", required_argument, NULL, 'b'}, {"pairs", required_argument, NULL, 'p'},
 		{"iters", required_argument, NULL, 'i'},  {"load", required_argument, NULL, 'l'},
 		{"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+		{"rounds", required_argument, NULL, 'r'}, {"pin", required_argument, NULL, 'P'},
 		{0},
 	};
 	bool json = false, want[N_LOADS] = {true, true, true, true, true};
@@ -485,6 +848,16 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			json = true;
+			break;
+		case 'r':
+			n_rounds = (unsigned)parse_u64(optarg, 1, 100, "--rounds");
+			break;
+		case 'P':
+			for (pin_mode = 0; pin_mode < N_PINS; pin_mode++)
+				if (!strcmp(optarg, pin_name[pin_mode]))
+					break;
+			if (pin_mode == N_PINS)
+				die("--pin: none, split or same, not '%s'", optarg);
 			break;
 		case 'h':
 			help();
@@ -516,7 +889,12 @@ int main(int argc, char **argv)
 			    (unsigned long long)pool, QUARANTINE_MS, BIG,
 			    (unsigned long long)(n_blocks + 2 * BIG), sock_a,
 			    (unsigned long long)(pool - (64ull << 20)), sock_b);
+	cpus_probe();
 	bench_daemon_start(&dmn, 120ull * 1000000000ull);
+	place();
+	char stat_path[64];
+	snprintf(stat_path, sizeof(stat_path), "/proc/%d/stat", (int)dmn.pid);
+	daemon_stat_fd = open(stat_path, O_RDONLY | O_CLOEXEC);
 	/* kvtierd binds the tenants' sockets before its main one; an older
 	 * one, run for the figures before a change, after it. */
 	bench_daemon_wait_socket(&dmn, sock_a, kvt_now_ns(), 120ull * 1000000000ull);
@@ -560,6 +938,8 @@ int main(int argc, char **argv)
 	kvt_client_free(cb);
 	kvt_client_free(ca);
 	kvt_client_free(admin);
+	if (daemon_stat_fd >= 0)
+		close(daemon_stat_fd);
 	bench_daemon_stop(&dmn);
 	bench_daemon_remove(&dmn);
 	bench_print(json, print_table, print_json);

@@ -19,6 +19,11 @@
  * grows), and every one of A's replies still has each key's state, in
  * the order of its keys (a window that moves by a request, half its keys
  * stored and half never), while B's block loads byte-exact.
+ *
+ * And A keeps its turns beside a B that asks back to back: B's requests
+ * cut A's turns, but none before a quantum of A's work (the loop record's
+ * turns_cut_work_us is at least TURN_CUT_MIN_NSEC a cut turn), and A's
+ * lookups keep being answered, a few of them while B asks.
  */
 #include <poll.h>
 #include <signal.h>
@@ -36,6 +41,8 @@
 #define N_A 40000u  /* the evicted namespace's blocks */
 #define BATCH 8192u
 #define ATTEMPTS 20
+/* daemon/turns.h's TURN_CUT_MIN_NSEC, in µs: no turn is cut before it. */
+#define CUT_MIN_US 15u
 
 static struct daemon d;
 
@@ -295,13 +302,39 @@ int main(void)
 		if (stat_get(cb, "loop", "turns_cut") > cut0 && atomic_load(&f->lookups) >= from + 2)
 			break;
 	}
-	atomic_store(&f->stop, 1);
-	CHECK(wait_exit(pid) == 0, "A's lookups each came back key by key as stored");
 	CHECK(i < 1000000, "no turn of A's lookups ended for B's requests (%llu cut)",
 	      (unsigned long long)(stat_get(cb, "loop", "turns_cut") - cut0));
 	fprintf(stderr, "B's requests cut %llu turns of A's %u lookups (%u of B's)\n",
 		(unsigned long long)(stat_get(cb, "loop", "turns_cut") - cut0),
 		atomic_load(&f->lookups), i + 1);
+
+	/* B back to back, lookups only: A is answered on, and each turn of
+	 * A's that B cut had a quantum of work.  Progress, not time: until
+	 * B has cut a few turns and A has had four more replies; A makes a
+	 * part of progress a turn and B cuts at most one turn a request, so
+	 * a bound on B's requests ends a daemon that starves A. */
+	cut0 = stat_get(cb, "loop", "turns_cut");
+	uint64_t work0 = stat_get(cb, "loop", "turns_cut_work_us"), cuts = 0;
+	from = atomic_load(&f->lookups);
+	for (i = 0; i < 1000000; i++) {
+		CHECK(kvt_lookup(nb, kb, 1, 0, &state) == 1 && state == KVT_HOST, "B's lookup");
+		if (i % 64 == 0 && atomic_load(&f->lookups) >= from + 4 &&
+		    (cuts = stat_get(cb, "loop", "turns_cut") - cut0) >= 4)
+			break;
+	}
+	CHECK(i < 1000000, "A had %u replies and %llu turns cut beside B's %u back-to-back lookups",
+	      atomic_load(&f->lookups) - from, (unsigned long long)cuts, i);
+	uint64_t work = stat_get(cb, "loop", "turns_cut_work_us") - work0;
+	cuts = stat_get(cb, "loop", "turns_cut") - cut0;
+	/* The record's total is in whole µs: one short at most. */
+	CHECK(work + 1 >= cuts * CUT_MIN_US,
+	      "%llu turns cut after %llu us of work in all, under %u us each",
+	      (unsigned long long)cuts, (unsigned long long)work, CUT_MIN_US);
+	fprintf(stderr, "beside B's %u back-to-back lookups A had %u replies; %llu turns cut, "
+		"%.1f us of work each\n", i + 1, atomic_load(&f->lookups) - from,
+		(unsigned long long)cuts, (double)work / (double)cuts);
+	atomic_store(&f->stop, 1);
+	CHECK(wait_exit(pid) == 0, "A's lookups each came back key by key as stored");
 	munmap(f, sizeof(*f));
 
 	CHECK(kvt_admin_evict(cb, (uint32_t)tenant, info.ns_id, 1) == N_A,
