@@ -435,6 +435,9 @@ static uint64_t mono_ms(void)
 	return kvt_now_ns() / 1000000;
 }
 
+/* kvt_wait_resident looks up again at least this often (ms). */
+#define RELOOK_MS 10000
+
 KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 				 uint32_t timeout_ms)
 {
@@ -451,9 +454,9 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 		r = kvt_lookup(ns, keys, n, 0, st);
 		if (r < 0)
 			break;
-		bool pending = false;
+		uint64_t pending = 0;
 		for (int i = 0; i < r; i++)
-			pending |= st[i] == KVT_DISK;
+			pending += st[i] == KVT_DISK;
 		if (!pending)
 			break;
 		uint64_t now = mono_ms();
@@ -461,12 +464,23 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 			r = -ETIMEDOUT;
 			break;
 		}
+		/* Ask again once half of what is pending may have landed, not
+		 * at every block: a run of n blocks costs the daemon about
+		 * log2(n) look-ups of it rather than n.  A notice names one
+		 * block, any of the tenant's (others' count too, which only
+		 * makes us ask sooner); a run's notice settles many keys at
+		 * once, so it always makes us ask.  So does RELOOK_MS without
+		 * enough notices: the daemon tells a connection of landings for
+		 * 30 s after a LOOKUP answered DISK, and asking renews that. */
 		kvt_client *c = ns->c;
+		uint64_t need = (pending + 1) / 2;
+		uint64_t until = now + RELOOK_MS < deadline ? now + RELOOK_MS : deadline;
 		pthread_mutex_lock(&c->lock);
-		uint64_t seen = c->ready_events;
+		uint64_t seen = c->ready_events, runs = c->ready_runs;
 		int w = 0;
-		while (w == 0 && c->ready_events == seen && mono_ms() < deadline)
-			w = client_wait_event(c, (int)(deadline - mono_ms()));
+		while (w == 0 && c->ready_events - seen < need && c->ready_runs == runs &&
+		       mono_ms() < until)
+			w = client_wait_event(c, (int)(until - mono_ms()));
 		bool closed = c->closed;
 		pthread_mutex_unlock(&c->lock);
 		if (w == -ENOTCONN) {

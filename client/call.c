@@ -137,8 +137,10 @@ static int handle_notification(kvt_client *c, const struct kvt_header *h,
 		 * finds them all, served or missed. */
 		struct kvt_run_ready m;
 		r = kvt_dec_run_ready(cur, &m);
-		if (r == 0)
+		if (r == 0) {
 			c->ready_events++;
+			c->ready_runs++;
+		}
 		break;
 	}
 	case KVT_OP_EXTENT_RETIRED: {

@@ -109,8 +109,12 @@ void nvme_stage_ended(struct op *op)
 		store_block_restored(n->store, b);
 	}
 	nvme_op_free(op);
-	/* Write-back may have stopped at the queue depth these reads held. */
-	nvme_kick(n);
+	/* Write-back may have stopped at the queue depth these reads held,
+	 * or the slot taken may have brought the pool past its watermark:
+	 * either needs dirty bytes to write.  Without any, no kick: it would
+	 * cost every restored block a turn of the loop that finds nothing. */
+	if (nvme_writeback_pending(n))
+		nvme_kick(n);
 }
 
 int nvme_stage(struct nvme *n, struct block *b)

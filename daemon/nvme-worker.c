@@ -19,7 +19,10 @@
  * Hand-over both ways is a mutex-protected list and an eventfd: the loop's
  * to the worker is a source of the worker's event loop, written once at the
  * end of a loop iteration that handed it ops; the worker's to the loop one
- * of the daemon's, written when the list was empty.  The engine's retries,
+ * of the daemon's, written when the list was empty and watched
+ * edge-triggered, so that the loop, which wakes for every write, takes the
+ * list without a read(2) to reset the counter (it would take 2^64 - 2
+ * writes to fill).  The engine's retries,
  * fault injection and shutdown are io.c's, unchanged, on the worker's
  * thread.
  */
@@ -87,8 +90,9 @@ static void wake(int efd)
 }
 
 /* Append op to a hand-over list, and wake its reader only when the list
- * was empty: the reader resets its eventfd before it takes the whole
- * list, so a list that is not empty has a wake-up on its way. */
+ * was empty: the reader resets its eventfd (the worker) or is woken by
+ * every write (the loop, edge-triggered) before it takes the whole list,
+ * so a list that is not empty has a wake-up on its way. */
 static void hand_over(struct nvme_worker *w, struct op **head, struct op **tail, struct op *op,
 		      int efd)
 {
@@ -218,9 +222,7 @@ static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata)
 {
 	struct nvme_worker *w = userdata;
 	struct op *ops;
-	uint64_t v;
 
-	(void)!read(w->out_efd, &v, sizeof(v));
 	pthread_mutex_lock(&w->lock);
 	ops = w->out_head;
 	w->out_head = w->out_tail = NULL;
@@ -267,7 +269,7 @@ int nvme_worker_new(sd_event *event, unsigned file, int fd, enum io_engine_kind 
 	r = sd_event_add_io(w->event, &w->in_source, w->in_efd, EPOLLIN, on_in, w);
 	if (r < 0)
 		return r;
-	r = sd_event_add_io(event, &w->out_source, w->out_efd, EPOLLIN, on_out, w);
+	r = sd_event_add_io(event, &w->out_source, w->out_efd, EPOLLIN | EPOLLET, on_out, w);
 	if (r < 0)
 		return r;
 	(void)sd_event_source_set_description(w->out_source, "nvme-worker");

@@ -231,12 +231,18 @@ def nvme_section(n, P):
     data = "# index label kvtier fio ratio min max\n"
     i = 0
     rows = []
+    batch = n.get("restore_batch", 1)
     for eng in ("io_uring", "threads"):
-        rows += [("spill_" + eng, "spill (write), " + eng), ("restore_" + eng, "restore (read), " + eng)]
+        rows += [("spill_" + eng, "spill (write), " + eng),
+                 ("restore_" + eng, "restore (read), %s, %d block%s a load" % (eng, batch, "s"[:batch > 1])),
+                 ("restore_%s_batch1" % eng, "restore (read), %s, 1 block a load" % eng)]
     for files in (1, 2):
         jobs = "1 job" if files == 1 else "%d jobs" % files
         rows += [("spill_files_%d" % files, "spill, %d file%s (fio %s)" % (files, "s"[:files > 1], jobs)),
-                 ("restore_files_%d" % files, "restore, %d file%s (fio %s)" % (files, "s"[:files > 1], jobs))]
+                 ("restore_files_%d" % files, "restore, %d file%s, %d block%s a load (fio %s)"
+                  % (files, "s"[:files > 1], batch, "s"[:batch > 1], jobs)),
+                 ("restore_files_%d_batch1" % files, "restore, %d file%s, 1 block a load (fio %s)"
+                  % (files, "s"[:files > 1], jobs))]
     rows.append(("context", "context of %d tokens, io_uring" % n.get("context_tokens", 0)))
     for key, label in rows:
         o = n.get(key)

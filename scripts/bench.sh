@@ -5,7 +5,8 @@
 #                 memcpy and against Redis (hiredis, Unix socket); the
 #                 control round trip and one-key lookup/acquire against a
 #                 bare AF_UNIX ping-pong; batched lookups in keys/s
-#   NVMe tier     bench-nvme: spill and restore against fio, also over 1 and
+#   NVMe tier     bench-nvme: spill and restore against fio (restores of
+#                 128 blocks a load and of a block a load), also over 1 and
 #                 2 spill files against fio with 1 and 2 jobs
 #   scale         bench-scale: lookup latency and daemon memory per block as
 #                 the index grows, batched lookups against a plain table in

@@ -12,10 +12,14 @@
  *      timed from the first store until the daemon's nvme_write_bytes say
  *      that every block is on disk (write-back is asynchronous), against
  *      fio writing as many bytes;
- *   2. restore: a set that is on NVMe only, looked up (this starts staging)
- *      and loaded into client memory as its blocks become resident, in
- *      whatever order they do, timed from the first lookup to the last byte
- *      loaded, against fio reading as many bytes;
+ *   2. restore: a set that is on NVMe only, looked up (this starts staging
+ *      every block) and loaded into client memory in batches of --batch
+ *      blocks in order, as an engine loads a request's prefix: each batch
+ *      waits until it is resident (kvt_wait_resident, which sleeps on the
+ *      daemon's notices) and is loaded with one kvt_load; and the same with
+ *      one block a request (wait and load per block), the two in turn;
+ *      timed from the first lookup to the last byte loaded, against fio
+ *      reading as many bytes;
  *   3. the same two with the daemon's threads engine (a second daemon);
  *   4. an engine's restore of a whole context (token chain keys, kvt-engine's
  *      lookup/retry loop, then one kvt_load_paged into vLLM-style per-layer
@@ -111,6 +115,9 @@
 #define TARGET_RESTORE 0.9 /* >= x fio read */
 
 #define STORE_CHUNK 8                  /* blocks per kvt_store: 16 MiB */
+/* Blocks per restore's load: a 2048-token request's prefix of 16-token
+ * blocks, which an engine loads as one batch (docs/benchmarks.md). */
+#define RESTORE_BATCH 128
 #define POLL_NS 1000000ull             /* stats and lookup polling: 1 ms */
 #define ENGINE_POLL_NS 5000000ull      /* kvt-engine's DISK retry: 5 ms */
 #define WAIT_LIMIT_NS 120000000000ull  /* a write-back or staging this slow is broken */
@@ -125,6 +132,7 @@ static struct {
 	unsigned pairs;
 	uint64_t set_bytes; /* one set; also the host pool */
 	unsigned queue_depth;
+	unsigned batch; /* blocks per load in the restore pairs */
 	bool engine[N_ENGINES];
 	bool context;
 	uint32_t codecs[KVT_CODEC_COUNT]; /* --codec: phase 5, in this order */
@@ -140,6 +148,7 @@ static struct {
 	.pairs = 7,
 	.set_bytes = 1024 * MIB,
 	.queue_depth = 64,
+	.batch = RESTORE_BATCH,
 	.engine = {true, true},
 	.context = true,
 	.n_files = 1,
@@ -547,7 +556,7 @@ struct sample {
 	uint64_t ns;     /* the measured interval */
 	uint64_t aux_ns; /* spill: until the last store returned; engine
 			  * restore: until everything was resident */
-	uint64_t first_ns; /* pipelined restore: the set's first block resident */
+	uint64_t first_ns; /* batched restore: the set's first batch resident */
 	uint64_t aux_bytes; /* spill: on disk when the last store returned */
 	uint64_t daemon_cpu_ns, bench_cpu_ns;
 	uint64_t loop_cpu_ns; /* the daemon's main thread's: its event loop */
@@ -633,9 +642,6 @@ struct bench {
 	void **dsts;
 	uint8_t *keys[2];  /* two sets' keys: the one spilled, the one restored */
 	uint8_t *states;
-	uint8_t *done; /* pipelined restore: loaded already */
-	uint8_t *batch_keys;
-	void **batch_dsts;
 	int32_t *status;
 	int64_t *pages;
 	/* The context phase: per-layer pages (2, n, 16, heads, head_bytes),
@@ -817,68 +823,44 @@ static void expect_all_on_disk(struct bench *b, unsigned set, int r)
 }
 
 /*
- * Restore as a pipelined engine would: one lookup of the whole set starts
- * staging every block; then load whatever has become resident, in any
- * order, and look up the set again, every POLL_NS while nothing new is
- * there.  ret->ns: first lookup to last byte loaded; ret->aux_ns: until a
- * lookup found every block not yet loaded resident; ret->first_ns: until
- * the set's first block (the head of the prefix) was resident.
+ * Restore as an engine loads requests' prefixes: one lookup of the whole
+ * set starts staging every block; then, batch by batch in order, wait until
+ * the batch is resident (kvt_wait_resident: the client sleeps on the
+ * daemon's BLOCK_READY notices) and load it with one kvt_load.  batch 1 is
+ * a request (and a wait) per block.  ret->ns: first lookup to last byte
+ * loaded; ret->aux_ns: until the last batch was resident; ret->first_ns:
+ * until the first batch (the head of the prefix) was resident.
  */
-static void restore_pipelined(struct bench *b, unsigned set, struct sample *ret)
+static void restore_batched(struct bench *b, unsigned set, unsigned batch, struct sample *ret)
 {
 	const uint8_t *keys = set_keys(b, set);
 	struct dstats d;
-	uint64_t loaded = 0, t_resident = 0, t_first = 0;
+	uint64_t t_resident = 0;
 
 	wait_idle(b->c, &d);
 	memset(b->dst, 0xa5, b->n * BLOCK_BYTES);
-	memset(b->done, 0, b->n);
 	memset(ret, 0, sizeof(*ret));
 	cpu_begin(ret);
 	uint64_t t0 = kvt_now_ns();
 	int r = kvt_lookup(b->ns, keys, b->n, 0, b->states);
 	expect_all_on_disk(b, set, r);
-	for (;;) {
-		size_t k = 0, waiting = 0;
-		for (uint64_t i = 0; i < b->n; i++) {
-			if (b->done[i])
-				continue;
-			if (b->states[i] != KVT_HOST) {
-				waiting++;
-				continue;
-			}
-			memcpy(b->batch_keys + k * KVT_KEY_BYTES, keys + i * KVT_KEY_BYTES,
-			       KVT_KEY_BYTES);
-			b->batch_dsts[k++] = b->dsts[i];
-			b->done[i] = 1;
-		}
-		if (!t_first && b->done[0])
-			t_first = kvt_now_ns();
-		if (!waiting && !t_resident)
-			t_resident = kvt_now_ns();
-		if (k) {
-			r = kvt_load(b->ns, 0, b->batch_keys, k, b->batch_dsts, b->status);
-			if (r != (int)k)
-				die("restore of set %u: kvt_load of %zu resident blocks loaded %d", set,
-				    k, r);
-			loaded += k;
-			if (loaded == b->n)
-				break;
-		} else {
-			if (kvt_now_ns() - t0 > WAIT_LIMIT_NS)
-				die("restore of set %u: %llu of %llu blocks after %llu s", set,
-				    (unsigned long long)loaded, (unsigned long long)b->n,
-				    WAIT_LIMIT_NS / 1000000000ull);
-			sleep_ns(POLL_NS);
-		}
-		r = kvt_lookup(b->ns, keys, b->n, 0, b->states);
-		if (r != (int)b->n)
-			die("restore of set %u: %d of %llu blocks still found (one failed verification?)",
-			    set, r, (unsigned long long)b->n);
+	for (uint64_t i = 0; i < b->n; i += batch) {
+		size_t k = b->n - i < batch ? (size_t)(b->n - i) : batch;
+		const uint8_t *bk = keys + i * KVT_KEY_BYTES;
+		r = kvt_wait_resident(b->ns, bk, k, (uint32_t)(WAIT_LIMIT_NS / 1000000ull));
+		if (r != (int)k)
+			die("restore of set %u: blocks %llu..%llu: %d of %zu resident (%s)", set,
+			    (unsigned long long)i, (unsigned long long)(i + k - 1), r, k,
+			    r < 0 ? strerror(-r) : "one failed verification?");
+		t_resident = kvt_now_ns();
+		if (i == 0)
+			ret->first_ns = t_resident - t0;
+		r = kvt_load(b->ns, 0, bk, k, b->dsts + i, b->status);
+		if (r != (int)k)
+			die("restore of set %u: kvt_load of %zu resident blocks loaded %d", set, k, r);
 	}
 	ret->ns = kvt_now_ns() - t0;
 	ret->aux_ns = t_resident - t0;
-	ret->first_ns = t_first - t0;
 	cpu_end(ret);
 }
 
@@ -944,7 +926,7 @@ struct pairs {
 	double kv[MAX_PAIRS], fio[MAX_PAIRS], ratio[MAX_PAIRS];
 	double kv_s[MAX_PAIRS], fio_s[MAX_PAIRS];
 	double aux_s[MAX_PAIRS]; /* spill: stores returned; restores: all resident */
-	double first_s[MAX_PAIRS]; /* pipelined restore: first block resident */
+	double first_s[MAX_PAIRS]; /* batched restore: first batch resident */
 	double aux_mib[MAX_PAIRS]; /* spill: MiB on disk when the stores returned */
 	double dcpu_ms[MAX_PAIRS], bcpu_ms[MAX_PAIRS]; /* CPU: daemon, bench */
 	double dcpu_s_gb[MAX_PAIRS]; /* the daemon's CPU seconds per GB moved */
@@ -958,7 +940,8 @@ struct pairs {
 struct engine_result {
 	bool ran;
 	char engine[32], reason[192], nvme_line[512], pool[256];
-	struct pairs spill, restore;
+	struct pairs spill, restore; /* restore: batches of opt.batch */
+	struct pairs restore1;       /* a block a request (when opt.batch > 1) */
 	uint64_t dirty_drops, spills, restores;
 };
 
@@ -1076,31 +1059,42 @@ static void phase_spill(struct bench *b, struct engine_result *er, const char *l
  * Restore pairs, on the two sets the spill pairs left: restoring one
  * needs the whole pool and evicts the other (clean, so it stays on disk),
  * so they take turns and nothing is written meanwhile.  Pair i (i = 0 is
- * a warm-up): restore, fio read, check every byte.
+ * a warm-up): restore in batches of opt.batch, and (when that is not 1)
+ * restore the other set a block a request, in turns which goes first; fio
+ * read; every byte checked after each restore.
  */
 static void phase_restore(struct bench *b, struct engine_result *er, const char *label,
 			  unsigned phase)
 {
 	uint64_t bytes = b->n * BLOCK_BYTES;
 	unsigned last = opt.pairs + 1; /* the set in host memory */
+	unsigned resident = last;
+	unsigned kinds = opt.batch > 1 ? 2 : 1;
 
 	for (unsigned i = 0; i <= opt.pairs; i++) {
-		unsigned set = i % 2 ? last : last - 1;
-		struct sample t;
-		restore_pipelined(b, set, &t);
+		struct sample t[2];
+		for (unsigned j = 0; j < kinds; j++) {
+			unsigned kind = kinds == 2 ? (i + j) % 2 : 0; /* 0: batched */
+			unsigned set = resident == last ? last - 1 : last;
+			restore_batched(b, set, kind ? 1 : opt.batch, &t[kind]);
+			verify_set(b, phase, set, false);
+			resident = set;
+		}
 		double fr = fio_run(false, fio_offset(i + 1), bytes);
-		verify_set(b, phase, set, false);
 		if (i == 0) {
 			progress("  warm-up pair: restore %.2f GB/s, fio read %.2f GB/s",
-				 gbs(bytes, t.ns), fr);
+				 gbs(bytes, t[0].ns), fr);
 			continue;
 		}
-		record(&er->restore, i - 1, bytes, &t, fr);
-		progress("  %s restore pair %u/%u: kvtier %.2f GB/s (%.3f s, first block resident at %.3f s, all at %.3f s; CPU daemon %.0f ms, its loop %.4f s/GB, bench %.0f ms), fio read %.2f GB/s: %.3f",
-			 label, i, opt.pairs, er->restore.kv[i - 1],
-			 er->restore.kv_s[i - 1], er->restore.first_s[i - 1], er->restore.aux_s[i - 1],
-			 er->restore.dcpu_ms[i - 1], er->restore.lcpu_s_gb[i - 1],
-			 er->restore.bcpu_ms[i - 1], fr, er->restore.ratio[i - 1]);
+		for (unsigned kind = 0; kind < kinds; kind++) {
+			struct pairs *p = kind ? &er->restore1 : &er->restore;
+			record(p, i - 1, bytes, &t[kind], fr);
+			progress("  %s restore pair %u/%u, %u block%s a load: kvtier %.2f GB/s (%.3f s, first batch resident at %.3f s, last at %.3f s; CPU daemon %.0f ms, its loop %.4f s/GB, bench %.0f ms), fio read %.2f GB/s: %.3f",
+				 label, i, opt.pairs, kind ? 1 : opt.batch,
+				 (kind ? 1 : opt.batch) > 1 ? "s" : "", p->kv[i - 1], p->kv_s[i - 1],
+				 p->first_s[i - 1], p->aux_s[i - 1], p->dcpu_ms[i - 1],
+				 p->lcpu_s_gb[i - 1], p->bcpu_ms[i - 1], fr, p->ratio[i - 1]);
+		}
 	}
 	delete_set(b, last - 1);
 	delete_set(b, last);
@@ -1430,13 +1424,10 @@ static void bench_setup(struct bench *b)
 	b->keys[0] = calloc(b->n, KVT_KEY_BYTES);
 	b->keys[1] = calloc(b->n, KVT_KEY_BYTES);
 	b->states = calloc(b->n, 1);
-	b->done = calloc(b->n, 1);
-	b->batch_keys = calloc(b->n, KVT_KEY_BYTES);
-	b->batch_dsts = calloc(b->n, sizeof(*b->batch_dsts));
 	b->status = calloc(b->n, sizeof(*b->status));
 	b->pages = calloc(b->n, sizeof(*b->pages));
 	if (!b->srcs || !b->dsts || !b->keys[0] || !b->keys[1] || !b->states || !b->status ||
-	    !b->pages || !b->done || !b->batch_keys || !b->batch_dsts)
+	    !b->pages)
 		die("out of memory");
 	for (uint64_t i = 0; i < b->n; i++) {
 		b->srcs[i] = b->src + i * BLOCK_BYTES;
@@ -1576,26 +1567,33 @@ static void print_table(FILE *out)
 		       NODE_GBS, NODE_GBS * median(sp->dcpu_s_gb, n));
 		detail(out, "its event loop's own: %.4f s/GB [%.4f..%.4f]", median(sp->lcpu_s_gb, n),
 		       vmin(sp->lcpu_s_gb, n), vmax(sp->lcpu_s_gb, n));
-		snprintf(name, sizeof(name), "restore (read), %s", engine_conf[e]);
-		print_pairs_row(out, name, rs, "read", TARGET_RESTORE);
-		detail(out, "%.0f ms (fio %.0f); all resident at %.0f ms, block 0 at %.0f ms; CPU: kvtierd %.0f ms, client %.0f ms",
-		       1000 * median(rs->kv_s, n), 1000 * median(rs->fio_s, n),
-		       1000 * median(rs->aux_s, n), 1000 * median(rs->first_s, n),
-		       median(rs->dcpu_ms, n), median(rs->bcpu_ms, n));
-		detail(out, "kvtierd CPU per byte restored: %.3f s/GB [%.3f..%.3f]; at %.0f GB/s: %.1f cores",
-		       median(rs->dcpu_s_gb, n), vmin(rs->dcpu_s_gb, n), vmax(rs->dcpu_s_gb, n),
-		       NODE_GBS, NODE_GBS * median(rs->dcpu_s_gb, n));
-		detail(out, "its event loop's own: %.4f s/GB [%.4f..%.4f]", median(rs->lcpu_s_gb, n),
-		       vmin(rs->lcpu_s_gb, n), vmax(rs->lcpu_s_gb, n));
+		for (unsigned kind = 0; kind < (opt.batch > 1 ? 2u : 1u); kind++) {
+			rs = kind ? &E[e].restore1 : &E[e].restore;
+			snprintf(name, sizeof(name), "restore (read), %s, %u a load", engine_conf[e],
+				 kind ? 1 : opt.batch);
+			print_pairs_row(out, name, rs, "read", TARGET_RESTORE);
+			detail(out, "%.0f ms (fio %.0f); last batch resident at %.0f ms, first at %.0f ms; CPU: kvtierd %.0f ms, client %.0f ms",
+			       1000 * median(rs->kv_s, n), 1000 * median(rs->fio_s, n),
+			       1000 * median(rs->aux_s, n), 1000 * median(rs->first_s, n),
+			       median(rs->dcpu_ms, n), median(rs->bcpu_ms, n));
+			detail(out, "kvtierd CPU per byte restored: %.3f s/GB [%.3f..%.3f]; at %.0f GB/s: %.1f cores",
+			       median(rs->dcpu_s_gb, n), vmin(rs->dcpu_s_gb, n),
+			       vmax(rs->dcpu_s_gb, n), NODE_GBS, NODE_GBS * median(rs->dcpu_s_gb, n));
+			detail(out, "its event loop's own: %.4f s/GB [%.4f..%.4f]",
+			       median(rs->lcpu_s_gb, n), vmin(rs->lcpu_s_gb, n),
+			       vmax(rs->lcpu_s_gb, n));
+		}
 	}
 	for (unsigned j = 0; j < opt.n_file_counts; j++) {
 		unsigned k = opt.file_counts[j];
 		char name[64];
 		const struct engine_result *f = &F[j];
-		for (int w = 0; w < 2 && f->ran; w++) {
-			const struct pairs *p = w ? &f->restore : &f->spill;
-			snprintf(name, sizeof(name), "%s, io_uring, %u file%s", w ? "restore (read)" : "spill (write)",
-				 k, k > 1 ? "s" : "");
+		for (int w = 0; w < (opt.batch > 1 ? 3 : 2) && f->ran; w++) {
+			const struct pairs *p = w == 2 ? &f->restore1 : w ? &f->restore : &f->spill;
+			char what[48];
+			snprintf(what, sizeof(what), "restore (read), %u a load", w == 2 ? 1 : opt.batch);
+			snprintf(name, sizeof(name), "%s, %u file%s", w ? what : "spill (write)", k,
+				 k > 1 ? "s" : "");
 			snprintf(s_limit, sizeof(s_limit), "%s, %u job%s", w ? "read" : "write", k,
 				 k > 1 ? "s" : "");
 			print_pairs_row(out, name, p, s_limit, w ? TARGET_RESTORE : TARGET_SPILL);
@@ -1654,9 +1652,9 @@ static void print_json(void)
 	printf(",\"dir\":");
 	json_string(opt.dir);
 	printf(",\"pairs\":%u,\"set_bytes\":%llu,\"block_bytes\":%llu,\"queue_depth\":%u,"
-	       "\"fio_registered\":%s",
+	       "\"fio_registered\":%s,\"restore_batch\":%u",
 	       opt.pairs, (unsigned long long)opt.set_bytes, (unsigned long long)BLOCK_BYTES,
-	       opt.queue_depth, opt.fio_plain ? "false" : "true");
+	       opt.queue_depth, opt.fio_plain ? "false" : "true", opt.batch);
 	for (int e = 0; e < N_ENGINES; e++) {
 		char key[64];
 		if (!E[e].ran)
@@ -1669,6 +1667,10 @@ static void print_json(void)
 		       median(E[e].spill.aux_mib, opt.pairs));
 		snprintf(key, sizeof(key), "restore_%s", engine_conf[e]);
 		json_pairs(key, &E[e].restore, TARGET_RESTORE, "resident_s", true);
+		if (opt.batch > 1) {
+			snprintf(key, sizeof(key), "restore_%s_batch1", engine_conf[e]);
+			json_pairs(key, &E[e].restore1, TARGET_RESTORE, "resident_s", true);
+		}
 	}
 	for (unsigned j = 0; j < opt.n_file_counts; j++) {
 		char key[64];
@@ -1678,6 +1680,10 @@ static void print_json(void)
 		json_pairs(key, &F[j].spill, TARGET_SPILL, "stores_done_s", false);
 		snprintf(key, sizeof(key), "restore_files_%u", opt.file_counts[j]);
 		json_pairs(key, &F[j].restore, TARGET_RESTORE, "resident_s", true);
+		if (opt.batch > 1) {
+			snprintf(key, sizeof(key), "restore_files_%u_batch1", opt.file_counts[j]);
+			json_pairs(key, &F[j].restore1, TARGET_RESTORE, "resident_s", true);
+		}
 	}
 	if (C.ran) {
 		unsigned n = opt.pairs;
@@ -1728,6 +1734,9 @@ static void help(void)
 	       "                       128..16384, default %llu = %llu tokens)\n"
 	       "  -q, --queue-depth N  the daemon's [nvme] queue_depth and fio's iodepth\n"
 	       "                       (default %u)\n"
+	       "  -b, --batch N        blocks per load in the restores (default %u, a\n"
+	       "                       2048-token prefix); unless 1, each pair also\n"
+	       "                       restores a block a request\n"
 	       "  -e, --engine NAME    io_uring, threads or both (default both); none:\n"
 	       "                       only the restore by codec (with --codec)\n"
 	       "      --no-context     skip the context restore\n"
@@ -1747,7 +1756,7 @@ static void help(void)
 	       "                       stderr)\n"
 	       "  -h, --help           show this help\n",
 	       opt.pairs, (unsigned long long)(opt.set_bytes / MIB),
-	       (unsigned long long)(opt.set_bytes / TOKEN_BYTES), opt.queue_depth, MAX_FILES,
+	       (unsigned long long)(opt.set_bytes / TOKEN_BYTES), opt.queue_depth, RESTORE_BATCH, MAX_FILES,
 	       opt.dir);
 }
 
@@ -1814,6 +1823,7 @@ int main(int argc, char **argv)
 		{"pairs", required_argument, NULL, 'p'},
 		{"mib", required_argument, NULL, 'm'},
 		{"queue-depth", required_argument, NULL, 'q'},
+		{"batch", required_argument, NULL, 'b'},
 		{"engine", required_argument, NULL, 'e'},
 		{"no-context", no_argument, NULL, 'C'},
 		{"codec", required_argument, NULL, 'c'},
@@ -1826,7 +1836,7 @@ int main(int argc, char **argv)
 	};
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, "p:m:q:e:d:jh", opts, NULL)) >= 0) {
+	while ((ch = getopt_long(argc, argv, "p:m:q:b:e:d:jh", opts, NULL)) >= 0) {
 		switch (ch) {
 		case 'p': opt.pairs = (unsigned)parse_u64(optarg, 5, MAX_PAIRS - 1, "--pairs"); break;
 		case 'm':
@@ -1837,6 +1847,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'q': opt.queue_depth = (unsigned)parse_u64(optarg, 1, 4096, "--queue-depth"); break;
+		case 'b': opt.batch = (unsigned)parse_u64(optarg, 1, 8192, "--batch"); break;
 		case 'e':
 			if (!strcmp(optarg, "none")) {
 				opt.engine[ENG_URING] = opt.engine[ENG_THREADS] = false;

@@ -4,9 +4,15 @@
  * namespaces' blocks are written back, the namespaces' regions bound two
  * in each file; evicted from host memory, every block comes back from its
  * file with its bytes; and after a restart, recovery finds every block in
- * both files, and they load back again, byte for byte.
+ * both files, and they load back again, byte for byte.  Then loads in
+ * batches as an engine makes them, each batch mixing blocks in host
+ * memory, blocks on NVMe only and keys never stored: every block present
+ * comes back with its bytes, a missing key is a miss that leaves its
+ * buffer alone, and only the NVMe-only blocks are read.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -85,6 +91,82 @@ static unsigned bound_regions(const struct daemon *d, unsigned file)
 	return n;
 }
 
+/*
+ * Batches of BATCH entries, in each two of every three blocks on NVMe
+ * only (the others brought back to host memory first) and a key never
+ * stored after every two blocks: kvt_wait_resident on the batch's blocks
+ * (which stages those on NVMe, and sleeps on their notices), then one
+ * kvt_load of the whole batch, missing keys and all.
+ */
+#define BATCH 48u
+#define POISON 0xa5
+
+static void load_mixed(kvt_client *c, kvt_ns *ns, uint32_t k, uint32_t tag)
+{
+	uint64_t tenant = stat_get(c, "tenant", "id");
+	static uint8_t keys[N][KVT_KEY_BYTES], batch[BATCH][KVT_KEY_BYTES],
+		present[BATCH][KVT_KEY_BYTES];
+	uint8_t *bufs = malloc((size_t)BATCH * BYTES), *want = malloc(BYTES);
+	uint32_t idx[BATCH];
+	void *dsts[BATCH];
+	int32_t st[BATCH];
+	kvt_ns_info info;
+
+	CHECK(bufs && want, "out of memory");
+	CHECK(kvt_ns_get_info(ns, &info) == 0, "info");
+	CHECK(kvt_admin_evict(c, (uint32_t)tenant, info.ns_id, 0) == N, "namespace %u evicted", k);
+	/* Every third block back in host memory, through the same path. */
+	uint32_t n_host = 0;
+	for (uint32_t i = 0; i < N; i += 3) {
+		token_key(tag, i, keys[n_host]);
+		dsts[0] = bufs;
+		load_staged(ns, keys[n_host], 1, dsts, st);
+		CHECK(st[0] == 0, "namespace %u block %u staged", k, i);
+		n_host++;
+	}
+	uint64_t reads0 = stat_get(c, "daemon", "nvme_reads");
+	uint32_t from_nvme = 0, missing = 0;
+	for (uint32_t i = 0; i < N;) {
+		uint32_t n = 0, n_present = 0;
+		while (n < BATCH && i < N) {
+			if (n % 3 == 2) {
+				token_key(tag + 1000, i, batch[n]); /* never stored */
+				idx[n++] = UINT32_MAX;
+				continue;
+			}
+			token_key(tag, i, batch[n]);
+			memcpy(present[n_present++], batch[n], KVT_KEY_BYTES);
+			from_nvme += i % 3 != 0;
+			idx[n++] = i++;
+		}
+		memset(bufs, POISON, (size_t)n * BYTES);
+		for (uint32_t j = 0; j < n; j++)
+			dsts[j] = bufs + (size_t)j * BYTES;
+		int w = kvt_wait_resident(ns, present[0], n_present, 600000);
+		CHECK(w == (int)n_present, "namespace %u: %d of %u resident", k, w, n_present);
+		int r = kvt_load(ns, 0, batch[0], n, dsts, st);
+		CHECK(r == (int)n_present, "namespace %u: loaded %d of %u", k, r, n_present);
+		for (uint32_t j = 0; j < n; j++) {
+			if (idx[j] == UINT32_MAX) {
+				CHECK(st[j] == -ENOENT, "a missing key: %d", st[j]);
+				for (uint32_t b = 0; b < BYTES; b++)
+					CHECK(((uint8_t *)dsts[j])[b] == POISON, "a miss's buffer untouched");
+				missing++;
+				continue;
+			}
+			CHECK(st[j] == 0, "namespace %u block %u loads: %d", k, idx[j], st[j]);
+			block_pattern(want, BYTES, tag, batch[j]);
+			CHECK(!memcmp(dsts[j], want, BYTES), "namespace %u block %u: its bytes", k,
+			      idx[j]);
+		}
+	}
+	CHECK(missing > 0 && from_nvme == N - n_host, "the batches mixed all three");
+	CHECK(stat_get(c, "daemon", "nvme_reads") - reads0 == from_nvme,
+	      "read from NVMe: the NVMe-only blocks, once each");
+	free(bufs);
+	free(want);
+}
+
 /* Evict each namespace from host memory and load it back from NVMe. */
 static void evict_and_load(kvt_client *c, kvt_ns **ns)
 {
@@ -144,6 +226,11 @@ int main(void)
 	/* Again, evicted: the copies stayed on NVMe. */
 	evict_and_load(c, ns);
 	CHECK(stat_get(c, "daemon", "nvme_reads") == 2 * NS * N, "staged again");
+	for (uint32_t k = 0; k < NS; k++)
+		load_mixed(c, ns[k], k, k + 1);
+	CHECK(stat_get(c, "daemon", "nvme_checksum_errors") == 0 &&
+		      stat_get(c, "daemon", "nvme_io_errors") == 0,
+	      "no verification or I/O error");
 	for (uint32_t k = 0; k < NS; k++)
 		kvt_ns_close(ns[k]);
 	kvt_client_free(c);
