@@ -46,6 +46,10 @@ TMPDIR=$(mktemp -d /tmp/kvt-engine-test.XXXXXX)
 # Open to other uids: a test connects as uid 65534 to a daemon in there.
 chmod 755 "$TMPDIR"
 export TMPDIR HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# vLLM's and inductor's compile caches: one per build, shared by the test
+# files (whose engines compile the same graphs), nothing left in $HOME.
+export VLLM_CACHE_ROOT="$KVT_BUILD_ROOT/compile-cache/vllm"
+export TORCHINDUCTOR_CACHE_DIR="$KVT_BUILD_ROOT/compile-cache/inductor"
 "$py" -m pytest -q -p no:cacheprovider "$(dirname "$0")/$test_file"
 rc=$?
 rm -rf "$TMPDIR"
