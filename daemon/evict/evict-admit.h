@@ -15,15 +15,20 @@
  * main tier's size for a sample of 1/2^shift of the keys (Waldspurger et
  * al.'s miniature caches, USENIX ATC '17: a sampled key stream against a
  * scaled cache has about the full one's hit rate).  They hold
- * fingerprints, not data.  At the end of each window of sampled requests
- * each setting's score is halved and its window's hits added; the main
- * tier takes the best setting when it beats its own by a margin, so that
- * it does not flap on noise.  It starts with recency alone and no filter,
+ * fingerprints, not data, and are scored as the tier is: fed each lookup
+ * head first (evict_lookup), a shadow counts a sampled hit only while the
+ * lookup's sampled blocks before it hit too.  At the end of each window of
+ * sampled requests each setting's score loses 1/EVICT_ADMIT_DECAY and its
+ * window's hits are added; the main tier takes the best setting when it
+ * beats its own by a margin and its lead, lookup by lookup, is beyond
+ * EVICT_ADMIT_Z standard errors, so that it does not flap on noise.  It starts with recency alone and no filter,
  * so that it stays LRU until another setting has shown it hits more.
  *
  * Memory: six shadows of size/2^shift entries (at least 1024 unless the
  * tier is smaller, at most size/64), each entry 32 bytes and two table
- * slots of 4: about 3.9 bytes per block of the tier at 10^6 blocks.  Pure:
+ * slots of 4: about 3.9 bytes per block of the tier at 10^6 blocks.  CPU:
+ * a keyed hash per key looked up, and the six shadows' work on the
+ * sampled ones.  Pure:
  * no I/O; a failed allocation leaves the setting where it was.
  */
 #pragma once
