@@ -48,6 +48,19 @@ void store_lookup_keys(struct store *s, struct ns *ns, const uint8_t *keys, uint
 	struct index_keys kk;
 
 	index_keys_init(&kk, &ns->index, keys + (size_t)from * KVT_KEY_SIZE, n);
+	if ((flags & KVT_LOOKUP_TOUCH) && evict_wants_lookup(&ns->cls->policy)) {
+		/* The policy sees the request head first, resident or not,
+		 * before its hits are touched (lrfu-admit's shadows score the
+		 * leading run each setting would have hit). */
+		uint64_t fp[64];
+		for (uint32_t i = 0; i < n; i += 64) {
+			uint32_t m = n - i < 64 ? n - i : 64;
+			for (uint32_t j = 0; j < m; j++)
+				fp[j] = store_key_fingerprint(
+					s, keys + (size_t)(from + i + j) * KVT_KEY_SIZE);
+			evict_lookup(&ns->cls->policy, fp, m, from == 0 && i == 0);
+		}
+	}
 	for (uint32_t i = from + n; i-- > from;) {
 		struct block *b = index_keys_get(&kk, i - from);
 		uint8_t st = KVT_STATE_MISS;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "evict-admit.h"
+#include "keyhash.h"
 
 static void shadow_free(struct evict_admit_shadow *s)
 {
@@ -86,18 +87,27 @@ static void erase(struct evict_admit_shadow *s, uint32_t i)
 	}
 }
 
-/* A request in one shadow. */
-static void shadow_ref(struct evict_admit_shadow *s, uint64_t h, bool filter, bool seen,
-		       unsigned level)
+/* A lookup's block in one shadow, head first: a hit counts only while
+ * every sampled block before it in the chain hit too (run is the shadow's
+ * run of this lookup, false once a block missed), as the tier is scored;
+ * a miss is stored, as the engine will store it.  A block the main tier
+ * stores (store) is stored where it is not yet.  \return whether the
+ * shadow changed: a request. */
+static bool shadow_ref(struct evict_admit_shadow *s, uint64_t h, bool filter, bool seen,
+		       unsigned level, bool store)
 {
 	uint32_t i = find(s, h);
 
+	if (s->slot[i] && store)
+		return false;
 	evict_lrfu_tick(&s->q);
 	if (s->slot[i]) {
-		s->hits++;
+		s->hits += s->run;
+		s->run_hits += s->run;
 		evict_lrfu_touch(&s->q, &s->ent[s->slot[i] - 1], level);
-		return;
+		return true;
 	}
+	s->run = false;
 	uint32_t e;
 	if (s->used < s->cap) {
 		e = s->used++;
@@ -112,6 +122,7 @@ static void shadow_ref(struct evict_admit_shadow *s, uint64_t h, bool filter, bo
 	s->ent[e].fp = h;
 	s->slot[i] = e + 1;
 	evict_lrfu_insert(&s->q, &s->ent[e], level, filter && !seen);
+	return true;
 }
 
 void evict_admit_init(struct evict_admit *a)
@@ -142,6 +153,8 @@ static void rebuild(struct evict_admit *a, uint64_t size)
 	a->shift = shift;
 	a->refs = 0;
 	memset(a->score, 0, sizeof(a->score));
+	memset(a->diff, 0, sizeof(a->diff));
+	memset(a->diff2, 0, sizeof(a->diff2));
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
 		if (shadow_new(&a->sh[i], (uint32_t)(n ? n : 1), setting_weight(i)) < 0) {
 			/* sh[0] without a table: no shadow is fed */
@@ -150,24 +163,63 @@ static void rebuild(struct evict_admit *a, uint64_t size)
 		}
 }
 
-static void decide(struct evict_admit *a)
+/* The setting the main tier is in (a test may set on directly). */
+static unsigned current(const struct evict_admit *a)
 {
-	/* The setting the main tier is in (a test may set on directly). */
 	unsigned cur = a->on ? 1 : 0;
 
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i += 2)
 		if (setting_weight(i) == a->weight)
 			cur = i + (a->on ? 1 : 0);
+	return cur;
+}
+
+/* A lookup ends: each setting's leading run against the current one's. */
+static void lookup_end(struct evict_admit *a)
+{
+	unsigned cur = current(a);
+
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++) {
+		int64_t d = (int64_t)a->sh[i].run_hits - (int64_t)a->sh[cur].run_hits;
+		a->diff[i] += d;
+		a->diff2[i] += (uint64_t)(d * d);
+	}
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
+		a->sh[i].run_hits = 0;
+}
+
+static uint64_t decay(uint64_t x)
+{
+	return x - x / EVICT_ADMIT_DECAY;
+}
+
+static void decide(struct evict_admit *a)
+{
+	unsigned cur = current(a);
 	unsigned best = cur;
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
-		a->score[i] = a->score[i] / 2 + a->sh[i].hits;
+		a->score[i] = decay(a->score[i]) + a->sh[i].hits;
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++) {
+		a->diff[i] = a->diff[i] < 0 ? -(int64_t)decay((uint64_t)-a->diff[i])
+					    : (int64_t)decay((uint64_t)a->diff[i]);
+		a->diff2[i] = decay(a->diff2[i]);
+	}
+	lookup_end(a);
+	/* Only a lead the lookups agree on: the sum of the paired
+	 * differences beyond EVICT_ADMIT_Z standard errors of it (their
+	 * spread measured, not assumed), not one lucky lookup's run. */
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
-		if (a->score[i] > a->score[best])
+		if (a->score[i] > a->score[best] && a->diff[i] > 0 &&
+		    (uint64_t)a->diff[i] * (uint64_t)a->diff[i] >
+			    EVICT_ADMIT_Z * EVICT_ADMIT_Z * a->diff2[i])
 			best = i;
-	if (a->score[best] > a->score[cur] + a->score[cur] / EVICT_ADMIT_MARGIN) {
+	if (best != cur && a->score[best] > a->score[cur] + a->score[cur] / EVICT_ADMIT_MARGIN) {
 		a->on = setting_filter(best);
 		a->weight = setting_weight(best);
 		a->switches++;
+		/* The differences were against the setting left. */
+		memset(a->diff, 0, sizeof(a->diff));
+		memset(a->diff2, 0, sizeof(a->diff2));
 	}
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++) {
 		a->last_hits[i] = a->sh[i].hits;
@@ -177,20 +229,49 @@ static void decide(struct evict_admit *a)
 	a->refs = 0;
 }
 
-void evict_admit_observe(struct evict_admit *a, uint64_t size, uint64_t h, bool seen,
-			 unsigned level)
+/* Rebuilt when the tier has grown by half since: a few times while a
+ * tier fills, which it does before its first eviction.  \return whether
+ * h is sampled */
+static bool sampled(struct evict_admit *a, uint64_t size, uint64_t h)
 {
-	/* Rebuilt when the tier has grown by half since: a few times while
-	 * a tier fills, which it does before its first eviction. */
 	if (size > a->size + a->size / 2)
 		rebuild(a, size);
 	/* Sampled on bits the sketch and the tables use least. */
-	if (!a->sh[0].cap || ((h * UINT64_C(0xd6e8feb86659fd93)) >> 58) >> (6 - a->shift))
-		return;
+	return a->sh[0].cap && !(((h * UINT64_C(0xd6e8feb86659fd93)) >> 58) >> (6 - a->shift));
+}
+
+static void observe(struct evict_admit *a, uint64_t h, bool seen, unsigned level, bool store)
+{
+	bool ref = false;
+
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
-		shadow_ref(&a->sh[i], h, setting_filter(i), seen, level);
-	if (++a->refs >= EVICT_ADMIT_WINDOW * (uint64_t)a->sh[0].cap)
+		ref |= shadow_ref(&a->sh[i], h, setting_filter(i), seen, level, store);
+	if (ref && ++a->refs >= EVICT_ADMIT_WINDOW * (uint64_t)a->sh[0].cap)
 		decide(a);
+}
+
+void evict_admit_lookup(struct evict_admit *a, struct evict_lrfu_state *l, const uint64_t *fp,
+			size_t n, bool head)
+{
+	if (head) {
+		lookup_end(a);
+		for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
+			a->sh[i].run = true;
+	}
+	for (size_t k = 0; k < n; k++) {
+		uint64_t h = keyhash(l->hash, &fp[k], sizeof(fp[k]));
+		if (!sampled(a, l->q.size, h))
+			continue;
+		unsigned c = count_sketch_get(&l->sketch, h);
+		observe(a, h, c > 0, evict_lrfu_level(c + 1), false);
+	}
+}
+
+void evict_admit_observe(struct evict_admit *a, uint64_t size, uint64_t h, bool seen,
+			 unsigned level)
+{
+	if (sampled(a, size, h))
+		observe(a, h, seen, level, true);
 }
 
 uint64_t evict_admit_bytes(const struct evict_admit *a)

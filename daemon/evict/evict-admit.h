@@ -15,15 +15,20 @@
  * main tier's size for a sample of 1/2^shift of the keys (Waldspurger et
  * al.'s miniature caches, USENIX ATC '17: a sampled key stream against a
  * scaled cache has about the full one's hit rate).  They hold
- * fingerprints, not data.  At the end of each window of sampled requests
- * each setting's score is halved and its window's hits added; the main
- * tier takes the best setting when it beats its own by a margin, so that
- * it does not flap on noise.  It starts with recency alone and no filter,
+ * fingerprints, not data, and are scored as the tier is: fed each lookup
+ * head first (evict_lookup), a shadow counts a sampled hit only while the
+ * lookup's sampled blocks before it hit too.  At the end of each window of
+ * sampled requests each setting's score loses 1/EVICT_ADMIT_DECAY and its
+ * window's hits are added; the main tier takes the best setting when it
+ * beats its own by a margin and its lead, lookup by lookup, is beyond
+ * EVICT_ADMIT_Z standard errors, so that it does not flap on noise.  It starts with recency alone and no filter,
  * so that it stays LRU until another setting has shown it hits more.
  *
  * Memory: six shadows of size/2^shift entries (at least 1024 unless the
  * tier is smaller, at most size/64), each entry 32 bytes and two table
- * slots of 4: about 3.9 bytes per block of the tier at 10^6 blocks.  Pure:
+ * slots of 4: about 3.9 bytes per block of the tier at 10^6 blocks.  CPU:
+ * a keyed hash per key looked up, and the six shadows' work on the
+ * sampled ones.  Pure:
  * no I/O; a failed allocation leaves the setting where it was.
  */
 #pragma once
@@ -38,7 +43,13 @@
 #define EVICT_ADMIT_MIN_SHADOW 1024
 #define EVICT_ADMIT_MAX_SHIFT 6
 /* A window is this many shadow sizes of sampled requests. */
-#define EVICT_ADMIT_WINDOW 4
+#define EVICT_ADMIT_WINDOW 1
+/* Scores and differences lose 1/EVICT_ADMIT_DECAY of themselves each
+ * window. */
+#define EVICT_ADMIT_DECAY 8
+/* Another setting is taken only when its lead over the current one, summed
+ * over lookups, is this many standard errors of that sum. */
+#define EVICT_ADMIT_Z 2
 /* Another setting must score more by 1/EVICT_ADMIT_MARGIN to be taken. */
 #define EVICT_ADMIT_MARGIN 16
 /* The settings, one shadow each: [0] LRFU, [1] LRFU with the filter, [2]
@@ -53,7 +64,9 @@ struct evict_admit_shadow {
 	struct evict_entry *ent; /* [cap]; fp holds the key's hash */
 	uint32_t *slot;          /* [2 cap]: 1 + the index of an entry, or 0 */
 	uint32_t cap, used;
-	uint64_t hits;           /* in this window */
+	uint64_t hits;           /* leading-run hits in this window */
+	bool run;                /* the lookup's blocks so far all hit */
+	uint64_t run_hits;       /* in this lookup's leading run */
 };
 
 struct evict_admit {
@@ -65,6 +78,10 @@ struct evict_admit {
 	uint32_t weight;     /* the main tier's LRFU weight */
 	/* Each setting's hits, halved every window. */
 	uint64_t score[EVICT_ADMIT_SHADOWS];
+	/* Per lookup, each setting's leading run less the current one's:
+	 * the sum and the sum of squares, halved every window. */
+	int64_t diff[EVICT_ADMIT_SHADOWS];
+	uint64_t diff2[EVICT_ADMIT_SHADOWS];
 	/* What the last window measured, and how often the setting changed. */
 	uint64_t last_hits[EVICT_ADMIT_SHADOWS];
 	uint64_t windows, switches;
@@ -73,8 +90,14 @@ struct evict_admit {
 void evict_admit_init(struct evict_admit *a);
 void evict_admit_done(struct evict_admit *a);
 /*
- * One request of the block whose keyed hash is h, in the main tier's
- * order: seen tells whether the sketch counted it before this request,
+ * A lookup, the fingerprints of its keys head first (evict_lookup): each
+ * shadow scores the leading run it would have hit.  l is the main tier's
+ * state: its sketch says what was seen, its size the shadows' scale.
+ */
+void evict_admit_lookup(struct evict_admit *a, struct evict_lrfu_state *l, const uint64_t *fp,
+			size_t n, bool head);
+/*
+ * A new block stored in the main tier, whose keyed hash is h: seen tells whether the sketch counted it before this request,
  * level is its level counting this one.  size is the main tier's (the
  * most entries it listed); shadows are rebuilt when it outgrows them.
  */

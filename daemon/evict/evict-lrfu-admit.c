@@ -2,15 +2,17 @@
 #include "evict-lrfu-admit.h"
 #include "evict-policy.h"
 
-/* A request of x's block, in LRFU's count and in the filter's shadows.
+/* A request of x's block, in LRFU's count; a new block is stored in the
+ * filter's shadows too (a hit was scored there by its lookup).
  * \return its level; ret_seen whether the sketch had counted it before. */
 static unsigned request(struct evict_lrfu_admit_state *s, const struct evict_entry *x,
-			bool *ret_seen)
+			bool *ret_seen, bool stored)
 {
 	uint64_t h;
 	unsigned level = evict_lrfu_request(&s->lrfu, x, &h, ret_seen);
 
-	evict_admit_observe(&s->admit, s->lrfu.q.size, h, *ret_seen, level);
+	if (stored)
+		evict_admit_observe(&s->admit, s->lrfu.q.size, h, *ret_seen, level);
 	s->lrfu.q.weight = s->admit.weight;
 	return level;
 }
@@ -43,7 +45,7 @@ static void admit_insert(void *state, struct evict_entry *x)
 	 * only a new one is a request, and only a new one is judged, after
 	 * the shadows have seen it. */
 	if (x->queue == EVICT_Q_NONE)
-		level = request(s, x, &seen);
+		level = request(s, x, &seen, true);
 	bool refused = !seen && s->admit.on;
 	s->refused += refused;
 	evict_lrfu_insert(&s->lrfu.q, x, level, refused);
@@ -62,7 +64,16 @@ static void admit_touch(void *state, struct evict_entry *x)
 	struct evict_lrfu_admit_state *s = state;
 	bool seen;
 
-	evict_lrfu_touch(&s->lrfu.q, x, request(s, x, &seen));
+	evict_lrfu_touch(&s->lrfu.q, x, request(s, x, &seen, false));
+}
+
+/* The shadows score the lookup's leading run. */
+static void admit_lookup(void *state, const uint64_t *fp, size_t n, bool head)
+{
+	struct evict_lrfu_admit_state *s = state;
+
+	evict_admit_lookup(&s->admit, &s->lrfu, fp, n, head);
+	s->lrfu.q.weight = s->admit.weight;
 }
 
 static struct evict_entry *admit_victim(void *state)
@@ -101,6 +112,7 @@ const struct evict_policy_ops evict_policy_lrfu_admit = {
 	.insert = admit_insert,
 	.remove = admit_remove,
 	.touch = admit_touch,
+	.lookup = admit_lookup,
 	.victim = admit_victim,
 	.oldest = admit_oldest,
 	.walk_next = admit_walk_next,

@@ -12,6 +12,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,11 @@ struct evict_policy_ops {
 	void (*remove)(void *state, struct evict_entry *x);
 	/* A hit. */
 	void (*touch)(void *state, struct evict_entry *x);
+	/* A lookup that touches its hits (optional), before it does: the
+	 * fingerprints of its keys in chain order, resident or not.  head
+	 * says fp[0] is the chain's first block; otherwise the keys continue
+	 * the call before (a lookup taken in parts). */
+	void (*lookup)(void *state, const uint64_t *fp, size_t n, bool head);
 	/* The entry to evict, or NULL when the policy lists none; it may
 	 * reorder its queues on the way, but asking again without a change
 	 * in between names the same entry. */

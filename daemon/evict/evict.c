@@ -102,6 +102,12 @@ void evict_remove(struct evict *e, struct evict_entry *x)
 		evict_lru_remove(&e->band[x->band], &x->node);
 }
 
+void evict_lookup(struct evict *e, const uint64_t *fp, size_t n, bool head)
+{
+	if (e->state && e->ops->lookup)
+		e->ops->lookup(e->state, fp, n, head);
+}
+
 void evict_touch(struct evict *e, struct evict_entry *x)
 {
 	x->reused = true;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "evict-list.h"
@@ -78,6 +79,18 @@ void evict_insert(struct evict *e, struct evict_entry *x);
 /* Unlink, keeping what the policy knows of the entry, its queue and hit
  * count (a pin, a spill, a delete); a no-op for an unlinked entry. */
 void evict_remove(struct evict *e, struct evict_entry *x);
+/* A lookup that will touch its hits, before it does: the fingerprints of
+ * its keys (struct evict_entry's fp) in chain order, resident or not, for
+ * a policy that scores what a lookup's leading run would hit (lrfu-admit's
+ * shadows).  head says fp[0] is the chain's first block; otherwise they
+ * continue the call before.  Bounded: a policy looks at each key once. */
+void evict_lookup(struct evict *e, const uint64_t *fp, size_t n, bool head);
+/* Whether e's policy takes evict_lookup: a caller computes the
+ * fingerprints only for one that does. */
+static inline bool evict_wants_lookup(const struct evict *e)
+{
+	return e->state && e->ops->lookup;
+}
 /* A hit: it marks the entry reused, and a demoted one goes back to the
  * policy (linked or not); otherwise a no-op for an unlinked entry. */
 void evict_touch(struct evict *e, struct evict_entry *x);

@@ -251,6 +251,9 @@ static void cache_ref(struct cache *c, uint64_t key)
 {
 	struct evict_entry *x = &c->ents[key];
 
+	/* A lookup of one key, as kvtierd's lookup gives it to the policy
+	 * before touching its hit. */
+	evict_lookup(&c->e, &key, 1, true);
 	c->refs++;
 	if (evict_entry_linked(x)) {
 		c->hits++;

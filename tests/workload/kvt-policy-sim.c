@@ -103,6 +103,7 @@ struct sim {
 	uint8_t *state;
 	struct evict_entry *ent;
 	uint32_t *heap_pos, *key_next, *key_depth;
+	uint64_t *fps; /* a lookup's fingerprints, for evict_lookup */
 	struct sim_hints hints;
 	struct result res;
 };
@@ -164,7 +165,11 @@ static void online_request(struct sim *s, const struct trace_req *r)
 	if (sim_hints_due(&s->hints, r->t_us))
 		for (uint32_t i = 0; i < s->n_tiers; i++)
 			sim_hints_lapse(&s->hints, &s->tiers[i].ev);
-	/* The lookup touches every resident key, tail first. */
+	/* The lookup gives the policy its keys, then touches every resident
+	 * key, tail first. */
+	for (uint32_t i = 0; i < n; i++)
+		s->fps[i] = ids[i];
+	evict_lookup(&tr->ev, s->fps, n, true);
 	for (uint32_t i = n; i-- > 0;)
 		if (s->state[ids[i]] == RESIDENT)
 			evict_touch(&tr->ev, &s->ent[ids[i]]);
@@ -355,8 +360,12 @@ static int run(const struct trace *t, const uint32_t *next, int policy, uint64_t
 		for (uint64_t q = 0; q < t->n_req; q++)
 			belady_request(s, q);
 	} else {
+		uint32_t most = 1;
+		for (uint64_t q = 0; q < t->n_req; q++)
+			most = t->r[q].n_lookup > most ? t->r[q].n_lookup : most;
 		s->ent = malloc((size_t)t->n_blocks * sizeof(*s->ent));
-		if (!s->ent)
+		s->fps = malloc((size_t)most * sizeof(*s->fps));
+		if (!s->ent || !s->fps)
 			goto out;
 		for (uint32_t i = 0; i < t->n_blocks; i++)
 			fresh_entry(s, i);
@@ -390,6 +399,7 @@ out:
 	}
 	free(s->state);
 	free(s->ent);
+	free(s->fps);
 	free(s->heap_pos);
 	free(s->key_next);
 	free(s->key_depth);

@@ -154,7 +154,16 @@ static void model_request(struct model *m, const struct trace_req *r)
 	const uint32_t *ids = m->t->ids + r->off;
 	uint32_t n = r->n_lookup, lead = 0;
 
-	/* The lookup touches every key resident in host, tail first. */
+	/* The lookup gives the policy its keys, head first (the daemon's
+	 * evict_lookup, in chunks of 64), then touches every key resident in
+	 * host, tail first. */
+	for (uint32_t i = 0; i < n; i += 64) {
+		uint64_t fp[64];
+		uint32_t k = n - i < 64 ? n - i : 64;
+		for (uint32_t j = 0; j < k; j++)
+			fp[j] = ids[i + j];
+		evict_lookup(&m->ev, fp, k, i == 0);
+	}
 	for (uint32_t i = n; i-- > 0;)
 		if (m->host[ids[i]] == RESIDENT)
 			evict_touch(&m->ev, &m->ent[ids[i]]);
