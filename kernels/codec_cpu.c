@@ -45,6 +45,7 @@
 #include "codec.h"
 #include "codec_cpu.h"
 #include "codec_elem.h"
+#include "codec_simd.h"
 #include "codec_tile.h"
 #include "kvtier-layout.h"
 #include "layout.h"
@@ -93,7 +94,51 @@ struct codec_ctx {
 	uint8_t *zero;    /* [d] elements of zeros: a padding token's row */
 	int32_t *keys;    /* [2 * d] the fused int4 K's ranges: f32_key()s, or
 			   * twice as many 16-bit half_key()s */
+	const struct kvt_codec_simd *simd; /* NULL: the portable loops alone */
+	float *scratch;   /* [8 * d] the vector code's (codec_simd.h) */
 };
+
+/* ---- the vector code's level (codec_simd.h) --------------------------- */
+
+static int codec_isa = -1;
+
+static int isa_of_env(void)
+{
+	const char *e = getenv("KVT_CODEC_ISA");
+
+	if (!e)
+		return KVT_CODEC_ISA_N - 1;
+	if (strcmp(e, "portable") == 0)
+		return KVT_CODEC_ISA_PORTABLE;
+	if (strcmp(e, "avx2") == 0)
+		return KVT_CODEC_ISA_AVX2;
+	return KVT_CODEC_ISA_N - 1;
+}
+
+int kvt_codec_cpu_isa(void)
+{
+	int isa = __atomic_load_n(&codec_isa, __ATOMIC_RELAXED);
+
+	if (isa >= 0)
+		return isa;
+	/* The best this CPU has, at most the environment's; racing callers
+	 * pick the same. */
+	for (isa = isa_of_env(); isa > KVT_CODEC_ISA_PORTABLE; isa--)
+		if (kvt_codec_simd_table(isa))
+			break;
+	__atomic_store_n(&codec_isa, isa, __ATOMIC_RELAXED);
+	return isa;
+}
+
+int kvt_codec_cpu_isa_set(int isa)
+{
+	if (isa < 0 || isa >= KVT_CODEC_ISA_N)
+		return -EINVAL;
+	if (isa != KVT_CODEC_ISA_PORTABLE && !kvt_codec_simd_table(isa))
+		return -ENOTSUP;
+	__atomic_store_n(&codec_isa, isa, __ATOMIC_RELAXED);
+	return 0;
+}
 
 /* ---- element loops (conversions: codec_elem.h) --------------------- */
 
@@ -1227,11 +1272,17 @@ static void gather_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int6
 	uint64_t used = 4 + (uint64_t)(c->t * c->d);
 
 	locate_rows(c, layer, plane, h, c->zero);
-	if (c->codec == KVT_CODEC_FP8_E4M3)
-		fp8_gather_tile(rows, c->t, c->d, tile, c->dtype);
-	else
+	if (c->codec == KVT_CODEC_FP8_E4M3) {
+		if (!c->simd || c->dtype != KVT_DTYPE_BFLOAT16 ||
+		    !c->simd->fp8_gather_bf16(rows, c->t, c->d, tile))
+			fp8_gather_tile(rows, c->t, c->d, tile, c->dtype);
+	} else if (c->simd && c->dtype == KVT_DTYPE_BFLOAT16) {
+		used = c->simd->int4_gather_bf16(rows, c->t, c->d, per_channel, tile, c->pa, c->pb,
+						 c->scratch);
+	} else {
 		used = int4_gather_tile(rows, c->t, c->d, per_channel, tile, c->pa, c->pb,
 					c->keys, c->dtype);
+	}
 	memset(tile + used, 0, bytes - used);
 }
 
@@ -1241,10 +1292,16 @@ static void scatter_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int
 	int per_channel = c->g->planes == 2 && plane == 0;
 
 	locate_rows(c, layer, plane, h, NULL);
-	if (c->codec == KVT_CODEC_FP8_E4M3)
-		fp8_scatter_tile(c->rows, c->t, c->d, tile, c->dtype);
-	else
+	if (c->codec == KVT_CODEC_FP8_E4M3) {
+		if (c->simd && c->dtype != KVT_DTYPE_FLOAT32)
+			c->simd->fp8_scatter_16(c->rows, c->t, c->d, tile, c->dtype);
+		else
+			fp8_scatter_tile(c->rows, c->t, c->d, tile, c->dtype);
+	} else if (!c->simd || c->dtype != KVT_DTYPE_BFLOAT16 ||
+		   !c->simd->int4_scatter_bf16(c->rows, c->t, c->d, per_channel, tile, c->pa,
+					       c->pb, c->scratch)) {
 		int4_scatter_tile(c->rows, c->t, c->d, per_channel, tile, c->pa, c->pb, c->dtype);
+	}
 }
 
 /*
@@ -1345,8 +1402,10 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 	c.rows = malloc((size_t)c.t * sizeof(*c.rows));
 	c.zero = calloc((size_t)c.d, cg.elem_bytes);
 	c.keys = malloc((size_t)(2 * c.d) * sizeof(int32_t));
+	c.simd = kvt_codec_simd_table(kvt_codec_cpu_isa());
+	c.scratch = malloc((size_t)(8 * c.d) * sizeof(float));
 	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb || !c.rows || !c.zero ||
-	    !c.keys) {
+	    !c.keys || !c.scratch) {
 		r = -ENOMEM;
 		goto finish;
 	}
@@ -1393,5 +1452,6 @@ finish:
 	free(c.rows);
 	free(c.zero);
 	free(c.keys);
+	free(c.scratch);
 	return r;
 }
