@@ -1330,6 +1330,21 @@ static void prefetch_rows(const struct codec_ctx *c, int64_t layer, int64_t plan
 	}
 }
 
+/* Tiles ahead of the one being coded whose rows are asked for: a tile's
+ * rows are a few KiB scattered over a region, which the memory takes
+ * longer to fetch than the vector code takes to code a tile. */
+#define PREFETCH_TILES 4
+
+/* prefetch_rows() of tile s of a block, in its order; none past its end. */
+static void prefetch_tile(const struct codec_ctx *c, int64_t s, int to_block)
+{
+	const struct kvt_geom *g = c->g;
+	int64_t h = s % g->heads, p = (s / g->heads) % g->planes, l = s / (g->heads * g->planes);
+
+	if (l < g->n_layers && tile_fused(c, p))
+		prefetch_rows(c, l, p, h, to_block);
+}
+
 /* Where block b's tokens live. */
 static void locate_block(struct codec_ctx *c, const int64_t *indices, int64_t b)
 {
@@ -1419,14 +1434,11 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 			for (int64_t p = 0; p < g->planes; p++)
 				for (int64_t h = 0; h < g->heads; h++) {
 					int per_channel = g->planes == 2 && p == 0;
+					int64_t s = (l * g->planes + p) * g->heads + h;
 
-					/* The next tile of the block's, in its order. */
-					int64_t nh = h + 1 < g->heads ? h + 1 : 0;
-					int64_t np = nh ? p : p + 1 < g->planes ? p + 1 : 0;
-					int64_t nl = nh || np ? l : l + 1;
-
-					if (nl < g->n_layers && tile_fused(&c, np))
-						prefetch_rows(&c, nl, np, nh, to_block);
+					for (int64_t a = s ? PREFETCH_TILES : 1; a <= PREFETCH_TILES;
+					     a++)
+						prefetch_tile(&c, s + a, to_block);
 					if (tile_fused(&c, p) && to_block) {
 						gather_fused(&c, l, p, h, block, c.tile[p]);
 					} else if (tile_fused(&c, p)) {
