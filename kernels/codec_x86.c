@@ -51,6 +51,79 @@ AVX512_INLINE __mmask32 mask32(int64_t n)
 	return n >= 32 ? (__mmask32)0xffffffffu : n <= 0 ? 0 : (__mmask32)((1u << n) - 1);
 }
 
+/*
+ * Loads and stores of the lanes of a mask: a whole vector's without the
+ * mask (a branch the loops predict), since masked stores, and narrowing
+ * moves to memory, are slow on some CPUs (AMD's Zen 4).
+ */
+#define FULL16 ((__mmask16)0xffff)
+#define FULL32 ((__mmask32)0xffffffffu)
+
+AVX512_INLINE __m512i ld_w32(__mmask32 k, const void *p)
+{
+	return k == FULL32 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(k, p);
+}
+
+AVX512_INLINE __m256i ld_w16(__mmask16 k, const void *p)
+{
+	return k == FULL16 ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi16(k, p);
+}
+
+AVX512_INLINE __m256i ld_b32(__mmask32 k, const void *p)
+{
+	return k == FULL32 ? _mm256_loadu_si256((const __m256i *)p) : _mm256_maskz_loadu_epi8(k, p);
+}
+
+AVX512_INLINE __m128i ld_b16(__mmask16 k, const void *p)
+{
+	return k == FULL16 ? _mm_loadu_si128((const __m128i *)p) : _mm_maskz_loadu_epi8(k, p);
+}
+
+AVX512_INLINE __m512i ld_d16(__mmask16 k, const void *p)
+{
+	return k == FULL16 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(k, p);
+}
+
+AVX512_INLINE __m512 ld_ps(__mmask16 k, const float *p)
+{
+	return k == FULL16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(k, p);
+}
+
+AVX512_INLINE void st_w32(void *p, __mmask32 k, __m512i v)
+{
+	if (k == FULL32)
+		_mm512_storeu_si512(p, v);
+	else
+		_mm512_mask_storeu_epi16(p, k, v);
+}
+
+AVX512_INLINE void st_d16(void *p, __mmask16 k, __m512i v)
+{
+	if (k == FULL16)
+		_mm512_storeu_si512(p, v);
+	else
+		_mm512_mask_storeu_epi32(p, k, v);
+}
+
+AVX512_INLINE void st_ps(float *p, __mmask16 k, __m512 v)
+{
+	if (k == FULL16)
+		_mm512_storeu_ps(p, v);
+	else
+		_mm512_mask_storeu_ps(p, k, v);
+}
+
+/* The low byte of each lane. */
+AVX512_INLINE void st_bytes(void *p, __mmask16 k, __m512i v)
+{
+	__m128i b = _mm512_cvtepi32_epi8(v);
+
+	if (k == FULL16)
+		_mm_storeu_si128((__m128i *)p, b);
+	else
+		_mm_mask_storeu_epi8(p, k, b);
+}
+
 #define I32(x) _mm512_set1_epi32((int32_t)(x))
 #define I16(x) _mm512_set1_epi16((int16_t)(x))
 #define F32(x) _mm512_set1_ps(x)
@@ -138,6 +211,19 @@ AVX512_INLINE __m512 v_e4m3_decode(__m512i c)
  * codec_cpu.c's e4m3_encode_magnitude() with the sign of the bfloat16 h
  * (the low 16 bits of each lane), for y = |h| * inv >= 0, not a NaN.
  */
+AVX512_INLINE __m512i v_e4m3_encode_mag(__m512 y)
+{
+	__m512i m = _mm512_min_epi32(_mm512_castps_si512(y), I32(0x43e00000));
+	__m512i odd = _mm512_and_si512(_mm512_srli_epi32(m, 20), I32(1));
+	__m512i normal = _mm512_srli_epi32(
+		_mm512_add_epi32(_mm512_add_epi32(m, I32(0x7ffffu - (120u << 23))), odd), 20);
+	__m512i sub = _mm512_sub_epi32(
+		_mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(m), F32(16384.0f))),
+		_mm512_castps_si512(F32(16384.0f)));
+
+	return _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(m, I32(0x3c800000)), normal, sub);
+}
+
 AVX512_INLINE __m512i v_e4m3_encode_signed(__m512 y, __m512i h)
 {
 	__m512i m = _mm512_min_epi32(_mm512_castps_si512(y), I32(0x43e00000));
@@ -192,7 +278,7 @@ AVX512_INLINE void v_int4_pairs(float *lo, float *hi, int64_t n, uint8_t *words)
 {
 	for (int64_t k = 0; k < n; k += 16) {
 		__mmask16 km = mask16(n - k);
-		__m512 l = _mm512_maskz_loadu_ps(km, lo + k), h = _mm512_maskz_loadu_ps(km, hi + k);
+		__m512 l = ld_ps(km, lo + k), h = ld_ps(km, hi + k);
 		__mmask16 ok = _mm512_cmp_ps_mask(l, h, _CMP_LE_OQ);
 		__m512 l0 = _mm512_maskz_add_ps(ok, l, _mm512_setzero_ps());
 		__m512 h0 = _mm512_maskz_add_ps(ok, h, _mm512_setzero_ps());
@@ -202,10 +288,10 @@ AVX512_INLINE void v_int4_pairs(float *lo, float *hi, int64_t n, uint8_t *words)
 		__mmask16 pos = _mm512_cmp_ps_mask(scale, _mm512_setzero_ps(), _CMP_GT_OQ);
 		__m512 inv = _mm512_maskz_div_ps(pos, F32(1.0f), scale);
 
-		_mm512_mask_storeu_epi32(words + 4 * k, km,
+		st_d16(words + 4 * k, km,
 					 _mm512_or_si512(s, _mm512_slli_epi32(m, 16)));
-		_mm512_mask_storeu_ps(lo + k, km, min);
-		_mm512_mask_storeu_ps(hi + k, km, inv);
+		st_ps(lo + k, km, min);
+		st_ps(hi + k, km, inv);
 	}
 }
 
@@ -215,12 +301,12 @@ AVX512_INLINE int v_int4_unpairs(const uint8_t *words, int64_t n, float *min, fl
 {
 	for (int64_t k = 0; k < n; k += 16) {
 		__mmask16 km = mask16(n - k);
-		__m512i w = _mm512_maskz_loadu_epi32(km, words + 4 * k);
+		__m512i w = ld_d16(km, words + 4 * k);
 
 		if (_mm512_cmpeq_epi16_mask(_mm512_and_si512(w, I16(0x7c00)), I16(0x7c00)))
 			return 0;
-		_mm512_mask_storeu_ps(scale + k, km, v_f16_to_f32(_mm512_and_si512(w, I32(0xffff))));
-		_mm512_mask_storeu_ps(min + k, km, v_f16_to_f32(_mm512_srli_epi32(w, 16)));
+		st_ps(scale + k, km, v_f16_to_f32(_mm512_and_si512(w, I32(0xffff))));
+		st_ps(min + k, km, v_f16_to_f32(_mm512_srli_epi32(w, 16)));
 	}
 	return 1;
 }
@@ -234,17 +320,121 @@ AVX512_INLINE void v_deinterleave(const float *a, int64_t n, float *ev, float *o
 
 	for (int64_t i = 0; i < n; i += 16) {
 		__mmask16 k0 = mask16(2 * (n - i)), k1 = mask16(2 * (n - i) - 16);
-		__m512 x0 = _mm512_maskz_loadu_ps(k0, a + 2 * i);
-		__m512 x1 = 2 * (n - i) > 16 ? _mm512_maskz_loadu_ps(k1, a + 2 * i + 16)
+		__m512 x0 = ld_ps(k0, a + 2 * i);
+		__m512 x1 = 2 * (n - i) > 16 ? ld_ps(k1, a + 2 * i + 16)
 					     : _mm512_setzero_ps();
 		__mmask16 km = mask16(n - i);
 
-		_mm512_mask_storeu_ps(ev + i, km, _mm512_permutex2var_ps(x0, ie, x1));
-		_mm512_mask_storeu_ps(od + i, km, _mm512_permutex2var_ps(x0, io, x1));
+		st_ps(ev + i, km, _mm512_permutex2var_ps(x0, ie, x1));
+		st_ps(od + i, km, _mm512_permutex2var_ps(x0, io, x1));
 	}
 }
 
 /* ---- AVX-512: fp8-e4m3 ---------------------------------------------- */
+
+/* The encoder's code of a bfloat16 magnitude a (bits) against inv. */
+static uint8_t e4m3_code_of(uint16_t a, float inv)
+{
+	uint32_t m = kvt_f32_bits(kvt_bf16_to_f32(a) * inv), normal, sub;
+
+	m = m < 0x43e00000 ? m : 0x43e00000;
+	normal = (m + (0x7ffffu - (120u << 23)) + ((m >> 20) & 1)) >> 20;
+	sub = kvt_f32_bits(kvt_f32_from_bits(m) + 16384.0f) - kvt_f32_bits(16384.0f);
+	return (uint8_t)(m < 0x3c800000 ? sub : normal);
+}
+
+/* The smallest bfloat16 magnitude a <= 0x7f80 for which ge(a) holds, ge
+ * false below it and true from it on. */
+#define FIRST_BF16(ret, ge)                                                                \
+	do {                                                                               \
+		uint32_t lo_ = 0, hi_ = 0x7f80;                                            \
+		while (lo_ < hi_) {                                                        \
+			uint16_t a = (uint16_t)((lo_ + hi_) / 2);                          \
+			if (ge)                                                            \
+				hi_ = a;                                                   \
+			else                                                               \
+				lo_ = (uint32_t)a + 1;                                     \
+		}                                                                          \
+		(ret) = (uint16_t)lo_;                                                     \
+	} while (0)
+
+/*
+ * The codes of a tile's bfloat16 numbers on 16-bit lanes, by a table of
+ * the mantissa's 128 values: where y = |x| * inv is a normal E4M3 number
+ * (y >= 2^-6) and |x| a normal bfloat16, y's bits are those of
+ * (1.m * inv') plus the exponents of |x| and of inv (1.m * inv' in
+ * [1, 4) rounds alike at any scale), so that its rounded code is
+ * table[m] + 8 * exponent, and codes only go up with |x|: saturating at
+ * 448 is a minimum of the codes.  Below y's 2^-6 (|x| under a threshold
+ * found once per tile), codes of 0 (under a second one) and E4M3's
+ * subnormals, taken with the 32-bit steps where a vector has any.
+ * Returns 0 where |x| that are not normal reach 2^-6 (a tile of tiny
+ * numbers): the 32-bit steps then do the whole tile.
+ */
+static AVX512 int fp8_codes_bf16_table(const uint8_t *const *rows, int64_t T, int64_t D,
+				       uint8_t *q, float inv)
+{
+	_Alignas(64) int16_t tab[128];
+	uint32_t ib = kvt_f32_bits(inv), ie = (ib >> 23) & 0xff;
+	float inv1 = kvt_f32_from_bits((ib & 0x007fffff) | (127u << 23));
+	uint16_t h_sub, h_zero;
+	__m512i t0, t1, t2, t3, vz, vs;
+
+	FIRST_BF16(h_sub, kvt_bf16_to_f32(a) * inv >= 0x1p-6f);
+	if (h_sub < 0x80 || ie == 0)
+		return 0;
+	FIRST_BF16(h_zero, e4m3_code_of(a, inv) >= 1);
+	for (int m = 0; m < 128; m++) {
+		uint32_t p = kvt_f32_bits(kvt_f32_from_bits(0x3f800000u | (uint32_t)m << 16) * inv1);
+
+		tab[m] = (int16_t)((int32_t)((p + 0x7ffff + ((p >> 20) & 1)) >> 20) +
+				   8 * ((int32_t)ie - 374));
+	}
+	t0 = _mm512_load_si512(tab);
+	t1 = _mm512_load_si512(tab + 32);
+	t2 = _mm512_load_si512(tab + 64);
+	t3 = _mm512_load_si512(tab + 96);
+	vz = I16(h_zero);
+	vs = I16(h_sub);
+	for (int64_t t = 0; t < T; t++) {
+		const uint8_t *r = rows[t];
+		uint8_t *o = q + t * D;
+
+		for (int64_t d = 0; d < D; d += 32) {
+			__mmask32 k = mask32(D - d);
+			__m512i h = ld_w32(k, r + 2 * d), a = _mm512_and_si512(h, I16(0x7fff));
+			__mmask32 hi6 = _mm512_test_epi16_mask(a, I16(0x40));
+			__m512i c = _mm512_mask_blend_epi16(hi6, _mm512_permutex2var_epi16(t0, a, t1),
+							    _mm512_permutex2var_epi16(t2, a, t3));
+			__mmask32 num = _mm512_cmpge_epu16_mask(a, vz);
+			__mmask32 sub = _mm512_mask_cmplt_epu16_mask(num, a, vs);
+
+			c = _mm512_add_epi16(c, _mm512_and_si512(_mm512_srli_epi16(a, 4), I16(0x7f8)));
+			c = _mm512_maskz_min_epi16(num, c, I16(0x7e));
+			if (sub) {
+				/* E4M3's subnormals, on 32-bit lanes. */
+				__m512i a0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(a));
+				__m512i a1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(a, 1));
+				__m512i c0 = v_e4m3_encode_mag(_mm512_mul_ps(
+					_mm512_castsi512_ps(_mm512_slli_epi32(a0, 16)), F32(inv)));
+				__m512i c1 = v_e4m3_encode_mag(_mm512_mul_ps(
+					_mm512_castsi512_ps(_mm512_slli_epi32(a1, 16)), F32(inv)));
+				__m512i cs = _mm512_inserti64x4(_mm512_castsi256_si512(
+									_mm512_cvtepi32_epi16(c0)),
+								_mm512_cvtepi32_epi16(c1), 1);
+
+				c = _mm512_mask_mov_epi16(c, sub, cs);
+			}
+			/* c | (h >> 8) & 0x80 */
+			c = _mm512_ternarylogic_epi32(c, _mm512_srli_epi16(h, 8), I16(0x80), 0xf8);
+			if (k == FULL32)
+				_mm256_storeu_si256((__m256i *)(o + d), _mm512_cvtepi16_epi8(c));
+			else
+				_mm256_mask_storeu_epi8(o + d, k, _mm512_cvtepi16_epi8(c));
+		}
+	}
+	return 1;
+}
 
 /* codec_cpu.c's fp8_gather_numbers_bf16() */
 static AVX512 int fp8_gather_bf16_avx512(const uint8_t *const *rows, int64_t T, int64_t D,
@@ -259,7 +449,7 @@ static AVX512 int fp8_gather_bf16_avx512(const uint8_t *const *rows, int64_t T, 
 
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t d = 0; d < D; d += 32) {
-			__m512i h = _mm512_maskz_loadu_epi16(mask32(D - d), rows[t] + 2 * d);
+			__m512i h = ld_w32(mask32(D - d), rows[t] + 2 * d);
 
 			m = _mm512_max_epu16(m, _mm512_and_si512(h, I16(0x7fff)));
 		}
@@ -275,17 +465,19 @@ static AVX512 int fp8_gather_bf16_avx512(const uint8_t *const *rows, int64_t T, 
 	if (top >= 0x7f80 || scale == 0.0f || isinf(inv))
 		return 0;
 	memcpy(tile, &scale, 4);
+	if (fp8_codes_bf16_table(rows, T, D, q, inv))
+		return 1;
 	for (int64_t t = 0; t < T; t++) {
 		const uint8_t *r = rows[t];
 		uint8_t *o = q + t * D;
 
 		for (int64_t d = 0; d < D; d += 16) {
 			__mmask16 k = mask16(D - d);
-			__m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, r + 2 * d));
+			__m512i h = _mm512_cvtepu16_epi32(ld_w16(k, r + 2 * d));
 			__m512 x = _mm512_castsi512_ps(
 				_mm512_slli_epi32(_mm512_and_si512(h, I32(0x7fff)), 16));
 
-			_mm512_mask_cvtepi32_storeu_epi8(
+			st_bytes(
 				o + d, k, v_e4m3_encode_signed(_mm512_mul_ps(x, F32(inv)), h));
 		}
 	}
@@ -321,7 +513,7 @@ static AVX512 void fp8_scatter_16_avx512(uint8_t *const *rows, int64_t T, int64_
 			continue;
 		for (int64_t d = 0; d < D; d += 32) {
 			__mmask32 k = mask32(D - d);
-			__m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, c + d));
+			__m512i idx = _mm512_cvtepu8_epi16(ld_b32(k, c + d));
 			__mmask32 b6 = _mm512_test_epi16_mask(idx, I16(0x40));
 			__mmask32 b7 = _mm512_test_epi16_mask(idx, I16(0x80));
 			__m512i lo = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[0], idx, t[1]),
@@ -329,7 +521,7 @@ static AVX512 void fp8_scatter_16_avx512(uint8_t *const *rows, int64_t T, int64_
 			__m512i hi = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[4], idx, t[5]),
 							     _mm512_permutex2var_epi16(t[6], idx, t[7]));
 
-			_mm512_mask_storeu_epi16(r + 2 * d, k, _mm512_mask_blend_epi16(b7, lo, hi));
+			st_w32(r + 2 * d, k, _mm512_mask_blend_epi16(b7, lo, hi));
 		}
 	}
 }
@@ -346,7 +538,7 @@ AVX512_INLINE void bf16_key_range(const uint8_t *row, int64_t e0, int64_t n, int
 
 	for (int64_t i = 0; i < n; i += 32) {
 		__mmask32 k = mask32(n - i);
-		__m512i h = _mm512_maskz_loadu_epi16(k, row + 2 * (e0 + i));
+		__m512i h = ld_w32(k, row + 2 * (e0 + i));
 		__mmask32 num = _mm512_mask_cmple_epu16_mask(
 			k, _mm512_and_si512(h, I16(0x7fff)), I16(0x7f80));
 		__m512i key = v_half_key(h);
@@ -375,15 +567,15 @@ AVX512_INLINE void bf16_codes(const uint8_t *r, int64_t P, uint8_t *o, const flo
 {
 	for (int64_t i = 0; i < P; i += 16) {
 		__mmask16 k = mask16(P - i);
-		__m512i u = _mm512_maskz_loadu_epi32(k, r + 4 * i);
+		__m512i u = ld_d16(k, r + 4 * i);
 		__m512 x0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
 		__m512 x1 = _mm512_castsi512_ps(_mm512_and_si512(u, I32(0xffff0000u)));
-		__m512i c0 = v_int4_code(x0, _mm512_maskz_loadu_ps(k, min0 + i),
-					 _mm512_maskz_loadu_ps(k, inv0 + i));
-		__m512i c1 = v_int4_code(x1, _mm512_maskz_loadu_ps(k, min1 + i),
-					 _mm512_maskz_loadu_ps(k, inv1 + i));
+		__m512i c0 = v_int4_code(x0, ld_ps(k, min0 + i),
+					 ld_ps(k, inv0 + i));
+		__m512i c1 = v_int4_code(x1, ld_ps(k, min1 + i),
+					 ld_ps(k, inv1 + i));
 
-		_mm512_mask_cvtepi32_storeu_epi8(o + i, k,
+		st_bytes(o + i, k,
 						 _mm512_or_si512(c0, _mm512_slli_epi32(c1, 4)));
 	}
 }
@@ -396,12 +588,12 @@ AVX512_INLINE void bf16_codes_one(const uint8_t *r, int64_t i0, int64_t n, uint8
 
 	for (int64_t i = i0; i < i0 + n; i += 16) {
 		__mmask16 k = mask16(i0 + n - i);
-		__m512i u = _mm512_maskz_loadu_epi32(k, r + 4 * i);
+		__m512i u = ld_d16(k, r + 4 * i);
 		__m512i c0 = v_int4_code(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), vm, vi);
 		__m512i c1 = v_int4_code(
 			_mm512_castsi512_ps(_mm512_and_si512(u, I32(0xffff0000u))), vm, vi);
 
-		_mm512_mask_cvtepi32_storeu_epi8(o + i, k,
+		st_bytes(o + i, k,
 						 _mm512_or_si512(c0, _mm512_slli_epi32(c1, 4)));
 	}
 }
@@ -413,15 +605,15 @@ AVX512_INLINE void bf16_values(uint8_t *r, int64_t P, const uint8_t *c, const fl
 {
 	for (int64_t i = 0; i < P; i += 16) {
 		__mmask16 k = mask16(P - i);
-		__m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, c + i));
+		__m512i b = _mm512_cvtepu8_epi32(ld_b16(k, c + i));
 		__m512 q0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, I32(15)));
 		__m512 q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
-		__m512 v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(k, min0 + i),
-					  _mm512_mul_ps(q0, _mm512_maskz_loadu_ps(k, sc0 + i)));
-		__m512 v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(k, min1 + i),
-					  _mm512_mul_ps(q1, _mm512_maskz_loadu_ps(k, sc1 + i)));
+		__m512 v0 = _mm512_add_ps(ld_ps(k, min0 + i),
+					  _mm512_mul_ps(q0, ld_ps(k, sc0 + i)));
+		__m512 v1 = _mm512_add_ps(ld_ps(k, min1 + i),
+					  _mm512_mul_ps(q1, ld_ps(k, sc1 + i)));
 
-		_mm512_mask_storeu_epi32(r + 4 * i, k,
+		st_d16(r + 4 * i, k,
 					 _mm512_or_si512(v_bf16_of_number(v0),
 							 _mm512_slli_epi32(v_bf16_of_number(v1), 16)));
 	}
@@ -434,13 +626,13 @@ AVX512_INLINE void bf16_values_one(uint8_t *r, int64_t i0, int64_t n, const uint
 
 	for (int64_t i = i0; i < i0 + n; i += 16) {
 		__mmask16 k = mask16(i0 + n - i);
-		__m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, c + i));
+		__m512i b = _mm512_cvtepu8_epi32(ld_b16(k, c + i));
 		__m512 v0 = _mm512_add_ps(
 			vm, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, I32(15))), vs));
 		__m512 v1 = _mm512_add_ps(
 			vm, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), vs));
 
-		_mm512_mask_storeu_epi32(r + 4 * i, k,
+		st_d16(r + 4 * i, k,
 					 _mm512_or_si512(v_bf16_of_number(v0),
 							 _mm512_slli_epi32(v_bf16_of_number(v1), 16)));
 	}
@@ -465,7 +657,7 @@ static AVX512 uint64_t int4_gather_bf16_avx512(const uint8_t *const *rows, int64
 			__m512i l = I16(0x7f80), h = I16(0x807f);
 
 			for (int64_t t = 0; t < T; t++) {
-				__m512i x = _mm512_maskz_loadu_epi16(k, rows[t] + 2 * d);
+				__m512i x = ld_w32(k, rows[t] + 2 * d);
 				__mmask32 num = _mm512_cmple_epu16_mask(
 					_mm512_and_si512(x, I16(0x7fff)), I16(0x7f80));
 				__m512i key = v_half_key(x);
@@ -473,19 +665,19 @@ static AVX512 uint64_t int4_gather_bf16_avx512(const uint8_t *const *rows, int64
 				l = _mm512_mask_min_epi16(l, num, l, key);
 				h = _mm512_mask_max_epi16(h, num, h, key);
 			}
-			_mm512_mask_storeu_epi16(kl + d, k, v_half_key(l));
-			_mm512_mask_storeu_epi16(kh + d, k, v_half_key(h));
+			st_w32(kl + d, k, v_half_key(l));
+			st_w32(kh + d, k, v_half_key(h));
 		}
 		for (int64_t d = 0; d < D; d += 16) {
 			__mmask16 k = mask16(D - d);
 
-			_mm512_mask_storeu_epi32(
+			st_d16(
 				lo + d, k,
-				_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, kl + d)),
+				_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld_w16(k, kl + d)),
 						  16));
-			_mm512_mask_storeu_epi32(
+			st_d16(
 				hi + d, k,
-				_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, kh + d)),
+				_mm512_slli_epi32(_mm512_cvtepu16_epi32(ld_w16(k, kh + d)),
 						  16));
 		}
 		v_int4_pairs(lo, hi, D, tile);

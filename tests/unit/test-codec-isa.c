@@ -9,9 +9,9 @@
  *   fp8-e4m3 encoding: every one of the 65536 bfloat16 values, in tiles
  *     whose largest |x| is one of a set of scales (1, 448, 224, bfloat16's
  *     largest, small ones down to where 1 / scale overflows or the scale
- *     is 0), so that every value is coded against each, ties and
- *     subnormal codes included; and in the values' own order (tiles of
- *     NaNs, infinities, subnormals).
+ *     is 0) and 40 random ones, so that every value is coded against
+ *     each, ties and subnormal codes included; and in the values' own
+ *     order (tiles of NaNs, infinities, subnormals).
  *   fp8-e4m3 decoding into bfloat16 and float16: every code against
  *     scales that are NaN, infinite, negative, 0, subnormal and ordinary.
  *   int4: random and edge tiles (NaN, infinities, zeros of both signs,
@@ -221,6 +221,7 @@ static void put16(uint8_t *p, uint16_t v)
 #define FP8_H 2
 #define FP8_TILE (FP8_T * FP8_D)
 #define FP8_BLOCKS 40 /* 160 tiles: room for 65536 values, 2047 a tile */
+#define FP8_RANDOM_SCALES 40
 
 /*
  * Every bfloat16 value v with |v| <= amax (amax's bits; all of them for
@@ -263,9 +264,15 @@ static void test_fp8_encode(int isa)
 	char what[64];
 
 	cache_init(&c, KVT_DTYPE_BFLOAT16, FP8_T, FP8_D, FP8_H, FP8_BLOCKS);
-	for (size_t k = 0; k < sizeof(amax) / sizeof(amax[0]); k++) {
-		fp8_fill(&c, amax[k]);
-		snprintf(what, sizeof(what), "fp8 bf16 amax %#x", amax[k]);
+	for (size_t k = 0; k < sizeof(amax) / sizeof(amax[0]) + FP8_RANDOM_SCALES; k++) {
+		/* Then scales of random bits: every mantissa of 1 / scale
+		 * the coder's tables see is its own case. */
+		uint16_t a = k < sizeof(amax) / sizeof(amax[0])
+				     ? amax[k]
+				     : (uint16_t)(0x0080 + rnd() % (0x7f7f - 0x0080));
+
+		fp8_fill(&c, a);
+		snprintf(what, sizeof(what), "fp8 bf16 amax %#x", a);
 		compare(what, isa, &c, KVT_CODEC_FP8_E4M3, FP8_BLOCKS, 0);
 	}
 	/* The vector loop codes such tiles itself, rather than leaving them
