@@ -95,6 +95,9 @@ struct codec_ctx {
 	int32_t *keys;    /* [2 * d] the fused int4 K's ranges: f32_key()s, or
 			   * twice as many 16-bit half_key()s */
 	const struct kvt_codec_simd *simd; /* NULL: the portable loops alone */
+	const uint8_t **region; /* [t * heads] the vector fp8 path: rows of a
+				 * (layer, plane), token by token */
+	uint16_t *tops;   /* [heads] their tiles' bf16_tops() */
 	float *scratch;   /* [8 * d] the vector code's (codec_simd.h) */
 };
 
@@ -1274,7 +1277,7 @@ static void gather_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int6
 	locate_rows(c, layer, plane, h, c->zero);
 	if (c->codec == KVT_CODEC_FP8_E4M3) {
 		if (!c->simd || c->dtype != KVT_DTYPE_BFLOAT16 ||
-		    !c->simd->fp8_gather_bf16(rows, c->t, c->d, tile))
+		    !c->simd->fp8_gather_bf16(rows, c->t, c->d, tile, c->tops[h]))
 			fp8_gather_tile(rows, c->t, c->d, tile, c->dtype);
 	} else if (c->simd && c->dtype == KVT_DTYPE_BFLOAT16) {
 		used = c->simd->int4_gather_bf16(rows, c->t, c->d, per_channel, tile, c->pa, c->pb,
@@ -1328,6 +1331,27 @@ static void prefetch_rows(const struct codec_ctx *c, int64_t layer, int64_t plan
 			else
 				__builtin_prefetch(row + off, 1, 3);
 	}
+}
+
+/*
+ * The vector fp8 path's first pass, over a whole (layer, plane) at its
+ * first tile: every head's largest |x|, the rows read token by token,
+ * which in a layout whose heads lie side by side is the order of the
+ * addresses, and the memory streams them; each tile's second pass then
+ * reads its rows from the caches.
+ */
+static void region_tops(struct codec_ctx *c, int64_t layer, int64_t plane)
+{
+	const struct kvt_geom *g = c->g;
+	const uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
+
+	for (int64_t t = 0; t < c->t; t++)
+		for (int64_t h = 0; h < g->heads; h++)
+			c->region[t * g->heads + h] =
+				c->page[t] < 0 ? c->zero
+					       : base + kvt_geom_engine_offset(g, plane, c->page[t],
+									       c->token[t], h);
+	c->simd->bf16_tops(c->region, c->t, g->heads, c->d, c->tops);
 }
 
 /* Tiles ahead of the one being coded whose rows are asked for: a tile's
@@ -1419,6 +1443,14 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 	c.keys = malloc((size_t)(2 * c.d) * sizeof(int32_t));
 	c.simd = kvt_codec_simd_table(kvt_codec_cpu_isa());
 	c.scratch = malloc((size_t)(8 * c.d) * sizeof(float));
+	if (c.simd && codec == KVT_CODEC_FP8_E4M3 && dtype == KVT_DTYPE_BFLOAT16 && to_block) {
+		c.region = malloc((size_t)(c.t * g->heads) * sizeof(*c.region));
+		c.tops = malloc((size_t)g->heads * sizeof(*c.tops));
+		if (!c.region || !c.tops) {
+			r = -ENOMEM;
+			goto finish;
+		}
+	}
 	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb || !c.rows || !c.zero ||
 	    !c.keys || !c.scratch) {
 		r = -ENOMEM;
@@ -1439,6 +1471,8 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 					for (int64_t a = s ? PREFETCH_TILES : 1; a <= PREFETCH_TILES;
 					     a++)
 						prefetch_tile(&c, s + a, to_block);
+					if (h == 0 && c.region && tile_fused(&c, p) && to_block)
+						region_tops(&c, l, p);
 					if (tile_fused(&c, p) && to_block) {
 						gather_fused(&c, l, p, h, block, c.tile[p]);
 					} else if (tile_fused(&c, p)) {
@@ -1465,5 +1499,7 @@ finish:
 	free(c.zero);
 	free(c.keys);
 	free(c.scratch);
+	free(c.region);
+	free(c.tops);
 	return r;
 }

@@ -24,8 +24,15 @@
 #define KVT_CODEC_ISA_N 3
 
 struct kvt_codec_simd {
-	/* fp8-e4m3 of a bfloat16 tile; 0: left to the portable loop. */
-	int (*fp8_gather_bf16)(const uint8_t *const *rows, int64_t T, int64_t D, uint8_t *tile);
+	/* The largest |x|'s bits (NaNs' too) of each of H bfloat16 tiles
+	 * into top[H]: rows [T][H] of D elements, token by token, read in
+	 * the cache's order where a token's heads lie side by side. */
+	void (*bf16_tops)(const uint8_t *const *rows, int64_t T, int64_t H, int64_t D,
+			  uint16_t *top);
+	/* fp8-e4m3 of a bfloat16 tile whose bf16_tops() is top; 0: left to
+	 * the portable loop. */
+	int (*fp8_gather_bf16)(const uint8_t *const *rows, int64_t T, int64_t D, uint8_t *tile,
+			       uint16_t top);
 	/* fp8-e4m3 decoding into a bfloat16 or float16 cache (dtype); always
 	 * done. */
 	void (*fp8_scatter_16)(uint8_t *const *rows, int64_t T, int64_t D, const uint8_t *tile,

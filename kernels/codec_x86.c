@@ -436,30 +436,45 @@ static AVX512 int fp8_codes_bf16_table(const uint8_t *const *rows, int64_t T, in
 	return 1;
 }
 
+/* codec_cpu.c's rows_abs_bits_bf16() of H tiles at once. */
+static AVX512 void bf16_tops_avx512(const uint8_t *const *rows, int64_t T, int64_t H, int64_t D,
+				    uint16_t *top)
+{
+	for (int64_t h = 0; h < H; h++)
+		top[h] = 0;
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t h = 0; h < H; h++) {
+			const uint8_t *r = rows[t * H + h];
+			__m512i m = _mm512_setzero_si512();
+			__m256i m2;
+			__m128i m1;
+			uint16_t v;
+
+			for (int64_t d = 0; d < D; d += 32) {
+				__m512i x = ld_w32(mask32(D - d), r + 2 * d);
+
+				m = _mm512_max_epu16(m, _mm512_and_si512(x, I16(0x7fff)));
+			}
+			m2 = _mm256_max_epu16(_mm512_castsi512_si256(m),
+					      _mm512_extracti64x4_epi64(m, 1));
+			m1 = _mm_max_epu16(_mm256_castsi256_si128(m2),
+					   _mm256_extracti128_si256(m2, 1));
+			/* |x|'s bits are below 0x8000: their largest is the
+			 * smallest of 0x7fff - bits. */
+			v = (uint16_t)(0x7fff - (_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_sub_epi16(
+							 _mm_set1_epi16(0x7fff), m1))) &
+						 0xffff));
+			top[h] = v > top[h] ? v : top[h];
+		}
+}
+
 /* codec_cpu.c's fp8_gather_numbers_bf16() */
 static AVX512 int fp8_gather_bf16_avx512(const uint8_t *const *rows, int64_t T, int64_t D,
-					 uint8_t *tile)
+					 uint8_t *tile, uint16_t top)
 {
-	__m512i m = _mm512_setzero_si512();
-	__m256i m2;
-	__m128i m1;
-	uint16_t top;
 	float scale, inv;
 	uint8_t *q = tile + 4;
 
-	for (int64_t t = 0; t < T; t++)
-		for (int64_t d = 0; d < D; d += 32) {
-			__m512i h = ld_w32(mask32(D - d), rows[t] + 2 * d);
-
-			m = _mm512_max_epu16(m, _mm512_and_si512(h, I16(0x7fff)));
-		}
-	m2 = _mm256_max_epu16(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
-	m1 = _mm_max_epu16(_mm256_castsi256_si128(m2), _mm256_extracti128_si256(m2, 1));
-	/* |x|'s bits are below 0x8000: their largest is the smallest of
-	 * 0x7fff - bits. */
-	top = (uint16_t)(0x7fff - (_mm_cvtsi128_si32(_mm_minpos_epu16(
-					   _mm_sub_epi16(_mm_set1_epi16(0x7fff), m1))) &
-				   0xffff));
 	scale = kvt_fp8_scale(kvt_bf16_to_f32(top));
 	inv = 1.0f / scale;
 	if (top >= 0x7f80 || scale == 0.0f || isinf(inv))
@@ -742,6 +757,7 @@ static AVX512 int int4_scatter_bf16_avx512(uint8_t *const *rows, int64_t T, int6
 }
 
 static const struct kvt_codec_simd simd_avx512 = {
+	.bf16_tops = bf16_tops_avx512,
 	.fp8_gather_bf16 = fp8_gather_bf16_avx512,
 	.fp8_scatter_16 = fp8_scatter_16_avx512,
 	.int4_gather_bf16 = int4_gather_bf16_avx512,

@@ -284,7 +284,12 @@ static void test_fp8_encode(int isa)
 		fp8_fill(&c, 0x43e0);
 		for (int t = 0; t < FP8_T; t++)
 			rows[t] = elem_at(&c, 0, 0, (uint32_t)t, 0, 0);
-		CHECK(simd->fp8_gather_bf16(rows, FP8_T, FP8_D, tile) == 1, "%s", isa_names[isa]);
+		uint16_t top;
+
+		simd->bf16_tops(rows, FP8_T, 1, FP8_D, &top);
+		CHECK(top == 0x43e0, "%#x", top);
+		CHECK(simd->fp8_gather_bf16(rows, FP8_T, FP8_D, tile, top) == 1, "%s",
+		      isa_names[isa]);
 	}
 	free(c.mem);
 }
