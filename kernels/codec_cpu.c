@@ -16,6 +16,11 @@
  * The loops over the buffer are plain loops over contiguous arrays, with
  * conversions done by bit arithmetic and selects rather than branches, so
  * that the compiler vectorises them.
+ * On a CPU with AVX-512, the fused paths of bfloat16 tiles, and fp8's
+ * decoding into float16, run explicit vector code instead (codec_x86.c,
+ * through codec_simd.h's table; KVT_CODEC_ISA=portable keeps these
+ * loops), which codes the same bytes: fp8's first pass then takes a
+ * whole (layer, plane)'s largest values at once, in the cache's order.
  *
  * What codec.h leaves to the encoder, and this one does:
  *   fp8-e4m3  y = x * (1 / scale) (a multiplication, cheaper than a
@@ -113,8 +118,6 @@ static int isa_of_env(void)
 		return KVT_CODEC_ISA_N - 1;
 	if (strcmp(e, "portable") == 0)
 		return KVT_CODEC_ISA_PORTABLE;
-	if (strcmp(e, "avx2") == 0)
-		return KVT_CODEC_ISA_AVX2;
 	return KVT_CODEC_ISA_N - 1;
 }
 

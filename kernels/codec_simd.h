@@ -17,11 +17,12 @@
 
 #include <stdint.h>
 
-/* Instruction sets the codecs have vector code for, lowest first. */
+/* Instruction sets the codecs have vector code for, lowest first.  A
+ * CPU with none of them (AVX2 alone, or not x86) runs the portable loops,
+ * which the compiler vectorises (codec_cpu.c). */
 #define KVT_CODEC_ISA_PORTABLE 0 /* codec_cpu.c's loops alone */
-#define KVT_CODEC_ISA_AVX2 1     /* AVX2 */
-#define KVT_CODEC_ISA_AVX512 2   /* AVX-512 F, BW, VL and DQ */
-#define KVT_CODEC_ISA_N 3
+#define KVT_CODEC_ISA_AVX512 1   /* AVX-512 F, BW, VL and DQ */
+#define KVT_CODEC_ISA_N 2
 
 struct kvt_codec_simd {
 	/* The largest |x|'s bits (NaNs' too) of each of H bfloat16 tiles
@@ -55,7 +56,7 @@ const struct kvt_codec_simd *kvt_codec_simd_table(int isa);
 
 /*
  * The level the copies use (codec_cpu.c): at first use, the best this
- * CPU has, or at most KVT_CODEC_ISA=portable|avx2|avx512 from the
+ * CPU has, or at most KVT_CODEC_ISA=portable|avx512 from the
  * environment.  _set() picks one (the tests): -ENOTSUP where the CPU
  * lacks it, -EINVAL for no such level.
  */

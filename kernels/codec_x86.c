@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * codec_simd.h's vector code for x86: AVX-512 (F, BW, VL, DQ) and AVX2,
- * each function compiled for its instruction set alone (a target
- * attribute), so that the rest of the library runs on any x86-64.
+ * codec_simd.h's vector code for x86: AVX-512 (F, BW, VL, DQ), each
+ * function compiled for it alone (a target attribute), so that the rest
+ * of the library runs on any x86-64.
  *
  * Every step is codec_elem.h's, on vectors: the same integer arithmetic
  * on the same bits, and the same float operations (one rounding each; the

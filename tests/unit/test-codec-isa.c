@@ -36,7 +36,7 @@
 
 #define POISON 0x5a
 
-static const char *const isa_names[KVT_CODEC_ISA_N] = {"portable", "avx2", "avx512"};
+static const char *const isa_names[KVT_CODEC_ISA_N] = {"portable", "avx512"};
 
 /* One layer's cache of n_pages pages of T tokens, [page][plane][token][head]. */
 struct cache {
