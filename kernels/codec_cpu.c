@@ -18,7 +18,7 @@
  * that the compiler vectorises them.
  * On a CPU with AVX-512, the fused paths of bfloat16 tiles, and fp8's
  * decoding into float16, run explicit vector code instead (codec_x86.c,
- * through codec_simd.h's table; KVT_CODEC_ISA=portable keeps these
+ * through codec_simd.h's table; KVTIER_CODEC_ISA=portable keeps these
  * loops), which codes the same bytes: fp8's first pass then takes a
  * whole (layer, plane)'s largest values at once, in the cache's order.
  *
@@ -112,7 +112,7 @@ static int codec_isa = -1;
 
 static int isa_of_env(void)
 {
-	const char *e = getenv("KVT_CODEC_ISA");
+	const char *e = getenv("KVTIER_CODEC_ISA");
 
 	if (!e)
 		return KVT_CODEC_ISA_N - 1;

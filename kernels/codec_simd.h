@@ -56,7 +56,7 @@ const struct kvt_codec_simd *kvt_codec_simd_table(int isa);
 
 /*
  * The level the copies use (codec_cpu.c): at first use, the best this
- * CPU has, or at most KVT_CODEC_ISA=portable|avx512 from the
+ * CPU has, or at most KVTIER_CODEC_ISA=portable|avx512 from the
  * environment.  _set() picks one (the tests): -ENOTSUP where the CPU
  * lacks it, -EINVAL for no such level.
  */
