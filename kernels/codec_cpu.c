@@ -16,6 +16,11 @@
  * The loops over the buffer are plain loops over contiguous arrays, with
  * conversions done by bit arithmetic and selects rather than branches, so
  * that the compiler vectorises them.
+ * On a CPU with AVX-512, the fused paths of bfloat16 tiles, and fp8's
+ * decoding into float16, run explicit vector code instead (codec_x86.c,
+ * through codec_simd.h's table; KVTIER_CODEC_ISA=portable keeps these
+ * loops), which codes the same bytes: fp8's first pass then takes a
+ * whole (layer, plane)'s largest values at once, in the cache's order.
  *
  * What codec.h leaves to the encoder, and this one does:
  *   fp8-e4m3  y = x * (1 / scale) (a multiplication, cheaper than a
@@ -45,6 +50,7 @@
 #include "codec.h"
 #include "codec_cpu.h"
 #include "codec_elem.h"
+#include "codec_simd.h"
 #include "codec_tile.h"
 #include "kvtier-layout.h"
 #include "layout.h"
@@ -93,7 +99,52 @@ struct codec_ctx {
 	uint8_t *zero;    /* [d] elements of zeros: a padding token's row */
 	int32_t *keys;    /* [2 * d] the fused int4 K's ranges: f32_key()s, or
 			   * twice as many 16-bit half_key()s */
+	const struct kvt_codec_simd *simd; /* NULL: the portable loops alone */
+	const uint8_t **region; /* [t * heads] the vector fp8 path: rows of a
+				 * (layer, plane), token by token */
+	uint16_t *tops;   /* [heads] their tiles' bf16_tops() */
+	float *scratch;   /* [8 * d] the vector code's (codec_simd.h) */
 };
+
+/* ---- the vector code's level (codec_simd.h) --------------------------- */
+
+static int codec_isa = -1;
+
+static int isa_of_env(void)
+{
+	const char *e = getenv("KVTIER_CODEC_ISA");
+
+	if (!e)
+		return KVT_CODEC_ISA_N - 1;
+	if (strcmp(e, "portable") == 0)
+		return KVT_CODEC_ISA_PORTABLE;
+	return KVT_CODEC_ISA_N - 1;
+}
+
+int kvt_codec_cpu_isa(void)
+{
+	int isa = __atomic_load_n(&codec_isa, __ATOMIC_RELAXED);
+
+	if (isa >= 0)
+		return isa;
+	/* The best this CPU has, at most the environment's; racing callers
+	 * pick the same. */
+	for (isa = isa_of_env(); isa > KVT_CODEC_ISA_PORTABLE; isa--)
+		if (kvt_codec_simd_table(isa))
+			break;
+	__atomic_store_n(&codec_isa, isa, __ATOMIC_RELAXED);
+	return isa;
+}
+
+int kvt_codec_cpu_isa_set(int isa)
+{
+	if (isa < 0 || isa >= KVT_CODEC_ISA_N)
+		return -EINVAL;
+	if (isa != KVT_CODEC_ISA_PORTABLE && !kvt_codec_simd_table(isa))
+		return -ENOTSUP;
+	__atomic_store_n(&codec_isa, isa, __ATOMIC_RELAXED);
+	return 0;
+}
 
 /* ---- element loops (conversions: codec_elem.h) --------------------- */
 
@@ -1227,11 +1278,17 @@ static void gather_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int6
 	uint64_t used = 4 + (uint64_t)(c->t * c->d);
 
 	locate_rows(c, layer, plane, h, c->zero);
-	if (c->codec == KVT_CODEC_FP8_E4M3)
-		fp8_gather_tile(rows, c->t, c->d, tile, c->dtype);
-	else
+	if (c->codec == KVT_CODEC_FP8_E4M3) {
+		if (!c->simd || c->dtype != KVT_DTYPE_BFLOAT16 ||
+		    !c->simd->fp8_gather_bf16(rows, c->t, c->d, tile, c->tops[h]))
+			fp8_gather_tile(rows, c->t, c->d, tile, c->dtype);
+	} else if (c->simd && c->dtype == KVT_DTYPE_BFLOAT16) {
+		used = c->simd->int4_gather_bf16(rows, c->t, c->d, per_channel, tile, c->pa, c->pb,
+						 c->scratch);
+	} else {
 		used = int4_gather_tile(rows, c->t, c->d, per_channel, tile, c->pa, c->pb,
 					c->keys, c->dtype);
+	}
 	memset(tile + used, 0, bytes - used);
 }
 
@@ -1241,10 +1298,16 @@ static void scatter_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int
 	int per_channel = c->g->planes == 2 && plane == 0;
 
 	locate_rows(c, layer, plane, h, NULL);
-	if (c->codec == KVT_CODEC_FP8_E4M3)
-		fp8_scatter_tile(c->rows, c->t, c->d, tile, c->dtype);
-	else
+	if (c->codec == KVT_CODEC_FP8_E4M3) {
+		if (c->simd && c->dtype != KVT_DTYPE_FLOAT32)
+			c->simd->fp8_scatter_16(c->rows, c->t, c->d, tile, c->dtype);
+		else
+			fp8_scatter_tile(c->rows, c->t, c->d, tile, c->dtype);
+	} else if (!c->simd || c->dtype != KVT_DTYPE_BFLOAT16 ||
+		   !c->simd->int4_scatter_bf16(c->rows, c->t, c->d, per_channel, tile, c->pa,
+					       c->pb, c->scratch)) {
 		int4_scatter_tile(c->rows, c->t, c->d, per_channel, tile, c->pa, c->pb, c->dtype);
+	}
 }
 
 /*
@@ -1271,6 +1334,42 @@ static void prefetch_rows(const struct codec_ctx *c, int64_t layer, int64_t plan
 			else
 				__builtin_prefetch(row + off, 1, 3);
 	}
+}
+
+/*
+ * The vector fp8 path's first pass, over a whole (layer, plane) at its
+ * first tile: every head's largest |x|, the rows read token by token,
+ * which in a layout whose heads lie side by side is the order of the
+ * addresses, and the memory streams them; each tile's second pass then
+ * reads its rows from the caches.
+ */
+static void region_tops(struct codec_ctx *c, int64_t layer, int64_t plane)
+{
+	const struct kvt_geom *g = c->g;
+	const uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
+
+	for (int64_t t = 0; t < c->t; t++)
+		for (int64_t h = 0; h < g->heads; h++)
+			c->region[t * g->heads + h] =
+				c->page[t] < 0 ? c->zero
+					       : base + kvt_geom_engine_offset(g, plane, c->page[t],
+									       c->token[t], h);
+	c->simd->bf16_tops(c->region, c->t, g->heads, c->d, c->tops);
+}
+
+/* Tiles ahead of the one being coded whose rows are asked for: a tile's
+ * rows are a few KiB scattered over a region, which the memory takes
+ * longer to fetch than the vector code takes to code a tile. */
+#define PREFETCH_TILES 4
+
+/* prefetch_rows() of tile s of a block, in its order; none past its end. */
+static void prefetch_tile(const struct codec_ctx *c, int64_t s, int to_block)
+{
+	const struct kvt_geom *g = c->g;
+	int64_t h = s % g->heads, p = (s / g->heads) % g->planes, l = s / (g->heads * g->planes);
+
+	if (l < g->n_layers && tile_fused(c, p))
+		prefetch_rows(c, l, p, h, to_block);
 }
 
 /* Where block b's tokens live. */
@@ -1345,8 +1444,18 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 	c.rows = malloc((size_t)c.t * sizeof(*c.rows));
 	c.zero = calloc((size_t)c.d, cg.elem_bytes);
 	c.keys = malloc((size_t)(2 * c.d) * sizeof(int32_t));
+	c.simd = kvt_codec_simd_table(kvt_codec_cpu_isa());
+	c.scratch = malloc((size_t)(8 * c.d) * sizeof(float));
+	if (c.simd && codec == KVT_CODEC_FP8_E4M3 && dtype == KVT_DTYPE_BFLOAT16 && to_block) {
+		c.region = malloc((size_t)(c.t * g->heads) * sizeof(*c.region));
+		c.tops = malloc((size_t)g->heads * sizeof(*c.tops));
+		if (!c.region || !c.tops) {
+			r = -ENOMEM;
+			goto finish;
+		}
+	}
 	if (!c.page || !c.token || !c.x || !c.q || !c.pa || !c.pb || !c.rows || !c.zero ||
-	    !c.keys) {
+	    !c.keys || !c.scratch) {
 		r = -ENOMEM;
 		goto finish;
 	}
@@ -1360,14 +1469,13 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 			for (int64_t p = 0; p < g->planes; p++)
 				for (int64_t h = 0; h < g->heads; h++) {
 					int per_channel = g->planes == 2 && p == 0;
+					int64_t s = (l * g->planes + p) * g->heads + h;
 
-					/* The next tile of the block's, in its order. */
-					int64_t nh = h + 1 < g->heads ? h + 1 : 0;
-					int64_t np = nh ? p : p + 1 < g->planes ? p + 1 : 0;
-					int64_t nl = nh || np ? l : l + 1;
-
-					if (nl < g->n_layers && tile_fused(&c, np))
-						prefetch_rows(&c, nl, np, nh, to_block);
+					for (int64_t a = s ? PREFETCH_TILES : 1; a <= PREFETCH_TILES;
+					     a++)
+						prefetch_tile(&c, s + a, to_block);
+					if (h == 0 && c.region && tile_fused(&c, p) && to_block)
+						region_tops(&c, l, p);
 					if (tile_fused(&c, p) && to_block) {
 						gather_fused(&c, l, p, h, block, c.tile[p]);
 					} else if (tile_fused(&c, p)) {
@@ -1393,5 +1501,8 @@ finish:
 	free(c.rows);
 	free(c.zero);
 	free(c.keys);
+	free(c.scratch);
+	free(c.region);
+	free(c.tops);
 	return r;
 }

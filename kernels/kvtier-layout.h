@@ -100,7 +100,10 @@ typedef struct kvt_layout {
  * dequantises it back into the cache's dtype (float32, float16 or
  * bfloat16; head_bytes a whole number of elements).  The tiles' format is
  * proto/codec.h's; the paged calls of kvtier.h set codec and dtype from
- * the namespace, whatever the layout says.
+ * the namespace, whatever the layout says.  On an x86-64 CPU with
+ * AVX-512, bfloat16 caches are coded with explicit vector code, to the
+ * same bytes; KVTIER_CODEC_ISA=portable in the environment keeps the
+ * portable loops.
  */
 #define KVT_CODEC_NONE 0
 #define KVT_CODEC_FP8_E4M3 1 /* scale per (layer, plane, head) of a block */
