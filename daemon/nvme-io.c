@@ -73,6 +73,17 @@ void nvme_kick(struct nvme *n)
 		sd_event_source_set_enabled(n->kick, SD_EVENT_ONESHOT);
 }
 
+/* Whether any tenant has dirty bytes, which write-back may have to write. */
+static bool writeback_pending(const struct nvme *n)
+{
+	const struct store *s = n->store;
+
+	for (uint32_t i = 0; i < s->n_tenants; i++)
+		if (s->tenants[i]->dirty)
+			return true;
+	return false;
+}
+
 void nvme_stage_ended(struct op *op)
 {
 	struct nvme *n = op->n;
@@ -113,7 +124,7 @@ void nvme_stage_ended(struct op *op)
 	 * or the slot taken may have brought the pool past its watermark:
 	 * either needs dirty bytes to write.  Without any, no kick: it would
 	 * cost every restored block a turn of the loop that finds nothing. */
-	if (nvme_writeback_pending(n))
+	if (writeback_pending(n))
 		nvme_kick(n);
 }
 

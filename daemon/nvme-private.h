@@ -116,8 +116,6 @@ void nvme_op_free(struct op *op);
 void nvme_io_failed(struct nvme *n, struct spill_region *r, int error);
 /* Write back now, if above the high watermark. */
 void nvme_kick(struct nvme *n);
-/* Whether any tenant has dirty bytes, which write-back may have to write. */
-bool nvme_writeback_pending(const struct nvme *n);
 /* Give up an NVMe slot durably: its header is zeroed before the slot can
  * be reused, so a restart does not recover what was dropped; the store
  * hears when that has ended (store_nvme_erased(), with ns and token), as

@@ -265,16 +265,6 @@ static int writeback_one(struct nvme *n, struct block *b)
 	return 1;
 }
 
-bool nvme_writeback_pending(const struct nvme *n)
-{
-	const struct store *s = n->store;
-
-	for (uint32_t i = 0; i < s->n_tenants; i++)
-		if (s->tenants[i]->dirty)
-			return true;
-	return false;
-}
-
 /* Write back, coldest first, the dirty blocks of every tenant above the
  * high watermark until its dirty bytes are down to the low one. */
 int nvme_writeback_run(sd_event_source *src, void *userdata)
