@@ -173,7 +173,7 @@ def mooncake_services(bindir, work) -> str:
         except OSError as e:
             return f"{argv[0]} did not start: {e}"
         ttft.wait_for(f"{argv[0]} to start", lambda log=log: (
-            "Starting" in open(log).read() or "started" in open(log).read(), log), 60)
+            "Starting" in open(log).read() or "started" in open(log).read(), log), 300)
         if _services[-1].poll() is not None:
             return f"{argv[0]} exited ({_services[-1].returncode}); its log: {log}"
     return ""
