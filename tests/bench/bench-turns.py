@@ -148,7 +148,7 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-MC_RPC, MC_HTTP, MC_CLIENT = free_ports(3)
+MC_RPC, MC_HTTP, MC_CLIENT, MC_METRICS = free_ports(4)
 _services: list = []  # the peers' processes, stopped at the end
 
 
@@ -160,7 +160,8 @@ def mooncake_services(bindir, work) -> str:
     logs = []
     for argv in ([os.path.join(bindir, "mooncake_master"), "-enable_http_metadata_server=true",
                   "-http_metadata_server_host=127.0.0.1",
-                  f"-http_metadata_server_port={MC_HTTP}", f"-rpc_port={MC_RPC}"],
+                  f"-http_metadata_server_port={MC_HTTP}", f"-rpc_port={MC_RPC}",
+                  f"-metrics_port={MC_METRICS}"],
                  [os.path.join(bindir, "mooncake_client"), "-host=127.0.0.1",
                   f"-master_server_address=127.0.0.1:{MC_RPC}",
                   f"-metadata_server=http://127.0.0.1:{MC_HTTP}/metadata", "-protocol=tcp",
