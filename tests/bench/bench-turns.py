@@ -32,6 +32,7 @@ boundary; --user 69 puts them off it.
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -134,7 +135,20 @@ PEER_FATAL = {
     "lmcache": "No supported cpu connector found",
 }
 
-MC_RPC, MC_HTTP, MC_CLIENT = 15051, 18080, 15052
+def free_ports(n: int) -> list[int]:
+    """n distinct TCP ports nothing listens on now (so that two runs side
+    by side do not share Mooncake's services)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+MC_RPC, MC_HTTP, MC_CLIENT, MC_METRICS = free_ports(4)
 _services: list = []  # the peers' processes, stopped at the end
 
 
@@ -146,7 +160,8 @@ def mooncake_services(bindir, work) -> str:
     logs = []
     for argv in ([os.path.join(bindir, "mooncake_master"), "-enable_http_metadata_server=true",
                   "-http_metadata_server_host=127.0.0.1",
-                  f"-http_metadata_server_port={MC_HTTP}", f"-rpc_port={MC_RPC}"],
+                  f"-http_metadata_server_port={MC_HTTP}", f"-rpc_port={MC_RPC}",
+                  f"-metrics_port={MC_METRICS}"],
                  [os.path.join(bindir, "mooncake_client"), "-host=127.0.0.1",
                   f"-master_server_address=127.0.0.1:{MC_RPC}",
                   f"-metadata_server=http://127.0.0.1:{MC_HTTP}/metadata", "-protocol=tcp",
@@ -159,7 +174,7 @@ def mooncake_services(bindir, work) -> str:
         except OSError as e:
             return f"{argv[0]} did not start: {e}"
         ttft.wait_for(f"{argv[0]} to start", lambda log=log: (
-            "Starting" in open(log).read() or "started" in open(log).read(), log), 60)
+            "Starting" in open(log).read() or "started" in open(log).read(), log), 300)
         if _services[-1].poll() is not None:
             return f"{argv[0]} exited ({_services[-1].returncode}); its log: {log}"
     return ""
@@ -313,7 +328,11 @@ def main():
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=1024, help="a multiple of 512")
     ap.add_argument("--peers", default="", help="comma-separated: " + ", ".join(PEERS))
+    ap.add_argument("--start-s", type=int, default=ttft.START_S,
+                    help="the most an engine's start may take, in seconds (a deep model on a "
+                    "busy machine takes longer than the default)")
     args = ap.parse_args()
+    ttft.START_S = args.start_s
     peers = [p for p in args.peers.split(",") if p]
     for p in peers:
         if p not in PEERS:

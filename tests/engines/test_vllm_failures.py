@@ -319,6 +319,36 @@ def round_trip(engines, checker, async_sched: bool, seed: int, **kw):
 
 
 @pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
+def test_load_that_raises(engines, checker, async_sched):
+    """A load whose call to kvtierd fails whole (the library raises: the
+    daemon gone mid-call) is reported failed, every block of it: vLLM
+    computes the request and no step reads the pages it never filled."""
+    import errno
+
+    import kvtier
+
+    ids = kvtd.prompt_ids(12 * B + 5, 60 + async_sched)
+    model = checker.model
+    store(engines, async_sched, ids, model)
+    b = engines(async_sched=async_sched)
+    side = b.worker.side  # the KvtierWorker
+    copy = side._copy
+
+    def failing(load, *a, **k):
+        if load:
+            raise kvtier.Error(errno.ECONNRESET, "load_paged")
+        return copy(load, *a, **k)
+    side._copy = failing
+    rb = b.add("b", ids)
+    b.run()
+    assert b.wrong == [], "a step computed over pages the failed load never filled"
+    assert list(rb.output_token_ids) == reference_tokens(model, ids)
+    b.worker.drain()
+    assert b.worker.stats["load_failures"] == len(ids) // B
+    assert b.worker.stats["loaded_blocks"] == 0
+
+
+@pytest.mark.parametrize("async_sched", [False, True], ids=["sync", "async"])
 def test_round_trip_and_reference(engines, checker, async_sched):
     """Without a failure every block round-trips byte for byte, and an
     engine without kvtier gives the reference's tokens (the played model

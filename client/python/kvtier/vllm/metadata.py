@@ -36,6 +36,10 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     # computes nothing of a request before it knows what it must compute.
     loads: list[Transfer] = field(default_factory=list)
     stores: list[Transfer] = field(default_factory=list)
+    # The step computes nothing (its requests wait for their loads): the
+    # workers wait for a load under way to end before they report, rather
+    # than have vLLM step again at once.
+    idle: bool = False
 
 
 @dataclass

@@ -185,7 +185,8 @@ class KvtierScheduler:
         return runs
 
     def build_connector_meta(self, scheduler_output) -> KvtierConnectorMetadata:
-        meta = KvtierConnectorMetadata()
+        meta = KvtierConnectorMetadata(
+            idle=not getattr(scheduler_output, "total_num_scheduled_tokens", 1))
         steps = []
         for nr in scheduler_output.scheduled_new_reqs:
             steps.append((nr.req_id, nr.block_ids, True, nr.num_computed_tokens))

@@ -35,6 +35,9 @@ log = logging.getLogger("kvtier.vllm")
 # remote tier (the request waits, not the batch); later ones are
 # recomputed.
 _STAGE_TIMEOUT_MS = 10000
+# The longest a step that computes nothing waits in get_finished for a
+# load under way to end (a request vLLM is given meanwhile waits as long).
+_IDLE_WAIT_S = 0.01
 
 
 def _backend_name(vllm_config, layer_name: str) -> str:
@@ -87,6 +90,8 @@ class KvtierWorker:
         self.stats = {"loaded_blocks": 0, "load_failures": 0, "stored_blocks": 0,
                       "store_skipped": 0, "async_loads": 0}
         self._lock = threading.Lock()  # the mover's thread and vLLM's
+        self._load_over = threading.Condition(self._lock)  # a load ended
+        self._idle = False  # this step computes nothing (KvtierConnectorMetadata.idle)
         self.mover = Mover()
         self._done_pins: list[int] = []  # transfers done with, since the last step
         # With KV events, of those: pin -> blocks not stored, blocks gone
@@ -208,6 +213,7 @@ class KvtierWorker:
         found missing: reported at the next get_finished (called with the
         lock held)."""
         self._received.append((t.req_id, tuple(g[good:] for g in t.block_ids), good))
+        self._load_over.notify_all()
         if good < len(t.keys) // KEY_BYTES:
             self._failures[t.req_id] += 1
         self._loading[t.req_id] -= 1
@@ -221,14 +227,21 @@ class KvtierWorker:
     def _load(self, ns, t: Transfer, event) -> None:
         status = None
         try:
-            # Staging from NVMe or the remote tier began at the lookup.
-            ns.wait_resident(t.keys, _STAGE_TIMEOUT_MS)
-            _, status = self._copy(True, ns, t, event)
+            # One round trip when the blocks are in host memory; those
+            # still staging from NVMe or the remote tier (staging began at
+            # the lookup) are waited for, then loaded.
+            status = list(self._copy(True, ns, t, event)[1])
+            late = next((i for i, x in enumerate(status) if x), len(status))
+            if late < len(status) and status[late] == -errno.EAGAIN:
+                rest = Transfer(t.req_id, t.keys[late * KEY_BYTES:],
+                                tuple(g[late:] for g in t.block_ids))
+                ns.wait_resident(rest.keys, _STAGE_TIMEOUT_MS)
+                status[late:] = self._copy(True, ns, rest, event)[1]
         except Error as e:
             log.warning("kvtier: load failed: %s", e)
         finally:
             n = len(t.keys) // KEY_BYTES
-            good = n if status is None else next((i for i, x in enumerate(status) if x < 0), n)
+            good = 0 if status is None else next((i for i, x in enumerate(status) if x < 0), n)
             gone = [i for i, x in enumerate(status or ()) if x == -errno.ENOENT]
             with self._lock:
                 self._loaded(t, good, gone)
@@ -270,6 +283,7 @@ class KvtierWorker:
     def start_load_kv(self, meta) -> None:
         """Hands the step's loads to the mover; get_finished reports each
         once it is over, with its failed blocks."""
+        self._idle = isinstance(meta, KvtierConnectorMetadata) and meta.idle
         if not isinstance(meta, KvtierConnectorMetadata) or not meta.loads:
             return
         ns = self._conn.namespace()
@@ -356,8 +370,12 @@ class KvtierWorker:
         """The asynchronous loads that are done (their failed blocks go to
         get_block_ids_with_load_errors, which vLLM asks next, in the same
         step; a hybrid model's failed request to failed_recving).  The
-        requests vLLM finished are forgotten."""
+        requests vLLM finished are forgotten.  A step that computes nothing
+        waits a little for a load under way to end, so that vLLM schedules
+        its request at the next step instead of stepping idly meanwhile."""
         with self._lock:
+            if self._idle and self._loading and not self._received:
+                self._load_over.wait(_IDLE_WAIT_S)
             received, self._received = self._received, []
             for rid in finished_req_ids or ():
                 if rid in self._loading:
