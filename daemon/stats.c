@@ -413,7 +413,9 @@ static void emit_classes(struct emitter *e, const struct tenant *t)
 		uint64_t empty = 0;
 		for (uint32_t k = 0; k < c->n_extents; k++)
 			empty += c->extents[k]->slots.n_free == c->extents[k]->slots.n;
-		kvt_rec_begin(&e->b, "class", 16);
+		struct evict_report pr;
+		evict_report(&c->policy, &pr);
+		kvt_rec_begin(&e->b, "class", 20);
 		kvt_rec_str(&e->b, "tenant", t->name);
 		kvt_rec_u64(&e->b, "slot_bytes", c->slot_bytes);
 		kvt_rec_u64(&e->b, "extents", c->n_extents);
@@ -433,6 +435,11 @@ static void emit_classes(struct emitter *e, const struct tenant *t)
 		 * namespaces. */
 		kvt_rec_u64(&e->b, "retained", c->policy.band[EVICT_BAND_HIGH].n + c->policy.band[EVICT_BAND_TOP].n);
 		kvt_rec_u64(&e->b, "demoted", c->policy.band[EVICT_BAND_LOW].n);
+		/* What the policy measured of itself (lrfu-admit's shadows). */
+		kvt_rec_u64(&e->b, "policy_lookups", pr.lookups);
+		kvt_rec_u64(&e->b, "policy_switches", pr.switches);
+		kvt_rec_u64(&e->b, "policy_filter", pr.filter);
+		kvt_rec_u64(&e->b, "policy_weight", pr.weight);
 		emit_flush(e, false);
 	}
 	free(in);

@@ -155,6 +155,10 @@ static const struct metric class_metrics[] = {
 	{"starved", "class_starved_allocations_total", "counter", "Slots of this block size taken by eviction, or refused, while another block size held free slots.", 0},
 	{"retained", "class_retained_blocks", "gauge", "Evictable blocks of this block size retained above the default priority by the engines' hints.", 0},
 	{"demoted", "class_demoted_blocks", "gauge", "Evictable blocks of this block size demoted by the engines' hints: the first to go.", 0},
+	{"policy_lookups", "class_policy_lookups_total", "counter", "Lookups the eviction policy's shadow tiers scored (lrfu-admit; 0 for other policies).", 0},
+	{"policy_switches", "class_policy_switches_total", "counter", "Times the eviction policy changed its setting on what its shadows measured (lrfu-admit).", 0},
+	{"policy_filter", "class_policy_admission_filter", "gauge", "1 while the eviction policy stores only blocks seen before (lrfu-admit's admission filter).", 0},
+	{"policy_weight", "class_policy_lrfu_weight", "gauge", "The eviction policy's weight of how often a block was requested against how recently (lrfu-admit; 0: LRU).", 0},
 };
 /* The block size is a label. */
 static const char *const class_skip[] = {"slot_bytes", NULL};

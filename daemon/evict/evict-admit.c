@@ -255,6 +255,7 @@ void evict_admit_lookup(struct evict_admit *a, struct evict_lrfu_state *l, const
 {
 	if (head) {
 		lookup_end(a);
+		a->lookups++;
 		for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
 			a->sh[i].run = true;
 	}

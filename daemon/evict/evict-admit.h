@@ -85,6 +85,7 @@ struct evict_admit {
 	/* What the last window measured, and how often the setting changed. */
 	uint64_t last_hits[EVICT_ADMIT_SHADOWS];
 	uint64_t windows, switches;
+	uint64_t lookups; /* scored, in all */
 };
 
 void evict_admit_init(struct evict_admit *a);

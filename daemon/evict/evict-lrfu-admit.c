@@ -104,6 +104,16 @@ static uint64_t admit_count(const void *state)
 	return s->lrfu.q.n;
 }
 
+static void admit_report(const void *state, struct evict_report *r)
+{
+	const struct evict_lrfu_admit_state *s = state;
+
+	r->lookups = s->admit.lookups;
+	r->switches = s->admit.switches;
+	r->weight = s->admit.weight;
+	r->filter = s->admit.on;
+}
+
 const struct evict_policy_ops evict_policy_lrfu_admit = {
 	.name = "lrfu-admit",
 	.state_size = sizeof(struct evict_lrfu_admit_state),
@@ -117,4 +127,5 @@ const struct evict_policy_ops evict_policy_lrfu_admit = {
 	.oldest = admit_oldest,
 	.walk_next = admit_walk_next,
 	.count = admit_count,
+	.report = admit_report,
 };

@@ -18,6 +18,15 @@
 
 #include "evict-list.h"
 
+/* What a policy that tunes itself measured, for STATS: lookups its
+ * shadows scored, times it changed its setting, and the setting
+ * (lrfu-admit: the admission filter, the LRFU weight). */
+struct evict_report {
+	uint64_t lookups, switches;
+	uint32_t weight;
+	bool filter;
+};
+
 struct keyhash;
 
 /*
@@ -62,6 +71,8 @@ struct evict_policy_ops {
 	void (*evicted)(void *state, struct evict_entry *x);
 	/* Entries listed. */
 	uint64_t (*count)(const void *state);
+	/* What it measured of itself (optional; evict.h's evict_report). */
+	void (*report)(const void *state, struct evict_report *r);
 };
 
 /*

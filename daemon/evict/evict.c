@@ -108,6 +108,13 @@ void evict_lookup(struct evict *e, const uint64_t *fp, size_t n, bool head)
 		e->ops->lookup(e->state, fp, n, head);
 }
 
+void evict_report(const struct evict *e, struct evict_report *r)
+{
+	*r = (struct evict_report){0};
+	if (e->state && e->ops->report)
+		e->ops->report(e->state, r);
+}
+
 void evict_touch(struct evict *e, struct evict_entry *x)
 {
 	x->reused = true;

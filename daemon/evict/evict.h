@@ -91,6 +91,9 @@ static inline bool evict_wants_lookup(const struct evict *e)
 {
 	return e->state && e->ops->lookup;
 }
+/* What the policy measured of itself (zeros for one that does not tune
+ * itself). */
+void evict_report(const struct evict *e, struct evict_report *r);
 /* A hit: it marks the entry reused, and a demoted one goes back to the
  * policy (linked or not); otherwise a no-op for an unlinked entry. */
 void evict_touch(struct evict *e, struct evict_entry *x);

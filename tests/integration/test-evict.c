@@ -2,7 +2,8 @@
 /*
  * Eviction under capacity: a pool of 128 tiny blocks receives 200; the
  * daemon evicts, never exceeds its capacity, and every hit it still
- * reports loads byte-exact.
+ * reports loads byte-exact.  The default policy's shadows are fed the
+ * touching lookups, and only those.
  */
 #include <string.h>
 
@@ -44,6 +45,22 @@ int main(void)
 		CHECK(st[i] == KVT_HOST, "leading key %d is a hit", i);
 	if (lead < 100)
 		CHECK(st[lead] == KVT_MISS, "the run ends at a miss");
+
+	/* The default policy's shadows score every lookup that touches its
+	 * hits (the engines' did), once each however it is split, and no
+	 * other. */
+	uint64_t scored = stat_get(c, "class", "policy_lookups");
+	CHECK(scored > 0, "the engines' lookups were scored");
+	for (int i = 0; i < 5; i++)
+		CHECK(kvt_lookup(ns, keys, 100, 0, st) == lead, "a lookup that does not touch");
+	CHECK(stat_get(c, "class", "policy_lookups") == scored,
+	      "a lookup that does not touch is not scored");
+	for (int i = 0; i < 5; i++)
+		CHECK(kvt_lookup(ns, keys, 100, KVT_LOOKUP_TOUCH, st) >= 0, "a touching lookup");
+	CHECK(stat_get(c, "class", "policy_lookups") == scored + 5, "%llu lookups scored, not %llu",
+	      (unsigned long long)(stat_get(c, "class", "policy_lookups") - scored), 5ull);
+	CHECK(stat_get(c, "class", "policy_weight") == 0 || stat_get(c, "class", "policy_switches") > 0,
+	      "a tier leaves LRU (weight 0) only by a switch");
 
 	kvt_ns_close(ns);
 	kvt_client_free(c);
