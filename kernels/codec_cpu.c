@@ -1311,32 +1311,6 @@ static void scatter_fused(struct codec_ctx *c, int64_t layer, int64_t plane, int
 }
 
 /*
- * Asks for the rows of head h of (layer, plane) ahead of their tile, so
- * that the memory fetches them while the tile before is being coded
- * from L1 (a fused tile's first pass would otherwise wait on each of its
- * rows in turn); for writing where they are about to be decoded into.
- */
-static void prefetch_rows(const struct codec_ctx *c, int64_t layer, int64_t plane, int64_t h,
-			  int to_block)
-{
-	const struct kvt_geom *g = c->g;
-	const uint8_t *base = c->base[kvt_geom_base_index(g, layer, plane)];
-
-	for (int64_t t = 0; t < c->t; t++) {
-		const uint8_t *row;
-
-		if (c->page[t] < 0)
-			continue;
-		row = base + kvt_geom_engine_offset(g, plane, c->page[t], c->token[t], h);
-		for (int64_t off = 0; off < g->head_bytes; off += 64)
-			if (to_block)
-				__builtin_prefetch(row + off, 0, 3);
-			else
-				__builtin_prefetch(row + off, 1, 3);
-	}
-}
-
-/*
  * The vector fp8 path's first pass, over a whole (layer, plane) at its
  * first tile: every head's largest |x|, the rows read token by token,
  * which in a layout whose heads lie side by side is the order of the
@@ -1355,21 +1329,6 @@ static void region_tops(struct codec_ctx *c, int64_t layer, int64_t plane)
 					       : base + kvt_geom_engine_offset(g, plane, c->page[t],
 									       c->token[t], h);
 	c->simd->bf16_tops(c->region, c->t, g->heads, c->d, c->tops);
-}
-
-/* Tiles ahead of the one being coded whose rows are asked for: a tile's
- * rows are a few KiB scattered over a region, which the memory takes
- * longer to fetch than the vector code takes to code a tile. */
-#define PREFETCH_TILES 4
-
-/* prefetch_rows() of tile s of a block, in its order; none past its end. */
-static void prefetch_tile(const struct codec_ctx *c, int64_t s, int to_block)
-{
-	const struct kvt_geom *g = c->g;
-	int64_t h = s % g->heads, p = (s / g->heads) % g->planes, l = s / (g->heads * g->planes);
-
-	if (l < g->n_layers && tile_fused(c, p))
-		prefetch_rows(c, l, p, h, to_block);
 }
 
 /* Where block b's tokens live. */
@@ -1469,11 +1428,7 @@ int kvt_codec_copy(const struct kvt_geom *g, void *const *base, uint32_t codec,
 			for (int64_t p = 0; p < g->planes; p++)
 				for (int64_t h = 0; h < g->heads; h++) {
 					int per_channel = g->planes == 2 && p == 0;
-					int64_t s = (l * g->planes + p) * g->heads + h;
 
-					for (int64_t a = s ? PREFETCH_TILES : 1; a <= PREFETCH_TILES;
-					     a++)
-						prefetch_tile(&c, s + a, to_block);
 					if (h == 0 && c.region && tile_fused(&c, p) && to_block)
 						region_tops(&c, l, p);
 					if (tile_fused(&c, p) && to_block) {

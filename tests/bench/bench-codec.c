@@ -163,7 +163,8 @@ static kvt_ns *open_ns(kvt_client *c, uint32_t codec, uint64_t *ret_slot)
 /* The sample's values within the codec's bound (tests/unit/test-codec.c),
  * loosened to the tile's range: |x - x'| <= amax/16 + 2^-8 |x| for fp8,
  * (max - min)/15 + 2^-8 |x| for int4 (half a step, and half's rounding). */
-static void verify_sample(const struct bench *b, int who, uint64_t round)
+static void verify_sample(const struct bench *b, int who, uint64_t round, uint64_t blocks,
+			  uint64_t layers)
 {
 	uint64_t x = round * 0x2545f4914f6cdd1dull + 1;
 
@@ -172,8 +173,8 @@ static void verify_sample(const struct bench *b, int who, uint64_t round)
 		float amax = 0, lo = INFINITY, hi = -INFINITY, v, got, tol;
 
 		x = x * 6364136223846793005ull + 1442695040888963407ull;
-		g = (x >> 33) % b->n;
-		l = (x >> 20) % LAYERS;
+		g = (x >> 33) % blocks;
+		l = (x >> 20) % layers;
 		p = (x >> 10) % 2;
 		h = (x >> 5) % HEADS;
 		t = (x >> 1) % BT;
@@ -257,7 +258,7 @@ static void run_round(struct bench *b, int who, uint64_t *ret_ns)
 			die("%s, round %llu: the cache came back with different bytes", names[who],
 			    (unsigned long long)round);
 	} else {
-		verify_sample(b, who, round);
+		verify_sample(b, who, round, b->n, LAYERS);
 	}
 	ret_ns[0] += t1 - t0;
 	ret_ns[1] += t2 - t1;
@@ -296,7 +297,7 @@ static void alone_round(struct bench *b, int who, uint64_t *ret_ns, uint64_t *re
 		if (memcmp(b->src.mem, b->dst.mem, opt.bytes))
 			die("%s alone: the cache came back with different bytes", names[who]);
 	} else {
-		verify_sample(b, who, 0);
+		verify_sample(b, who, 0, b->n, LAYERS);
 	}
 	ret_ns[0] += t1 - t0;
 	ret_ns[1] += t2 - t1;
@@ -306,6 +307,58 @@ static void alone_round(struct bench *b, int who, uint64_t *ret_ns, uint64_t *re
 
 /* The bytes of a block's (layer, plane) region of the cache: its pages. */
 #define REGION ((uint64_t)BT * HEADS * D * 2)
+
+/* Layers of the block that cached_round() copies over and over. */
+#define CACHED_LAYERS 2
+
+/*
+ * The copy alone of one block of CACHED_LAYERS layers, again and again
+ * until a round's logical bytes have gone each way: its pages (128 KiB),
+ * its coded block and the destination's pages stay in the core's L2
+ * cache, so that what it costs is the codec's arithmetic and the copy's
+ * own steps, not the memory's.  Checked like a copy alone, on those
+ * layers of block 0.
+ */
+static void cached_round(struct bench *b, int who, uint64_t *ret_cpu)
+{
+	static const uint32_t codecs[N_CONTENDERS] = {0, KVT_CODEC_NONE, KVT_CODEC_FP8_E4M3,
+						      KVT_CODEC_INT4};
+	uint64_t reps = opt.bytes / (BLOCK / LAYERS * CACHED_LAYERS), c0, c1, c2;
+	kvt_layout lay = b->src.lay, back = b->dst.lay;
+	const int64_t page = 0;
+	void *block = b->mid;
+
+	lay.codec = back.codec = codecs[who];
+	lay.dtype = back.dtype = KVT_DTYPE_BFLOAT16;
+	lay.n_layers = back.n_layers = CACHED_LAYERS;
+	memset(b->dst.mem, 0xa5, opt.bytes);
+	c0 = cpu_now_ns();
+	for (uint64_t r = 0; r < reps; r++)
+		if (kvt_layout_gather(&lay, BT, &page, 1, &block) < 0)
+			die("%s: kvt_layout_gather in cache", names[who]);
+	c1 = cpu_now_ns();
+	for (uint64_t r = 0; r < reps; r++)
+		if (kvt_layout_scatter(&back, BT, &page, 1, (const void *const *)&block) < 0)
+			die("%s: kvt_layout_scatter in cache", names[who]);
+	c2 = cpu_now_ns();
+
+	if (who == C_NONE) {
+		for (int l = 0; l < CACHED_LAYERS; l++)
+			for (uint64_t p = 0; p < 2; p++) {
+				uint64_t off = p * (uint64_t)b->src.lay.stride_plane;
+
+				if (memcmp((uint8_t *)b->src.base[l] + off,
+					   (uint8_t *)b->dst.base[l] + off, REGION))
+					die("%s in cache: the block came back with different bytes",
+					    names[who]);
+			}
+	} else {
+		verify_sample(b, who, 0, 1, CACHED_LAYERS);
+	}
+	ret_cpu[0] += c1 - c0;
+	ret_cpu[1] += c2 - c1;
+}
+
 
 /* A sink for the read loop, so that the compiler keeps it. */
 static volatile uint64_t traffic_sink;
@@ -379,6 +432,13 @@ static struct {
 	double cpu_alone[N_CONTENDERS][BENCH_MAX_PAIRS], cpu_traffic[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double cpu_vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double cpu_vs_traffic[N_CONTENDERS][BENCH_MAX_PAIRS];
+	/* The copy alone in cache, on CPU time; against none's copy alone
+	 * from memory (the most a codec could reach on one core were its
+	 * memory traffic free), and the copy alone from memory against it. */
+	double cached_store[N_CONTENDERS][BENCH_MAX_PAIRS], cached_load[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double cached_both[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double cached_vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
+	double cpu_vs_cached[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double store[N_CONTENDERS][BENCH_MAX_PAIRS], load[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double both[N_CONTENDERS][BENCH_MAX_PAIRS];
 	double vs_memcpy[N_CONTENDERS][BENCH_MAX_PAIRS], vs_none[N_CONTENDERS][BENCH_MAX_PAIRS];
@@ -426,6 +486,18 @@ static void print_table(FILE *out)
 			median(R.cpu_alone[k], opt.pairs), median(R.cpu_traffic[k], opt.pairs), "",
 			ratio_range(R.cpu_vs_traffic[k], opt.pairs, a, sizeof(a)),
 			k < C_FP8 ? "" : ratio_range(R.cpu_vs_none[k], opt.pairs, b, sizeof(b)));
+	fprintf(out, "the copy alone with its data in the core's cache (one block of %d layers, "
+		     "again and again; CPU time): the codec's arithmetic and the copy's own steps, "
+		     "and that against none's copy alone from memory (the most the codec could "
+		     "reach on one core were memory free):\n", CACHED_LAYERS);
+	fprintf(out, "%-9s %10s %7s %7s %7s  %-24s %s\n", "codec", "", "store", "load", "both",
+		"in cache vs none's copy", "copy vs in cache");
+	for (int k = C_NONE; k < N_CONTENDERS; k++)
+		fprintf(out, "%-9s %10s %7.2f %7.2f %7.2f  %-24s %s\n", names[k], "",
+			median(R.cached_store[k], opt.pairs), median(R.cached_load[k], opt.pairs),
+			median(R.cached_both[k], opt.pairs),
+			ratio_range(R.cached_vs_none[k], opt.pairs, a, sizeof(a)),
+			ratio_range(R.cpu_vs_cached[k], opt.pairs, b, sizeof(b)));
 }
 
 static void print_json(void)
@@ -444,12 +516,15 @@ static void print_json(void)
 			printf(",\"alone_store_gbs\":%.3f,\"alone_load_gbs\":%.3f"
 			       ",\"traffic_gbs\":%.3f,\"alone_vs_traffic\":%.4f"
 			       ",\"cpu_alone_gbs\":%.3f,\"cpu_traffic_gbs\":%.3f"
-			       ",\"cpu_vs_traffic\":%.4f,\"cpu_vs_none\":%.4f",
+			       ",\"cpu_vs_traffic\":%.4f,\"cpu_vs_none\":%.4f"
+			       ",\"cached_gbs\":%.3f,\"cached_vs_none\":%.4f,\"cpu_vs_cached\":%.4f",
 			       median(R.alone_store[k], opt.pairs), median(R.alone_load[k], opt.pairs),
 			       median(R.traffic_both[k], opt.pairs),
 			       median(R.alone_vs_traffic[k], opt.pairs), median(R.cpu_alone[k], opt.pairs),
 			       median(R.cpu_traffic[k], opt.pairs), median(R.cpu_vs_traffic[k], opt.pairs),
-			       median(R.cpu_vs_none[k], opt.pairs));
+			       median(R.cpu_vs_none[k], opt.pairs), median(R.cached_both[k], opt.pairs),
+			       median(R.cached_vs_none[k], opt.pairs),
+			       median(R.cpu_vs_cached[k], opt.pairs));
 		printf("}");
 	}
 	printf("}\n");
@@ -549,6 +624,7 @@ int main(int argc, char **argv)
 		uint64_t alone[N_CONTENDERS][2] = {{0}};
 		uint64_t traffic[N_CONTENDERS][2] = {{0}};
 		uint64_t cpu[N_CONTENDERS][2] = {{0}}, cpu_traffic[N_CONTENDERS][2] = {{0}};
+		uint64_t cached[N_CONTENDERS][2] = {{0}};
 
 		for (unsigned r = 0; r < opt.rounds; r++)
 			for (int k = 0; k < N_CONTENDERS; k++) {
@@ -556,6 +632,7 @@ int main(int argc, char **argv)
 				if (k != C_MEMCPY) {
 					alone_round(&b, k, alone[k], cpu[k]);
 					traffic_round(&b, k, traffic[k], cpu_traffic[k]);
+					cached_round(&b, k, cached[k]);
 				}
 			}
 		for (int k = 0; k < N_CONTENDERS; k++) {
@@ -579,6 +656,13 @@ int main(int argc, char **argv)
 						 (double)(cpu[k][0] + cpu[k][1] + 1);
 			R.cpu_vs_none[k][p] = (double)(cpu[C_NONE][0] + cpu[C_NONE][1]) /
 					      (double)(cpu[k][0] + cpu[k][1] + 1);
+			R.cached_store[k][p] = gbs(logical, cached[k][0]);
+			R.cached_load[k][p] = gbs(logical, cached[k][1]);
+			R.cached_both[k][p] = gbs(2 * logical, cached[k][0] + cached[k][1]);
+			R.cached_vs_none[k][p] = (double)(cpu[C_NONE][0] + cpu[C_NONE][1]) /
+						 (double)(cached[k][0] + cached[k][1] + 1);
+			R.cpu_vs_cached[k][p] = (double)(cached[k][0] + cached[k][1]) /
+						(double)(cpu[k][0] + cpu[k][1] + 1);
 		}
 		progress("  pair %u/%u: memcpy %.2f, none %.2f, fp8 %.2f (store %.2f, load %.2f), int4 %.2f (store %.2f, load %.2f) GB/s",
 			 p + 1, opt.pairs, R.both[C_MEMCPY][p], R.both[C_NONE][p], R.both[C_FP8][p],
