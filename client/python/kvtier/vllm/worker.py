@@ -160,6 +160,13 @@ class KvtierWorker:
         log.info("kvtier: %d layers in %d groups registered (%s, %s kernel pages per block), "
                  "rank %d", len(names), len(groups), _backend_name(self._vllm_config, names[0]),
                  "/".join(str(g.pages_per_block) for g in self._geometries), self._rank)
+        # Connect at the engine's start: connecting maps the tenant's pool
+        # extents and faults them in, which the first request to load would
+        # pay otherwise (a fresh engine's first turn).  kvtierd away: the
+        # first copy tries again, as ever.
+        ns = self._conn.namespace()
+        if ns is not None:
+            self._open_shard(ns)
 
     def _context(self, ns):
         """The mover's CUDA context on ns's client (a new one after kvtierd
