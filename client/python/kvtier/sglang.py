@@ -221,6 +221,10 @@ class KvtierStorage(HiCacheStorage):
         log.info("kvtier: SGLang host pool registered (%s, %s, %d layers, pages of %d "
                  "tokens, codec %s), tp rank %d of %d", pool.layout, "MLA" if mla else "MHA",
                  pool.layer_num, pool.page_size, identity.codec, cfg.tp_rank, cfg.tp_size)
+        # Connect now, at the engine's start: connecting maps the tenant's
+        # pool extents and faults them in, which the first prefetch would
+        # pay otherwise.  kvtierd away: the first call tries again.
+        self._namespace()
 
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
         """SGLang's v2 calls move a hybrid model's side pools (Mamba states,
