@@ -220,7 +220,7 @@ static void test_filter_refuses(void)
 	for (int i = 0; i < 4; i++)
 		evict_insert(&e, &x[i]);
 	CHECK(x[0].queue == EVICT_Q_MAIN && a->refused == 0);
-	a->admit.on = true;
+	a->admit.filter = EVICT_ADMIT_FILTER_SEEN;
 	evict_insert(&e, &x[4]);
 	CHECK(x[4].queue == EVICT_Q_SMALL && a->refused == 1);
 	CHECK(evict_victim(&e) == &x[4]);
@@ -273,7 +273,7 @@ static void cache_init(struct cache *c, uint64_t cap, uint64_t keys, bool on)
 	memset(c, 0, sizeof(*c));
 	CHECK(evict_init(&c->e, EVICT_LRFU_ADMIT, &test_hash) == 0);
 	c->a = evict_state(&c->e, &evict_policy_lrfu_admit);
-	c->a->admit.on = on;
+	c->a->admit.filter = on ? EVICT_ADMIT_FILTER_SEEN : EVICT_ADMIT_FILTER_OFF;
 	c->cap = cap;
 	c->ents = calloc(keys, sizeof(*c->ents));
 	for (uint64_t i = 0; c->ents && i < keys; i++)
@@ -297,9 +297,9 @@ static void test_filter_turns_off(void)
 		if (i >= 32)
 			cache_ref(&c, i - 32);
 	}
-	CHECK(!c.a->admit.on && c.a->admit.windows >= 8,
-	      "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
-	      c.a->admit.on, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
+	CHECK(!c.a->admit.filter && c.a->admit.windows >= 8,
+	      "filter %u after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
+	      c.a->admit.filter, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	/* Off, the second requests hit. */
 	CHECK(c.hits > c.refs / 3, "%" PRIu64 " hits of %" PRIu64, c.hits, c.refs);
 	free(c.ents);
@@ -326,9 +326,9 @@ static void test_filter_turns_on(void)
 			for (unsigned k = 0; k < SCAN; k++)
 				cache_ref(&c, next_scan++);
 		}
-	CHECK(c.a->admit.on && c.a->admit.windows >= 4,
-	      "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
-	      c.a->admit.on, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
+	CHECK(c.a->admit.filter && c.a->admit.windows >= 4,
+	      "filter %u after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
+	      c.a->admit.filter, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	CHECK(c.a->refused > 0);
 	CHECK(c.a->admit.last_hits[1] > 4 * c.a->admit.last_hits[0], "shadow hits off %" PRIu64 ", on %" PRIu64, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	free(c.ents);
