@@ -202,6 +202,23 @@ static uint64_t decay(uint64_t x)
 	return x - x / EVICT_ADMIT_DECAY;
 }
 
+/* The strict filter is a stricter form of the filter: it is tried only
+ * from a setting whose filter has shown it pays, never straight from no
+ * filter.  Fewer settings to leave LRU for, fewer leaves on noise. */
+static bool reachable(unsigned cur, unsigned i)
+{
+	return setting_filter(i) != EVICT_ADMIT_FILTER_STRICT ||
+	       setting_filter(cur) != EVICT_ADMIT_FILTER_OFF;
+}
+
+/* The lead a setting needs over the current one: 1/EVICT_ADMIT_MARGIN,
+ * and twice that to leave the start (LRU), where a tier should stay
+ * unless another setting is clearly better. */
+static uint64_t margin(unsigned cur)
+{
+	return cur == EVICT_ADMIT_START ? EVICT_ADMIT_MARGIN / 2 : EVICT_ADMIT_MARGIN;
+}
+
 static void decide(struct evict_admit *a)
 {
 	unsigned cur = current(a);
@@ -218,11 +235,11 @@ static void decide(struct evict_admit *a)
 	 * differences beyond EVICT_ADMIT_Z standard errors of it (their
 	 * spread measured, not assumed), not one lucky lookup's run. */
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
-		if (a->score[i] > a->score[best] && a->diff[i] > 0 &&
+		if (reachable(cur, i) && a->score[i] > a->score[best] && a->diff[i] > 0 &&
 		    (uint64_t)a->diff[i] * (uint64_t)a->diff[i] >
 			    EVICT_ADMIT_Z * EVICT_ADMIT_Z * a->diff2[i])
 			best = i;
-	if (best != cur && a->score[best] > a->score[cur] + a->score[cur] / EVICT_ADMIT_MARGIN) {
+	if (best != cur && a->score[best] > a->score[cur] + a->score[cur] / margin(cur)) {
 		a->filter = setting_filter(best);
 		a->weight = setting_weight(best);
 		a->switches++;

@@ -27,7 +27,9 @@
  * beats its own by a margin and its lead, lookup by lookup, is beyond
  * EVICT_ADMIT_Z standard errors, so that it does not flap on noise.  It
  * starts with recency alone and no filter, so that it stays LRU until
- * another setting has shown it hits more.
+ * another setting has shown it hits more: leaving it takes twice the
+ * margin, and the strict filter is tried only from a setting with the
+ * filter, never straight from LRU.
  *
  * Memory: EVICT_ADMIT_SHADOWS (8) shadows of size/2^shift entries (at
  * least 1024 unless the tier is smaller, at most size/64), each entry 32
@@ -55,7 +57,8 @@
 /* Another setting is taken only when its lead over the current one, summed
  * over lookups, is this many standard errors of that sum. */
 #define EVICT_ADMIT_Z 2
-/* Another setting must score more by 1/EVICT_ADMIT_MARGIN to be taken. */
+/* Another setting must score more by 1/EVICT_ADMIT_MARGIN to be taken
+ * (2/EVICT_ADMIT_MARGIN to leave the start). */
 #define EVICT_ADMIT_MARGIN 16
 /* The settings, one shadow each: [0] LRFU, [1] LRFU with the filter, [2]
  * recency alone (weight 0: LRU, the setting a tier starts with), [3] the
