@@ -238,6 +238,49 @@ static void test_filter_refuses(void)
 	evict_done(&e);
 }
 
+/* With the strict filter, a block requested once before still goes on
+ * probation; one requested twice before does not. */
+static void test_strict_filter(void)
+{
+	static struct evict_entry x[8];
+	struct evict e;
+
+	CHECK(evict_init(&e, EVICT_LRFU_ADMIT, &test_hash) == 0);
+	struct evict_lrfu_admit_state *a = evict_state(&e, &evict_policy_lrfu_admit);
+	for (int i = 0; i < 8; i++)
+		fresh(&x[i], (uint64_t)i + 200);
+	for (int i = 0; i < 4; i++)
+		evict_insert(&e, &x[i]);
+	a->admit.filter = EVICT_ADMIT_FILTER_STRICT;
+	evict_insert(&e, &x[4]);
+	CHECK(x[4].queue == EVICT_Q_SMALL && a->refused == 1);
+	/* Dropped and stored again: requested once before, still refused. */
+	evict_evicted(&e, &x[4]);
+	fresh(&x[4], 204);
+	evict_insert(&e, &x[4]);
+	CHECK(x[4].queue == EVICT_Q_SMALL && a->refused == 2);
+	CHECK(evict_victim(&e) == &x[4]);
+	/* A third time: twice before, admitted. */
+	evict_evicted(&e, &x[4]);
+	fresh(&x[4], 204);
+	evict_insert(&e, &x[4]);
+	CHECK(x[4].queue == EVICT_Q_MAIN && a->refused == 2);
+	/* The filter that asks for one request before admits a block the
+	 * strict one refused. */
+	fresh(&x[5], 205);
+	evict_insert(&e, &x[5]);
+	CHECK(x[5].queue == EVICT_Q_SMALL && a->refused == 3);
+	evict_evicted(&e, &x[5]);
+	fresh(&x[5], 205);
+	a->admit.filter = EVICT_ADMIT_FILTER_SEEN;
+	evict_insert(&e, &x[5]);
+	CHECK(x[5].queue == EVICT_Q_MAIN && a->refused == 3);
+	struct evict_report r = {0};
+	evict_report(&e, &r);
+	CHECK(r.filter == EVICT_ADMIT_FILTER_SEEN, "filter %u", r.filter);
+	evict_done(&e);
+}
+
 /* A tier of cap blocks serving a reference stream of keys, each an index
  * into ents. */
 struct cache {
@@ -346,6 +389,7 @@ int main(void)
 	test_frequency_wins();
 	test_decay();
 	test_filter_refuses();
+	test_strict_filter();
 	test_filter_turns_off();
 	test_filter_turns_on();
 	if (failures) {
