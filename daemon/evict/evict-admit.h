@@ -34,7 +34,8 @@
  * Memory: EVICT_ADMIT_SHADOWS (8) shadows of size/2^shift entries (at
  * least 1024 unless the tier is smaller, at most size/64), each entry 32
  * bytes and two table slots of 4: about 5.2 bytes per block of the tier at
- * 10^6 blocks, and 256 bytes of scores per slot class.  CPU: a keyed hash
+ * 10^6 blocks, and 1 912 bytes of shadow records and scores per slot
+ * class (struct evict_admit, on LP64).  CPU: a keyed hash
  * per key looked up, and the shadows' work on the sampled ones.  Pure: no
  * I/O; a failed allocation leaves the setting where it was.
  */
