@@ -157,7 +157,7 @@ static const struct metric class_metrics[] = {
 	{"demoted", "class_demoted_blocks", "gauge", "Evictable blocks of this block size demoted by the engines' hints: the first to go.", 0},
 	{"policy_lookups", "class_policy_lookups_total", "counter", "Lookups the eviction policy's shadow tiers scored (lrfu-admit; 0 for other policies).", 0},
 	{"policy_switches", "class_policy_switches_total", "counter", "Times the eviction policy changed its setting on what its shadows measured (lrfu-admit).", 0},
-	{"policy_filter", "class_policy_admission_filter", "gauge", "1 while the eviction policy stores only blocks seen before (lrfu-admit's admission filter).", 0},
+	{"policy_filter", "class_policy_admission_filter", "gauge", "The requests a new block needs before to be stored outside probation (lrfu-admit's admission filter: 0 off, 1 seen before, 2 strict).", 0},
 	{"policy_weight", "class_policy_lrfu_weight", "gauge", "The eviction policy's weight of how often a block was requested against how recently (lrfu-admit; 0: LRU).", 0},
 };
 /* The block size is a label. */

@@ -12,18 +12,28 @@ static void shadow_free(struct evict_admit_shadow *s)
 	memset(s, 0, sizeof(*s));
 }
 
-/* Setting i: the filter on in the odd ones, the weight by pairs. */
-static bool setting_filter(unsigned i)
+/* The settings (evict-admit.h): the filter and the LRFU weight. */
+static const struct {
+	uint32_t filter, weight;
+} settings[EVICT_ADMIT_SHADOWS] = {
+	{EVICT_ADMIT_FILTER_OFF, EVICT_LRFU_WEIGHT},
+	{EVICT_ADMIT_FILTER_SEEN, EVICT_LRFU_WEIGHT},
+	{EVICT_ADMIT_FILTER_OFF, 0},
+	{EVICT_ADMIT_FILTER_SEEN, 0},
+	{EVICT_ADMIT_FILTER_OFF, 4 * EVICT_LRFU_WEIGHT},
+	{EVICT_ADMIT_FILTER_SEEN, 4 * EVICT_LRFU_WEIGHT},
+	{EVICT_ADMIT_FILTER_STRICT, EVICT_LRFU_WEIGHT},
+	{EVICT_ADMIT_FILTER_STRICT, 4 * EVICT_LRFU_WEIGHT},
+};
+
+static uint32_t setting_filter(unsigned i)
 {
-	return i & 1;
+	return settings[i].filter;
 }
 
 static uint32_t setting_weight(unsigned i)
 {
-	static const uint32_t weight[EVICT_ADMIT_SHADOWS / 2] = {
-		EVICT_LRFU_WEIGHT, 0, 4 * EVICT_LRFU_WEIGHT};
-
-	return weight[i / 2];
+	return settings[i].weight;
 }
 
 static int shadow_new(struct evict_admit_shadow *s, uint32_t size, uint32_t weight)
@@ -93,7 +103,7 @@ static void erase(struct evict_admit_shadow *s, uint32_t i)
  * a miss is stored, as the engine will store it.  A block the main tier
  * stores (store) is stored where it is not yet.  \return whether the
  * shadow changed: a request. */
-static bool shadow_ref(struct evict_admit_shadow *s, uint64_t h, bool filter, bool seen,
+static bool shadow_ref(struct evict_admit_shadow *s, uint64_t h, uint32_t filter, unsigned count,
 		       unsigned level, bool store)
 {
 	uint32_t i = find(s, h);
@@ -121,14 +131,14 @@ static bool shadow_ref(struct evict_admit_shadow *s, uint64_t h, bool filter, bo
 	memset(&s->ent[e], 0, sizeof(s->ent[e]));
 	s->ent[e].fp = h;
 	s->slot[i] = e + 1;
-	evict_lrfu_insert(&s->q, &s->ent[e], level, filter && !seen);
+	evict_lrfu_insert(&s->q, &s->ent[e], level, count < filter);
 	return true;
 }
 
 void evict_admit_init(struct evict_admit *a)
 {
 	memset(a, 0, sizeof(*a));
-	a->on = setting_filter(EVICT_ADMIT_START);
+	a->filter = setting_filter(EVICT_ADMIT_START);
 	a->weight = setting_weight(EVICT_ADMIT_START);
 }
 
@@ -163,15 +173,14 @@ static void rebuild(struct evict_admit *a, uint64_t size)
 		}
 }
 
-/* The setting the main tier is in (a test may set on directly). */
+/* The setting the main tier is in (a test may set filter directly; one
+ * not in the table counts as the start). */
 static unsigned current(const struct evict_admit *a)
 {
-	unsigned cur = a->on ? 1 : 0;
-
-	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i += 2)
-		if (setting_weight(i) == a->weight)
-			cur = i + (a->on ? 1 : 0);
-	return cur;
+	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
+		if (setting_filter(i) == a->filter && setting_weight(i) == a->weight)
+			return i;
+	return EVICT_ADMIT_START;
 }
 
 /* A lookup ends: each setting's leading run against the current one's. */
@@ -193,6 +202,23 @@ static uint64_t decay(uint64_t x)
 	return x - x / EVICT_ADMIT_DECAY;
 }
 
+/* The strict filter is a stricter form of the filter: it is tried only
+ * from a setting whose filter has shown it pays, never straight from no
+ * filter.  Fewer settings to leave LRU for, fewer leaves on noise. */
+static bool reachable(unsigned cur, unsigned i)
+{
+	return setting_filter(i) != EVICT_ADMIT_FILTER_STRICT ||
+	       setting_filter(cur) != EVICT_ADMIT_FILTER_OFF;
+}
+
+/* The lead a setting needs over the current one: 1/EVICT_ADMIT_MARGIN,
+ * and twice that to leave the start (LRU), where a tier should stay
+ * unless another setting is clearly better. */
+static uint64_t margin(unsigned cur)
+{
+	return cur == EVICT_ADMIT_START ? EVICT_ADMIT_MARGIN / 2 : EVICT_ADMIT_MARGIN;
+}
+
 static void decide(struct evict_admit *a)
 {
 	unsigned cur = current(a);
@@ -209,12 +235,12 @@ static void decide(struct evict_admit *a)
 	 * differences beyond EVICT_ADMIT_Z standard errors of it (their
 	 * spread measured, not assumed), not one lucky lookup's run. */
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
-		if (a->score[i] > a->score[best] && a->diff[i] > 0 &&
+		if (reachable(cur, i) && a->score[i] > a->score[best] && a->diff[i] > 0 &&
 		    (uint64_t)a->diff[i] * (uint64_t)a->diff[i] >
 			    EVICT_ADMIT_Z * EVICT_ADMIT_Z * a->diff2[i])
 			best = i;
-	if (best != cur && a->score[best] > a->score[cur] + a->score[cur] / EVICT_ADMIT_MARGIN) {
-		a->on = setting_filter(best);
+	if (best != cur && a->score[best] > a->score[cur] + a->score[cur] / margin(cur)) {
+		a->filter = setting_filter(best);
 		a->weight = setting_weight(best);
 		a->switches++;
 		/* The differences were against the setting left. */
@@ -240,12 +266,12 @@ static bool sampled(struct evict_admit *a, uint64_t size, uint64_t h)
 	return a->sh[0].cap && !(((h * UINT64_C(0xd6e8feb86659fd93)) >> 58) >> (6 - a->shift));
 }
 
-static void observe(struct evict_admit *a, uint64_t h, bool seen, unsigned level, bool store)
+static void observe(struct evict_admit *a, uint64_t h, unsigned count, unsigned level, bool store)
 {
 	bool ref = false;
 
 	for (unsigned i = 0; i < EVICT_ADMIT_SHADOWS; i++)
-		ref |= shadow_ref(&a->sh[i], h, setting_filter(i), seen, level, store);
+		ref |= shadow_ref(&a->sh[i], h, setting_filter(i), count, level, store);
 	if (ref && ++a->refs >= EVICT_ADMIT_WINDOW * (uint64_t)a->sh[0].cap)
 		decide(a);
 }
@@ -264,15 +290,15 @@ void evict_admit_lookup(struct evict_admit *a, struct evict_lrfu_state *l, const
 		if (!sampled(a, l->q.size, h))
 			continue;
 		unsigned c = count_sketch_get(&l->sketch, h);
-		observe(a, h, c > 0, evict_lrfu_level(c + 1), false);
+		observe(a, h, c, evict_lrfu_level(c + 1), false);
 	}
 }
 
-void evict_admit_observe(struct evict_admit *a, uint64_t size, uint64_t h, bool seen,
+void evict_admit_observe(struct evict_admit *a, uint64_t size, uint64_t h, unsigned count,
 			 unsigned level)
 {
 	if (sampled(a, size, h))
-		observe(a, h, seen, level, true);
+		observe(a, h, count, level, true);
 }
 
 uint64_t evict_admit_bytes(const struct evict_admit *a)

@@ -4,15 +4,15 @@
 
 /* A request of x's block, in LRFU's count; a new block is stored in the
  * filter's shadows too (a hit was scored there by its lookup).
- * \return its level; ret_seen whether the sketch had counted it before. */
+ * \return its level; ret_count the sketch's count of it before. */
 static unsigned request(struct evict_lrfu_admit_state *s, const struct evict_entry *x,
-			bool *ret_seen, bool stored)
+			unsigned *ret_count, bool stored)
 {
 	uint64_t h;
-	unsigned level = evict_lrfu_request(&s->lrfu, x, &h, ret_seen);
+	unsigned level = evict_lrfu_request(&s->lrfu, x, &h, ret_count);
 
 	if (stored)
-		evict_admit_observe(&s->admit, s->lrfu.q.size, h, *ret_seen, level);
+		evict_admit_observe(&s->admit, s->lrfu.q.size, h, *ret_count, level);
 	s->lrfu.q.weight = s->admit.weight;
 	return level;
 }
@@ -38,15 +38,14 @@ static void admit_done(void *state)
 static void admit_insert(void *state, struct evict_entry *x)
 {
 	struct evict_lrfu_admit_state *s = state;
-	bool seen = true;
-	unsigned level = 0;
+	unsigned count = COUNT_SKETCH_MAX, level = 0;
 
 	/* A block that was pinned was admitted, or is still on probation:
 	 * only a new one is a request, and only a new one is judged, after
 	 * the shadows have seen it. */
 	if (x->queue == EVICT_Q_NONE)
-		level = request(s, x, &seen, true);
-	bool refused = !seen && s->admit.on;
+		level = request(s, x, &count, true);
+	bool refused = count < s->admit.filter;
 	s->refused += refused;
 	evict_lrfu_insert(&s->lrfu.q, x, level, refused);
 }
@@ -62,9 +61,9 @@ static void admit_remove(void *state, struct evict_entry *x)
 static void admit_touch(void *state, struct evict_entry *x)
 {
 	struct evict_lrfu_admit_state *s = state;
-	bool seen;
+	unsigned count;
 
-	evict_lrfu_touch(&s->lrfu.q, x, request(s, x, &seen, false));
+	evict_lrfu_touch(&s->lrfu.q, x, request(s, x, &count, false));
 }
 
 /* The shadows score the lookup's leading run. */
@@ -111,7 +110,7 @@ static void admit_report(const void *state, struct evict_report *r)
 	r->lookups = s->admit.lookups;
 	r->switches = s->admit.switches;
 	r->weight = s->admit.weight;
-	r->filter = s->admit.on;
+	r->filter = s->admit.filter;
 }
 
 const struct evict_policy_ops evict_policy_lrfu_admit = {

@@ -2,9 +2,10 @@
 /*
  * lrfu-admit: LRFU (evict-lrfu.h) with the admission filter that turns
  * itself on and off (evict-admit.h).  While shadow tiers find the filter
- * pays, a block the sketch has not seen before is stored on probation, on
- * LRFU's refused queue (EVICT_Q_SMALL), and evicted first unless it is hit
- * there.  The entry's fields are LRFU's.
+ * pays, a block the sketch has not seen before (or, with the strict
+ * filter, not twice) is stored on probation, on LRFU's refused queue
+ * (EVICT_Q_SMALL), and evicted first unless it is hit there.  The entry's
+ * fields are LRFU's.
  *
  * The state is in this header for what reads it (the policy simulator's
  * report, tests), through evict_state().

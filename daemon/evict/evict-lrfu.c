@@ -154,7 +154,7 @@ void evict_lrfu_state_done(struct evict_lrfu_state *s)
 }
 
 unsigned evict_lrfu_request(struct evict_lrfu_state *s, const struct evict_entry *x,
-			    uint64_t *ret_h, bool *ret_seen)
+			    uint64_t *ret_h, unsigned *ret_count)
 {
 	uint64_t h = keyhash(s->hash, &x->fp, sizeof(x->fp));
 
@@ -165,11 +165,11 @@ unsigned evict_lrfu_request(struct evict_lrfu_state *s, const struct evict_entry
 	if (s->sketch.width < EVICT_SKETCH_COLUMNS * s->q.size &&
 	    s->sketch.width < s->sketch.max_width)
 		(void)count_sketch_reserve(&s->sketch, EVICT_SKETCH_COLUMNS * s->q.size);
-	bool seen = count_sketch_get(&s->sketch, h) > 0;
+	unsigned count = count_sketch_get(&s->sketch, h);
 	unsigned level = evict_lrfu_level(count_sketch_add(&s->sketch, h));
 	evict_lrfu_tick(&s->q);
 	*ret_h = h;
-	*ret_seen = seen;
+	*ret_count = count;
 	return level;
 }
 
@@ -193,8 +193,8 @@ static void lrfu_insert(void *state, struct evict_entry *x)
 	 * request. */
 	if (x->queue == EVICT_Q_NONE) {
 		uint64_t h;
-		bool seen;
-		level = evict_lrfu_request(s, x, &h, &seen);
+		unsigned count;
+		level = evict_lrfu_request(s, x, &h, &count);
 	}
 	evict_lrfu_insert(&s->q, x, level, false);
 }
@@ -210,9 +210,9 @@ static void lrfu_touch(void *state, struct evict_entry *x)
 {
 	struct evict_lrfu_state *s = state;
 	uint64_t h;
-	bool seen;
+	unsigned count;
 
-	evict_lrfu_touch(&s->q, x, evict_lrfu_request(s, x, &h, &seen));
+	evict_lrfu_touch(&s->q, x, evict_lrfu_request(s, x, &h, &count));
 }
 
 static struct evict_entry *lrfu_victim(void *state)

@@ -99,9 +99,9 @@ void evict_lrfu_state_init(struct evict_lrfu_state *s, const struct keyhash *has
 void evict_lrfu_state_done(struct evict_lrfu_state *s);
 /*
  * A request of x's block (a hit, or a new block stored): counted in the
- * sketch, and a tick of the clock.  
-eturn its level; ret_h is the key it
- * was counted under, ret_seen whether the sketch had counted it before.
+ * sketch, and a tick of the clock.  \return its level; ret_h is the key it
+ * was counted under, ret_count the sketch's count of it before this
+ * request (0: never seen, up to COUNT_SKETCH_MAX).
  */
 unsigned evict_lrfu_request(struct evict_lrfu_state *s, const struct evict_entry *x,
-			    uint64_t *ret_h, bool *ret_seen);
+			    uint64_t *ret_h, unsigned *ret_count);

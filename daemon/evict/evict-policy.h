@@ -20,11 +20,12 @@
 
 /* What a policy that tunes itself measured, for STATS: lookups its
  * shadows scored, times it changed its setting, and the setting
- * (lrfu-admit: the admission filter, the LRFU weight). */
+ * (lrfu-admit: the admission filter, as the requests a new block needs
+ * before to be stored outside probation, 0 for none; the LRFU weight). */
 struct evict_report {
 	uint64_t lookups, switches;
 	uint32_t weight;
-	bool filter;
+	uint32_t filter;
 };
 
 struct keyhash;

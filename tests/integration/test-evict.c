@@ -61,6 +61,12 @@ int main(void)
 	      (unsigned long long)(stat_get(c, "class", "policy_lookups") - scored), 5ull);
 	CHECK(stat_get(c, "class", "policy_weight") == 0 || stat_get(c, "class", "policy_switches") > 0,
 	      "a tier leaves LRU (weight 0) only by a switch");
+	/* The filter: off (0), seen before (1) or strict (2); a tier
+	 * starts with none. */
+	uint64_t filter = stat_get(c, "class", "policy_filter");
+	CHECK(filter <= 2, "policy_filter %llu", (unsigned long long)filter);
+	CHECK(filter == 0 || stat_get(c, "class", "policy_switches") > 0,
+	      "a tier takes a filter only by a switch");
 
 	kvt_ns_close(ns);
 	kvt_client_free(c);

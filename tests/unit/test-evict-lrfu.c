@@ -220,7 +220,7 @@ static void test_filter_refuses(void)
 	for (int i = 0; i < 4; i++)
 		evict_insert(&e, &x[i]);
 	CHECK(x[0].queue == EVICT_Q_MAIN && a->refused == 0);
-	a->admit.on = true;
+	a->admit.filter = EVICT_ADMIT_FILTER_SEEN;
 	evict_insert(&e, &x[4]);
 	CHECK(x[4].queue == EVICT_Q_SMALL && a->refused == 1);
 	CHECK(evict_victim(&e) == &x[4]);
@@ -235,6 +235,49 @@ static void test_filter_refuses(void)
 	CHECK(x[5].queue == EVICT_Q_SMALL);
 	evict_touch(&e, &x[5]);
 	CHECK(x[5].queue == EVICT_Q_MAIN && evict_victim(&e) != &x[5]);
+	evict_done(&e);
+}
+
+/* With the strict filter, a block requested once before still goes on
+ * probation; one requested twice before does not. */
+static void test_strict_filter(void)
+{
+	static struct evict_entry x[8];
+	struct evict e;
+
+	CHECK(evict_init(&e, EVICT_LRFU_ADMIT, &test_hash) == 0);
+	struct evict_lrfu_admit_state *a = evict_state(&e, &evict_policy_lrfu_admit);
+	for (int i = 0; i < 8; i++)
+		fresh(&x[i], (uint64_t)i + 200);
+	for (int i = 0; i < 4; i++)
+		evict_insert(&e, &x[i]);
+	a->admit.filter = EVICT_ADMIT_FILTER_STRICT;
+	evict_insert(&e, &x[4]);
+	CHECK(x[4].queue == EVICT_Q_SMALL && a->refused == 1);
+	/* Dropped and stored again: requested once before, still refused. */
+	evict_evicted(&e, &x[4]);
+	fresh(&x[4], 204);
+	evict_insert(&e, &x[4]);
+	CHECK(x[4].queue == EVICT_Q_SMALL && a->refused == 2);
+	CHECK(evict_victim(&e) == &x[4]);
+	/* A third time: twice before, admitted. */
+	evict_evicted(&e, &x[4]);
+	fresh(&x[4], 204);
+	evict_insert(&e, &x[4]);
+	CHECK(x[4].queue == EVICT_Q_MAIN && a->refused == 2);
+	/* The filter that asks for one request before admits a block the
+	 * strict one refused. */
+	fresh(&x[5], 205);
+	evict_insert(&e, &x[5]);
+	CHECK(x[5].queue == EVICT_Q_SMALL && a->refused == 3);
+	evict_evicted(&e, &x[5]);
+	fresh(&x[5], 205);
+	a->admit.filter = EVICT_ADMIT_FILTER_SEEN;
+	evict_insert(&e, &x[5]);
+	CHECK(x[5].queue == EVICT_Q_MAIN && a->refused == 3);
+	struct evict_report r = {0};
+	evict_report(&e, &r);
+	CHECK(r.filter == EVICT_ADMIT_FILTER_SEEN, "filter %u", r.filter);
 	evict_done(&e);
 }
 
@@ -273,7 +316,7 @@ static void cache_init(struct cache *c, uint64_t cap, uint64_t keys, bool on)
 	memset(c, 0, sizeof(*c));
 	CHECK(evict_init(&c->e, EVICT_LRFU_ADMIT, &test_hash) == 0);
 	c->a = evict_state(&c->e, &evict_policy_lrfu_admit);
-	c->a->admit.on = on;
+	c->a->admit.filter = on ? EVICT_ADMIT_FILTER_SEEN : EVICT_ADMIT_FILTER_OFF;
 	c->cap = cap;
 	c->ents = calloc(keys, sizeof(*c->ents));
 	for (uint64_t i = 0; c->ents && i < keys; i++)
@@ -297,9 +340,9 @@ static void test_filter_turns_off(void)
 		if (i >= 32)
 			cache_ref(&c, i - 32);
 	}
-	CHECK(!c.a->admit.on && c.a->admit.windows >= 8,
-	      "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
-	      c.a->admit.on, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
+	CHECK(!c.a->admit.filter && c.a->admit.windows >= 8,
+	      "filter %u after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
+	      c.a->admit.filter, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	/* Off, the second requests hit. */
 	CHECK(c.hits > c.refs / 3, "%" PRIu64 " hits of %" PRIu64, c.hits, c.refs);
 	free(c.ents);
@@ -326,9 +369,9 @@ static void test_filter_turns_on(void)
 			for (unsigned k = 0; k < SCAN; k++)
 				cache_ref(&c, next_scan++);
 		}
-	CHECK(c.a->admit.on && c.a->admit.windows >= 4,
-	      "on %d after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
-	      c.a->admit.on, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
+	CHECK(c.a->admit.filter && c.a->admit.windows >= 4,
+	      "filter %u after %" PRIu64 " windows (shadow hits off %" PRIu64 ", on %" PRIu64 ")",
+	      c.a->admit.filter, c.a->admit.windows, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	CHECK(c.a->refused > 0);
 	CHECK(c.a->admit.last_hits[1] > 4 * c.a->admit.last_hits[0], "shadow hits off %" PRIu64 ", on %" PRIu64, c.a->admit.last_hits[0], c.a->admit.last_hits[1]);
 	free(c.ents);
@@ -346,6 +389,7 @@ int main(void)
 	test_frequency_wins();
 	test_decay();
 	test_filter_refuses();
+	test_strict_filter();
 	test_filter_turns_off();
 	test_filter_turns_on();
 	if (failures) {

@@ -388,7 +388,7 @@ out:
 			ret->refused += a->refused;
 			ret->windows += a->admit.windows;
 			ret->switches += a->admit.switches;
-			ret->filter_on += a->admit.on;
+			ret->filter_on += a->admit.filter > 0;
 			ret->policy_bytes += evict_admit_bytes(&a->admit);
 		}
 	}
