@@ -59,11 +59,13 @@ static int keys_call(kvt_ns *ns, uint16_t op, uint32_t arg, const uint8_t *keys,
 	return client_call(c, fn, ud);
 }
 
-KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
-			  uint32_t flags, uint8_t *ret_states)
+/* LOOKUP in requests of at most max_keys keys.  With KVT_LOOKUP_SETTLED,
+ * asked of a daemon that negotiated it (decided per request: a reconnect
+ * may find another daemon), *ret_watched counts the requests that will
+ * each be answered by one SETTLED: those with keys staging. */
+static int lookup(kvt_ns *ns, const uint8_t *keys, size_t n, uint32_t flags,
+		  uint8_t *ret_states, uint32_t *ret_watched)
 {
-	if (!ns || (n && !keys) || (flags & ~(uint32_t)KVT_LOOKUP_TOUCH))
-		return -EINVAL;
 	kvt_client *c = ns->c;
 	size_t leading = 0;
 	bool run = true;
@@ -71,16 +73,24 @@ KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
 
 	if (ret_states)
 		memset(ret_states, KVT_MISS, n);
+	if (ret_watched)
+		*ret_watched = 0;
 	pthread_mutex_lock(&c->lock);
 	for (size_t off = 0; off < n; off += c->max_keys) {
 		uint32_t k = (uint32_t)MIN(n - off, (size_t)c->max_keys);
 		struct lookup_ctx ctx = {ret_states ? ret_states + off : NULL, k, 0};
+		uint32_t wire = flags;
 		r = ns_ready(ns);
+		if (!(c->features & KVT_FEATURE_SETTLED))
+			wire &= ~(uint32_t)KVT_LOOKUP_SETTLED;
 		if (r == 0)
-			r = keys_call(ns, KVT_OP_LOOKUP, flags, keys + off * KVT_KEY_SIZE,
+			r = keys_call(ns, KVT_OP_LOOKUP, wire, keys + off * KVT_KEY_SIZE,
 				      k, lookup_reply, &ctx);
 		if (r < 0)
 			break;
+		if (ret_watched && ret_states && (wire & KVT_LOOKUP_SETTLED) &&
+		    memchr(ret_states + off, KVT_DISK, k))
+			(*ret_watched)++;
 		if (run)
 			leading += ctx.leading;
 		run = run && ctx.leading == k;
@@ -91,6 +101,14 @@ KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
 	if (r == -ENOTCONN && !closed)
 		return 0;
 	return r < 0 ? r : (int)leading;
+}
+
+KVT_EXPORT int kvt_lookup(kvt_ns *ns, const uint8_t *keys, size_t n,
+			  uint32_t flags, uint8_t *ret_states)
+{
+	if (!ns || (n && !keys) || (flags & ~(uint32_t)KVT_LOOKUP_TOUCH))
+		return -EINVAL;
+	return lookup(ns, keys, n, flags, ret_states, NULL);
 }
 
 struct slots_ctx {
@@ -446,12 +464,18 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 	uint8_t *st = malloc(n ? n : 1);
 	if (!st)
 		return -ENOMEM;
+	kvt_client *c = ns->c;
 	uint64_t deadline = mono_ms() + timeout_ms;
 	int r;
 	for (;;) {
-		/* The lookup starts staging whatever of the run is on NVMe;
-		 * each block that lands is announced, and we ask again. */
-		r = kvt_lookup(ns, keys, n, 0, st);
+		/* The lookup starts staging whatever of the run is on NVMe,
+		 * and asks to be told once all of it has settled (SETTLED);
+		 * a daemon without that announces each block as it lands. */
+		uint32_t watched;
+		pthread_mutex_lock(&c->lock);
+		uint64_t settled = c->settled_events;
+		pthread_mutex_unlock(&c->lock);
+		r = lookup(ns, keys, n, KVT_LOOKUP_SETTLED, st, &watched);
 		if (r < 0)
 			break;
 		uint64_t pending = 0;
@@ -464,22 +488,24 @@ KVT_EXPORT int kvt_wait_resident(kvt_ns *ns, const uint8_t *keys, size_t n,
 			r = -ETIMEDOUT;
 			break;
 		}
-		/* Ask again once half of what is pending may have landed, not
-		 * at every block: a run of n blocks costs the daemon about
-		 * log2(n) look-ups of it rather than n.  A notice names one
-		 * block, any of the tenant's (others' count too, which only
-		 * makes us ask sooner); a run's notice settles many keys at
+		/* Ask again once every request of the lookup has been told
+		 * SETTLED (any connection's notice counts, which only makes
+		 * us ask sooner).  Else, or besides (a daemon with too many
+		 * LOOKUPs of ours waiting tells of each block): once half of
+		 * what is pending may have landed, not at every block, so a
+		 * run of n blocks costs about log2(n) look-ups of it rather
+		 * than n.  A notice names one block, any of the tenant's
+		 * (others' count too); a run's notice settles many keys at
 		 * once, so it always makes us ask.  So does RELOOK_MS without
 		 * enough notices: the daemon tells a connection of landings for
 		 * 30 s after a LOOKUP answered DISK, and asking renews that. */
-		kvt_client *c = ns->c;
 		uint64_t need = (pending + 1) / 2;
 		uint64_t until = now + RELOOK_MS < deadline ? now + RELOOK_MS : deadline;
 		pthread_mutex_lock(&c->lock);
 		uint64_t seen = c->ready_events, runs = c->ready_runs;
 		int w = 0;
 		while (w == 0 && c->ready_events - seen < need && c->ready_runs == runs &&
-		       mono_ms() < until)
+		       (!watched || c->settled_events - settled < watched) && mono_ms() < until)
 			w = client_wait_event(c, (int)(until - mono_ms()));
 		bool closed = c->closed;
 		pthread_mutex_unlock(&c->lock);

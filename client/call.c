@@ -143,6 +143,14 @@ static int handle_notification(kvt_client *c, const struct kvt_header *h,
 		}
 		break;
 	}
+	case KVT_OP_SETTLED: {
+		/* Every key a LOOKUP of ours answered DISK has settled. */
+		struct kvt_settled m;
+		r = kvt_dec_settled(cur, &m);
+		if (r == 0)
+			c->settled_events++;
+		break;
+	}
 	case KVT_OP_EXTENT_RETIRED: {
 		uint32_t id;
 		r = kvt_dec_extent_retired(cur, &id);

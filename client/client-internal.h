@@ -105,6 +105,7 @@ struct kvt_client {
 	uint32_t n_async;
 	uint64_t ready_events; /* BLOCK_READY and RUN_READY notifications seen */
 	uint64_t ready_runs;   /* RUN_READY notifications seen (many keys each) */
+	uint64_t settled_events; /* SETTLED notifications seen (a LOOKUP's keys each) */
 	uint64_t generation; /* connections made */
 	/* Daemon instances seen: a reconnect to a restarted daemon counts
 	 * one more, a reconnect to the same daemon does not (pool.c). */

@@ -452,11 +452,13 @@ KVT_EXPORT int kvt_prefetch(kvt_ns *ns, const uint8_t *keys, size_t n);
 
 /**
  * Wait until the leading hits of keys are all in host memory: those on
- * NVMe are staged, and the daemon announces each one as it lands, so the
- * caller sleeps on the socket instead of polling.  The keys are looked up
- * again once as many notices have come as half of those still on NVMe, so
- * a batch of n blocks costs about log2(n) look-ups rather than n; wait for
- * a request's whole prefix at once, then load it with one call.
+ * NVMe are staged, and the daemon says once when all of them have landed
+ * (or failed), so the caller sleeps on the socket instead of polling, and
+ * the keys are looked up once more.  A daemon without that notice
+ * announces each block as it lands; the keys are then looked up again once
+ * as many notices have come as half of those still on NVMe, so a batch of
+ * n blocks costs about log2(n) look-ups rather than n.  Wait for a
+ * request's whole prefix at once, then load it with one call.
  * \return the number of leading hits (all KVT_HOST, ready to acquire), 0
  *         while the daemon is away, or a negative errno (-ETIMEDOUT after
  *         timeout_ms with some still on NVMe)

@@ -41,9 +41,11 @@ static void on_extent_added(void *userdata, struct tenant *t, struct extent *e)
 			session_announce_extent(s, e);
 }
 
-/* BLOCK_READY to those of the tenant's connections that asked to be told
- * (a client waiting for a staged block sleeps on its socket, not in a poll
- * loop); of a remote run's key, only to those not told of runs. */
+/* A staged or fetched block settled: the tenant's connections' LOOKUPs
+ * waiting for it move on (one SETTLED each, once all their keys have), and
+ * BLOCK_READY goes to those that asked to be told of each block (a client
+ * waiting for a staged block sleeps on its socket, not in a poll loop); of
+ * a remote run's key, only to those not told of runs. */
 static void block_ready_send(struct manager *m, struct ns *ns, const uint8_t *key, bool of_run)
 {
 	struct session *s;
@@ -51,8 +53,10 @@ static void block_ready_send(struct manager *m, struct ns *ns, const uint8_t *ke
 
 	kvt_buf_init(&b);
 	LIST_FOREACH(s, &m->sessions, link) {
-		if (s->dead || s->tenant != ns->tenant || !session_wants_ready(s) ||
-		    (of_run && (s->features & KVT_FEATURE_RUNS)))
+		if (s->dead || s->tenant != ns->tenant)
+			continue;
+		session_block_settled(s, ns);
+		if (!session_wants_ready(s) || (of_run && (s->features & KVT_FEATURE_RUNS)))
 			continue;
 		kvt_enc_block_ready(&b, s->version, ns->id, key);
 		if (kvt_msg_finish(&b, 0) == 0)

@@ -22,7 +22,12 @@
  * of the daemon's, written when the list was empty and watched
  * edge-triggered, so that the loop, which wakes for every write, takes the
  * list without a read(2) to reset the counter (it would take 2^64 - 2
- * writes to fill).  The engine's retries,
+ * writes to fill).  The worker hands ended ops back in lists: while other
+ * ops of its are still under way it holds those that ended, up to
+ * HANDOVER_OPS of them or for HANDOVER_HOLD_USEC, so that a batch of
+ * stagings costs the loop a wake-up for every few blocks rather than one
+ * for each; the last op under way goes back at once with those held.  The
+ * engine's retries,
  * fault injection and shutdown are io.c's, unchanged, on the worker's
  * thread.
  */
@@ -38,6 +43,12 @@
 #include "log.h"
 #include "nvme-private.h"
 #include "pool.h"
+
+/* Ended ops held back while others are under way, at most this many ... */
+#define HANDOVER_OPS 16
+/* ... and for at most this long (usec): a block one client waits for
+ * alone, among another's batch or write-back, waits this much more. */
+#define HANDOVER_HOLD_USEC 2000
 
 /* A pool extent to register with the worker's engine. */
 struct worker_buffer {
@@ -58,6 +69,10 @@ struct nvme_worker {
 	struct io_engine *io;
 	int file_io; /* the file's index in io */
 	sd_event_source *in_source;
+	sd_event_source *hold_source; /* hands over what is held */
+	unsigned busy;                /* ops started and not ended */
+	unsigned n_held;
+	struct op *held_head, *held_tail; /* ended, not handed over yet */
 
 	/* The daemon's event loop's. */
 	sd_event_source *out_source;
@@ -89,16 +104,21 @@ static void wake(int efd)
 	(void)!write(efd, &one, sizeof(one));
 }
 
-/* Append op to a hand-over list, and wake its reader only when the list
- * was empty: the reader resets its eventfd (the worker) or is woken by
- * every write (the loop, edge-triggered) before it takes the whole list,
- * so a list that is not empty has a wake-up on its way. */
-static void hand_over(struct nvme_worker *w, struct op **head, struct op **tail, struct op *op,
-		      int efd)
+/* Append the list first..last to a hand-over list, and wake its reader
+ * only when the list was empty: the reader resets its eventfd (the
+ * worker) or is woken by every write (the loop, edge-triggered) before it
+ * takes the whole list, so a list that is not empty has a wake-up on its
+ * way. */
+static void hand_over(struct nvme_worker *w, struct op **head, struct op **tail,
+		      struct op *first, struct op *last, int efd)
 {
 	pthread_mutex_lock(&w->lock);
 	bool was_empty = !*head;
-	op_list_append(head, tail, op);
+	if (*tail)
+		(*tail)->next_w = first;
+	else
+		*head = first;
+	*tail = last;
 	pthread_mutex_unlock(&w->lock);
 	if (was_empty)
 		wake(efd);
@@ -106,13 +126,39 @@ static void hand_over(struct nvme_worker *w, struct op **head, struct op **tail,
 
 /* ---- the worker's thread ----------------------------------------------- */
 
-/* Every I/O of op has ended: checksum what staging read, hand it back. */
+/* The ended ops held, back to the loop in one list. */
+static void held_hand_over(struct nvme_worker *w)
+{
+	if (!w->held_head)
+		return;
+	hand_over(w, &w->out_head, &w->out_tail, w->held_head, w->held_tail, w->out_efd);
+	w->held_head = w->held_tail = NULL;
+	w->n_held = 0;
+	sd_event_source_set_enabled(w->hold_source, SD_EVENT_OFF);
+}
+
+static int on_hold(sd_event_source *s, uint64_t usec, void *userdata)
+{
+	held_hand_over(userdata);
+	return 0;
+}
+
+/* Every I/O of op has ended: checksum what staging read, and hand it back
+ * now or with the next ops that end (HANDOVER_OPS). */
 static void op_ended(struct nvme_worker *w, struct op *op)
 {
 	if (op->kind == OP_STAGE && !op->error)
 		op->sum_error = pool_guarded_sum(op->data.buf, op->data.len, spill_payload_sum,
 						 &op->sum);
-	hand_over(w, &w->out_head, &w->out_tail, op, w->out_efd);
+	w->busy--;
+	op_list_append(&w->held_head, &w->held_tail, op);
+	if (w->busy == 0 || ++w->n_held >= HANDOVER_OPS) {
+		held_hand_over(w);
+	} else if (w->n_held == 1 &&
+		   (sd_event_source_set_time_relative(w->hold_source, HANDOVER_HOLD_USEC) < 0 ||
+		    sd_event_source_set_enabled(w->hold_source, SD_EVENT_ONESHOT) < 0)) {
+		held_hand_over(w); /* no timer: no holding */
+	}
 }
 
 static void req_done(struct io_req *req, int result, void *userdata)
@@ -138,6 +184,7 @@ static void submit_req(struct nvme_worker *w, struct op *op, struct io_req *req)
 
 static void op_start(struct nvme_worker *w, struct op *op)
 {
+	w->busy++;
 	op->pending = 1; /* until every request is submitted */
 	if (op->kind == OP_WRITEBACK) {
 		/* The checksum comes from the daemon's own mapping, under the
@@ -269,6 +316,11 @@ int nvme_worker_new(sd_event *event, unsigned file, int fd, enum io_engine_kind 
 	r = sd_event_add_io(w->event, &w->in_source, w->in_efd, EPOLLIN, on_in, w);
 	if (r < 0)
 		return r;
+	r = sd_event_add_time_relative(w->event, &w->hold_source, CLOCK_MONOTONIC,
+				       HANDOVER_HOLD_USEC, 1, on_hold, w);
+	if (r < 0)
+		return r;
+	sd_event_source_set_enabled(w->hold_source, SD_EVENT_OFF);
 	r = sd_event_add_io(event, &w->out_source, w->out_efd, EPOLLIN | EPOLLET, on_out, w);
 	if (r < 0)
 		return r;
@@ -307,6 +359,7 @@ void nvme_worker_free(struct nvme_worker *w)
 	sd_event_source_disable_unref(w->out_source);
 	sd_event_source_disable_unref(w->wake_source);
 	sd_event_source_disable_unref(w->in_source);
+	sd_event_source_disable_unref(w->hold_source);
 	io_engine_free(w->io);
 	sd_event_unref(w->event);
 	while (w->buffers) {

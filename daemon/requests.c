@@ -356,7 +356,10 @@ static int do_lookup(struct session *s, const struct kvt_header *h, union reques
 	uint8_t *states = w ? w->states : m->states;
 	uint32_t done = w ? w->done : 0;
 
-	if (req->arg & ~(uint32_t)KVT_LOOKUP_TOUCH)
+	uint32_t flags = KVT_LOOKUP_TOUCH;
+	if (s->features & KVT_FEATURE_SETTLED)
+		flags |= KVT_LOOKUP_SETTLED;
+	if (req->arg & ~flags)
 		return -EBADMSG;
 	while (done < req->n) {
 		uint32_t k = req->n - done < LOOKUP_PART ? req->n - done : LOOKUP_PART;
@@ -371,10 +374,15 @@ static int do_lookup(struct session *s, const struct kvt_header *h, union reques
 	}
 	struct kvt_lookup_rep rep = {.n = req->n, .states = states};
 	rep.leading = store_lookup_end(&m->store, ns, req->keys, req->n, states);
-	if (any_state(states, req->n, KVT_STATE_DISK))
-		session_want_ready(s);
 	kvt_enc_lookup_rep(&m->reply, s->version, h->request_id, &rep);
 	reply(s);
+	/* After the reply: a SETTLED may go out at once. */
+	if (s->dead || !any_state(states, req->n, KVT_STATE_DISK))
+		return 0;
+	if (req->arg & KVT_LOOKUP_SETTLED)
+		session_watch_settle(s, ns, ns->id, h->request_id, req->keys, states, req->n);
+	else
+		session_want_ready(s);
 	return 0;
 }
 

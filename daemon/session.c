@@ -80,6 +80,7 @@ int session_new(struct manager *m, int fd, struct session **ret)
 	sd_event_now(m->event, CLOCK_MONOTONIC, &s->connected_usec);
 	s->io = TAKE_PTR(io);
 	s->hello_timer = TAKE_PTR(timer);
+	settle_init(&s->settles);
 	LIST_INSERT_HEAD(&m->sessions, s, link);
 	m->n_sessions++;
 	*ret = TAKE_PTR(s);
@@ -95,6 +96,7 @@ void session_free(struct session *s)
 	if (s->waiting == SESSION_WAITS_ERASURES)
 		s->m->erasure_waiters--;
 	free(s->work);
+	settle_clear(&s->settles);
 	s->m->n_sessions--;
 	sd_event_source_disable_unref(s->io);
 	sd_event_source_disable_unref(s->hello_timer);
@@ -218,6 +220,35 @@ bool session_wants_ready(const struct session *s)
 		return false;
 	sd_event_now(s->m->event, CLOCK_MONOTONIC, &now);
 	return now < s->ready_until;
+}
+
+static void tell_settled(void *userdata, const struct kvt_settled *m)
+{
+	struct session *s = userdata;
+	struct kvt_buf b;
+
+	kvt_buf_init(&b);
+	kvt_enc_settled(&b, s->version, m);
+	if (kvt_msg_finish(&b, 0) == 0)
+		session_send(s, &b, NULL, 0);
+	kvt_buf_free(&b);
+}
+
+void session_watch_settle(struct session *s, struct ns *ns, uint32_t ns_id, uint64_t request_id,
+			  const uint8_t *keys, const uint8_t *states, uint32_t n)
+{
+	uint64_t now = 0;
+
+	sd_event_now(s->m->event, CLOCK_MONOTONIC, &now);
+	if (settle_watch(&s->settles, ns, ns_id, request_id, keys, states, n, now, tell_settled,
+			 s) < 0)
+		session_want_ready(s);
+}
+
+void session_block_settled(struct session *s, struct ns *ns)
+{
+	if (s->settles.n)
+		settle_advance(&s->settles, ns, tell_settled, s);
 }
 
 static int session_io(sd_event_source *src, int fd, uint32_t revents, void *userdata)

@@ -16,9 +16,11 @@
 
 #include "conn.h"
 #include "kvt-proto.h"
+#include "settle.h"
 #include "tenancy.h"
 
 struct manager;
+struct ns;
 struct process;
 struct session;
 
@@ -72,6 +74,7 @@ struct session {
 	uint64_t requests;
 	uint64_t ready_until; /* BLOCK_READY wanted until then (usec): set
 			       * when it was told a block is on NVMe */
+	struct settle_set settles; /* LOOKUPs waiting to be told SETTLED */
 	uint64_t connected_usec;
 	struct manager *m;
 	LIST_ENTRY(session) link; /* on the manager's sessions */
@@ -101,3 +104,11 @@ bool session_is_admin(const struct session *s);
 void session_want_ready(struct session *s);
 /* Whether the client should hear of blocks staged from NVMe now. */
 bool session_wants_ready(const struct session *s);
+/* A LOOKUP with KVT_LOOKUP_SETTLED answered DISK for some of keys
+ * (states): the client is told once, with SETTLED, when all of those have
+ * settled; or, when it has too many such LOOKUPs waiting, of each block
+ * (session_want_ready()). */
+void session_watch_settle(struct session *s, struct ns *ns, uint32_t ns_id, uint64_t request_id,
+			  const uint8_t *keys, const uint8_t *states, uint32_t n);
+/* A block of ns staged or fetched has settled (in host memory, or gone). */
+void session_block_settled(struct session *s, struct ns *ns);

@@ -143,6 +143,17 @@ uint32_t store_lookup_end(struct store *s, struct ns *ns, const uint8_t *keys, u
 	return leading + remote_fetch(s, ns, keys, n, leading, ret_states);
 }
 
+uint8_t store_key_arrival(struct ns *ns, const uint8_t *key)
+{
+	const struct block *b = index_get(&ns->index, key);
+
+	if (b && (b->io == BLOCK_IO_READ || b->io == BLOCK_IO_FETCH))
+		return KVT_STATE_DISK;
+	if (b && b->state == BLOCK_RESIDENT && b->extent)
+		return KVT_STATE_HOST;
+	return KVT_STATE_MISS;
+}
+
 int store_reserve_room(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t n, int node)
 {
 	uint64_t fresh = 0;

@@ -391,6 +391,11 @@ void store_lookup_keys(struct store *s, struct ns *ns, const uint8_t *keys, uint
 		       uint32_t n, uint32_t flags, uint8_t *ret_states);
 uint32_t store_lookup_end(struct store *s, struct ns *ns, const uint8_t *keys, uint32_t n,
 			  uint8_t *ret_states);
+/* Where a key a LOOKUP answered DISK stands now, without a LOOKUP's
+ * effects: KVT_STATE_DISK while it is still on its way into host memory
+ * (staging from NVMe, or fetched from the remote tier), KVT_STATE_HOST once
+ * there, KVT_STATE_MISS when it is neither (gone, or left on NVMe). */
+uint8_t store_key_arrival(struct ns *ns, const uint8_t *key);
 /* Before store_reserve(): room for the keys' new blocks, so that the
  * RESERVE does not wait in the loop for an extent's memory.  \return 0,
  * or -EAGAIN: the memory is still being made (ask again once

@@ -33,9 +33,10 @@
 #define KVT_FEATURE_POOL (UINT64_C(1) << 2)    /* send me the pool extents */
 #define KVT_FEATURE_READY (UINT64_C(1) << 3)   /* tell me when staged blocks land */
 #define KVT_FEATURE_RUNS (UINT64_C(1) << 4)    /* one RUN_READY per remote run */
+#define KVT_FEATURE_SETTLED (UINT64_C(1) << 5) /* LOOKUP may ask for one SETTLED */
 #define KVT_FEATURES_ALL \
 	(KVT_FEATURE_SHARDS | KVT_FEATURE_RECORDS | KVT_FEATURE_POOL | KVT_FEATURE_READY | \
-	 KVT_FEATURE_RUNS)
+	 KVT_FEATURE_RUNS | KVT_FEATURE_SETTLED)
 
 #define KVT_HEADER_SIZE 24
 #define KVT_KEY_SIZE 32
@@ -71,6 +72,7 @@ enum kvt_opcode {
 	KVT_OP_EXTENT_RETIRED = 65,
 	KVT_OP_BLOCK_READY = 66, /* a block staged from NVMe is in host memory */
 	KVT_OP_RUN_READY = 67,   /* a run fetched from the remote tier settled */
+	KVT_OP_SETTLED = 68,     /* every key a LOOKUP answered DISK settled */
 };
 
 /* Header flags. */
@@ -89,7 +91,9 @@ enum kvt_state {
 };
 
 /* LOOKUP flags. */
-#define KVT_LOOKUP_TOUCH 1 /* count hits as uses for eviction */
+#define KVT_LOOKUP_TOUCH 1   /* count hits as uses for eviction */
+#define KVT_LOOKUP_SETTLED 2 /* one SETTLED once its DISK keys have settled
+			      * (KVT_FEATURE_SETTLED negotiated) */
 
 /*
  * HINT: what the engine knows of a namespace's blocks, for eviction.  The
@@ -343,6 +347,18 @@ struct kvt_run_ready {
 };
 void kvt_enc_run_ready(struct kvt_buf *b, uint16_t version, const struct kvt_run_ready *m);
 int kvt_dec_run_ready(struct kvt_cursor *c, struct kvt_run_ready *ret);
+
+/* SETTLED: the LOOKUP's request id, its ns_id, how many of its keys it
+ * answered DISK, and how many of those were in host memory when the last
+ * of them settled (the rest are gone). */
+struct kvt_settled {
+	uint64_t request_id;
+	uint32_t ns_id;
+	uint32_t n_keys; /* >= 1 */
+	uint32_t n_host; /* <= n_keys */
+};
+void kvt_enc_settled(struct kvt_buf *b, uint16_t version, const struct kvt_settled *m);
+int kvt_dec_settled(struct kvt_cursor *c, struct kvt_settled *ret);
 
 void kvt_enc_error(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 		   uint64_t rid, int error, const char *reason);

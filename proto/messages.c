@@ -372,6 +372,26 @@ int kvt_dec_run_ready(struct kvt_cursor *c, struct kvt_run_ready *ret)
 	return kvt_cursor_end(c);
 }
 
+void kvt_enc_settled(struct kvt_buf *b, uint16_t version, const struct kvt_settled *m)
+{
+	kvt_msg_begin(b, version, KVT_OP_SETTLED, KVT_FLAG_NOTIFY, 0);
+	kvt_put_u64(b, m->request_id);
+	kvt_put_u32(b, m->ns_id);
+	kvt_put_u32(b, m->n_keys);
+	kvt_put_u32(b, m->n_host);
+}
+
+int kvt_dec_settled(struct kvt_cursor *c, struct kvt_settled *ret)
+{
+	TRY(kvt_get_u64(c, &ret->request_id));
+	TRY(kvt_get_u32(c, &ret->ns_id));
+	TRY(kvt_get_u32(c, &ret->n_keys));
+	TRY(kvt_get_u32(c, &ret->n_host));
+	if (ret->n_keys == 0 || ret->n_keys > KVT_MAX_KEYS || ret->n_host > ret->n_keys)
+		return -EBADMSG;
+	return kvt_cursor_end(c);
+}
+
 void kvt_enc_error(struct kvt_buf *b, uint16_t version, uint16_t opcode,
 		   uint64_t rid, int error, const char *reason)
 {
@@ -493,7 +513,7 @@ static const char *const opcode_names[] = {
 	NAME(COMMIT),	    NAME(ABORT),	  NAME(ACQUIRE),      NAME(RELEASE),
 	NAME(TOUCH),	    NAME(DELETE),	  NAME(STATS),	      NAME(PING),
 	NAME(ADMIN_EVICT),  NAME(PREFETCH),	  NAME(EXTENT_ADDED), NAME(EXTENT_RETIRED),
-	NAME(HINT),	    NAME(BLOCK_READY),	  NAME(RUN_READY),
+	NAME(HINT),	    NAME(BLOCK_READY),	  NAME(RUN_READY),    NAME(SETTLED),
 };
 #undef NAME
 

@@ -117,6 +117,9 @@ void fuzz_life_messages(fuzz_msg_fn emit, void *ud)
 	kr.arg = KVT_LOOKUP_TOUCH;
 	kvt_enc_keys_req(&b, 1, KVT_OP_LOOKUP, ++rid, &kr);
 	finish(&b, emit, ud);
+	kr.arg = KVT_LOOKUP_TOUCH | KVT_LOOKUP_SETTLED;
+	kvt_enc_keys_req(&b, 1, KVT_OP_LOOKUP, ++rid, &kr);
+	finish(&b, emit, ud);
 	kr.arg = 0;
 	kvt_enc_keys_req(&b, 1, KVT_OP_ACQUIRE, ++rid, &kr);
 	finish(&b, emit, ud);

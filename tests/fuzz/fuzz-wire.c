@@ -127,6 +127,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		(void)kvt_dec_evict_req(&c, &m);
 		break;
 	}
+	case 15: {
+		/* SETTLED: what decodes re-encodes to the same bytes. */
+		struct kvt_settled m;
+		if (kvt_dec_settled(&c, &m) == 0) {
+			struct kvt_buf b;
+			kvt_buf_init(&b);
+			kvt_enc_settled(&b, 1, &m);
+			check(b.len == size - 1 + KVT_HEADER_SIZE &&
+			      !memcmp(b.data + KVT_HEADER_SIZE, data + 1, size - 1));
+			check(m.n_keys >= 1 && m.n_host <= m.n_keys);
+			kvt_buf_free(&b);
+		}
+		break;
+	}
 	default:
 		identity_roundtrip(data + 1, size - 1);
 		break;
@@ -209,6 +223,9 @@ void fuzz_seeds(fuzz_seed_fn emit, void *ud)
 	struct kvt_evict_req er = {1, 1, KVT_EVICT_DROP};
 	kvt_enc_evict_req(&b, 1, 1, &er);
 	emit_payload(emit, ud, 13, &b);
+	struct kvt_settled sd = {7, 1, 128, 120};
+	kvt_enc_settled(&b, 1, &sd);
+	emit_payload(emit, ud, 15, &b);
 	kvt_buf_free(&ident);
 	kvt_buf_free(&b);
 }

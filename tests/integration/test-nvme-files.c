@@ -8,7 +8,13 @@
  * batches as an engine makes them, each batch mixing blocks in host
  * memory, blocks on NVMe only and keys never stored: every block present
  * comes back with its bytes, a missing key is a miss that leaves its
- * buffer alone, and only the NVMe-only blocks are read.
+ * buffer alone, and only the NVMe-only blocks are read.  Last, a client
+ * that speaks the protocol itself asks with one LOOKUP (KVT_LOOKUP_SETTLED)
+ * for a batch whose blocks are on NVMe, one of them corrupt on its file:
+ * it is told once (SETTLED, with the LOOKUP's id), never block by block,
+ * and at that moment every block is in host memory with its bytes, or
+ * (the corrupt one) a miss; the flag from a connection that did not
+ * negotiate it closes that connection.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +24,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "raw.h"
 
 #define BYTES 4096u
 #define NS 4u
@@ -167,6 +174,202 @@ static void load_mixed(kvt_client *c, kvt_ns *ns, uint32_t k, uint32_t tag)
 	free(want);
 }
 
+/* Flip a byte of every copy of block (its whole payload, on a 512-byte
+ * boundary) in the spill files: it fails verification when staged.
+ * \return the copies found */
+static unsigned corrupt_block(const struct daemon *d, const uint8_t *want)
+{
+	static uint8_t buf[1 << 20];
+	unsigned found = 0;
+
+	for (unsigned f = 0; f < 2; f++) {
+		char path[256];
+		snprintf(path, sizeof(path), "%s/spill%u", d->dir, f);
+		int fd = open(path, O_RDWR | O_CLOEXEC);
+		CHECK(fd >= 0, "open %s", path);
+		for (off_t off = 0;; off += sizeof(buf) - BYTES) {
+			ssize_t n = pread(fd, buf, sizeof(buf), off);
+			CHECK(n >= 0, "read %s", path);
+			for (ssize_t i = 0; i + (ssize_t)BYTES <= n; i += 512) {
+				if (memcmp(buf + i, want, BYTES))
+					continue;
+				uint8_t x = want[100] ^ 0xff;
+				CHECK(pwrite(fd, &x, 1, off + i + 100) == 1, "corrupt %s", path);
+				found++;
+				i += BYTES - 512;
+			}
+			if (n < (ssize_t)sizeof(buf))
+				break;
+		}
+		close(fd);
+	}
+	return found;
+}
+
+/* What the raw client was sent until the reply to its request rid:
+ * SETTLED notices into *settled (the last), counted; BLOCK_READY counted. */
+struct heard {
+	unsigned settled, ready;
+	struct kvt_settled last;
+};
+
+static void hear(struct raw *r, struct heard *h)
+{
+	struct kvt_cursor c = {r->payload, r->h.length};
+
+	if (r->h.opcode == KVT_OP_SETTLED) {
+		CHECK(kvt_dec_settled(&c, &h->last) == 0, "SETTLED decodes");
+		h->settled++;
+	} else if (r->h.opcode == KVT_OP_BLOCK_READY || r->h.opcode == KVT_OP_RUN_READY) {
+		h->ready++;
+	}
+}
+
+/* Send b; the notices before its reply into h. */
+static void raw_call_hearing(struct raw *r, struct kvt_buf *b, struct heard *h)
+{
+	CHECK(kvt_msg_finish(b, 0) == 0, "encode");
+	CHECK(write(r->fd, b->data, b->len) == (ssize_t)b->len, "write");
+	for (;;) {
+		CHECK(raw_recv(r) == 1, "the daemon closed the connection");
+		if (!(r->h.flags & KVT_FLAG_NOTIFY))
+			break;
+		hear(r, h);
+	}
+	CHECK(r->h.request_id == r->rid && !(r->h.flags & KVT_FLAG_ERROR), "answered");
+}
+
+static void raw_lookup(struct raw *r, uint32_t ns_id, uint32_t flags, const uint8_t *keys,
+		       uint32_t n, uint8_t *ret_states, struct heard *h)
+{
+	struct kvt_buf b;
+	struct kvt_keys_req req = {ns_id, flags, n, keys};
+	struct kvt_lookup_rep rep;
+
+	kvt_buf_init(&b);
+	kvt_enc_keys_req(&b, 1, KVT_OP_LOOKUP, ++r->rid, &req);
+	raw_call_hearing(r, &b, h);
+	kvt_buf_free(&b);
+	struct kvt_cursor c = {r->payload, r->h.length};
+	CHECK(r->h.opcode == KVT_OP_LOOKUP && kvt_dec_lookup_rep(&c, &rep) == 0 && rep.n == n,
+	      "LOOKUP reply");
+	memcpy(ret_states, rep.states, n);
+}
+
+#define SETTLE_BATCH 128u
+#define SETTLE_MISSING 4u /* of them, keys never stored */
+#define SETTLE_BAD 77u    /* the block corrupt on its file */
+
+static void settled_notice(const struct daemon *d, kvt_client *c, kvt_ns *ns, uint32_t k,
+			   uint32_t tag)
+{
+	static struct raw r, old;
+	static uint8_t keys[SETTLE_BATCH][KVT_KEY_BYTES];
+	uint8_t st[SETTLE_BATCH];
+	uint8_t *bufs = malloc((size_t)SETTLE_BATCH * BYTES), *want = malloc(BYTES);
+	void *dsts[SETTLE_BATCH];
+	int32_t lst[SETTLE_BATCH];
+	const uint32_t present = SETTLE_BATCH - SETTLE_MISSING;
+	uint64_t tenant = stat_get(c, "tenant", "id");
+	kvt_ns_info info;
+	struct heard h = {0};
+
+	CHECK(bufs && want, "out of memory");
+	CHECK(kvt_ns_get_info(ns, &info) == 0, "info");
+	for (uint32_t i = 0; i < SETTLE_BATCH; i++)
+		token_key(i < present ? tag : tag + 1000, i, keys[i]);
+	block_pattern(want, BYTES, tag, keys[SETTLE_BAD]);
+	CHECK(kvt_admin_evict(c, (uint32_t)tenant, info.ns_id, 0) == N, "namespace %u evicted", k);
+	CHECK(corrupt_block(d, want) >= 1, "block %u found on its file", SETTLE_BAD);
+
+	/* The namespace as small_ns() says it. */
+	struct kvt_identity id = {.key_scheme = KVT_KEY_SCHEME, .layer_end = 1, .tp_size = 1,
+				  .cp_size = 1, .block_tokens = 16, .n_groups = 1};
+	snprintf(id.model, sizeof(id.model), "%s", models[k]);
+	memcpy(id.weights, models[k], strlen(models[k]));
+	id.weights_len = (uint32_t)strlen(models[k]);
+	id.groups[0] = (struct kvt_id_group){1, KVT_ATTN_MHA, 0, 2, 1, 128, 1, 0};
+	raw_connect(&r, d);
+	raw_hello(&r, "settle");
+	int64_t ns_id = raw_ns_open(&r, &id);
+	CHECK(ns_id == info.ns_id, "the same namespace: %lld", (long long)ns_id);
+
+	uint64_t reads0 = stat_get(c, "daemon", "nvme_reads");
+	uint64_t bad0 = stat_get(c, "daemon", "nvme_checksum_errors");
+	raw_lookup(&r, (uint32_t)ns_id, KVT_LOOKUP_SETTLED, keys[0], SETTLE_BATCH, st, &h);
+	uint64_t rid = r.rid;
+	for (uint32_t i = 0; i < SETTLE_BATCH; i++)
+		CHECK(st[i] == (i < present ? KVT_STATE_DISK : KVT_STATE_MISS), "key %u: state %u",
+		      i, st[i]);
+	while (!h.settled) {
+		CHECK(raw_recv(&r) == 1, "the daemon closed the connection");
+		CHECK(r.h.flags & KVT_FLAG_NOTIFY, "only notices while waiting");
+		hear(&r, &h);
+	}
+	/* Told: nothing is on its way any more.  Told early, the blocks
+	 * still being read would say DISK here. */
+	raw_lookup(&r, (uint32_t)ns_id, 0, keys[0], SETTLE_BATCH, st, &h);
+	for (uint32_t i = 0; i < SETTLE_BATCH; i++)
+		CHECK(st[i] == (i < present && i != SETTLE_BAD ? KVT_STATE_HOST : KVT_STATE_MISS),
+		      "key %u when SETTLED came: state %u", i, st[i]);
+	CHECK(h.settled == 1 && h.ready == 0, "one SETTLED (%u), no BLOCK_READY (%u)", h.settled,
+	      h.ready);
+	CHECK(h.last.request_id == rid && h.last.ns_id == (uint32_t)ns_id &&
+		      h.last.n_keys == present && h.last.n_host == present - 1,
+	      "SETTLED: request %llu (want %llu), %u keys, %u in host memory",
+	      (unsigned long long)h.last.request_id, (unsigned long long)rid, h.last.n_keys,
+	      h.last.n_host);
+	CHECK(stat_get(c, "daemon", "nvme_reads") - reads0 == present - 1 &&
+		      stat_get(c, "daemon", "nvme_checksum_errors") - bad0 == 1,
+	      "read: every block but the corrupt one, which failed");
+
+	/* Their bytes, loaded without waiting; the corrupt one is a miss. */
+	memset(bufs, POISON, (size_t)SETTLE_BATCH * BYTES);
+	for (uint32_t i = 0; i < SETTLE_BATCH; i++)
+		dsts[i] = bufs + (size_t)i * BYTES;
+	CHECK(kvt_load(ns, 0, keys[0], SETTLE_BATCH, dsts, lst) == (int)present - 1, "loaded");
+	for (uint32_t i = 0; i < SETTLE_BATCH; i++) {
+		if (i >= present || i == SETTLE_BAD) {
+			CHECK(lst[i] == -ENOENT, "key %u: a miss (%d)", i, lst[i]);
+			for (uint32_t b = 0; b < BYTES; b++)
+				CHECK(((uint8_t *)dsts[i])[b] == POISON, "a miss's buffer untouched");
+			continue;
+		}
+		CHECK(lst[i] == 0, "block %u loads: %d", i, lst[i]);
+		block_pattern(want, BYTES, tag, keys[i]);
+		CHECK(!memcmp(dsts[i], want, BYTES), "block %u: its bytes", i);
+	}
+	/* Nothing more comes: the first PING's reply is the next message. */
+	struct kvt_buf b;
+	kvt_buf_init(&b);
+	kvt_msg_begin(&b, 1, KVT_OP_PING, 0, ++r.rid);
+	raw_call_hearing(&r, &b, &h);
+	CHECK(h.settled == 1 && h.ready == 0, "no other notice");
+	raw_disconnect(&r);
+
+	/* Not negotiated: the flag is a malformed LOOKUP, that connection
+	 * closes, and the daemon serves on. */
+	struct kvt_hello_req hr = {1, 1, KVT_FEATURES_ALL & ~KVT_FEATURE_SETTLED, "old", ""};
+	raw_connect(&old, d);
+	kvt_buf_reset(&b);
+	kvt_enc_hello_req(&b, ++old.rid, &hr);
+	CHECK(raw_call(&old, &b) == 0, "hello");
+	CHECK(raw_ns_open(&old, &id) == ns_id, "namespace");
+	struct kvt_keys_req req = {(uint32_t)ns_id, KVT_LOOKUP_SETTLED, 1, keys[0]};
+	kvt_buf_reset(&b);
+	kvt_enc_keys_req(&b, 1, KVT_OP_LOOKUP, ++old.rid, &req);
+	CHECK(kvt_msg_finish(&b, 0) == 0, "encode");
+	CHECK(write(old.fd, b.data, b.len) == (ssize_t)b.len, "write");
+	int got;
+	while ((got = raw_recv(&old)) == 1)
+		CHECK(old.h.flags & KVT_FLAG_NOTIFY, "no reply to a malformed LOOKUP");
+	raw_disconnect(&old);
+	kvt_buf_free(&b);
+	CHECK(kvt_lookup(ns, keys[0], 1, 0, st) == 1 && st[0] == KVT_HOST, "the daemon serves on");
+	free(bufs);
+	free(want);
+}
+
 /* Evict each namespace from host memory and load it back from NVMe. */
 static void evict_and_load(kvt_client *c, kvt_ns **ns)
 {
@@ -231,6 +434,7 @@ int main(void)
 	CHECK(stat_get(c, "daemon", "nvme_checksum_errors") == 0 &&
 		      stat_get(c, "daemon", "nvme_io_errors") == 0,
 	      "no verification or I/O error");
+	settled_notice(&d, c, ns[0], 0, 1);
 	for (uint32_t k = 0; k < NS; k++)
 		kvt_ns_close(ns[k]);
 	kvt_client_free(c);
