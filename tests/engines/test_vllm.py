@@ -93,6 +93,9 @@ def test_fresh_engine_finds_stored_blocks(env, model, reference):
     assert ra["stats"]["stored_blocks"] == 6
     b = Engine(model, env["daemon"].socket)
     env["engine"], env["model"] = b, model
+    # Connected, and so its pool mapped, at the engine's start, not by the
+    # first request that loads.
+    assert "vllm-worker" in _client_names(env["daemon"].socket)
     rb = b.ask(P1)
     assert rb["cached"] == 6 * BLOCK, rb
     assert rb["tokens"] == reference["p1"]
@@ -231,6 +234,13 @@ def test_altered_block_changes_vllm_output(env):
 
     noise = dist(clean, computed)
     assert dist(altered, computed) > max(1e-3, 10 * noise), (noise, altered, computed)
+
+
+def _client_names(sock):
+    import kvtier
+
+    with kvtier.Client(socket=sock, name="checker") as c:
+        return [r["name"] for r in c.stats(kvtier.STATS_CLIENTS) if r.get("kind") == "client"]
 
 
 def _ns_stats(sock):
