@@ -313,7 +313,7 @@ def main():
     else:
         t = trained_model.trained(args.model_cache, log=err)
     model = t.load(getattr(torch, args.dtype))
-    with kvtd.Daemon("[pool]\ncapacity = 1G\nextent_size = 64M\n") as d:
+    with kvtd.Daemon("[pool]\ncapacity = 1G\nextent_size = 64M\nhugepages = off\n") as d:
         res = evaluate(model, t.held_out, d.socket, lengths, args.samples, args.new,
                        args.block_tokens, args.codecs.split(","), log=err)
     rec = t.record

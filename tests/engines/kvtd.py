@@ -14,7 +14,9 @@ KVTIERD = os.environ.get("KVTIERD", "kvtierd")
 
 
 class Daemon:
-    """kvtierd on its own socket; config is extra INI text."""
+    """kvtierd on its own socket; config is extra INI text.  Its pool
+    (and those the tests configure) never takes hugetlb pages, which
+    test-hugepages counts while the engine suite runs beside it."""
 
     def __init__(self, config: str = "", spill_mb: int = 0):
         self.dir = tempfile.mkdtemp(prefix="kvt-engines-")
@@ -23,7 +25,8 @@ class Daemon:
         self.log = os.path.join(self.dir, "kvtierd.log")
         self.config = os.path.join(self.dir, "kvtierd.conf")
         text = f"[daemon]\nsocket = {self.socket}\nruntime_dir = {self.dir}\nquarantine_ms = 50\n"
-        text += "[pool]\ncapacity = 256M\nextent_size = 32M\n" if "[pool]" not in config else ""
+        text += "[pool]\ncapacity = 256M\nextent_size = 32M\nhugepages = off\n" \
+            if "[pool]" not in config else ""
         if spill_mb:
             text += f"[spill.test]\npath = {self.dir}/spill0\ncapacity = {spill_mb}M\n"
         self.text = text + config

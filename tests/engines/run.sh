@@ -14,8 +14,9 @@ if [ ! -x "$py" ]; then
 	echo "skipped: no engine venv at ${KVT_VENV:-?} (./scripts/venv.sh BUILD/venv makes it)"
 	exit $KVT_TEST_SKIP
 fi
-# The engine tests run one at a time (is_parallel: false): no other ninja
-# is at work in the build.
+# The engine tests run one at a time (is_parallel: false), and
+# scripts/test.sh runs the other suites beside them with --no-rebuild: no
+# other ninja is at work in the build.
 log=$(mktemp /tmp/kvt-wheel.XXXXXX)
 if ! ninja -C "${KVT_BUILD_ROOT:?}" "${KVT_WHEEL_FILE#"$KVT_BUILD_ROOT"/}" >"$log" 2>&1; then
 	cat "$log"

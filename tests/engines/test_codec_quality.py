@@ -68,7 +68,7 @@ def results():
         pytest.skip(f"{len(t.held_out)} bytes of held-out text under {trained_model.CORPUS_ROOT}: "
                     f"the windows need {need}")
     model = t.load(torch.bfloat16)
-    with kvtd.Daemon("[pool]\ncapacity = 512M\nextent_size = 64M\n") as d:
+    with kvtd.Daemon("[pool]\ncapacity = 512M\nextent_size = 64M\nhugepages = off\n") as d:
         return codec_quality.evaluate(model, t.held_out, d.socket, LENGTHS, SAMPLES, NEW)
 
 
