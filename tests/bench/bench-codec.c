@@ -52,6 +52,9 @@ enum { C_MEMCPY, C_NONE, C_FP8, C_INT4, N_CONTENDERS };
 
 static const char *const names[N_CONTENDERS] = {"memcpy", "none", "fp8-e4m3", "int4"};
 static const char *const keys_json[N_CONTENDERS] = {"memcpy", "none", "fp8", "int4"};
+/* The codec of each contender's copy alone (memcpy has none). */
+static const uint32_t codecs[N_CONTENDERS] = {0, KVT_CODEC_NONE, KVT_CODEC_FP8_E4M3,
+					      KVT_CODEC_INT4};
 
 static struct {
 	unsigned pairs;
@@ -267,8 +270,6 @@ static void run_round(struct bench *b, int who, uint64_t *ret_ns)
 /* The copy path alone: gather into blocks in b->mid, scatter them out. */
 static void alone_round(struct bench *b, int who, uint64_t *ret_ns, uint64_t *ret_cpu)
 {
-	static const uint32_t codecs[N_CONTENDERS] = {0, KVT_CODEC_NONE, KVT_CODEC_FP8_E4M3,
-						      KVT_CODEC_INT4};
 	kvt_layout lay = b->src.lay, back = b->dst.lay;
 	uint64_t t0, t1, t2, c0, c1, c2;
 	void **blocks = calloc(b->n, sizeof(*blocks));
@@ -321,8 +322,6 @@ static void alone_round(struct bench *b, int who, uint64_t *ret_ns, uint64_t *re
  */
 static void cached_round(struct bench *b, int who, uint64_t *ret_cpu)
 {
-	static const uint32_t codecs[N_CONTENDERS] = {0, KVT_CODEC_NONE, KVT_CODEC_FP8_E4M3,
-						      KVT_CODEC_INT4};
 	uint64_t reps = opt.bytes / (BLOCK / LAYERS * CACHED_LAYERS), c0, c1, c2;
 	kvt_layout lay = b->src.lay, back = b->dst.lay;
 	const int64_t page = 0;
